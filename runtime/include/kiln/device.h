@@ -1,0 +1,30 @@
+// Where a tensor's memory lives. Only the CPU runs today; the type already
+// carries CUDA so the GPU backend plugs in without an interface change.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace kiln {
+
+/// Kind of device.
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+/// A device: kind plus index ("cpu", "cuda:1").
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {}; }
+  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  std::string str() const {
+    return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+  }
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+}  // namespace kiln

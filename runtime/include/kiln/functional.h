@@ -1,0 +1,242 @@
+// The user-facing op API: one function per primitive (through dispatch) and
+// the composites written with them (they get autograd and tracing for free).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// ---------------- factories ----------------
+Tensor empty(const Dims& shape, DType dtype = DType::f32);
+Tensor zeros(const Dims& shape, DType dtype = DType::f32);
+Tensor ones(const Dims& shape, DType dtype = DType::f32);
+Tensor full(const Dims& shape, const Scalar& value, DType dtype = DType::f32);
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, const Scalar& value);
+/// Values start, start+step, ... < end. The dtype is i64 unless a bound is floating.
+Tensor arange(const Scalar& end);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1);
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DType dtype);
+/// `steps` evenly spaced values from start to end inclusive.
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::f32);
+/// n x m identity (m = n by default).
+Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32);
+/// Copies values into a new tensor of the given shape (default: 1-D).
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Dims& shape = {});
+/// Wraps external memory without copying; `deleter` (optional) runs when the
+/// last view dies. The caller keeps the memory alive otherwise.
+Tensor from_blob(void* data, const Dims& shape, DType dtype,
+                 std::function<void(void*)> deleter = {});
+
+// ---------------- random (counter-based Philox) ----------------
+/// Seeds the default generator and resets its offset.
+void manual_seed(uint64_t seed);
+/// Uniform in [0, 1).
+Tensor rand(const Dims& shape, DType dtype = DType::f32);
+/// Standard normal.
+Tensor randn(const Dims& shape, DType dtype = DType::f32);
+/// Integers uniform in [low, high).
+Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = DType::i64);
+/// 1 with probability p (elementwise), else 0; same dtype as p.
+Tensor bernoulli(const Tensor& p);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+// ---------------- unary elementwise ----------------
+#define KILN_UNARY_DECL(name) Tensor name(const Tensor& x);
+KILN_UNARY_DECL(neg)
+KILN_UNARY_DECL(abs)
+KILN_UNARY_DECL(exp)
+KILN_UNARY_DECL(log)
+KILN_UNARY_DECL(log1p)
+KILN_UNARY_DECL(sqrt)
+KILN_UNARY_DECL(rsqrt)
+KILN_UNARY_DECL(tanh)
+KILN_UNARY_DECL(sigmoid)
+KILN_UNARY_DECL(relu)
+KILN_UNARY_DECL(sin)
+KILN_UNARY_DECL(cos)
+KILN_UNARY_DECL(erf)
+KILN_UNARY_DECL(sign)
+KILN_UNARY_DECL(logical_not)
+#undef KILN_UNARY_DECL
+
+// ---------------- binary elementwise ----------------
+#define KILN_BINARY_DECL(name)                     \
+  Tensor name(const Tensor& a, const Tensor& b);   \
+  Tensor name(const Tensor& a, const Scalar& b);   \
+  Tensor name(const Scalar& a, const Tensor& b);
+KILN_BINARY_DECL(add)
+KILN_BINARY_DECL(sub)
+KILN_BINARY_DECL(mul)
+KILN_BINARY_DECL(div)
+KILN_BINARY_DECL(pow)
+KILN_BINARY_DECL(maximum)
+KILN_BINARY_DECL(minimum)
+KILN_BINARY_DECL(eq)
+KILN_BINARY_DECL(ne)
+KILN_BINARY_DECL(lt)
+KILN_BINARY_DECL(le)
+KILN_BINARY_DECL(gt)
+KILN_BINARY_DECL(ge)
+KILN_BINARY_DECL(logical_and)
+KILN_BINARY_DECL(logical_or)
+#undef KILN_BINARY_DECL
+
+/// cond ? a : b elementwise (broadcast, promoted).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Scalar& b);
+/// Converts to another dtype (a no-op returning x when equal).
+Tensor cast(const Tensor& x, DType dtype);
+
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+
+// ---------------- reductions ----------------
+/// Sum over `dims` (all dims when empty). Integer and bool inputs sum to i64.
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Maximum / minimum values over `dims` (all when empty).
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Index (i64) of the first maximum along `dim`; over the flattened tensor if dim is nullopt.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Variance with Bessel's correction `correction` (1 = unbiased, as torch.var).
+Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+
+// ---------------- linear algebra, convolution, pooling ----------------
+/// Matrix product with NumPy semantics: 1-D operands, batched and broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+/// Geometry of conv2d (PyTorch's argument names).
+struct Conv2dOptions {
+  Dims stride = {1, 1};
+  Dims padding = {0, 0};
+  Dims dilation = {1, 1};
+  int64_t groups = 1;
+};
+/// x [N, C, H, W] * weight [O, C/groups, kH, kW] (+ bias [O]) -> [N, O, H', W'].
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+              const Conv2dOptions& opts = {});
+
+/// Geometry of 2-D pooling; an empty stride means stride = kernel_size.
+struct Pool2dOptions {
+  Dims kernel_size = {2, 2};
+  Dims stride = {};
+  Dims padding = {0, 0};
+  Dims dilation = {1, 1};         ///< max_pool2d only
+  bool count_include_pad = true;  ///< avg_pool2d only
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& opts = {});
+/// max_pool2d plus the i64 index of each maximum in its (flattened H*W) input plane.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& opts = {});
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& opts = {});
+
+// ---------------- movement ----------------
+Tensor reshape(const Tensor& x, const Dims& shape);
+Tensor permute(const Tensor& x, const Dims& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor expand(const Tensor& x, const Dims& shape);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+/// A contiguous copy (always a new buffer; contiguous() returns x when already so).
+Tensor copy(const Tensor& x);
+/// Constant padding. `pads` holds (before, after) pairs starting from the LAST
+/// dim, like torch.nn.functional.pad; negative values crop.
+Tensor pad(const Tensor& x, const Dims& pads, double value = 0.0);
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
+/// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// A copy of x with src added at `index` along dim (torch.scatter_add).
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+
+// ---------------- composites ----------------
+Tensor square(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor clamp(const Tensor& x, const Scalar& lo, const Scalar& hi);
+Tensor clamp_min(const Tensor& x, const Scalar& lo);
+Tensor clamp_max(const Tensor& x, const Scalar& hi);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+/// GELU; approximate = "none" (erf form) or "tanh".
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+Tensor silu(const Tensor& x);
+/// Normalizes over the trailing dims `normalized_shape`, then applies weight/bias if defined.
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+/// x @ weight^T + bias (weight is [out, in], as torch.nn.functional.linear).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+/// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+/// Rows of `weight` picked by integer `indices` (any shape).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+/// How losses combine per-element values.
+enum class Reduction { None, Mean, Sum };
+
+/// Options of cross_entropy / nll_loss.
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  Reduction reduction = Reduction::Mean;
+};
+/// logits [N, C] (or [N, C, d...]) and class indices [N] (or [N, d...]).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& opts = {});
+/// Negative log-likelihood of log-probabilities [N, C] at class indices [N].
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
+                const CrossEntropyOptions& opts = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean);
+/// BCE of probabilities in [0, 1]; log terms are clamped at -100 like PyTorch.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
+                            Reduction r = Reduction::Mean);
+/// Numerically stable BCE on logits.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction r = Reduction::Mean);
+/// softmax(q k^T * scale + mask) v over the last two dims. `attn_mask` is
+/// boolean (true = keep) or additive float; `is_causal` masks the future.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+/// Sums g over broadcast dims so it has `shape` (the reverse of expand).
+Tensor sum_to(const Tensor& g, const Dims& shape);
+/// Broadcast shape of two shapes (NumPy rules); `op` names the caller in errors.
+Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
+/// Maps a possibly negative dim into [0, rank); errors name `op`.
+int64_t wrap_dim(int64_t dim, int64_t rank, const char* op);
+
+}  // namespace kiln

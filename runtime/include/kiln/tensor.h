@@ -1,0 +1,214 @@
+// kiln::Tensor: a cheap handle (shared_ptr to TensorImpl) to a strided view of
+// a Storage, with autograd state. Views share storage and its version counter.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <source_location>
+#include <vector>
+
+#include "kiln/allocator.h"
+#include "kiln/device.h"
+#include "kiln/dims.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/scalar.h"
+
+namespace kiln {
+
+class Tensor;
+struct AutogradMeta;
+class Node;
+
+/// Memory block shared by a tensor and all its views.
+struct StorageImpl {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  Allocator* allocator = nullptr;           ///< owner of data; null for from_blob
+  std::function<void(void*)> deleter;       ///< for from_blob memory, may be empty
+  uint32_t version = 0;                     ///< bumped by every in-place write
+
+  StorageImpl() = default;
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+  ~StorageImpl();
+};
+
+/// Opaque per-tensor state owned by the tracer (ir/), unknown to the runtime.
+struct TraceState {
+  virtual ~TraceState() = default;
+};
+
+/// The object behind a Tensor handle.
+struct TensorImpl {
+  std::shared_ptr<StorageImpl> storage;  ///< null for symbolic (traced) tensors
+  Dims shape;
+  Dims strides;      ///< in elements
+  int64_t offset = 0;  ///< in elements
+  DType dtype = DType::f32;
+  Device device;
+  bool wrapped_number = false;  ///< made from a Scalar: does not widen dtypes
+  std::unique_ptr<AutogradMeta> autograd;
+  std::shared_ptr<TraceState> trace;  ///< set while tracing
+
+  TensorImpl();
+  ~TensorImpl();
+  AutogradMeta& autograd_meta();  ///< creates it on first use
+};
+
+/// A PyTorch-like tensor handle. Copying the handle shares the tensor.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const { return impl()->dtype; }
+  Device device() const { return impl()->device; }
+  const Dims& shape() const { return impl()->shape; }
+  const Dims& strides() const { return impl()->strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl()->shape.size()); }
+  /// Size of dimension d (negative d counts from the end).
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t offset() const { return impl()->offset; }
+  int64_t numel() const { return numel_of(impl()->shape); }
+  size_t element_size() const { return dtype_size(dtype()); }
+  bool is_contiguous() const;
+  /// True while tracing: the tensor has a shape and dtype but no data.
+  bool is_symbolic() const { return impl()->storage == nullptr; }
+  /// Counter bumped by every in-place write to this tensor's storage.
+  uint32_t version() const;
+  /// True if both handles refer to the same TensorImpl.
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- data access (raise while tracing) ----
+  /// Pointer to the first element. Raises kiln::Error on a symbolic tensor.
+  void* data_ptr(std::source_location loc = std::source_location::current()) const;
+  template <typename T>
+  T* data(std::source_location loc = std::source_location::current()) const {
+    KILN_CHECK(dtype() == dtype_v<T>, "[data] tensor has dtype ", dtype(), ", asked for ",
+               dtype_v<T>);
+    return static_cast<T*>(data_ptr(loc));
+  }
+  /// The single element of a one-element tensor, converted to T.
+  template <typename T>
+  T item(std::source_location loc = std::source_location::current()) const;
+  /// All elements in row-major order, converted to T.
+  template <typename T>
+  std::vector<T> to_vector(std::source_location loc = std::source_location::current()) const;
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  /// Marks a leaf as needing a gradient (PyTorch's requires_grad_).
+  Tensor& requires_grad_(bool r = true);
+  /// Accumulated gradient of a leaf (undefined until backward reaches it).
+  Tensor grad() const;
+  void set_grad(const Tensor& g) const;
+  /// Node that produced this tensor (null for leaves and non-differentiable results).
+  std::shared_ptr<Node> grad_fn() const;
+  bool is_leaf() const;
+  /// Computes gradients of this tensor w.r.t. graph leaves (see autograd.h).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false,
+                bool create_graph = false) const;
+  /// A new tensor sharing storage, cut from the autograd graph.
+  Tensor detach() const;
+  /// Makes a non-leaf keep its .grad during backward.
+  void retain_grad() const;
+  /// Runs `hook(grad)` when this tensor's gradient is computed; a returned
+  /// defined tensor replaces the gradient.
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  /// For leaves: runs `hook(*this)` after the gradient was accumulated into .grad.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+
+  // ---- conversion and copying ----
+  Tensor to(DType t) const;
+  Tensor clone() const;
+  Tensor contiguous() const;
+  /// Copies src (broadcast, cast) into this tensor in place.
+  Tensor& copy_(const Tensor& src);
+
+  // ---- views ----
+  Tensor view(const Dims& shape) const;
+  Tensor reshape(const Dims& shape) const;
+  Tensor permute(const Dims& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  ///< transpose of a 2-D tensor
+  Tensor expand(const Dims& shape) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // ---- in-place (bump the version counter) ----
+  Tensor& add_(const Tensor& o, const Scalar& alpha = 1);
+  Tensor& sub_(const Tensor& o, const Scalar& alpha = 1);
+  Tensor& mul_(const Tensor& o);
+  Tensor& div_(const Tensor& o);
+  Tensor& add_(const Scalar& s);
+  Tensor& sub_(const Scalar& s);
+  Tensor& mul_(const Scalar& s);
+  Tensor& div_(const Scalar& s);
+  Tensor& zero_();
+  Tensor& fill_(const Scalar& v);
+  Tensor& clamp_(const Scalar& lo, const Scalar& hi);
+
+  // ---- common methods (free functions in functional.h) ----
+  Tensor sum(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor matmul(const Tensor& o) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor pow(const Scalar& e) const;
+
+  TensorImpl* impl() const {
+    KILN_CHECK(impl_ != nullptr, "[tensor] operation on an undefined tensor");
+    return impl_.get();
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+/// Prints like PyTorch: tensor([[1., 2.], [3., 4.]], dtype=f64, requires_grad=true).
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+/// Creates a contiguous, uninitialised CPU tensor (the allocation primitive).
+Tensor make_tensor(const Dims& shape, DType dtype, Device device = Device::cpu());
+/// Creates a view of t's storage with the given geometry (internal; no autograd).
+Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64_t offset);
+/// Tensor from a Scalar as a 0-d "wrapped number" (f64, i64 or bool).
+Tensor scalar_tensor(const Scalar& s);
+/// Tensor from a Scalar as a 0-d tensor of the given dtype (not wrapped).
+Tensor scalar_tensor(const Scalar& s, DType dtype);
+
+/// Reads element i (row-major over t's shape) converted to double (helper for tests/printing).
+double element_as_double(const Tensor& t, int64_t i);
+
+extern template float Tensor::item<float>(std::source_location) const;
+extern template double Tensor::item<double>(std::source_location) const;
+extern template int64_t Tensor::item<int64_t>(std::source_location) const;
+extern template int32_t Tensor::item<int32_t>(std::source_location) const;
+extern template uint8_t Tensor::item<uint8_t>(std::source_location) const;
+extern template bool Tensor::item<bool>(std::source_location) const;
+extern template std::vector<float> Tensor::to_vector<float>(std::source_location) const;
+extern template std::vector<double> Tensor::to_vector<double>(std::source_location) const;
+extern template std::vector<int64_t> Tensor::to_vector<int64_t>(std::source_location) const;
+extern template std::vector<int32_t> Tensor::to_vector<int32_t>(std::source_location) const;
+extern template std::vector<uint8_t> Tensor::to_vector<uint8_t>(std::source_location) const;
+extern template std::vector<bool> Tensor::to_vector<bool>(std::source_location) const;
+
+}  // namespace kiln

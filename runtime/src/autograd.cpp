@@ -1,0 +1,515 @@
+// The autograd tape and engine. Op nodes call their primitive's derivative
+// rule (written in Tensor ops, so running it with grad mode on builds a new
+// graph: that is create_graph / double backward).
+#include "kiln/autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd_internal.h"
+#include "kiln/dispatch.h"
+#include "kiln/functional.h"
+#include "kiln/random.h"
+#include "ops/loops.h"
+
+namespace kiln {
+namespace {
+
+thread_local bool t_grad_mode = true;
+std::atomic<uint64_t> g_sequence{0};
+
+std::string released_msg() {
+  return "[backward] trying to backward through the graph a second time (or to use saved "
+         "tensors after they were freed); pass retain_graph=true to the first backward";
+}
+
+/// The node of one primitive call.
+class OpNode final : public Node {
+ public:
+  OpNode(OpId op, const Attrs& attrs) : op_(op), attrs_(attrs) {}
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    const OpInfo& info = op_info(op_);
+    if (released_) throw Error(released_msg());
+    std::vector<Tensor> in(saved_in_.size()), out(saved_out_.size());
+    auto self = shared_from_this();
+    for (size_t i = 0; i < saved_in_.size(); ++i)
+      if (saved_in_[i].defined()) in[i] = saved_in_[i].unpack(self, info.name);
+    for (size_t i = 0; i < saved_out_.size(); ++i)
+      if (saved_out_[i].defined()) out[i] = saved_out_[i].unpack(self, info.name);
+    std::vector<Tensor> gi(in_meta_.size());
+    uint32_t needs = 0;
+    for (size_t i = 0; i < next_edges.size() && i < 32; ++i)
+      if (next_edges[i].valid()) needs |= 1u << i;
+    VjpArgs args{in, out, grads, in_meta_, attrs_, needs};
+    info.vjp(args, gi);
+    KILN_ASSERT(gi.size() == in_meta_.size(), info.name, " rule returned ", gi.size(), " grads");
+    for (size_t i = 0; i < gi.size(); ++i) {
+      if (!gi[i].defined()) continue;
+      if (!(gi[i].shape() == in_meta_[i].shape)) gi[i] = sum_to(gi[i], in_meta_[i].shape);
+      if (gi[i].dtype() != in_meta_[i].dtype) gi[i] = cast(gi[i], in_meta_[i].dtype);
+    }
+    return gi;
+  }
+  std::string name() const override {
+    std::string n = op_info(op_).name;
+    if (!n.empty()) n[0] = static_cast<char>(std::toupper(n[0]));
+    return n + "Backward";
+  }
+  void release() override {
+    for (auto& s : saved_in_) s.reset();
+    for (auto& s : saved_out_) s.reset();
+    released_ = true;
+  }
+
+  OpId op_;
+  Attrs attrs_;
+  std::vector<SavedTensor> saved_in_, saved_out_;
+  std::vector<TensorMeta> in_meta_;
+  bool released_ = false;
+};
+
+/// The sink of a leaf: accumulates into .grad and runs the leaf's hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+    num_outputs = 1;
+    sequence_nr = UINT64_MAX;  // run as soon as ready
+  }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    Tensor g = grads.empty() ? Tensor() : grads[0];
+    if (!g.defined()) return {};
+    Tensor leaf(leaf_);
+    AutogradMeta& m = leaf_->autograd_meta();
+    for (auto& h : m.leaf_hooks) {
+      Tensor r = h(g);
+      if (r.defined()) g = r;
+    }
+    if (!m.grad.defined()) {
+      bool steal = !grad_mode_enabled() && g.is_contiguous() && g.impl_ptr().use_count() <= 2 &&
+                   g.impl()->storage && g.impl()->storage.use_count() == 1 &&
+                   g.dtype() == leaf.dtype();
+      if (grad_mode_enabled()) m.grad = g;
+      else m.grad = steal ? g.detach() : g.detach().clone();
+    } else if (grad_mode_enabled()) {
+      m.grad = m.grad + g;
+    } else {
+      m.grad.add_(g.detach());
+    }
+    for (auto& h : m.post_accumulate_hooks) h(leaf);
+    return {};
+  }
+  std::string name() const override { return "AccumulateGrad"; }
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+/// A node whose backward is a user/closure function (checkpoint, compiled regions).
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, BackwardFn fn, std::vector<TensorMeta> in_meta)
+      : name_(std::move(name)), fn_(std::move(fn)), in_meta_(std::move(in_meta)) {}
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    if (!fn_) throw Error(released_msg());
+    auto gi = fn_(grads);
+    KILN_CHECK(gi.size() == in_meta_.size(), "[", name_, "] backward returned ", gi.size(),
+               " gradients for ", in_meta_.size(), " inputs");
+    for (size_t i = 0; i < gi.size(); ++i) {
+      if (!gi[i].defined()) continue;
+      KILN_CHECK(gi[i].shape() == in_meta_[i].shape, "[", name_, "] gradient ", i, " has shape ",
+                 gi[i].shape(), ", expected ", in_meta_[i].shape);
+    }
+    return gi;
+  }
+  std::string name() const override { return name_; }
+  void release() override { fn_ = nullptr; }
+
+ private:
+  std::string name_;
+  BackwardFn fn_;
+  std::vector<TensorMeta> in_meta_;
+};
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
+  AutogradMeta& m = t.impl()->autograd_meta();
+  auto acc = m.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    m.grad_accumulator = acc;
+  }
+  return acc;
+}
+
+// Gives `out` (a fresh result) the autograd edge (node, nr).
+void set_history(Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
+  AutogradMeta& m = out.impl()->autograd_meta();
+  m.grad_fn = node;
+  m.output_nr = nr;
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return t_grad_mode; }
+void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
+
+// ---------------- SavedTensor ----------------
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
+  version_ = t.version();
+  if (!is_output) {
+    data_ = t;  // inputs are held strongly: they precede this node, so no cycle
+    return;
+  }
+  data_ = t.detach();
+  if (auto* m = t.impl()->autograd.get()) {
+    grad_fn_ = m->grad_fn;
+    output_nr_ = m->output_nr;
+  }
+}
+
+Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) const {
+  (void)owner;
+  if (released_) throw Error(released_msg());
+  if (data_.version() != version_) {
+    throw Error(str("[", op, "] a tensor saved for backward was modified by an in-place "
+                    "operation: it is at version ", data_.version(), ", expected version ",
+                    version_));
+  }
+  if (!is_output_) return data_;
+  auto fn = grad_fn_.lock();
+  if (!fn) return data_;
+  Tensor t = data_.detach();
+  set_history(t, fn, output_nr_);
+  return t;
+}
+
+namespace autograd {
+
+Edge gradient_edge(const Tensor& t) {
+  auto* m = t.impl()->autograd.get();
+  if (m && m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (m && m->requires_grad) return {grad_accumulator(t), 0};
+  return {};
+}
+
+void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+               std::span<Tensor> outputs) {
+  const OpInfo& info = op_info(op);
+  bool any_float = false;
+  for (const Tensor& o : outputs) any_float = any_float || is_floating(o.dtype());
+  if (!any_float) return;  // integer results carry no gradient
+  auto node = std::make_shared<OpNode>(op, attrs);
+  node->sequence_nr = g_sequence.fetch_add(1);
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  node->next_edges.resize(inputs.size());
+  node->in_meta_.resize(inputs.size());
+  node->saved_in_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    node->in_meta_[i] = {inputs[i].dtype(), inputs[i].shape()};
+    if (!(info.nondiff_inputs >> i & 1u)) node->next_edges[i] = gradient_edge(inputs[i]);
+    if (info.saves & kSaveInputs) node->saved_in_[i] = SavedTensor(inputs[i], false);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (is_floating(outputs[i].dtype())) set_history(outputs[i], node, static_cast<uint32_t>(i));
+  if (info.saves & kSaveOutputs) {
+    node->saved_out_.resize(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) node->saved_out_[i] = SavedTensor(outputs[i], true);
+    // SavedTensor of an integer output (e.g. max_pool2d's indices) has no history: fine.
+  }
+}
+
+void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
+  if (grad_mode_enabled() && self.is_leaf() && self.requires_grad()) {
+    throw Error(str("[", op, "] a leaf tensor that requires grad is used in an in-place "
+                    "operation; wrap it in NoGradGuard or use an out-of-place op"));
+  }
+  KILN_CHECK(result.shape() == self.shape(), "[", op, "] the result of shape ", result.shape(),
+             " cannot be written in place into a tensor of shape ", self.shape());
+  if (self.is_symbolic() || result.is_symbolic()) {
+    Recorder* rec = current_recorder();
+    KILN_CHECK(rec != nullptr, "[", op, "] in-place write with a symbolic tensor outside tracing");
+    rec->on_inplace(self, result);
+  } else {
+    NoGradGuard ng;
+    Tensor src = result.dtype() == self.dtype() ? result : cast(result, self.dtype());
+    ops::copy_into(self, src);
+  }
+  if (self.impl()->storage) ++self.impl()->storage->version;
+  bool track = grad_mode_enabled() && result.requires_grad();
+  if (track) {
+    KILN_CHECK(is_floating(self.dtype()), "[", op, "] cannot write a result that requires grad "
+               "into a tensor of dtype ", self.dtype());
+    AutogradMeta& m = self.impl()->autograd_meta();
+    m.grad_fn = result.grad_fn();
+    m.output_nr = result.impl()->autograd ? result.impl()->autograd->output_nr : 0;
+    if (!m.grad_fn) m.requires_grad = true;  // result was a leaf (e.g. copy_ of a leaf)
+  } else if (self.impl()->autograd && self.impl()->autograd->grad_fn) {
+    self.impl()->autograd->grad_fn = nullptr;  // overwritten by a value without history
+  }
+}
+
+}  // namespace autograd
+
+// ---------------- engine ----------------
+namespace {
+
+struct GraphTask {
+  bool create_graph = false;
+  bool accumulate = true;  // false for kiln::grad: capture instead
+  // Captures: (node, slot) -> index into results.
+  std::map<std::pair<Node*, uint32_t>, size_t> captures;
+  std::vector<Tensor> results;
+  std::unordered_set<Node*> needed;  // when capturing: nodes on a path to a capture
+};
+
+void add_to(Tensor& slot, const Tensor& g) {
+  if (!g.defined()) return;
+  if (!slot.defined()) slot = g;
+  else slot = slot + g;
+}
+
+void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
+                bool retain_graph, GraphTask& task) {
+  // Dependencies: how many edges lead into each node.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep;
+  std::vector<Node*> stack;
+  for (const Edge& e : roots) {
+    if (!e.valid()) continue;
+    if (!keep.count(e.node.get())) {
+      keep[e.node.get()] = e.node;
+      stack.push_back(e.node.get());
+    }
+  }
+  std::vector<Node*> order;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++deps[e.node.get()];
+      if (!keep.count(e.node.get())) {
+        keep[e.node.get()] = e.node;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+  if (!task.accumulate) {
+    // A node is needed if it is a capture target or leads to one.
+    std::unordered_map<Node*, bool> memo;
+    std::function<bool(Node*)> visit = [&](Node* n) -> bool {
+      auto it = memo.find(n);
+      if (it != memo.end()) return it->second;
+      memo[n] = false;
+      bool need = false;
+      for (auto& [k, idx] : task.captures)
+        if (k.first == n) need = true;
+      for (const Edge& e : n->next_edges)
+        if (e.valid() && visit(e.node.get())) need = true;
+      memo[n] = need;
+      return need;
+    };
+    for (Node* n : order)
+      if (visit(n)) task.needed.insert(n);
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  auto cmp = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(cmp)> ready(cmp);
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Edge& e = roots[i];
+    if (!e.valid()) continue;
+    auto& buf = buffers[e.node.get()];
+    buf.resize(e.node->num_outputs);
+    add_to(buf[e.input_nr], root_grads[i]);
+  }
+  for (auto& [n, _] : keep)
+    if (deps[n] == 0) ready.push(n);
+
+  GradModeGuard mode(task.create_graph);
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    std::vector<Tensor> grads = std::move(buffers[n]);
+    buffers.erase(n);
+    grads.resize(n->num_outputs);
+    for (auto& [slot, hook] : n->pre_hooks) {
+      if (!grads[slot].defined()) continue;
+      Tensor r = hook(grads[slot]);
+      if (r.defined()) grads[slot] = r;
+    }
+    for (auto& [slot, weak] : n->retained) {
+      if (auto impl = weak.lock(); impl && grads[slot].defined()) {
+        AutogradMeta& m = impl->autograd_meta();
+        Tensor g = task.create_graph ? grads[slot] : grads[slot].detach();
+        m.grad = m.grad.defined() ? m.grad + g : g;
+      }
+    }
+    bool run = true;
+    if (!task.accumulate) {
+      for (uint32_t s = 0; s < n->num_outputs; ++s) {
+        auto it = task.captures.find({n, s});
+        if (it != task.captures.end()) add_to(task.results[it->second], grads[s]);
+      }
+      run = task.needed.count(n) && !dynamic_cast<AccumulateGrad*>(n);
+      // A capture target runs only if it also leads to another capture.
+      if (run) {
+        bool leads = false;
+        for (const Edge& e : n->next_edges)
+          if (e.valid() && task.needed.count(e.node.get())) leads = true;
+        run = leads;
+      }
+    }
+    bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
+    std::vector<Tensor> out;
+    if (run && any) out = n->apply(std::move(grads));
+    if (!retain_graph) n->release();
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.valid()) continue;
+      if (i < out.size() && out[i].defined()) {
+        auto& buf = buffers[e.node.get()];
+        buf.resize(e.node->num_outputs);
+        add_to(buf[e.input_nr], out[i]);
+      }
+      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+}
+
+std::vector<Tensor> default_root_grads(const std::vector<Tensor>& outputs,
+                                       const std::vector<Tensor>& grad_outputs, const char* op) {
+  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "[", op, "] got ",
+             grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
+  std::vector<Tensor> g(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& o = outputs[i];
+    KILN_CHECK(o.defined(), "[", op, "] output ", i, " is undefined");
+    KILN_CHECK(o.requires_grad(), "[", op, "] element ", i, " of tensors does not require grad "
+               "and does not have a grad_fn");
+    if (!grad_outputs.empty() && grad_outputs[i].defined()) {
+      KILN_CHECK(grad_outputs[i].shape() == o.shape(), "[", op, "] gradient ", i, " has shape ",
+                 grad_outputs[i].shape(), " but the output has shape ", o.shape());
+      g[i] = grad_outputs[i];
+    } else {
+      KILN_CHECK(o.numel() == 1, "[", op, "] grad can be implicitly created only for scalar "
+                 "outputs; output ", i, " has shape ", o.shape(), " (pass a gradient)");
+      g[i] = ones_like(o);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              bool retain_graph, bool create_graph) {
+  auto g = default_root_grads(outputs, grad_outputs, "backward");
+  std::vector<Edge> roots;
+  for (const Tensor& o : outputs) roots.push_back(autograd::gradient_edge(o));
+  GraphTask task;
+  task.create_graph = create_graph;
+  run_engine(roots, g, retain_graph || create_graph, task);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, GradOptions opts) {
+  auto g = default_root_grads(outputs, grad_outputs, "grad");
+  GraphTask task;
+  task.create_graph = opts.create_graph;
+  task.accumulate = false;
+  task.results.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "[grad] input ", i,
+               " does not require grad");
+    Edge e = autograd::gradient_edge(inputs[i]);
+    task.captures[{e.node.get(), e.input_nr}] = i;
+  }
+  std::vector<Edge> roots;
+  for (const Tensor& o : outputs) roots.push_back(autograd::gradient_edge(o));
+  run_engine(roots, g, opts.retain_graph || opts.create_graph, task);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!task.results[i].defined()) {
+      KILN_CHECK(opts.allow_unused, "[grad] input ", i, " (shape ", inputs[i].shape(),
+                 ") was not used to compute the outputs; pass allow_unused=true");
+    } else if (!opts.create_graph) {
+      task.results[i] = task.results[i].detach();
+    }
+  }
+  return task.results;
+}
+
+std::vector<Tensor> attach_function(const std::string& name, const std::vector<Tensor>& inputs,
+                                    const std::vector<Tensor>& outputs, BackwardFn backward_fn) {
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  std::vector<Tensor> outs;
+  outs.reserve(outputs.size());
+  for (const Tensor& o : outputs) outs.push_back(o.defined() ? o.detach() : o);
+  if (!any || !grad_mode_enabled()) return outs;
+  std::vector<TensorMeta> meta;
+  for (const Tensor& t : inputs) meta.push_back({t.dtype(), t.shape()});
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward_fn), std::move(meta));
+  node->sequence_nr = g_sequence.fetch_add(1);
+  node->num_outputs = static_cast<uint32_t>(outputs.size());
+  for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? autograd::gradient_edge(t) : Edge{});
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].defined() && is_floating(outs[i].dtype()))
+      set_history(outs[i], node, static_cast<uint32_t>(i));
+  return outs;
+}
+
+std::vector<Tensor> checkpoint(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<Tensor>& inputs) {
+  Generator rng_state = default_generator();
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard ng;
+    outs = fn(inputs);
+  }
+  return attach_function(
+      "CheckpointBackward", inputs, outs,
+      [fn, inputs, rng_state](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
+        std::vector<Tensor> detached;
+        std::vector<Tensor> want;
+        std::vector<size_t> want_idx;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          Tensor d = inputs[i].detach();
+          if (inputs[i].requires_grad()) {
+            d.requires_grad_(true);
+            want.push_back(d);
+            want_idx.push_back(i);
+          }
+          detached.push_back(d);
+        }
+        // Replay the forward with the RNG as it was, so dropout masks match.
+        Generator saved = default_generator();
+        default_generator() = rng_state;
+        std::vector<Tensor> re;
+        {
+          GradModeGuard on(true);
+          re = fn(detached);
+        }
+        default_generator() = saved;
+        std::vector<Tensor> outs2, gouts;
+        for (size_t i = 0; i < re.size() && i < grads.size(); ++i) {
+          if (re[i].defined() && re[i].requires_grad() && grads[i].defined()) {
+            outs2.push_back(re[i]);
+            gouts.push_back(grads[i]);
+          }
+        }
+        std::vector<Tensor> result(inputs.size());
+        if (outs2.empty() || want.empty()) return result;
+        bool create = grad_mode_enabled();
+        auto gi = kiln::grad(outs2, want, gouts, {.retain_graph = create, .create_graph = create,
+                                                  .allow_unused = true});
+        for (size_t k = 0; k < want_idx.size(); ++k) result[want_idx[k]] = gi[k];
+        return result;
+      });
+}
+
+}  // namespace kiln

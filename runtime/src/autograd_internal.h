@@ -1,0 +1,23 @@
+// Internal autograd entry points used by dispatch and in-place ops.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "kiln/autograd.h"
+
+namespace kiln::autograd {
+
+/// Records the node of a differentiable primitive call whose inputs need grad.
+void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+               std::span<Tensor> outputs);
+
+/// The edge a gradient for `t` flows into (its grad_fn slot, or its leaf accumulator).
+Edge gradient_edge(const Tensor& t);
+
+/// Gives `self` the value of `result` in place (cast to self's dtype), bumps the
+/// version counter and moves self's autograd history to result's. `op` names
+/// the caller in errors.
+void commit_inplace(Tensor& self, const Tensor& result, const char* op);
+
+}  // namespace kiln::autograd

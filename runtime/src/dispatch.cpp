@@ -1,0 +1,59 @@
+#include "kiln/dispatch.h"
+
+#include "autograd_internal.h"
+#include "kiln/autograd.h"
+
+namespace kiln {
+namespace {
+thread_local Recorder* t_recorder = nullptr;
+}
+
+Recorder* current_recorder() { return t_recorder; }
+
+Recorder* set_recorder(Recorder* r) {
+  Recorder* prev = t_recorder;
+  t_recorder = r;
+  return prev;
+}
+
+std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  const OpInfo& info = op_info(op);
+  if (info.arity >= 0) {
+    KILN_ASSERT(static_cast<int>(inputs.size()) == info.arity, info.name, " expects ", info.arity,
+                " inputs, got ", inputs.size());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    KILN_CHECK(inputs[i].defined(), "[", info.name, "] input ", i, " is an undefined tensor");
+
+  std::vector<TensorMeta> metas;
+  info.infer(inputs, attrs, metas);
+
+  std::vector<Tensor> outs;
+  if (Recorder* rec = t_recorder) {
+    outs = rec->record(op, inputs, attrs, metas);
+  } else {
+    for (const Tensor& t : inputs)
+      KILN_CHECK(!t.is_symbolic(), "[", info.name, "] got a symbolic (traced) tensor outside "
+                 "of tracing");
+    outs.resize(metas.size());
+    if (!info.has(kView))
+      for (size_t i = 0; i < metas.size(); ++i) outs[i] = make_tensor(metas[i].shape, metas[i].dtype);
+    info.kernel(inputs, attrs, outs);
+  }
+
+  if (!info.has(kNonDiff) && grad_mode_enabled()) {
+    bool any = false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!(info.nondiff_inputs >> i & 1u) && inputs[i].requires_grad()) any = true;
+    if (any) autograd::record_op(op, inputs, attrs, outs);
+  }
+  return outs;
+}
+
+Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  auto outs = dispatch(op, inputs, attrs);
+  KILN_ASSERT(outs.size() == 1, op_name(op), " has ", outs.size(), " outputs");
+  return std::move(outs[0]);
+}
+
+}  // namespace kiln

@@ -1,0 +1,24 @@
+// Internal: how op families fill the table. Each family file defines one
+// register_<family>(OpTable&) that sets the rules of its ops; registry.cpp
+// calls them all once (no static constructors).
+#pragma once
+
+#include "kiln/op_table.h"
+
+namespace kiln::ops {
+
+/// The mutable table while it is being filled.
+struct OpTable {
+  OpInfo entries[kNumOps];
+  OpInfo& operator[](OpId id) { return entries[static_cast<int>(id)]; }
+};
+
+void register_unary(OpTable& t);
+void register_binary(OpTable& t);
+void register_reduce(OpTable& t);
+void register_linalg(OpTable& t);
+void register_conv(OpTable& t);
+void register_movement(OpTable& t);
+void register_factory(OpTable& t);
+
+}  // namespace kiln::ops

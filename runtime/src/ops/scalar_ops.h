@@ -1,0 +1,100 @@
+// Internal: the scalar definition of every elementwise primitive, one functor
+// named after its op. Eager kernels apply them in loops; the codegen backends
+// (later issues) take their semantics from the same definitions.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace kiln::ops::scalar {
+
+#define KILN_SCALAR_UNARY(name, expr)              \
+  struct name {                                    \
+    template <typename T>                          \
+    T operator()(T x) const {                      \
+      return expr;                                 \
+    }                                              \
+  };
+
+KILN_SCALAR_UNARY(neg, static_cast<T>(-x))
+KILN_SCALAR_UNARY(abs, static_cast<T>(x < T(0) ? -x : x))
+KILN_SCALAR_UNARY(exp, std::exp(x))
+KILN_SCALAR_UNARY(log, std::log(x))
+KILN_SCALAR_UNARY(log1p, std::log1p(x))
+KILN_SCALAR_UNARY(sqrt, std::sqrt(x))
+KILN_SCALAR_UNARY(rsqrt, T(1) / std::sqrt(x))
+KILN_SCALAR_UNARY(tanh, std::tanh(x))
+KILN_SCALAR_UNARY(sigmoid, T(1) / (T(1) + std::exp(-x)))
+KILN_SCALAR_UNARY(relu, x > T(0) ? x : (x != x ? x : T(0)))
+KILN_SCALAR_UNARY(sin, std::sin(x))
+KILN_SCALAR_UNARY(cos, std::cos(x))
+KILN_SCALAR_UNARY(erf, std::erf(x))
+KILN_SCALAR_UNARY(sign, static_cast<T>((T(0) < x) - (x < T(0))))
+#undef KILN_SCALAR_UNARY
+
+struct logical_not {
+  template <typename T>
+  bool operator()(T x) const { return !(x != T(0)); }
+};
+
+#define KILN_SCALAR_BINARY(name, R, expr)          \
+  struct name {                                    \
+    template <typename T>                          \
+    R operator()(T a, T b) const {                 \
+      return expr;                                 \
+    }                                              \
+  };
+
+KILN_SCALAR_BINARY(add, T, static_cast<T>(a + b))
+KILN_SCALAR_BINARY(sub, T, static_cast<T>(a - b))
+KILN_SCALAR_BINARY(mul, T, static_cast<T>(a * b))
+KILN_SCALAR_BINARY(maximum, T, (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b))
+KILN_SCALAR_BINARY(minimum, T, (a != a || b != b) ? (a != a ? a : b) : (a < b ? a : b))
+KILN_SCALAR_BINARY(eq, bool, a == b)
+KILN_SCALAR_BINARY(ne, bool, a != b)
+KILN_SCALAR_BINARY(lt, bool, a < b)
+KILN_SCALAR_BINARY(le, bool, a <= b)
+KILN_SCALAR_BINARY(gt, bool, a > b)
+KILN_SCALAR_BINARY(ge, bool, a >= b)
+KILN_SCALAR_BINARY(logical_and, bool, (a != T(0)) && (b != T(0)))
+KILN_SCALAR_BINARY(logical_or, bool, (a != T(0)) || (b != T(0)))
+#undef KILN_SCALAR_BINARY
+
+/// True division for floats; for integers (only reached internally) floor division.
+struct div {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return a / b;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return a && b;  // unreachable through dispatch (bool / bool computes in float)
+    } else {
+      if (b == 0) return 0;  // integer division by zero: defined as 0, never a trap
+      T q = a / b;
+      if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+      return q;
+    }
+  }
+};
+
+struct pow {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::pow(a, b);
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return a || !b;  // unreachable through dispatch (rejected for bool)
+    } else {
+      if (b < 0) return a == 1 ? 1 : (a == static_cast<T>(-1) ? (b % 2 ? -1 : 1) : 0);
+      T r = 1, base = a;
+      for (auto e = b; e > 0; e >>= 1) {
+        if (e & 1) r = static_cast<T>(r * base);
+        base = static_cast<T>(base * base);
+      }
+      return r;
+    }
+  }
+};
+
+}  // namespace kiln::ops::scalar

@@ -1,0 +1,146 @@
+// Unary elementwise primitives: shape/dtype rule, eager kernel, derivative.
+#include <numbers>
+
+#include "ops/helpers.h"
+#include "ops/registry.h"
+#include "ops/scalar_ops.h"
+
+namespace kiln {
+namespace ops {
+namespace {
+
+// Ops that keep integer dtypes; the others compute in floating point
+// (an integer input gives the default float, as in PyTorch).
+bool keeps_integers(OpId op) {
+  return op == OpId::neg || op == OpId::abs || op == OpId::sign || op == OpId::relu;
+}
+
+template <OpId Op>
+void infer_unary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMeta>& out) {
+  DType t = in[0].dtype();
+  const char* name = op_name(Op);
+  if constexpr (Op == OpId::logical_not) {
+    out.push_back({DType::b8, in[0].shape()});
+    return;
+  }
+  KILN_CHECK(t != DType::b8 || Op == OpId::abs || Op == OpId::sign, "[", name,
+             "] is not supported on bool tensors");
+  if (!is_floating(t) && !keeps_integers(Op)) t = kDefaultFloat;
+  out.push_back({t, in[0].shape()});
+}
+
+template <typename T, typename R, typename F>
+void map_unary(const Tensor& x, const Tensor& out, F f) {
+  using C = compute_t<T>;
+  std::array<char*, 2> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())};
+  std::array<Dims, 2> st{broadcast_byte_strides(out, out.shape()),
+                         broadcast_byte_strides(x, out.shape())};
+  strided_loop<2>(out.shape(), base, st, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
+      R* __restrict o = reinterpret_cast<R*>(p[0]);
+      const T* __restrict a = reinterpret_cast<const T*>(p[1]);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(static_cast<C>(a[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const T* a = reinterpret_cast<const T*>(p[1] + i * s[1]);
+        R* o = reinterpret_cast<R*>(p[0] + i * s[0]);
+        *o = static_cast<R>(f(static_cast<C>(*a)));
+      }
+    }
+  });
+}
+
+template <OpId Op, typename F>
+void kernel_unary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> out) {
+  if constexpr (Op == OpId::logical_not) {
+    visit_dtype(in[0].dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      map_unary<T, bool>(in[0], out[0], F{});
+    });
+  } else {
+    Tensor x = to_dtype_raw(in[0], out[0].dtype());
+    visit_dtype(out[0].dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      map_unary<T, T>(x, out[0], F{});
+    });
+  }
+}
+
+// ---- derivative rules (Tensor ops, so they differentiate again) ----
+#define VJP(name) void vjp_##name(const VjpArgs& a, std::vector<Tensor>& gi)
+#define G a.grads[0]
+#define X a.inputs[0]
+#define Y a.outputs[0]
+VJP(neg) { gi[0] = -G; }
+VJP(abs) { gi[0] = G * sign(X); }
+VJP(exp) { gi[0] = G * Y; }
+VJP(log) { gi[0] = G / X; }
+VJP(log1p) { gi[0] = G / (X + 1.0); }
+VJP(sqrt) { gi[0] = G / (Y * 2.0); }
+VJP(rsqrt) { gi[0] = G * (Y * Y * Y) * -0.5; }
+VJP(tanh) { gi[0] = G * (1.0 - Y * Y); }
+VJP(sigmoid) { gi[0] = G * (Y * (1.0 - Y)); }
+VJP(relu) { gi[0] = where(gt(Y, 0.0), G, 0.0); }
+VJP(sin) { gi[0] = G * cos(X); }
+VJP(cos) { gi[0] = -(G * sin(X)); }
+VJP(erf) { gi[0] = G * (exp(-(X * X)) * (2.0 / std::sqrt(std::numbers::pi))); }
+VJP(sign) { gi[0] = zeros_like(G); }
+#undef VJP
+#undef G
+#undef X
+#undef Y
+
+template <OpId Op, typename F>
+void reg(OpTable& t, VjpFn vjp, uint8_t saves) {
+  OpInfo& e = t[Op];
+  e.infer = infer_unary<Op>;
+  e.kernel = kernel_unary<Op, F>;
+  e.vjp = vjp;
+  e.saves = saves;
+}
+
+}  // namespace
+
+void register_unary(OpTable& t) {
+  namespace s = scalar;
+  reg<OpId::neg, s::neg>(t, vjp_neg, kSaveNone);
+  reg<OpId::abs, s::abs>(t, vjp_abs, kSaveInputs);
+  reg<OpId::exp, s::exp>(t, vjp_exp, kSaveOutputs);
+  reg<OpId::log, s::log>(t, vjp_log, kSaveInputs);
+  reg<OpId::log1p, s::log1p>(t, vjp_log1p, kSaveInputs);
+  reg<OpId::sqrt, s::sqrt>(t, vjp_sqrt, kSaveOutputs);
+  reg<OpId::rsqrt, s::rsqrt>(t, vjp_rsqrt, kSaveOutputs);
+  reg<OpId::tanh, s::tanh>(t, vjp_tanh, kSaveOutputs);
+  reg<OpId::sigmoid, s::sigmoid>(t, vjp_sigmoid, kSaveOutputs);
+  reg<OpId::relu, s::relu>(t, vjp_relu, kSaveOutputs);
+  reg<OpId::sin, s::sin>(t, vjp_sin, kSaveInputs);
+  reg<OpId::cos, s::cos>(t, vjp_cos, kSaveInputs);
+  reg<OpId::erf, s::erf>(t, vjp_erf, kSaveInputs);
+  reg<OpId::sign, s::sign>(t, vjp_sign, kSaveNone);
+  reg<OpId::logical_not, s::logical_not>(t, nullptr, kSaveNone);
+}
+
+}  // namespace ops
+
+#define KILN_UNARY_DEF(name) \
+  Tensor name(const Tensor& x) { return dispatch1(OpId::name, {x}); }
+KILN_UNARY_DEF(neg)
+KILN_UNARY_DEF(abs)
+KILN_UNARY_DEF(exp)
+KILN_UNARY_DEF(log)
+KILN_UNARY_DEF(log1p)
+KILN_UNARY_DEF(sqrt)
+KILN_UNARY_DEF(rsqrt)
+KILN_UNARY_DEF(tanh)
+KILN_UNARY_DEF(sigmoid)
+KILN_UNARY_DEF(relu)
+KILN_UNARY_DEF(sin)
+KILN_UNARY_DEF(cos)
+KILN_UNARY_DEF(erf)
+KILN_UNARY_DEF(sign)
+KILN_UNARY_DEF(logical_not)
+#undef KILN_UNARY_DEF
+
+Tensor operator-(const Tensor& x) { return neg(x); }
+
+}  // namespace kiln

@@ -1,0 +1,168 @@
+// A fixed pool of workers plus the calling thread. One parallel_for runs at a
+// time; a call made while the pool is busy (another user thread, or nested
+// inside a chunk) runs inline, so the pool never deadlocks or oversubscribes.
+#include "kiln/thread_pool.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kiln/env.h"
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+thread_local bool t_in_pool = false;
+
+class Pool {
+ public:
+  explicit Pool(int n) { start(n); }
+  ~Pool() { stop(); }
+
+  int size() const { return size_; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> run(run_mu_);
+    stop();
+    start(n);
+  }
+
+  void run(int64_t begin, int64_t end, int64_t chunk,
+           const std::function<void(int64_t, int64_t)>& f) {
+    std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
+    if (!run.owns_lock() || workers_.empty()) {
+      f(begin, end);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &f;
+      begin_ = begin;
+      end_ = end;
+      chunk_ = chunk;
+      next_.store(begin);
+      error_ = nullptr;
+      active_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    bool was = t_in_pool;
+    t_in_pool = true;
+    work();
+    t_in_pool = was;
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return active_ == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void start(int n) {
+    size_ = std::max(1, n);
+    quit_ = false;
+    for (int i = 0; i + 1 < size_; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+  void work() {
+    for (;;) {
+      int64_t b = next_.fetch_add(chunk_);
+      if (b >= end_) return;
+      int64_t e = std::min(end_, b + chunk_);
+      try {
+        (*job_)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+  void loop() {
+    t_in_pool = true;
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
+        if (quit_) return;
+        seen = generation_;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--active_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+
+  std::mutex run_mu_;  // one parallel_for at a time
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> workers_;
+  int size_ = 1;
+  bool quit_ = false;
+  uint64_t generation_ = 0;
+  int active_ = 0;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t begin_ = 0, end_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::exception_ptr error_;
+};
+
+int default_threads() {
+  long n = env::get_int("KILN_NUM_THREADS", 0);
+  KILN_CHECK(n >= 0, "[thread_pool] KILN_NUM_THREADS must be >= 1, got ", n);
+  if (n == 0) n = static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(n);
+}
+
+Pool& pool() {
+  static Pool* p = [] {
+    int n = default_threads();
+    openblas_set_num_threads(n);
+    return new Pool(n);  // leaked: workers must outlive static tensors
+  }();
+  return *p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void set_num_threads(int n) {
+  KILN_CHECK(n >= 1, "[set_num_threads] need at least 1 thread, got ", n);
+  pool().resize(n);
+  openblas_set_num_threads(n);
+}
+
+bool in_parallel_region() { return t_in_pool; }
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& f) {
+  if (end <= begin) return;
+  int64_t n = end - begin;
+  grain = std::max<int64_t>(grain, 1);
+  if (n <= grain || t_in_pool || num_threads() == 1) {
+    f(begin, end);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  int64_t chunk = (n + chunks - 1) / chunks;
+  pool().run(begin, end, chunk, f);
+}
+
+}  // namespace kiln
