@@ -209,7 +209,17 @@ void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
   for (size_t i = 0; i < inputs.size(); ++i) {
     node->in_meta_[i] = {inputs[i].dtype(), inputs[i].shape()};
     if (!(info.nondiff_inputs >> i & 1u)) node->next_edges[i] = gradient_edge(inputs[i]);
-    if (info.saves & kSaveInputs) node->saved_in_[i] = SavedTensor(inputs[i], false);
+  }
+  if (info.saves & kSaveInputs) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (info.save_only_for_others >> i & 1u) {
+        bool other = false;
+        for (size_t j = 0; j < inputs.size(); ++j)
+          if (j != i && node->next_edges[j].valid()) other = true;
+        if (!other) continue;
+      }
+      node->saved_in_[i] = SavedTensor(inputs[i], false);
+    }
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (is_floating(outputs[i].dtype())) set_history(outputs[i], node, static_cast<uint32_t>(i));

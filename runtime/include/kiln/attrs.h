@@ -32,7 +32,17 @@ class Attrs {
     items_.emplace_back(name, std::move(v));
     return *this;
   }
+  // Exact overloads so that no argument type silently converts to another
+  // alternative (a double must never become an int64).
   Attrs& set(const char* name, int v) { return set(name, AttrValue(int64_t{v})); }
+  Attrs& set(const char* name, long v) { return set(name, AttrValue(int64_t{v})); }
+  Attrs& set(const char* name, long long v) {
+    return set(name, AttrValue(static_cast<int64_t>(v)));
+  }
+  Attrs& set(const char* name, double v) { return set(name, AttrValue(v)); }
+  Attrs& set(const char* name, bool v) { return set(name, AttrValue(v)); }
+  Attrs& set(const char* name, DType v) { return set(name, AttrValue(v)); }
+  Attrs& set(const char* name, const Dims& v) { return set(name, AttrValue(v)); }
   bool has(const char* name) const { return find(name) != nullptr; }
   int64_t i(const char* name) const { return get<int64_t>(name); }
   double f(const char* name) const { return get<double>(name); }

@@ -80,6 +80,10 @@ struct OpInfo {
   uint8_t saves = kSaveInputs | kSaveOutputs;
   /// Inputs that gradients never flow to (index tensors, masks), as a bitmask.
   uint32_t nondiff_inputs = 0;
+  /// Inputs the rule reads only for the OTHER inputs' gradients (mul's a is
+  /// needed only for b's gradient): saved only when another input needs grad,
+  /// so an in-place write to them is not a false "modified" error.
+  uint32_t save_only_for_others = 0;
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
 };

@@ -186,6 +186,8 @@ void register_binary(OpTable& t) {
   reg<OpId::pow, s::pow>(t, vjp_pow, kSaveInputs);
   reg<OpId::maximum, s::maximum>(t, vjp_maximum, kSaveInputs);
   reg<OpId::minimum, s::minimum>(t, vjp_minimum, kSaveInputs);
+  t[OpId::mul].save_only_for_others = 0b11;  // a for b's gradient, b for a's
+  t[OpId::div].save_only_for_others = 0b01;  // a only for b's gradient
   reg<OpId::eq, s::eq>(t, nullptr, kSaveNone);
   reg<OpId::ne, s::ne>(t, nullptr, kSaveNone);
   reg<OpId::lt, s::lt>(t, nullptr, kSaveNone);

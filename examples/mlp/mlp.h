@@ -1,0 +1,20 @@
+// The classic MLP: 2 -> 5 -> 1 with ReLU, a sigmoid output and binary cross
+// entropy, trained by hand-written SGD with plain tensors and autograd.
+#pragma once
+
+#include <ostream>
+#include <vector>
+
+namespace kiln::examples {
+
+/// What a training run produced.
+struct MlpResult {
+  std::vector<double> losses;  ///< loss at every epoch
+  double accuracy = 0;         ///< on the training set, after training
+};
+
+/// Trains for `epochs` full-batch epochs (lr 0.01), printing the loss every
+/// 100 epochs and the final accuracy to `log`.
+MlpResult train_mlp(int epochs, std::ostream& log, double lr = 0.01);
+
+}  // namespace kiln::examples

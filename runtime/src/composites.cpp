@@ -1,0 +1,187 @@
+// Composite ops: written only with public Tensor functions (no kernels, no data
+// reads), so they differentiate to any order and trace like primitives.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "kiln/functional.h"
+#include "ops/helpers.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_floating(const Tensor& x, const char* op) {
+  KILN_CHECK(is_floating(x.dtype()), "[", op, "] expected a floating dtype, got ", x.dtype());
+}
+
+// Number of elements reduced when reducing x over `dims` (empty = all).
+int64_t reduced_count(const Tensor& x, const Dims& dims, const char* op) {
+  int64_t n = 1;
+  for (int64_t d : ops::normalize_dims(dims, x.dim(), op))
+    if (x.dim() > 0) n *= x.shape()[static_cast<size_t>(d)];
+  return n;
+}
+
+// The shape `keepdim=true` reduction results are viewed as when keepdim is false.
+Dims squeezed_shape(const Tensor& x, const Dims& dims, const char* op) {
+  return ops::reduced_shape(x.shape(), ops::normalize_dims(dims, x.dim(), op), false);
+}
+
+}  // namespace
+
+Tensor square(const Tensor& x) { return mul(x, x); }
+
+// 1 / x as a wrapped scalar keeps x's floating dtype; integers become the default float.
+Tensor reciprocal(const Tensor& x) { return div(1.0, x); }
+
+// maximum/minimum propagate NaN like torch.clamp; lo > hi gives hi everywhere, as in
+// PyTorch. At exact ties the primitives split the gradient (0.5) where PyTorch passes 1.
+Tensor clamp(const Tensor& x, const Scalar& lo, const Scalar& hi) {
+  return minimum(maximum(x, lo), hi);
+}
+Tensor clamp_min(const Tensor& x, const Scalar& lo) { return maximum(x, lo); }
+Tensor clamp_max(const Tensor& x, const Scalar& hi) { return minimum(x, hi); }
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
+  KILN_CHECK(mask.dtype() == DType::b8, "[masked_fill] mask must be a bool tensor, got ",
+             mask.dtype());
+  broadcast_shapes(mask.shape(), x.shape(), "masked_fill");
+  // A non-wrapped 0-d value of x's dtype: the fill never changes the result dtype.
+  return where(mask, scalar_tensor(value, x.dtype()), x);
+}
+
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  KILN_CHECK(is_floating(x.dtype()), "[mean] could not infer the output dtype: input dtype ",
+             x.dtype(), " is not supported, expected a floating dtype");
+  int64_t n = reduced_count(x, dims, "mean");
+  // n == 0 gives 0/0 = NaN, like torch.mean of an empty tensor.
+  return div(sum(x, dims, keepdim), static_cast<double>(n));
+}
+
+Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  check_floating(x, "var");
+  int64_t n = reduced_count(x, dims, "var");
+  Tensor centered = x - mean(x, dims, true);
+  // PyTorch divides by max(0, N - correction): a zero divisor gives inf/NaN.
+  double denom = static_cast<double>(std::max<int64_t>(0, n - correction));
+  return div(sum(centered * centered, dims, keepdim), denom);
+}
+
+Tensor std(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
+  check_floating(x, "std");
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  // Integers promote to the default float, as torch.logsumexp does.
+  Tensor xf = is_floating(x.dtype()) ? x : cast(x, kDefaultFloat);
+  Dims out_shape = squeezed_shape(xf, dims, "logsumexp");  // also validates dims
+  Tensor m = amax(xf, dims, true);
+  // Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead, so
+  // an all -inf row gives log(0) = -inf and a row holding +inf gives +inf (PyTorch).
+  m = where(eq(abs(m), kInf), 0.0, m);
+  Tensor r = log(sum(exp(xf - m), dims, keepdim));
+  return r + (keepdim ? m : reshape(m, out_shape));
+}
+
+// Shifting by the row max keeps exp() finite; its gradient cancels exactly in theory,
+// so no detach is needed. A row of all -inf gives NaN, as in torch.softmax.
+Tensor softmax(const Tensor& x, int64_t dim) {
+  check_floating(x, "softmax");
+  int64_t d = wrap_dim(dim, x.dim(), "softmax");
+  Tensor e = exp(x - amax(x, {d}, true));
+  return e / sum(e, {d}, true);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  check_floating(x, "log_softmax");
+  int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
+  Tensor shifted = x - amax(x, {d}, true);
+  return shifted - log(sum(exp(shifted), {d}, true));
+}
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  check_floating(x, "gelu");
+  if (approximate == "none") return x * (erf(x * (std::numbers::sqrt2 / 2.0)) + 1.0) * 0.5;
+  KILN_CHECK(approximate == "tanh", "[gelu] approximate must be \"none\" or \"tanh\", got \"",
+             approximate, "\"");
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  Tensor inner = (x + x * x * x * 0.044715) * k;
+  return x * (tanh(inner) + 1.0) * 0.5;
+}
+
+Tensor silu(const Tensor& x) {
+  check_floating(x, "silu");
+  return x * sigmoid(x);
+}
+
+Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const size_t nd = normalized_shape.size();
+  KILN_CHECK(nd > 0, "[layer_norm] normalized_shape must have at least one dim");
+  bool match = x.shape().size() >= nd;
+  for (size_t i = 0; match && i < nd; ++i)
+    match = x.shape()[x.shape().size() - nd + i] == normalized_shape[i];
+  KILN_CHECK(match, "[layer_norm] normalized_shape ", normalized_shape,
+             " does not match the trailing dims of input shape ", x.shape());
+  check_floating(x, "layer_norm");
+  KILN_CHECK(!weight.defined() || weight.shape() == normalized_shape, "[layer_norm] weight shape ",
+             weight.defined() ? weight.shape() : Dims{}, " does not match normalized_shape ",
+             normalized_shape);
+  KILN_CHECK(!bias.defined() || bias.shape() == normalized_shape, "[layer_norm] bias shape ",
+             bias.defined() ? bias.shape() : Dims{}, " does not match normalized_shape ",
+             normalized_shape);
+  Dims dims;
+  for (size_t i = 0; i < nd; ++i) dims.push_back(x.dim() - static_cast<int64_t>(nd - i));
+  Tensor centered = x - mean(x, dims, true);
+  // Biased variance, as torch.layer_norm.
+  Tensor v = mean(centered * centered, dims, true);
+  Tensor y = centered * rsqrt(v + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 1 || weight.dim() == 2,
+             "[linear] weight must be 1-D or 2-D [out_features, in_features], got shape ",
+             weight.shape());
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(-1), "[linear] input shape ", x.shape(),
+             " is incompatible with weight shape ", weight.shape(),
+             " (the last input dim must equal in_features = ", weight.size(-1), ")");
+  Tensor y = weight.dim() == 2 ? matmul(x, transpose(weight, 0, 1)) : matmul(x, weight);
+  if (!bias.defined()) return y;
+  int64_t out = weight.dim() == 2 ? weight.size(0) : 1;
+  KILN_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == out || bias.size(0) == 1)),
+             "[linear] bias shape ", bias.shape(), " does not match out_features = ", out,
+             " of weight shape ", weight.shape());
+  return y + bias;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "[dropout] probability has to be between 0 and 1, but got ", p);
+  if (!training || p == 0.0) return x;
+  check_floating(x, "dropout");
+  // Multiplying (rather than zeros_like) keeps the graph; like PyTorch, inf/NaN inputs
+  // stay NaN where dropped.
+  if (p == 1.0) return x * 0.0;
+  // Keep with probability 1 - p; the uniforms come from the Philox default generator.
+  Tensor keep = cast(lt(rand_like(x), 1.0 - p), x.dtype());
+  return x * (keep * (1.0 / (1.0 - p)));
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  KILN_CHECK(weight.dim() == 2, "[embedding] weight must be 2-D [num_embeddings, dim], got shape ",
+             weight.shape());
+  KILN_CHECK(is_integral(indices.dtype()), "[embedding] indices must be an integer tensor, got ",
+             indices.dtype());
+  Tensor flat = reshape(cast(indices, DType::i64), {indices.numel()});
+  Dims shape = indices.shape();
+  shape.push_back(weight.size(1));
+  return reshape(index_select(weight, 0, flat), shape);
+}
+
+}  // namespace kiln

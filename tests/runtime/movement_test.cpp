@@ -1,0 +1,164 @@
+// Verifies movement ops: views share storage, copies do not, values and
+// gradients of reshape/permute/expand/slice/pad/cat/gather/index_select/scatter_add.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+Tensor iota(const Dims& shape, DType dt = DType::f64) {
+  return reshape(arange(0, numel_of(shape), 1, dt), shape);
+}
+std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+using V = std::vector<double>;
+std::string check(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
+  Tensor xi = x.detach().clone().requires_grad_();
+  return gradcheck([&](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {f(in[0])}; },
+                   {xi});
+}
+}  // namespace
+
+// reshape of a contiguous tensor is a view; of a transposed one, a copy.
+TEST(Movement, ReshapeViewsWhenPossible) {
+  Tensor x = iota({2, 3});
+  Tensor v = x.reshape({3, 2});
+  EXPECT_EQ(v.data_ptr(), x.data_ptr());
+  EXPECT_EQ(vals(v), (V{0, 1, 2, 3, 4, 5}));
+  Tensor t = x.t();
+  EXPECT_EQ(vals(t), (V{0, 3, 1, 4, 2, 5}));
+  Tensor r = t.reshape({6});
+  EXPECT_NE(r.data_ptr(), x.data_ptr());
+  EXPECT_EQ(vals(r), (V{0, 3, 1, 4, 2, 5}));
+  EXPECT_THROW(t.view({6}), Error);
+  EXPECT_EQ(x.reshape({-1, 2}).shape(), (Dims{3, 2}));
+  EXPECT_THROW(x.reshape({4, -1}), Error);
+}
+
+// Writing through a view changes the base, and bumps the shared version.
+TEST(Movement, ViewsShareStorageAndVersion) {
+  Tensor x = zeros({2, 3}, DType::f64);
+  Tensor row = x.select(0, 1);
+  uint32_t v0 = x.version();
+  row.fill_(7);
+  EXPECT_EQ(vals(x), (V{0, 0, 0, 7, 7, 7}));
+  EXPECT_GT(x.version(), v0);
+  Tensor col = x.slice(1, 0, 3, 2);
+  col.add_(1.0);
+  EXPECT_EQ(vals(x), (V{1, 0, 1, 8, 7, 8}));
+}
+
+// squeeze/unsqueeze/flatten/transpose/narrow/select shapes and values.
+TEST(Movement, ShapeHelpers) {
+  Tensor x = iota({2, 1, 3});
+  EXPECT_EQ(x.squeeze().shape(), (Dims{2, 3}));
+  EXPECT_EQ(x.squeeze(1).shape(), (Dims{2, 3}));
+  EXPECT_EQ(x.squeeze(0).shape(), (Dims{2, 1, 3}));
+  EXPECT_EQ(x.unsqueeze(-1).shape(), (Dims{2, 1, 3, 1}));
+  EXPECT_EQ(x.flatten().shape(), (Dims{6}));
+  EXPECT_EQ(x.flatten(1).shape(), (Dims{2, 3}));
+  EXPECT_EQ(vals(x.narrow(2, 1, 2)), (V{1, 2, 4, 5}));
+  EXPECT_EQ(vals(x.select(2, -1)), (V{2, 5}));
+  EXPECT_EQ(vals(x[1]), (V{3, 4, 5}));
+  EXPECT_EQ(transpose(x, 0, 2).shape(), (Dims{3, 1, 2}));
+  EXPECT_THROW(x.select(0, 2), Error);
+  EXPECT_THROW(x.narrow(2, 2, 2), Error);
+}
+
+// Python-style slicing: negative bounds, clamping, steps.
+TEST(Movement, SliceSemantics) {
+  Tensor x = iota({6});
+  EXPECT_EQ(vals(x.slice(0, -2, 100)), (V{4, 5}));
+  EXPECT_EQ(vals(x.slice(0, 1, 6, 2)), (V{1, 3, 5}));
+  EXPECT_EQ(x.slice(0, 4, 2).numel(), 0);
+  EXPECT_THROW(x.slice(0, 0, 6, 0), Error);
+}
+
+// expand broadcasts with stride 0 and its gradient sums back.
+TEST(Movement, Expand) {
+  Tensor x = iota({3, 1});
+  Tensor e = x.expand({2, 3, 4});
+  EXPECT_EQ(e.shape(), (Dims{2, 3, 4}));
+  EXPECT_EQ(e.stride(0), 0);
+  EXPECT_EQ(e.stride(2), 0);
+  EXPECT_EQ(vals(e.select(0, 1).select(1, 3)), (V{0, 1, 2}));
+  EXPECT_THROW(x.expand({3, 2, 4}).numel(), Error);
+  EXPECT_EQ(check([](const Tensor& t) { return t.expand({2, 3, 4}) * 1.0; }, x), "");
+}
+
+// contiguous and clone copy; copy_ broadcasts and casts.
+TEST(Movement, CopyAndContiguous) {
+  Tensor x = iota({2, 3});
+  Tensor c = x.t().contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(vals(c), (V{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(x.contiguous().data_ptr(), x.data_ptr());
+  EXPECT_NE(x.clone().data_ptr(), x.data_ptr());
+  Tensor d = zeros({2, 3}, DType::f32);
+  d.copy_(from_vector<int64_t>({1, 2, 3}));
+  EXPECT_EQ(vals(d), (V{1, 2, 3, 1, 2, 3}));
+  EXPECT_THROW(d.copy_(zeros({2})), Error);
+}
+
+// pad with positive and negative (cropping) pads, and its gradient.
+TEST(Movement, Pad) {
+  Tensor x = iota({2, 2});
+  Tensor p = pad(x, {1, 0, 0, 1}, -1.0);
+  EXPECT_EQ(p.shape(), (Dims{3, 3}));
+  EXPECT_EQ(vals(p), (V{-1, 0, 1, -1, 2, 3, -1, -1, -1}));
+  EXPECT_EQ(vals(pad(x, {-1, 0})), (V{1, 3}));
+  EXPECT_THROW(pad(x, {-3, 0}), Error);
+  EXPECT_EQ(check([](const Tensor& t) { return pad(t, {1, -1, 2, 0}, 3.0); }, x), "");
+}
+
+// cat and stack along any dim, with mixed dtypes promoted.
+TEST(Movement, CatStack) {
+  Tensor a = iota({2, 2});
+  Tensor b = iota({2, 1}) + 10.0;
+  EXPECT_EQ(vals(cat({a, b}, 1)), (V{0, 1, 10, 2, 3, 11}));
+  EXPECT_EQ(vals(cat({a, a}, 0)), (V{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_EQ(cat({zeros({2}, DType::i64), ones({1}, DType::f32)}).dtype(), DType::f32);
+  EXPECT_EQ(stack({a, a}, 1).shape(), (Dims{2, 2, 2}));
+  EXPECT_THROW(cat({a, b}, 0), Error);
+  Tensor bi = b.detach().clone().requires_grad_();
+  Tensor ai = a.detach().clone().requires_grad_();
+  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+              return {cat({in[0], in[1]}, -1)};
+            }, {ai, bi}), "");
+}
+
+// gather, index_select and scatter_add values, bounds errors and gradients.
+TEST(Movement, Indexing) {
+  Tensor x = iota({3, 3});
+  Tensor idx = from_vector<int64_t>({2, 0, 1, 1}, {2, 2});
+  EXPECT_EQ(vals(gather(x, 1, idx)), (V{2, 0, 4, 4}));
+  EXPECT_EQ(vals(index_select(x, 0, from_vector<int64_t>({2, 0}))), (V{6, 7, 8, 0, 1, 2}));
+  Tensor s = scatter_add(zeros({2, 3}, DType::f64), 1, from_vector<int64_t>({0, 0, 2, 1}, {2, 2}),
+                         ones({2, 2}, DType::f64));
+  EXPECT_EQ(vals(s), (V{2, 0, 0, 0, 1, 1}));
+  try {
+    gather(x, 1, from_vector<int64_t>({3}, {1, 1}));
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[gather] index 3 is out of bounds"), std::string::npos) << m;
+  }
+  EXPECT_THROW(index_select(x, 0, from_vector<double>({1.0})), Error);
+  EXPECT_EQ(check([&](const Tensor& t) { return gather(t, 1, idx); }, x), "");
+  EXPECT_EQ(check([&](const Tensor& t) { return index_select(t, 0, from_vector<int64_t>({2, 2})); },
+                  x), "");
+}
+
+// tril/triu keep the right triangle.
+TEST(Movement, TrilTriu) {
+  Tensor x = iota({3, 3}) + 1.0;
+  EXPECT_EQ(vals(tril(x)), (V{1, 0, 0, 4, 5, 0, 7, 8, 9}));
+  EXPECT_EQ(vals(triu(x, 1)), (V{0, 2, 3, 0, 0, 6, 0, 0, 0}));
+}
+
+// Gradients of views through strided slices and permutes.
+TEST(Movement, ViewGradients) {
+  Tensor x = iota({3, 4});
+  EXPECT_EQ(check([](const Tensor& t) { return t.slice(1, 1, 4, 2).permute({1, 0}) * 2.0; }, x), "");
+  EXPECT_EQ(check([](const Tensor& t) { return sin(t.t().reshape({-1})); }, x), "");
+}
