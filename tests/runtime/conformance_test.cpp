@@ -17,11 +17,26 @@ namespace {
 // Value tolerance per output dtype (relative, absolute); integers are exact.
 void tolerance(DType dt, double scale, double& rtol, double& atol) {
   switch (dt) {
-    case DType::f64: rtol = 1e-10; atol = 1e-10; break;
-    case DType::f32: rtol = 1e-5; atol = 1e-5; break;
-    case DType::f16: rtol = 2e-3; atol = 2e-3; break;
-    case DType::bf16: rtol = 1e-2; atol = 1e-2; break;
-    default: rtol = 0; atol = 0; return;
+    case DType::f64:
+      rtol = 1e-10;
+      atol = 1e-10;
+      break;
+    case DType::f32:
+      rtol = 1e-5;
+      atol = 1e-5;
+      break;
+    case DType::f16:
+      rtol = 2e-3;
+      atol = 2e-3;
+      break;
+    case DType::bf16:
+      rtol = 1e-2;
+      atol = 1e-2;
+      break;
+    default:
+      rtol = 0;
+      atol = 0;
+      return;
   }
   rtol *= scale;
   atol *= scale;
@@ -59,7 +74,8 @@ std::string head(const V& v, size_t n = 12) {
 
 // Compares one output with its reference: dtype and shape exactly, values
 // within the dtype's tolerance (NaN matches NaN, infinities must be equal).
-void expect_matches(const Ref& expect, const Tensor& actual, double scale, const std::string& what) {
+void expect_matches(const Ref& expect, const Tensor& actual, double scale,
+                    const std::string& what) {
   EXPECT_EQ(actual.dtype(), expect.dtype) << what;
   ASSERT_EQ(actual.shape(), expect.shape) << what;
   std::vector<double> got = actual.to_vector<double>();
@@ -71,8 +87,8 @@ void expect_matches(const Ref& expect, const Tensor& actual, double scale, const
     const double e = convert(expect.v[i], actual.dtype());
     if (same_value(e, got[i], rtol, atol)) continue;
     if (++bad <= 5)
-      msg << "\n  at " << head(unravel(static_cast<int64_t>(i), expect.shape)) << ": expected "
-          << e << ", got " << got[i];
+      msg << "\n  at " << head(unravel(static_cast<int64_t>(i), expect.shape)) << ": expected " << e
+          << ", got " << got[i];
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " values differ" << msg.str()
                     << "\n  expected " << head(expect.v) << "\n  actual   " << head(got);
@@ -87,8 +103,7 @@ class OpTable : public ::testing::TestWithParam<int> {
   }
 };
 
-// Verifies every case of the op: outputs (dtype, shape, values) equal the naive reference,
-// and the inputs are left unchanged.
+// Verifies each case's outputs (dtype, shape, values) equal the reference; inputs stay unchanged.
 TEST_P(OpTable, MatchesReference) {
   ASSERT_TRUE(has_rules()) << op_name(op()) << " has no infer/kernel rule";
   std::vector<OpCase> cases = op_cases(op());
@@ -124,8 +139,7 @@ TEST_P(OpTable, MatchesReference) {
   }
 }
 
-// Verifies derivatives: gradcheck (analytic vjp vs finite differences, through dispatch) on the
-// f64 cases of differentiable ops; outputs of kNonDiff ops never require grad.
+// Verifies gradcheck passes on the f64 cases; kNonDiff ops' outputs never require grad.
 TEST_P(OpTable, Gradients) {
   ASSERT_TRUE(has_rules()) << op_name(op()) << " has no infer/kernel rule";
   const OpInfo& info = op_info(op());
@@ -187,14 +201,75 @@ INSTANTIATE_TEST_SUITE_P(Conformance, OpTable, ::testing::Range(0, kNumOps),
                            return std::string(op_name(static_cast<OpId>(p.param)));
                          });
 
+// The differentiable ops (no kNonDiff trait), for the second-order suite.
+std::vector<int> differentiable_ops() {
+  std::vector<int> ids;
+  for (int i = 0; i < kNumOps; ++i)
+    if (!op_info(static_cast<OpId>(i)).has(kNonDiff)) ids.push_back(i);
+  return ids;
+}
+
+class DiffOpTable : public OpTable {};
+
+// Verifies second derivatives: gradcheck of kiln::grad(op, create_graph) on 2 f64 cases per op.
+TEST_P(DiffOpTable, SecondOrderGradients) {
+  ASSERT_TRUE(has_rules()) << op_name(op()) << " has no infer/kernel rule";
+  const OpInfo& info = op_info(op());
+  const OpId id = op();
+  int checked = 0;
+  for (OpCase& c : op_cases(id)) {
+    if (!c.grad || checked >= 2) continue;
+    const std::string what = describe_call(c);
+    SCOPED_TRACE(what);
+    std::vector<size_t> wrt;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (c.inputs[i].dtype() != DType::f64 || ((info.nondiff_inputs >> i) & 1u)) continue;
+      c.inputs[i].requires_grad_();
+      wrt.push_back(i);
+    }
+    // Fixed upstream gradients (weights) for the floating outputs.
+    std::vector<Tensor> weights;
+    for (const Tensor& o : dispatch(id, c.inputs, c.attrs))
+      weights.push_back(is_float_dt(o.dtype())
+                            ? from_doubles(gen_values(o.numel(), {-1, 1}, 99), o.shape(), o.dtype())
+                            : Tensor());
+    const Attrs attrs = c.attrs;
+    auto first = [id, attrs, wrt, weights](const std::vector<Tensor>& in) {
+      GradModeGuard g(true);
+      std::vector<Tensor> outs = dispatch(id, in, attrs), ys, ws, xs;
+      for (size_t k = 0; k < outs.size(); ++k) {
+        if (!weights[k].defined() || !outs[k].requires_grad()) continue;
+        ys.push_back(outs[k]);
+        ws.push_back(weights[k]);
+      }
+      for (size_t i : wrt) xs.push_back(in[i]);
+      if (ys.empty()) return std::vector<Tensor>(xs.size());
+      return grad(ys, xs, ws, {.retain_graph = true, .create_graph = true, .allow_unused = true});
+    };
+    std::string report;
+    try {
+      report = gradcheck(first, c.inputs);
+    } catch (const std::exception& e) {
+      report = std::string("threw: ") + e.what();
+    }
+    EXPECT_EQ(report, "") << what;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Conformance, DiffOpTable, ::testing::ValuesIn(differentiable_ops()),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::string(op_name(static_cast<OpId>(p.param)));
+                         });
+
 // ---------------- random ops ----------------
 
 Tensor random_op(bool normal, const Dims& shape, DType dt, int64_t seed, int64_t offset) {
   Attrs at;
   at.set("shape", shape).set("dtype", dt).set("seed", AttrValue(seed));
   at.set("offset", AttrValue(offset));
-  return dispatch1(normal ? OpId::rand_normal : OpId::rand_uniform, std::span<const Tensor>(),
-                   at);
+  return dispatch1(normal ? OpId::rand_normal : OpId::rand_uniform, std::span<const Tensor>(), at);
 }
 
 void moments(const std::vector<double>& v, double& mean, double& var) {
@@ -232,8 +307,7 @@ TEST(ConformanceRandom, NormalStatistics) {
   }
 }
 
-// Verifies random ops are pure functions of (seed, offset): equal attrs give equal values,
-// another seed differs, and an offset of k words shifts the stream by k words.
+// Verifies random ops are pure in (seed, offset); an offset of k words shifts the stream by k.
 TEST(ConformanceRandom, Determinism) {
   for (bool normal : {false, true}) {
     SCOPED_TRACE(normal ? "rand_normal" : "rand_uniform");
@@ -249,8 +323,7 @@ TEST(ConformanceRandom, Determinism) {
   }
 }
 
-// Verifies rand()/randn() draw from the default generator: manual_seed makes them reproducible,
-// consecutive calls advance the offset (rounded up to whole Philox blocks) and match the formula.
+// Verifies rand()/randn() follow manual_seed and advance the default generator's offset.
 TEST(ConformanceRandom, DefaultGenerator) {
   manual_seed(77);
   std::vector<double> a = rand({10}).to_vector<double>();

@@ -19,7 +19,9 @@ Tensor randn_t(const Dims& shape, uint64_t seed, DType dt = DType::f64) {
   return cast(randn(shape, DType::f64), dt);
 }
 
-Tensor leaf(const Tensor& t) { return t.detach().clone().requires_grad_(); }
+Tensor leaf(const Tensor& t) {
+  return t.detach().clone().requires_grad_();
+}
 
 void expect_near(const V& got, const V& want, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -62,7 +64,9 @@ ConvRef ref_conv(const ConvCase& c, const V& x, const V& w, const V* gy) {
   r.y.assign(static_cast<size_t>(N * O * Ho * Wo), 0.0);
   r.gx.assign(x.size(), 0.0);
   r.gw.assign(w.size(), 0.0);
-  auto X = [&](int64_t n, int64_t ch, int64_t h, int64_t ww) { return ((n * C + ch) * H + h) * W + ww; };
+  auto X = [&](int64_t n, int64_t ch, int64_t h, int64_t ww) {
+    return ((n * C + ch) * H + h) * W + ww;
+  };
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < O; ++o)
       for (int64_t oh = 0; oh < Ho; ++oh)
@@ -179,14 +183,15 @@ TEST(Conv, Gradcheck) {
     Tensor x = leaf(randn_t(c.x, seed++)), w = leaf(randn_t(c.w, seed++));
     Tensor b = leaf(randn_t({c.w[0]}, seed++));
     Conv2dOptions o = c.o;
-    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-                return {conv2d(in[0], in[1], in[2], o)};
-              }, {x, w, b}), "") << c.x << " " << c.w;
+    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in)
+                            -> std::vector<Tensor> { return {conv2d(in[0], in[1], in[2], o)}; },
+                        {x, w, b}),
+              "")
+        << c.x << " " << c.w;
   }
 }
 
-// Second order: conv2d_grad_input / conv2d_grad_weight rules, checked by differentiating
-// the gradients with respect to x, w and the incoming gradient.
+// Second order: the rules of conv2d_grad_input/_weight, via gradients w.r.t. x, w and grad.
 TEST(Conv, DoubleBackward) {
   const ConvCase c = conv_case({1, 4, 5, 5}, {2, 2, 3, 2}, {2, 1}, {1, 1}, {1, 2}, 2);
   Tensor x = leaf(randn_t(c.x, 1)), w = leaf(randn_t(c.w, 2));
@@ -196,11 +201,14 @@ TEST(Conv, DoubleBackward) {
     gy = leaf(randn_t(conv2d(x, w, {}, c.o).shape(), 3));
   }
   Conv2dOptions o = c.o;
-  EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              GradModeGuard on(true);
-              Tensor y = conv2d(in[0], in[1], {}, o);
-              return grad({y}, {in[0], in[1]}, {in[2]}, {.create_graph = true});
-            }, {x, w, gy}), "");
+  EXPECT_EQ(gradcheck(
+                [o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  GradModeGuard on(true);
+                  Tensor y = conv2d(in[0], in[1], {}, o);
+                  return grad({y}, {in[0], in[1]}, {in[2]}, {.create_graph = true});
+                },
+                {x, w, gy}),
+            "");
 }
 
 // The gradient primitives called directly: their own rules pass gradcheck.
@@ -213,16 +221,28 @@ TEST(Conv, GradPrimitivesGradcheck) {
   gw.set("weight_shape", Dims{4, 2, 2, 2});
   Tensor g = leaf(randn_t({1, 4, 3, 3}, 1)), w = leaf(randn_t({4, 2, 2, 2}, 2));
   Tensor x = leaf(randn_t({1, 4, 5, 4}, 3));
-  EXPECT_EQ(gradcheck([gi](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              return {dispatch1(OpId::conv2d_grad_input, {in[0], in[1]}, gi)};
-            }, {g, w}), "");
-  EXPECT_EQ(gradcheck([gw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              return {dispatch1(OpId::conv2d_grad_weight, {in[0], in[1]}, gw)};
-            }, {x, g}), "");
-  expect_error([&] { dispatch1(OpId::conv2d_grad_input, {zeros({1, 4, 2, 3}, DType::f64), w}, gi); },
-               {"[conv2d_grad_input]", "[1, 4, 2, 3]", "[1, 4, 3, 3]", "[4, 2, 2, 2]"});
-  expect_error([&] { dispatch1(OpId::conv2d_grad_weight, {x, zeros({1, 4, 3, 2}, DType::f64)}, gw); },
-               {"[conv2d_grad_weight]", "[1, 4, 3, 2]", "[1, 4, 5, 4]"});
+  EXPECT_EQ(gradcheck(
+                [gi](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  return {dispatch1(OpId::conv2d_grad_input, {in[0], in[1]}, gi)};
+                },
+                {g, w}),
+            "");
+  EXPECT_EQ(gradcheck(
+                [gw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  return {dispatch1(OpId::conv2d_grad_weight, {in[0], in[1]}, gw)};
+                },
+                {x, g}),
+            "");
+  expect_error(
+      [&] {
+        dispatch1(OpId::conv2d_grad_input, {zeros({1, 4, 2, 3}, DType::f64), w}, gi);
+      },
+      {"[conv2d_grad_input]", "[1, 4, 2, 3]", "[1, 4, 3, 3]", "[4, 2, 2, 2]"});
+  expect_error(
+      [&] {
+        dispatch1(OpId::conv2d_grad_weight, {x, zeros({1, 4, 3, 2}, DType::f64)}, gw);
+      },
+      {"[conv2d_grad_weight]", "[1, 4, 3, 2]", "[1, 4, 5, 4]"});
 }
 
 // Invalid convolutions raise kiln::Error naming conv2d and the shapes.
@@ -230,20 +250,38 @@ TEST(Conv, Errors) {
   Tensor w = zeros({4, 3, 3, 3});
   expect_error([&] { conv2d(zeros({3, 4}), w); }, {"[conv2d]", "4-D", "[3, 4]"});
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3})); }, {"[conv2d]", "[4, 3, 3]"});
-  expect_error([&] { conv2d(zeros({1, 2, 5, 5}), w); },
-               {"[conv2d]", "[1, 2, 5, 5]", "[4, 3, 3, 3]", "channels"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 2, 5, 5}), w);
+      },
+      {"[conv2d]", "[1, 2, 5, 5]", "[4, 3, 3, 3]", "channels"});
   Conv2dOptions g2;
   g2.groups = 2;
-  expect_error([&] { conv2d(zeros({1, 2, 5, 5}), zeros({3, 1, 3, 3}), {}, g2); },
-               {"[conv2d]", "[3, 1, 3, 3]", "groups=2"});
-  expect_error([&] { conv2d(zeros({1, 3, 2, 2}), w); },
-               {"[conv2d]", "[1, 3, 2, 2]", "[4, 3, 3, 3]", "smaller"});
-  expect_error([&] { conv2d(zeros({1, 3, 5, 5}, DType::f64), w); },
-               {"[conv2d]", "same dtype", "f64", "f32"});
-  expect_error([&] { conv2d(zeros({1, 3, 5, 5}, DType::i64), zeros({4, 3, 3, 3}, DType::i64)); },
-               {"[conv2d]", "floating", "i64"});
-  expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, zeros({3})); },
-               {"[conv2d]", "bias", "[3]", "[4, 3, 3, 3]"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 2, 5, 5}), zeros({3, 1, 3, 3}), {}, g2);
+      },
+      {"[conv2d]", "[3, 1, 3, 3]", "groups=2"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 2, 2}), w);
+      },
+      {"[conv2d]", "[1, 3, 2, 2]", "[4, 3, 3, 3]", "smaller"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 5, 5}, DType::f64), w);
+      },
+      {"[conv2d]", "same dtype", "f64", "f32"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 5, 5}, DType::i64), zeros({4, 3, 3, 3}, DType::i64));
+      },
+      {"[conv2d]", "floating", "i64"});
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 5, 5}), w, zeros({3}));
+      },
+      {"[conv2d]", "bias", "[3]", "[4, 3, 3, 3]"});
   Conv2dOptions bad;
   bad.stride = {0, 1};
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, {}, bad); }, {"[conv2d]", "stride"});
@@ -378,29 +416,39 @@ TEST(Pool, Gradcheck) {
   for (const PoolCase& c : kPoolCases) {
     Tensor x = leaf(randn_t(c.x, seed++));
     Pool2dOptions o = c.o;
-    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-                return {max_pool2d(in[0], o)};
-              }, {x}), "") << "max " << c.x;
+    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in)
+                            -> std::vector<Tensor> { return {max_pool2d(in[0], o)}; },
+                        {x}),
+              "")
+        << "max " << c.x;
     o.dilation = {1, 1};
-    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-                return {avg_pool2d(in[0], o)};
-              }, {x}), "") << "avg " << c.x;
+    EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in)
+                            -> std::vector<Tensor> { return {avg_pool2d(in[0], o)}; },
+                        {x}),
+              "")
+        << "avg " << c.x;
   }
   // Second order: differentiate the gradients w.r.t. the incoming gradient (and x).
   const PoolCase& c = kPoolCases[1];
   Tensor x = leaf(randn_t(c.x, 7));
   Tensor g = leaf(randn_t({1, 2, 4, 4}, 8));
   Pool2dOptions o = c.o;
-  EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              GradModeGuard on(true);
-              Tensor y = max_pool2d(in[0] * in[0], o);
-              return grad({y}, {in[0]}, {in[1]}, {.create_graph = true});
-            }, {x, g}), "");
-  EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              GradModeGuard on(true);
-              Tensor y = avg_pool2d(in[0] * in[0], o);
-              return grad({y}, {in[0]}, {in[1]}, {.create_graph = true});
-            }, {x, g}), "");
+  EXPECT_EQ(gradcheck(
+                [o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  GradModeGuard on(true);
+                  Tensor y = max_pool2d(in[0] * in[0], o);
+                  return grad({y}, {in[0]}, {in[1]}, {.create_graph = true});
+                },
+                {x, g}),
+            "");
+  EXPECT_EQ(gradcheck(
+                [o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  GradModeGuard on(true);
+                  Tensor y = avg_pool2d(in[0] * in[0], o);
+                  return grad({y}, {in[0]}, {in[1]}, {.create_graph = true});
+                },
+                {x, g}),
+            "");
 }
 
 // Invalid pooling raises kiln::Error naming the op and the shape.
@@ -410,8 +458,11 @@ TEST(Pool, Errors) {
   expect_error([&] { avg_pool2d(zeros({1, 1, 1, 4, 4}), o); }, {"[avg_pool2d]", "[1, 1, 1, 4, 4]"});
   Pool2dOptions big;
   big.kernel_size = {3, 3};
-  expect_error([&] { max_pool2d(zeros({1, 1, 2, 2}), big); },
-               {"[max_pool2d]", "[1, 1, 2, 2]", "too small"});
+  expect_error(
+      [&] {
+        max_pool2d(zeros({1, 1, 2, 2}), big);
+      },
+      {"[max_pool2d]", "[1, 1, 2, 2]", "too small"});
   expect_error([&] { avg_pool2d(zeros({1, 2, 2}), big); }, {"[avg_pool2d]", "[1, 2, 2]"});
   Pool2dOptions pad = o;
   pad.padding = {2, 0};
@@ -422,8 +473,11 @@ TEST(Pool, Errors) {
   zero = o;
   zero.kernel_size = {0, 2};
   expect_error([&] { max_pool2d(zeros({1, 1, 8, 8}), zero); }, {"[max_pool2d]", "kernel_size"});
-  expect_error([&] { avg_pool2d(zeros({1, 1, 4, 4}, DType::i64), o); },
-               {"[avg_pool2d]", "floating", "[1, 1, 4, 4]"});
+  expect_error(
+      [&] {
+        avg_pool2d(zeros({1, 1, 4, 4}, DType::i64), o);
+      },
+      {"[avg_pool2d]", "floating", "[1, 1, 4, 4]"});
   expect_error([&] { max_pool2d(zeros({1, 1, 4, 4}, DType::b8), o); }, {"[max_pool2d]", "bool"});
   expect_error([&] { max_pool2d(zeros({1, 0, 4, 4}), o); }, {"[max_pool2d]", "[1, 0, 4, 4]"});
   // An empty batch is fine.

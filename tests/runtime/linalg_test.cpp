@@ -60,8 +60,8 @@ V ref_matmul(const V& a, Dims as, const V& b, Dims bs, Dims* out_shape) {
 
 void check_matmul(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
   Dims want_shape;
-  V want = ref_matmul(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(),
-                      &want_shape);
+  V want =
+      ref_matmul(a.to_vector<double>(), a.shape(), b.to_vector<double>(), b.shape(), &want_shape);
   Tensor y = matmul(a, b);
   ASSERT_EQ(y.shape(), want_shape) << what;
   EXPECT_EQ(y.dtype(), a.dtype()) << what;
@@ -102,12 +102,14 @@ void expect_error(const std::function<void()>& f, std::initializer_list<const ch
   }
 }
 
-Tensor leaf(const Tensor& t) { return t.detach().clone().requires_grad_(); }
+Tensor leaf(const Tensor& t) {
+  return t.detach().clone().requires_grad_();
+}
 
 std::string check_grad(const Tensor& a, const Tensor& b) {
-  return gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    return {matmul(in[0], in[1])};
-  }, {leaf(a), leaf(b)});
+  return gradcheck(
+      [](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {matmul(in[0], in[1])}; },
+      {leaf(a), leaf(b)});
 }
 
 }  // namespace
@@ -159,7 +161,8 @@ TEST(Linalg, MatmulBatched) {
                "expanded batch");
   check_matmul(transpose(randn_t({4, 5, 3}, 13), 1, 2), transpose(randn_t({4, 2, 5}, 14), 1, 2),
                1e-12, "batched transposed");
-  Tensor big_a = randn_t({4, 64, 128}, 15, DType::f32), big_b = randn_t({4, 128, 96}, 16, DType::f32);
+  Tensor big_a = randn_t({4, 64, 128}, 15, DType::f32),
+         big_b = randn_t({4, 128, 96}, 16, DType::f32);
   check_matmul(big_a, big_b, 1e-4, "larger batched");
 }
 
@@ -209,39 +212,60 @@ TEST(Linalg, MatmulGradcheck) {
   EXPECT_EQ(check_grad(randn_t({3, 4}, 17), randn_t({2, 4, 5}, 18)), "");
   // Transposed views as inputs to the rule.
   Tensor at = leaf(randn_t({4, 3}, 19)), bt = leaf(randn_t({2, 4}, 20));
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              return {matmul(transpose(in[0], 0, 1), transpose(in[1], 0, 1))};
-            }, {at, bt}), "");
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  return {matmul(transpose(in[0], 0, 1), transpose(in[1], 0, 1))};
+                },
+                {at, bt}),
+            "");
 }
 
 // Second derivatives: the gradient of the gradient (create_graph) checks out.
 TEST(Linalg, MatmulDoubleBackward) {
   Tensor a = leaf(randn_t({3, 4}, 1)), b = leaf(randn_t({4, 2}, 2));
   Tensor w = randn_t({3, 2}, 3);
-  EXPECT_EQ(gradcheck([w](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              GradModeGuard on(true);
-              Tensor y = matmul(in[0] * in[0], in[1]);
-              return grad({y}, {in[0], in[1]}, {w}, {.create_graph = true});
-            }, {a, b}), "");
+  EXPECT_EQ(gradcheck(
+                [w](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  GradModeGuard on(true);
+                  Tensor y = matmul(in[0] * in[0], in[1]);
+                  return grad({y}, {in[0], in[1]}, {w}, {.create_graph = true});
+                },
+                {a, b}),
+            "");
   Tensor v = leaf(randn_t({4}, 4)), m = leaf(randn_t({2, 4, 3}, 5));
   Tensor w2 = randn_t({2, 3}, 6);
-  EXPECT_EQ(gradcheck([w2](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              GradModeGuard on(true);
-              Tensor y = matmul(in[0], in[1] * in[1]);
-              return grad({y}, {in[0], in[1]}, {w2}, {.create_graph = true});
-            }, {v, m}), "");
+  EXPECT_EQ(gradcheck(
+                [w2](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  GradModeGuard on(true);
+                  Tensor y = matmul(in[0], in[1] * in[1]);
+                  return grad({y}, {in[0], in[1]}, {w2}, {.create_graph = true});
+                },
+                {v, m}),
+            "");
 }
 
 // Bad operands raise kiln::Error naming matmul and both shapes.
 TEST(Linalg, MatmulErrors) {
-  expect_error([] { matmul(zeros({2, 3}), zeros({4, 5})); },
-               {"[matmul] shapes [2, 3] and [4, 5] cannot be multiplied"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}), zeros({4, 5}));
+      },
+      {"[matmul] shapes [2, 3] and [4, 5] cannot be multiplied"});
   expect_error([] { matmul(zeros({3}), zeros({4})); }, {"[matmul]", "[3]", "[4]"});
-  expect_error([] { matmul(zeros({2, 3}), zeros({2, 3}, DType::f64)); },
-               {"[matmul] expected both operands to have the same dtype, got f32 and f64"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}), zeros({2, 3}, DType::f64));
+      },
+      {"[matmul] expected both operands to have the same dtype, got f32 and f64"});
   expect_error([] { matmul(scalar_tensor(1.0, DType::f32), zeros({2})); }, {"[matmul]", "[2]"});
-  expect_error([] { matmul(zeros({2, 2, 3}), zeros({3, 3, 4})); },
-               {"[matmul]", "[2, 2, 3]", "[3, 3, 4]", "broadcast"});
-  expect_error([] { matmul(zeros({2, 2}, DType::b8), zeros({2, 2}, DType::b8)); },
-               {"[matmul]", "bool", "[2, 2]"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 2, 3}), zeros({3, 3, 4}));
+      },
+      {"[matmul]", "[2, 2, 3]", "[3, 3, 4]", "broadcast"});
+  expect_error(
+      [] {
+        matmul(zeros({2, 2}, DType::b8), zeros({2, 2}, DType::b8));
+      },
+      {"[matmul]", "bool", "[2, 2]"});
 }

@@ -27,8 +27,7 @@ enum class Layout { kContiguous, kPermuted, kSliced, kExpanded, kSwapped };
 const Layout kLayouts[] = {Layout::kContiguous, Layout::kPermuted, Layout::kSliced,
                            Layout::kExpanded, Layout::kSwapped};
 
-Tensor make(const Dims& shape, Layout l, uint64_t seed, DType dt = DType::f64,
-            bool ties = false) {
+Tensor make(const Dims& shape, Layout l, uint64_t seed, DType dt = DType::f64, bool ties = false) {
   const int64_t r = static_cast<int64_t>(shape.size());
   switch (l) {
     case Layout::kPermuted: {  // reversed dims in memory
@@ -69,7 +68,7 @@ V ref_reduce(const V& v, const Dims& shape, Dims dims, Red op) {
   Dims out;
   for (int64_t i = 0; i < r; ++i)
     if (!red[static_cast<size_t>(i)]) out.push_back(shape[i]);
-  double init = op == Red::kSum ? 0.0
+  double init = op == Red::kSum   ? 0.0
                 : op == Red::kMax ? -std::numeric_limits<double>::infinity()
                                   : std::numeric_limits<double>::infinity();
   V acc(static_cast<size_t>(numel_of(out)), init);
@@ -85,9 +84,12 @@ V ref_reduce(const V& v, const Dims& shape, Dims dims, Red op) {
     }
     double& a = acc[static_cast<size_t>(o)];
     double x = v[static_cast<size_t>(i)];
-    if (op == Red::kSum) a += x;
-    else if (std::isnan(x) || std::isnan(a)) a = kNaN;
-    else a = op == Red::kMax ? std::max(a, x) : std::min(a, x);
+    if (op == Red::kSum)
+      a += x;
+    else if (std::isnan(x) || std::isnan(a))
+      a = kNaN;
+    else
+      a = op == Red::kMax ? std::max(a, x) : std::min(a, x);
   }
   return acc;
 }
@@ -113,7 +115,9 @@ void expect_error(const std::function<void()>& f, std::initializer_list<const ch
   }
 }
 
-Tensor leaf(const Tensor& t) { return t.detach().clone().requires_grad_(); }
+Tensor leaf(const Tensor& t) {
+  return t.detach().clone().requires_grad_();
+}
 
 using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
@@ -132,10 +136,10 @@ struct Case {
   bool keepdim;
 };
 const Case kCases[] = {
-    {{3, 4, 5}, {}, false},     {{3, 4, 5}, {2}, false},     {{3, 4, 5}, {0}, true},
-    {{3, 4, 5}, {1}, false},    {{3, 4, 5}, {0, 2}, true},   {{3, 4, 5}, {-1, -2}, false},
+    {{3, 4, 5}, {}, false},        {{3, 4, 5}, {2}, false},         {{3, 4, 5}, {0}, true},
+    {{3, 4, 5}, {1}, false},       {{3, 4, 5}, {0, 2}, true},       {{3, 4, 5}, {-1, -2}, false},
     {{2, 3, 4, 5}, {1, 3}, false}, {{2, 3, 4, 5}, {0, 1, 2}, true}, {{6, 1, 7}, {1}, false},
-    {{300, 3}, {0}, false},     {{3, 600}, {1}, true},       {{5, 700}, {0}, false},
+    {{300, 3}, {0}, false},        {{3, 600}, {1}, true},           {{5, 700}, {0}, false},
 };
 
 }  // namespace
@@ -164,8 +168,8 @@ TEST(Reduce, ValuesMatchReferenceOnLayouts) {
 // Large inputs take the parallel row, column and split paths and stay exact-ish.
 TEST(Reduce, LargeInputsUseAllPaths) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{200000}, {}},        {{4, 100000}, {1}},  {{100000, 4}, {0}}, {{3000, 700}, {0}},
-      {{700, 3000}, {1}},    {{50, 40, 60}, {1}}, {{2, 70000, 2}, {1}}};
+      {{200000}, {}},     {{4, 100000}, {1}},  {{100000, 4}, {0}},   {{3000, 700}, {0}},
+      {{700, 3000}, {1}}, {{50, 40, 60}, {1}}, {{2, 70000, 2}, {1}}, {{100000, 20}, {0}}};
   uint64_t seed = 100;
   for (const auto& [shape, dims] : cases) {
     for (Layout l : {Layout::kContiguous, Layout::kPermuted}) {
@@ -178,6 +182,23 @@ TEST(Reduce, LargeInputsUseAllPaths) {
                   what);
     }
   }
+}
+
+// Results do not depend on the thread count (block splits are fixed by the shape).
+TEST(Reduce, ThreadCountIndependent) {
+  const int before = num_threads();
+  Tensor x = make({300000, 20}, Layout::kContiguous, 5, DType::f32);
+  std::vector<std::vector<float>> runs;
+  for (int n : {1, 2, 3}) {
+    set_num_threads(n);
+    for (const Dims& d : {Dims{}, Dims{0}, Dims{1}}) runs.push_back(sum(x, d).to_vector<float>());
+  }
+  set_num_threads(before);
+  for (size_t i = 3; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 3]) << i;
+  Tensor b = gt(make({100000, 20}, Layout::kContiguous, 6), 3.5);
+  V want = ref_reduce(b.to_vector<double>(), {100000, 20}, {0}, Red::kMax);
+  EXPECT_EQ(amax(b, {0}).to_vector<double>(), want);
+  EXPECT_EQ(sum(b, {0}).dtype(), DType::i64);
 }
 
 // f32 sums accumulate in double: a million 0.1f add up to 1e5 within f32 rounding.
@@ -280,8 +301,7 @@ TEST(Reduce, ArgmaxArgmin) {
   EXPECT_EQ(argmin(i).item<int64_t>(), 1);
 }
 
-// argmax/argmin equal a first-occurrence loop on tie-heavy data in every layout
-// (row, column and strided paths), with NaN in some rows.
+// argmax/argmin equal a first-occurrence loop on tie-heavy, NaN-dotted data in every layout.
 TEST(Reduce, ArgMatchesReference) {
   const std::vector<Dims> shapes = {{7, 40}, {40, 7}, {3, 50, 20}, {64, 33}};
   uint64_t seed = 300;
@@ -350,25 +370,32 @@ TEST(Reduce, ArgmaxLargeFirstOccurrence) {
   std::vector<int64_t> want;
   for (int r = 0; r < 4; ++r) {
     int best = 0;
-    for (int k = 1; k < 6; ++k) if (pv[r * 6 + k] > pv[r * 6 + best]) best = k;
+    for (int k = 1; k < 6; ++k)
+      if (pv[r * 6 + k] > pv[r * 6 + best]) best = k;
     want.push_back(best);
   }
   EXPECT_EQ(argmax(reshape(p, {4, 6}), 1).to_vector<int64_t>(), want);
 }
 
-// Gradients of sum/amax/amin pass gradcheck, including broadcast-layout inputs.
+// Gradients of sum/amax/amin pass gradcheck for every dims/keepdim case.
 TEST(Reduce, Gradcheck) {
   for (const Case& c : kCases) {
     if (numel_of(c.shape) > 200) continue;
     Tensor x = leaf(make(c.shape, Layout::kContiguous, 7));
     const Dims dims = c.dims;
     const bool kd = c.keepdim;
-    EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-                return {sum(in[0], dims, kd)};
-              }, {x}), "") << c.shape << " " << dims;
-    EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-                return {amax(in[0], dims, kd), amin(in[0], dims, kd)};
-              }, {x}), "") << c.shape << " " << dims;
+    EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in)
+                            -> std::vector<Tensor> { return {sum(in[0], dims, kd)}; },
+                        {x}),
+              "")
+        << c.shape << " " << dims;
+    EXPECT_EQ(gradcheck(
+                  [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                    return {amax(in[0], dims, kd), amin(in[0], dims, kd)};
+                  },
+                  {x}),
+              "")
+        << c.shape << " " << dims;
   }
 }
 
@@ -400,11 +427,12 @@ TEST(Reduce, SumTo) {
   EXPECT_EQ(sum_to(g, {2, 3, 4}).data_ptr(), g.data_ptr());
   Tensor a = sum_to(g, {3, 1});
   EXPECT_EQ(a.shape(), (Dims{3, 1}));
-  expect_near(a.to_vector<double>(), ref_reduce(g.to_vector<double>(), {2, 3, 4}, {0, 2},
-                                                Red::kSum), 0, "sum_to [3, 1]");
+  expect_near(a.to_vector<double>(),
+              ref_reduce(g.to_vector<double>(), {2, 3, 4}, {0, 2}, Red::kSum), 0, "sum_to [3, 1]");
   Tensor b = sum_to(g, {1, 1, 4});
-  expect_near(b.to_vector<double>(), ref_reduce(g.to_vector<double>(), {2, 3, 4}, {0, 1},
-                                                Red::kSum), 0, "sum_to [1, 1, 4]");
+  expect_near(b.to_vector<double>(),
+              ref_reduce(g.to_vector<double>(), {2, 3, 4}, {0, 1}, Red::kSum), 0,
+              "sum_to [1, 1, 4]");
   Tensor c = sum_to(g, {});
   EXPECT_EQ(c.shape(), (Dims{}));
   EXPECT_EQ(c.item<double>(), 276);
@@ -414,9 +442,11 @@ TEST(Reduce, SumTo) {
   expect_error([&] { sum_to(g, {1, 2, 3, 4}); }, {"[sum_to]", "[2, 3, 4]"});
   // Broadcast inputs of a binary op get their gradients summed back.
   Tensor p = leaf(randn64({3, 1}, 3)), q = leaf(randn64({4}, 4));
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              return {in[0] * in[1]};
-            }, {p, q}), "");
+  EXPECT_EQ(
+      gradcheck(
+          [](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {in[0] * in[1]}; },
+          {p, q}),
+      "");
 }
 
 // Bad dims raise kiln::Error naming the op and the rank (errors_test pins the exact wording).

@@ -30,8 +30,7 @@ TEST(Registry, EveryOpHasRules) {
   }
 }
 
-// Verifies trait invariants: factories take no inputs, views are movement ops, nondiff_inputs
-// only names existing inputs.
+// Verifies trait invariants (factories take no inputs, views are movement ops, masks fit arity).
 TEST(Registry, TraitsAreConsistent) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpInfo& info = op_info(static_cast<OpId>(i));
@@ -65,9 +64,7 @@ TEST(Registry, NamesRoundTrip) {
   EXPECT_FALSE(op_from_name("Add", dummy));
 }
 
-// Verifies every primitive has conformance cases: contiguous and strided inputs when it takes
-// tensors, broadcast inputs when it broadcasts, zero-size inputs, and gradcheck cases when it is
-// differentiable.
+// Verifies every primitive has conformance cases of each required kind (and gradcheck cases).
 TEST(Registry, EveryOpHasConformanceCases) {
   for (int i = 0; i < kNumOps; ++i) {
     const OpId id = static_cast<OpId>(i);

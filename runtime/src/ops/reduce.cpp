@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "ops/helpers.h"
 #include "ops/registry.h"
@@ -108,7 +109,9 @@ A extreme_run(const A* x, int64_t n, A acc) {
   return acc;
 }
 template <typename Op>
-concept ExtremeOp = requires { Op::kExtreme; };
+concept ExtremeOp = requires {
+  Op::kExtreme;
+};
 
 // One (coalesced) dim of the reduction: size, input stride, output stride
 // (elements; 0 for reduced dims).
@@ -271,28 +274,56 @@ void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
   RDims outer_kept(kept.begin(), kept.end() - 1);
   const int64_t nchunks = (col.size + kColumnChunk - 1) / kColumnChunk;
   const int64_t items = (M / col.size) * nchunks;
-  const int64_t grain =
-      std::max<int64_t>(1, kDefaultGrain / (Rn * std::min(col.size, kColumnChunk)));
-  parallel_for(0, items, grain, [&](int64_t b, int64_t e) {
+  // Folds reduced rows [r0, r1) of output chunk `it` into acc (len entries).
+  auto accumulate = [&](int64_t it, int64_t r0, int64_t r1, A* acc) {
+    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
+    const int64_t len = std::min(kColumnChunk, col.size - j0);
+    int64_t xo, yo;
+    unravel(outer_kept, o, xo, yo);
+    for (int64_t j = 0; j < len; ++j) acc[j] = Op::init();
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t rx, ry;
+      unravel(red, r, rx, ry);
+      const T* p = xp + xo + rx + j0 * col.xs;
+      if (col.xs == 1) {
+        for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
+      } else {
+        for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j * col.xs])));
+      }
+    }
+  };
+  auto store = [&](int64_t it, const A* acc) {
+    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
+    const int64_t len = std::min(kColumnChunk, col.size - j0);
+    int64_t xo, yo;
+    unravel(outer_kept, o, xo, yo);
+    O* q = yp + yo + j0 * col.ys;
+    for (int64_t j = 0; j < len; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
+  };
+  const int64_t work = Rn * std::min(col.size, kColumnChunk);  // per item
+  if (items < 16 && work >= 2 * kSplitBlock) {
+    // Few tall chunks (e.g. [1e6, 20] over dim 0): split the rows into fixed
+    // blocks of partial columns, combined in order.
+    const int64_t nb = std::min<int64_t>(64, work / kSplitBlock);
+    std::unique_ptr<A[]> part(new A[static_cast<size_t>(nb * kColumnChunk)]());  // A may be bool
+    for (int64_t it = 0; it < items; ++it) {
+      parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k)
+          accumulate(it, Rn * k / nb, Rn * (k + 1) / nb, part.get() + k * kColumnChunk);
+      });
+      for (int64_t k = 1; k < nb; ++k)
+        for (int64_t j = 0; j < kColumnChunk; ++j)
+          part[static_cast<size_t>(j)] = Op::step(part[static_cast<size_t>(j)],
+                                                  part[static_cast<size_t>(k * kColumnChunk + j)]);
+      store(it, part.get());
+    }
+    return;
+  }
+  parallel_for(0, items, std::max<int64_t>(1, kDefaultGrain / work), [&](int64_t b, int64_t e) {
     A acc[kColumnChunk];
     for (int64_t it = b; it < e; ++it) {
-      int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
-      int64_t len = std::min(kColumnChunk, col.size - j0);
-      int64_t xo, yo;
-      unravel(outer_kept, o, xo, yo);
-      for (int64_t j = 0; j < len; ++j) acc[j] = Op::init();
-      for (int64_t r = 0; r < Rn; ++r) {
-        int64_t rx, ry;
-        unravel(red, r, rx, ry);
-        const T* p = xp + xo + rx + j0 * col.xs;
-        if (col.xs == 1) {
-          for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
-        } else {
-          for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j * col.xs])));
-        }
-      }
-      O* q = yp + yo + j0 * col.ys;
-      for (int64_t j = 0; j < len; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
+      accumulate(it, 0, Rn, acc);
+      store(it, acc);
     }
   });
 }
@@ -355,8 +386,7 @@ std::pair<C, int64_t> arg_scan(const T* p, int64_t s, int64_t k0, int64_t k1) {
 // Column form for a reduced dim that is not innermost in memory: per input
 // row, update the running best of a chunk of adjacent outputs.
 template <typename T, typename C, bool IsMax>
-void arg_columns(const T* xp, const RDims& outer, int64_t cols, int64_t K, int64_t s,
-                 int64_t* yp) {
+void arg_columns(const T* xp, const RDims& outer, int64_t cols, int64_t K, int64_t s, int64_t* yp) {
   const int64_t nchunks = (cols + kColumnChunk - 1) / kColumnChunk;
   const int64_t items = numel_of_rdims(outer) * nchunks;
   const int64_t grain = std::max<int64_t>(1, kDefaultGrain / (K * std::min(cols, kColumnChunk)));

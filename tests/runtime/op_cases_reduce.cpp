@@ -68,8 +68,8 @@ std::vector<OpCase> sum_max_min_cases(OpId op) {
       true);
   add("f64 [2,3,4] dims(0,2)", Kind::kContiguous, make_input({2, 3, 4}, D::f64, v, 3), {0, 2},
       false, true);
-  add("f64 [2,3,4] dims(-1) keepdim", Kind::kContiguous, make_input({2, 3, 4}, D::f64, v, 4),
-      {-1}, true, true);
+  add("f64 [2,3,4] dims(-1) keepdim", Kind::kContiguous, make_input({2, 3, 4}, D::f64, v, 4), {-1},
+      true, true);
   add("f64 [2,3] all", Kind::kContiguous, make_input({2, 3}, D::f64, v, 5), {}, false, true);
   add("f64 transposed [4,3] dims(1)", Kind::kStrided,
       make_input({4, 3}, D::f64, v, 6, L::kTransposed), {1}, false, true);
@@ -81,25 +81,27 @@ std::vector<OpCase> sum_max_min_cases(OpId op) {
       {2, 0}, false, true);
   add("f64 [2,3,4] dims(-1,-3) keepdim", Kind::kContiguous, make_input({2, 3, 4}, D::f64, v, 27),
       {-1, -3}, true, true);
-  add("f64 offset [3,4] dims(1)", Kind::kOther, make_input({3, 4}, D::f64, v, 28, L::kOffset),
-      {1}, false, true);
+  add("f64 offset [3,4] dims(1)", Kind::kOther, make_input({3, 4}, D::f64, v, 28, L::kOffset), {1},
+      false, true);
   add("f32 expanded [3,4] dims(1)", Kind::kStrided,
       make_input({3, 4}, D::f32, {-2, 2}, 29, L::kExpanded), {1}, false);
   add("f32 expanded [3,4] dims(0)", Kind::kStrided,
       make_input({3, 4}, D::f32, {-2, 2}, 9, L::kExpanded), {0}, false);
   add("f32 [5,300] dims(1) (rows)", Kind::kOther, make_input({5, 300}, D::f32, {-2, 2}, 10), {1},
       false);
-  add("f32 [300,5] dims(0) (columns)", Kind::kOther, make_input({300, 5}, D::f32, {-2, 2}, 11),
-      {0}, false);
+  add("f32 [300,5] dims(0) (columns)", Kind::kOther, make_input({300, 5}, D::f32, {-2, 2}, 11), {0},
+      false);
   add("f32 transposed [300,260] dims(1) (parallel)", Kind::kOther,
       make_input({300, 260}, D::f32, {-2, 2}, 25, L::kTransposed), {1}, false);
-  add("f32 [40000] all (split)", Kind::kOther, make_input({40000}, D::f32, {-2, 2}, 12), {},
-      false);
+  add("f32 [40000] all (split)", Kind::kOther, make_input({40000}, D::f32, {-2, 2}, 12), {}, false);
   add("f64 [2,33000] dims(1) (split)", Kind::kOther, make_input({2, 33000}, D::f64, {-2, 2}, 13),
       {1}, false);
   add("i64 [2,3] dims(1)", Kind::kContiguous, make_input({2, 3}, D::i64, {-5, 5}, 14), {1}, false);
   add("i32 [3,4] dims(0)", Kind::kContiguous, make_input({3, 4}, D::i32, {-5, 5}, 15), {0}, false);
-  if (is_sum) add("bool [2,3] all", Kind::kContiguous, make_input({2, 3}, D::b8, {}, 16), {}, false);
+  if (is_sum) {
+    add("bool [2,3] all", Kind::kContiguous, make_input({2, 3}, D::b8, {}, 16), {}, false);
+    add("u8 [2,3] dims(0)", Kind::kContiguous, make_input({2, 3}, D::u8, {0, 200}, 30), {0}, false);
+  }
   add("f16 [2,8] dims(1)", Kind::kContiguous, make_input({2, 8}, D::f16, {-2, 2}, 17), {1}, false);
   add("bf16 [3,4] all", Kind::kContiguous, make_input({3, 4}, D::bf16, {-2, 2}, 18), {}, false);
   add("f64 0-d all", Kind::kOther, make_input({}, D::f64, v, 19), {}, false, true);
@@ -108,8 +110,21 @@ std::vector<OpCase> sum_max_min_cases(OpId op) {
   if (is_sum) {
     add("f32 [0,3] dims(0)", Kind::kZeroSize, make_input({0, 3}, D::f32, v, 22), {0}, false);
     add("f32 [2,0] all", Kind::kZeroSize, make_input({2, 0}, D::f32, v, 23), {}, false);
-    add("i64 [0,2] dims(0) keepdim", Kind::kZeroSize, make_input({0, 2}, D::i64, v, 24), {0},
-        true);
+    add("i64 [0,2] dims(0) keepdim", Kind::kZeroSize, make_input({0, 2}, D::i64, v, 24), {0}, true);
+  }
+  add("f32 [3,600] dims(0) (column chunks)", Kind::kOther,
+      make_input({3, 600}, D::f32, {-2, 2}, 31), {0}, false);
+  // Every dim subset of permuted [3,4,5] views (memory order != logical order).
+  uint64_t seed = 100;
+  for (const Dims& perm : {Dims{2, 0, 1}, Dims{1, 2, 0}}) {
+    for (int mask = 1; mask < 8; ++mask) {
+      Dims dims;
+      for (int64_t d = 0; d < 3; ++d)
+        if (mask >> d & 1) dims.push_back(d);
+      Tensor x = permute(make_input({5, 3, 4}, D::f32, v, ++seed), perm);
+      add("f32 permuted " + str(x.shape()) + " dims" + str(dims), Kind::kStrided, x, dims,
+          mask % 2 == 1);
+    }
   }
   std::vector<double> sp{1.0, kNaN, -3.0, inf, 0.5, -inf};
   add("f32 [2,3] NaN/inf dims(1)", Kind::kOther, from_doubles(sp, {2, 3}, D::f32), {1}, false);
@@ -135,8 +150,10 @@ std::vector<OpCase> arg_cases(OpId op) {
           int64_t s = x.shape[static_cast<size_t>(i)];
           if (i < d) outer *= s;
           if (i > d) inner *= s;
-          if (i != d) shape.push_back(s);
-          else if (keepdim) shape.push_back(1);
+          if (i != d)
+            shape.push_back(s);
+          else if (keepdim)
+            shape.push_back(1);
         }
       }
       Ref o = make_ref(D::i64, shape);
@@ -165,15 +182,14 @@ std::vector<OpCase> arg_cases(OpId op) {
   add("f32 [3,4] dim 1", Kind::kContiguous, make_input({3, 4}, D::f32, v, 1), 1, false, false);
   add("f64 [3,4] dim 0 keepdim", Kind::kContiguous, make_input({3, 4}, D::f64, v, 2), 0, true,
       false);
-  add("f32 [2,3,4] dim 1", Kind::kContiguous, make_input({2, 3, 4}, D::f32, v, 3), 1, false,
-      false);
+  add("f32 [2,3,4] dim 1", Kind::kContiguous, make_input({2, 3, 4}, D::f32, v, 3), 1, false, false);
   add("f32 [2,3,4] flat", Kind::kContiguous, make_input({2, 3, 4}, D::f32, v, 4), 0, false, true);
   add("f32 [2,3,4] flat keepdim", Kind::kContiguous, make_input({2, 3, 4}, D::f32, v, 5), 0, true,
       true);
   add("f64 transposed [4,3] dim -1", Kind::kStrided,
       make_input({4, 3}, D::f64, v, 6, L::kTransposed), -1, false, false);
-  add("f64 transposed [4,3] flat", Kind::kStrided,
-      make_input({4, 3}, D::f64, v, 7, L::kTransposed), 0, false, true);
+  add("f64 transposed [4,3] flat", Kind::kStrided, make_input({4, 3}, D::f64, v, 7, L::kTransposed),
+      0, false, true);
   add("f32 sliced [3,5] dim 0 keepdim", Kind::kStrided,
       make_input({3, 5}, D::f32, v, 8, L::kSliced), 0, true, false);
   add("i64 ties [4,5] dim 1 (first wins)", Kind::kOther, make_input({4, 5}, D::i64, ties, 9), 1,
@@ -185,16 +201,25 @@ std::vector<OpCase> arg_cases(OpId op) {
       false, true);
   add("f32 offset [3,4] dim 1", Kind::kOther, make_input({3, 4}, D::f32, v, 21, L::kOffset), 1,
       false, false);
-  add("f32 expanded [3,4] flat", Kind::kStrided, make_input({3, 4}, D::f32, v, 22, L::kExpanded),
-      0, false, true);
+  add("f32 expanded [3,4] flat", Kind::kStrided, make_input({3, 4}, D::f32, v, 22, L::kExpanded), 0,
+      false, true);
   add("f32 expanded [3,4] dim 0", Kind::kStrided, make_input({3, 4}, D::f32, v, 23, L::kExpanded),
       0, false, false);
+  add("f32 [3,1,2] dim 1 (size 1)", Kind::kOther, make_input({3, 1, 2}, D::f32, v, 24), 1, true,
+      false);
   add("f16 [2,6] dim 1", Kind::kContiguous, make_input({2, 6}, D::f16, v, 12), 1, false, false);
   add("bf16 [6,2] dim 0", Kind::kContiguous, make_input({6, 2}, D::bf16, v, 13), 0, false, false);
-  add("f32 [40000] flat (split)", Kind::kOther, make_input({40000}, D::f32, v, 14), 0, false,
-      true);
-  add("f32 [2,33000] dim 1 (split)", Kind::kOther, make_input({2, 33000}, D::f32, v, 15), 1,
-      false, false);
+  add("f32 [40000] flat (split)", Kind::kOther, make_input({40000}, D::f32, v, 14), 0, false, true);
+  add("f32 [2,33000] dim 1 (split)", Kind::kOther, make_input({2, 33000}, D::f32, v, 15), 1, false,
+      false);
+  uint64_t seed = 100;
+  for (const Dims& perm : {Dims{2, 0, 1}, Dims{1, 2, 0}})
+    for (int64_t d = 0; d < 3; ++d)
+      for (bool keep : {false, true}) {
+        Tensor x = permute(make_input({5, 3, 4}, D::f32, v, ++seed), perm);
+        add("f32 permuted " + str(x.shape()) + " dim " + std::to_string(d), Kind::kStrided, x, d,
+            keep, false);
+      }
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> sp{1.0, kNaN, -3.0, kNaN, inf, -inf, 2.0, 0.0};
   add("f32 NaN/inf [2,4] dim 1", Kind::kOther, from_doubles(sp, {2, 4}, D::f32), 1, false, false);
@@ -255,9 +280,7 @@ Ref matmul_ref(const Ref& a, const Ref& b) {
 
 std::vector<OpCase> linalg_cases(OpId) {
   std::vector<OpCase> cs;
-  RefFn ref = [](const std::vector<Ref>& in) {
-    return std::vector<Ref>{matmul_ref(in[0], in[1])};
-  };
+  RefFn ref = [](const std::vector<Ref>& in) { return std::vector<Ref>{matmul_ref(in[0], in[1])}; };
   const Values v{-2, 2};
   auto add = [&](std::string name, Kind k, Tensor a, Tensor b, bool g = false) {
     cs.push_back(make_case(std::move(name), k, {a, b}, {}, ref, g));
@@ -307,6 +330,19 @@ std::vector<OpCase> linalg_cases(OpId) {
       make_input({3, 2}, D::i64, {-5, 5}, 58, L::kExpanded));
   add("f16 transposed [3,2]x[2,4]", Kind::kStrided,
       make_input({3, 2}, D::f16, v, 59, L::kTransposed), make_input({2, 4}, D::f16, v, 60));
+  // Degenerate matrix sizes (1 rows / inner / columns) in every layout pair (BLAS ld rules).
+  uint64_t seed = 200;
+  for (const Dims& mkn :
+       {Dims{1, 3, 4}, Dims{3, 1, 4}, Dims{3, 4, 1}, Dims{1, 1, 1}, Dims{1, 4, 1}})
+    for (L la : {L::kContiguous, L::kTransposed, L::kSliced})
+      for (L lb : {L::kContiguous, L::kTransposed, L::kSliced}) {
+        Tensor a = make_input({mkn[0], mkn[1]}, D::f32, v, ++seed, la);
+        Tensor b = make_input({mkn[1], mkn[2]}, D::f32, v, ++seed, lb);
+        const bool strided = !a.is_contiguous() || !b.is_contiguous();
+        add("f32 " + str(a.shape()) + "x" + str(b.shape()) + " strides " + str(a.strides()) + "," +
+                str(b.strides()),
+            strided ? Kind::kStrided : Kind::kContiguous, a, b);
+      }
   add("i64 [2,3]x[3,2]", Kind::kContiguous, make_input({2, 3}, D::i64, {-5, 5}, 31),
       make_input({3, 2}, D::i64, {-5, 5}, 32));
   add("i32 transposed [2,3]x[3]", Kind::kStrided,

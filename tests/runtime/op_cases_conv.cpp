@@ -133,8 +133,8 @@ std::vector<OpCase> conv_family(OpId op) {
         make_input(sa, D::f64, kV, 48, L::kOffset), make_input(sb, D::f64, kV, 49, L::kOffset),
         true);
   }
-  for (const ConvSpec& s : {ConvSpec{{0, 2, 4, 4}, {3, 2, 3, 3}},
-                            ConvSpec{{1, 2, 4, 4}, {0, 2, 3, 3}}}) {
+  for (const ConvSpec& s :
+       {ConvSpec{{0, 2, 4, 4}, {3, 2, 3, 3}}, ConvSpec{{1, 2, 4, 4}, {0, 2, 3, 3}}}) {
     auto [sa, sb] = shapes(s);
     add(s.xs[0] == 0 ? "f32 N=0" : "f32 O=0", Kind::kZeroSize, s, make_input(sa, D::f32, kV, 46),
         make_input(sb, D::f32, kV, 47), false);
@@ -166,8 +166,10 @@ struct PoolSpec {
   Attrs attrs(bool is_max) const {
     Attrs a;
     a.set("kernel_size", k).set("stride", stride).set("padding", pad);
-    if (is_max) a.set("dilation", dil);
-    else a.set("count_include_pad", AttrValue(count_pad));
+    if (is_max)
+      a.set("dilation", dil);
+    else
+      a.set("count_include_pad", AttrValue(count_pad));
     return a;
   }
 };
@@ -213,8 +215,8 @@ std::vector<OpCase> max_pool_cases() {
   PoolSpec dflt{{1, 1, 4, 6}, {2, 3}, {}};
   add("f32 k2 s2", Kind::kContiguous, basic, make_input(basic.xs, D::f32, dv, 1));
   add("f64 k3 s2 p1", Kind::kContiguous, padded, make_input(padded.xs, D::f64, dv, 2), true);
-  add("f64 k2 dilation 2 p(1,0)", Kind::kContiguous, dilated,
-      make_input(dilated.xs, D::f64, dv, 3), true);
+  add("f64 k2 dilation 2 p(1,0)", Kind::kContiguous, dilated, make_input(dilated.xs, D::f64, dv, 3),
+      true);
   add("f64 [C,H,W] k(2,3) s(1,2)", Kind::kContiguous, unbatched,
       make_input(unbatched.xs, D::f64, dv, 4), true);
   add("f64 empty stride = kernel", Kind::kContiguous, dflt, make_input(dflt.xs, D::f64, dv, 5),
@@ -280,8 +282,10 @@ std::vector<OpCase> avg_family(bool grad_op) {
             for (int64_t ih = w.h0; ih < w.h1; ++ih)
               for (int64_t iw = w.w0; iw < w.w1; ++iw) {
                 const size_t xl = static_cast<size_t>((p * H + ih) * W + iw);
-                if (grad_op) o.v[xl] += a.v[yl] / static_cast<double>(w.div);
-                else o.v[yl] += a.v[xl] / static_cast<double>(w.div);
+                if (grad_op)
+                  o.v[xl] += a.v[yl] / static_cast<double>(w.div);
+                else
+                  o.v[yl] += a.v[xl] / static_cast<double>(w.div);
               }
           }
       return std::vector<Ref>{o};
@@ -297,13 +301,10 @@ std::vector<OpCase> avg_family(bool grad_op) {
   PoolSpec unbatched{{2, 4, 5}, {2, 3}, {1, 2}};
   PoolSpec dflt{{1, 1, 4, 6}, {2, 3}, {}};
   add("f32 k2 s2", Kind::kContiguous, basic, D::f32, 1);
-  add("f64 k3 s2 p1 count_include_pad", Kind::kContiguous, padded, D::f64, 2, L::kContiguous,
-      true);
+  add("f64 k3 s2 p1 count_include_pad", Kind::kContiguous, padded, D::f64, 2, L::kContiguous, true);
   add("f64 k3 s2 p1 exclude pad", Kind::kContiguous, excl, D::f64, 3, L::kContiguous, true);
-  add("f64 k(2,3) s2 p1 exclude pad", Kind::kContiguous, uneven, D::f64, 4, L::kContiguous,
-      true);
-  add("f64 [C,H,W] k(2,3) s(1,2)", Kind::kContiguous, unbatched, D::f64, 5, L::kContiguous,
-      true);
+  add("f64 k(2,3) s2 p1 exclude pad", Kind::kContiguous, uneven, D::f64, 4, L::kContiguous, true);
+  add("f64 [C,H,W] k(2,3) s(1,2)", Kind::kContiguous, unbatched, D::f64, 5, L::kContiguous, true);
   add("f64 empty stride = kernel", Kind::kContiguous, dflt, D::f64, 6, L::kContiguous, true);
   add("f64 transposed k3 s2 p1", Kind::kStrided, padded, D::f64, 7, L::kTransposed, true);
   add("f64 sliced exclude pad", Kind::kStrided, uneven, D::f64, 8, L::kSliced, true);
@@ -325,11 +326,16 @@ std::vector<OpCase> conv_cases(OpId op) {
   switch (op) {
     case OpId::conv2d:
     case OpId::conv2d_grad_input:
-    case OpId::conv2d_grad_weight: return conv_family(op);
-    case OpId::max_pool2d: return max_pool_cases();
-    case OpId::avg_pool2d: return avg_family(false);
-    case OpId::avg_pool2d_grad: return avg_family(true);
-    default: return {};
+    case OpId::conv2d_grad_weight:
+      return conv_family(op);
+    case OpId::max_pool2d:
+      return max_pool_cases();
+    case OpId::avg_pool2d:
+      return avg_family(false);
+    case OpId::avg_pool2d_grad:
+      return avg_family(true);
+    default:
+      return {};
   }
 }
 

@@ -27,8 +27,8 @@ std::vector<OpCase> reshape_cases() {
   };
   add("f32 [2,3,4] -> [6,4]", Kind::kContiguous, make_input({2, 3, 4}, D::f32, kV, 1), {6, 4},
       {6, 4});
-  add("f64 [3,4] -> [2,-1]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 2), {2, -1},
-      {2, 6}, true);
+  add("f64 [3,4] -> [2,-1]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 2), {2, -1}, {2, 6},
+      true);
   add("f64 transposed [4,3] -> [12]", Kind::kStrided,
       make_input({4, 3}, D::f64, kV, 3, L::kTransposed), {12}, {12}, true);
   add("f64 sliced [2,3] -> [3,2]", Kind::kStrided, make_input({2, 3}, D::f64, kV, 4, L::kSliced),
@@ -50,8 +50,7 @@ std::vector<OpCase> reshape_cases() {
   add("bool [4] -> [2,2]", Kind::kContiguous, make_input({4}, D::b8, {}, 8), {2, 2}, {2, 2});
   add("f16 [2,3] -> [6]", Kind::kContiguous, make_input({2, 3}, D::f16, kV, 9), {6}, {6});
   add("f32 [0,3] -> [3,0]", Kind::kZeroSize, make_input({0, 3}, D::f32, kV, 10), {3, 0}, {3, 0});
-  add("f32 [0,3] -> [-1,3]", Kind::kZeroSize, make_input({0, 3}, D::f32, kV, 11), {-1, 3},
-      {0, 3});
+  add("f32 [0,3] -> [-1,3]", Kind::kZeroSize, make_input({0, 3}, D::f32, kV, 11), {-1, 3}, {0, 3});
   add("f64 0-d -> [1,1]", Kind::kOther, make_input({}, D::f64, kV, 12), {1, 1}, {1, 1}, true);
   add("f64 [1] -> 0-d", Kind::kOther, make_input({1}, D::f64, kV, 13), {}, {}, true);
   return cs;
@@ -112,8 +111,8 @@ std::vector<OpCase> expand_cases() {
   add("f32 [3,1] -> [3,4]", Kind::kBroadcast, make_input({3, 1}, D::f32, kV, 1), {3, 4}, {3, 4});
   add("f64 [1,4] -> [2,3,4]", Kind::kBroadcast, make_input({1, 4}, D::f64, kV, 2), {2, 3, 4},
       {2, 3, 4}, true);
-  add("f64 [3,1] -> [-1,5]", Kind::kBroadcast, make_input({3, 1}, D::f64, kV, 3), {-1, 5},
-      {3, 5}, true);
+  add("f64 [3,1] -> [-1,5]", Kind::kBroadcast, make_input({3, 1}, D::f64, kV, 3), {-1, 5}, {3, 5},
+      true);
   add("f64 transposed [3,2] -> [4,3,2]", Kind::kStrided,
       make_input({3, 2}, D::f64, kV, 4, L::kTransposed), {4, 3, 2}, {4, 3, 2}, true);
   add("f64 sliced [2,1,3] -> [2,2,3]", Kind::kStrided,
@@ -121,8 +120,8 @@ std::vector<OpCase> expand_cases() {
   add("f64 [2,3] -> [2,3] (same)", Kind::kContiguous, make_input({2, 3}, D::f64, kV, 6), {2, 3},
       {2, 3}, true);
   add("f64 0-d -> [2,3]", Kind::kBroadcast, make_input({}, D::f64, kV, 7), {2, 3}, {2, 3}, true);
-  add("f64 offset [1,3] -> [2,2,3]", Kind::kOther,
-      make_input({1, 3}, D::f64, kV, 13, L::kOffset), {2, 2, 3}, {2, 2, 3}, true);
+  add("f64 offset [1,3] -> [2,2,3]", Kind::kOther, make_input({1, 3}, D::f64, kV, 13, L::kOffset),
+      {2, 2, 3}, {2, 2, 3}, true);
   add("f32 expanded [2,3] -> [2,2,3]", Kind::kStrided,
       make_input({2, 3}, D::f32, kV, 14, L::kExpanded), {2, 2, 3}, {2, 2, 3});
   add("i64 [1,3] -> [2,3]", Kind::kBroadcast, make_input({1, 3}, D::i64, kV, 8), {2, 3}, {2, 3});
@@ -140,8 +139,8 @@ std::vector<OpCase> slice_cases() {
                  int64_t step, bool g = false) {
     RefFn ref = [=](const std::vector<Ref>& in) {
       const Ref& x = in[0];
-      const size_t d = static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.shape.size())
-                                                   : dim);
+      const size_t d =
+          static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.shape.size()) : dim);
       Dims shape = x.shape;
       shape[d] = (end - start + step - 1) / step;
       Ref o = make_ref(x.dtype, shape);
@@ -157,8 +156,8 @@ std::vector<OpCase> slice_cases() {
     cs.push_back(make_case(std::move(name), k, {x}, at, ref, g));
   };
   add("f32 [4,5] d1 [1,4)", Kind::kContiguous, make_input({4, 5}, D::f32, kV, 1), 1, 1, 4, 1);
-  add("f64 [5,4] d0 [1,5) step 2", Kind::kContiguous, make_input({5, 4}, D::f64, kV, 2), 0, 1, 5,
-      2, true);
+  add("f64 [5,4] d0 [1,5) step 2", Kind::kContiguous, make_input({5, 4}, D::f64, kV, 2), 0, 1, 5, 2,
+      true);
   add("f64 [2,3,4] d-1 [0,4) step 3", Kind::kContiguous, make_input({2, 3, 4}, D::f64, kV, 3), -1,
       0, 4, 3, true);
   add("f64 transposed [4,6] d1 [2,6)", Kind::kStrided,
@@ -171,8 +170,7 @@ std::vector<OpCase> slice_cases() {
       make_input({3, 4}, D::f32, kV, 11, L::kExpanded), 0, 1, 3, 1);
   add("i64 [6] d0 [1,6) step 4", Kind::kContiguous, make_input({6}, D::i64, kV, 6), 0, 1, 6, 4);
   add("bool [3,3] d1 [0,2)", Kind::kContiguous, make_input({3, 3}, D::b8, {}, 7), 1, 0, 2, 1);
-  add("f32 [3,4] d1 [2,2) (empty)", Kind::kZeroSize, make_input({3, 4}, D::f32, kV, 8), 1, 2, 2,
-      1);
+  add("f32 [3,4] d1 [2,2) (empty)", Kind::kZeroSize, make_input({3, 4}, D::f32, kV, 8), 1, 2, 2, 1);
   add("f32 [0,4] d1 [1,3)", Kind::kZeroSize, make_input({0, 4}, D::f32, kV, 9), 1, 1, 3, 1);
   return cs;
 }
@@ -188,8 +186,7 @@ std::vector<OpCase> copy_cases() {
   add("f64 [3,4]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 2), true);
   add("f64 transposed [3,4]", Kind::kStrided, make_input({3, 4}, D::f64, kV, 3, L::kTransposed),
       true);
-  add("f64 sliced [2,3,2]", Kind::kStrided, make_input({2, 3, 2}, D::f64, kV, 4, L::kSliced),
-      true);
+  add("f64 sliced [2,3,2]", Kind::kStrided, make_input({2, 3, 2}, D::f64, kV, 4, L::kSliced), true);
   add("f32 expanded [3,4]", Kind::kStrided, make_input({3, 4}, D::f32, kV, 5, L::kExpanded));
   add("i64 transposed [2,3]", Kind::kStrided, make_input({2, 3}, D::i64, kV, 6, L::kTransposed));
   add("bool [5]", Kind::kContiguous, make_input({5}, D::b8, {}, 7));
@@ -238,22 +235,20 @@ std::vector<OpCase> pad_cases() {
       make_input({3, 4}, D::f64, kV, 3, L::kTransposed), {-1, 1}, 0.0, true);
   add("f64 sliced [2,3,4] (0,0,1,1,2,0)", Kind::kStrided,
       make_input({2, 3, 4}, D::f64, kV, 4, L::kSliced), {0, 0, 1, 1, 2, 0}, -1.0, true);
-  add("f64 [3,4] (2,-1,-1,0)", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 5),
-      {2, -1, -1, 0}, 0.25, true);
+  add("f64 [3,4] (2,-1,-1,0)", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 5), {2, -1, -1, 0},
+      0.25, true);
   add("f64 offset [2,3] (1,1,1,0)", Kind::kOther, make_input({2, 3}, D::f64, kV, 12, L::kOffset),
       {1, 1, 1, 0}, 0.5, true);
   add("f32 expanded [3,4] (-1,1,1,-1)", Kind::kStrided,
       make_input({3, 4}, D::f32, kV, 13, L::kExpanded), {-1, 1, 1, -1}, 2.0);
   add("i64 [3] (2,1) value 7", Kind::kContiguous, make_input({3}, D::i64, kV, 6), {2, 1}, 7.0);
-  add("bool [2,2] (1,1) value 1", Kind::kContiguous, make_input({2, 2}, D::b8, {}, 7), {1, 1},
-      1.0);
+  add("bool [2,2] (1,1) value 1", Kind::kContiguous, make_input({2, 2}, D::b8, {}, 7), {1, 1}, 1.0);
   add("f16 [2,2] (0,1) value 0.5", Kind::kContiguous, make_input({2, 2}, D::f16, kV, 8), {0, 1},
       0.5);
   add("f32 [0,3] (1,1)", Kind::kZeroSize, make_input({0, 3}, D::f32, kV, 9), {1, 1}, 2.0);
-  add("f32 [2,0] (1,1) value 3", Kind::kZeroSize, make_input({2, 0}, D::f32, kV, 10), {1, 1},
-      3.0);
-  add("f32 [2,3] (-2,-1) -> [2,0]", Kind::kZeroSize, make_input({2, 3}, D::f32, kV, 11),
-      {-2, -1}, 0.0);
+  add("f32 [2,0] (1,1) value 3", Kind::kZeroSize, make_input({2, 0}, D::f32, kV, 10), {1, 1}, 3.0);
+  add("f32 [2,3] (-2,-1) -> [2,0]", Kind::kZeroSize, make_input({2, 3}, D::f32, kV, 11), {-2, -1},
+      0.0);
   return cs;
 }
 
@@ -291,20 +286,25 @@ std::vector<OpCase> cat_cases() {
       {make_input({2, 3}, D::f32, kV, 1), make_input({1, 3}, D::f32, kV, 2)}, 0, D::f32);
   add("f64 [2,3]+[2,2]+[2,1] d1", Kind::kContiguous,
       {make_input({2, 3}, D::f64, kV, 3), make_input({2, 2}, D::f64, kV, 4),
-       make_input({2, 1}, D::f64, kV, 5)}, 1, D::f64, true);
+       make_input({2, 1}, D::f64, kV, 5)},
+      1, D::f64, true);
   add("f64 transposed+sliced d-1", Kind::kStrided,
       {make_input({3, 2}, D::f64, kV, 6, L::kTransposed),
-       make_input({3, 4}, D::f64, kV, 7, L::kSliced)}, -1, D::f64, true);
+       make_input({3, 4}, D::f64, kV, 7, L::kSliced)},
+      -1, D::f64, true);
   add("f64 [2,2,3] x3 d1", Kind::kContiguous,
       {make_input({2, 2, 3}, D::f64, kV, 8), make_input({2, 1, 3}, D::f64, kV, 9),
-       make_input({2, 2, 3}, D::f64, kV, 10, L::kTransposed)}, 1, D::f64, true);
+       make_input({2, 2, 3}, D::f64, kV, 10, L::kTransposed)},
+      1, D::f64, true);
   add("f64 single", Kind::kContiguous, {make_input({2, 3}, D::f64, kV, 11)}, 0, D::f64, true);
   add("f64 offset + expanded d0", Kind::kOther,
       {make_input({2, 3}, D::f64, kV, 24, L::kOffset),
-       make_input({2, 3}, D::f64, kV, 25, L::kExpanded)}, 0, D::f64);
+       make_input({2, 3}, D::f64, kV, 25, L::kExpanded)},
+      0, D::f64);
   add("f16 [2] + f32 [1] + i64 [2] -> f32", Kind::kOther,
       {make_input({2}, D::f16, kV, 26), make_input({1}, D::f32, kV, 27),
-       make_input({2}, D::i64, kV, 28)}, 0, D::f32);
+       make_input({2}, D::i64, kV, 28)},
+      0, D::f32);
   add("bool [2] + i32 [2] -> i32", Kind::kOther,
       {make_input({2}, D::b8, {}, 29), make_input({2}, D::i32, kV, 30)}, 0, D::i32);
   add("i64 [2] + f32 [3] -> f32", Kind::kOther,
@@ -317,6 +317,8 @@ std::vector<OpCase> cat_cases() {
       {make_input({0, 3}, D::f32, kV, 18), make_input({2, 3}, D::f32, kV, 19)}, 0, D::f32);
   add("f32 [0] (legacy skip) + [2,3]", Kind::kZeroSize,
       {make_input({0}, D::f32, kV, 20), make_input({2, 3}, D::f32, kV, 21)}, 1, D::f32);
+  add("f32 [0]+[0] (all legacy-empty)", Kind::kZeroSize,
+      {make_input({0}, D::f32, kV, 31), make_input({0}, D::f32, kV, 32)}, 0, D::f32);
   add("f32 [0,2]+[0,3] d1", Kind::kZeroSize,
       {make_input({0, 2}, D::f32, kV, 22), make_input({0, 3}, D::f32, kV, 23)}, 1, D::f32);
   return cs;
@@ -329,10 +331,12 @@ std::vector<OpCase> gather_cases() {
     RefFn ref = [dim](const std::vector<Ref>& in) {
       const Ref& x = in[0];
       const Ref& ix = in[1];
+      const size_t d =
+          static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.shape.size()) : dim);
       Ref o = make_ref(x.dtype, ix.shape);
       for (int64_t i = 0; i < o.numel(); ++i) {
         std::vector<int64_t> idx = unravel(i, ix.shape);
-        idx[static_cast<size_t>(dim)] = static_cast<int64_t>(ix.v[static_cast<size_t>(i)]);
+        idx[d] = static_cast<int64_t>(ix.v[static_cast<size_t>(i)]);
         o.v[static_cast<size_t>(i)] = x.at(idx);
       }
       return std::vector<Ref>{o};
@@ -344,8 +348,8 @@ std::vector<OpCase> gather_cases() {
   add("f64 [3,4] d1 idx [3,6]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 3),
       index({3, 6}, 4, 4), 1, true);
   add("f64 transposed [4,3] d1 idx transposed [4,5]", Kind::kStrided,
-      make_input({4, 3}, D::f64, kV, 5, L::kTransposed), index({4, 5}, 3, 6, D::i64,
-                                                              L::kTransposed), 1, true);
+      make_input({4, 3}, D::f64, kV, 5, L::kTransposed),
+      index({4, 5}, 3, 6, D::i64, L::kTransposed), 1, true);
   add("f64 sliced [3,4] d0 idx [2,2] (partial)", Kind::kStrided,
       make_input({3, 4}, D::f64, kV, 7, L::kSliced), index({2, 2}, 3, 8), 0, true);
   add("f64 offset x, offset idx", Kind::kOther, make_input({3, 4}, D::f64, kV, 17, L::kOffset),
@@ -356,6 +360,8 @@ std::vector<OpCase> gather_cases() {
   add("i64 [2,3,2] d2 idx i32 [2,3,3]", Kind::kOther, make_input({2, 3, 2}, D::i64, kV, 9),
       index({2, 3, 3}, 2, 10, D::i32), 2);
   add("bool [3,3] d0", Kind::kOther, make_input({3, 3}, D::b8, {}, 11), index({2, 3}, 3, 12), 0);
+  add("f64 [2,3] d-1", Kind::kContiguous, make_input({2, 3}, D::f64, kV, 21), index({2, 4}, 3, 22),
+      -1, true);
   add("f32 [3,4] d1 idx [0,4]", Kind::kZeroSize, make_input({3, 4}, D::f32, kV, 13),
       index({0, 4}, 4, 14), 1);
   add("f32 [3,4] d1 idx [3,0]", Kind::kZeroSize, make_input({3, 4}, D::f32, kV, 15),
@@ -368,8 +374,8 @@ std::vector<OpCase> index_select_cases() {
   auto add = [&](std::string name, Kind k, Tensor x, Tensor idx, int64_t dim, bool g = false) {
     RefFn ref = [dim](const std::vector<Ref>& in) {
       const Ref& x = in[0];
-      const size_t d = static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.shape.size())
-                                                   : dim);
+      const size_t d =
+          static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(x.shape.size()) : dim);
       Dims shape = x.shape;
       shape[d] = in[1].numel();
       Ref o = make_ref(x.dtype, shape);
@@ -382,10 +388,10 @@ std::vector<OpCase> index_select_cases() {
     };
     cs.push_back(make_case(std::move(name), k, {x, idx}, Attrs().set("dim", dim), ref, g));
   };
-  add("f32 [3,4] d0 [3]", Kind::kContiguous, make_input({3, 4}, D::f32, kV, 1),
-      index({3}, 3, 2), 0);
-  add("f64 [3,4] d1 [5]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 3),
-      index({5}, 4, 4), 1, true);
+  add("f32 [3,4] d0 [3]", Kind::kContiguous, make_input({3, 4}, D::f32, kV, 1), index({3}, 3, 2),
+      0);
+  add("f64 [3,4] d1 [5]", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 3), index({5}, 4, 4), 1,
+      true);
   add("f64 transposed [4,3] d-1 sliced idx", Kind::kStrided,
       make_input({4, 3}, D::f64, kV, 5, L::kTransposed), index({4}, 3, 6, D::i64, L::kSliced), -1,
       true);
@@ -413,10 +419,12 @@ std::vector<OpCase> scatter_add_cases() {
       Ref o = in[0];
       const Ref& ix = in[1];
       const Ref& src = in[2];
+      const size_t d =
+          static_cast<size_t>(dim < 0 ? dim + static_cast<int64_t>(o.shape.size()) : dim);
       for (int64_t i = 0; i < ix.numel(); ++i) {
         std::vector<int64_t> idx = unravel(i, ix.shape);
         double s = src.at(idx);
-        idx[static_cast<size_t>(dim)] = static_cast<int64_t>(ix.v[static_cast<size_t>(i)]);
+        idx[d] = static_cast<int64_t>(ix.v[static_cast<size_t>(i)]);
         o.at(idx) += s;
       }
       if (o.dtype == D::b8)
@@ -427,15 +435,13 @@ std::vector<OpCase> scatter_add_cases() {
   };
   add("f32 [3,4] d0", Kind::kContiguous, make_input({3, 4}, D::f32, kV, 1), index({2, 4}, 3, 2),
       make_input({2, 4}, D::f32, kV, 3), 0);
-  add("f64 [3,4] d1 idx [3,6] (duplicates)", Kind::kContiguous,
-      make_input({3, 4}, D::f64, kV, 4), index({3, 6}, 4, 5), make_input({3, 6}, D::f64, kV, 6),
-      1, true);
-  add("f64 idx [2,2] < src [3,4] (partial)", Kind::kContiguous,
-      make_input({3, 4}, D::f64, kV, 7), index({2, 2}, 3, 8), make_input({3, 4}, D::f64, kV, 9),
-      0, true);
+  add("f64 [3,4] d1 idx [3,6] (duplicates)", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 4),
+      index({3, 6}, 4, 5), make_input({3, 6}, D::f64, kV, 6), 1, true);
+  add("f64 idx [2,2] < src [3,4] (partial)", Kind::kContiguous, make_input({3, 4}, D::f64, kV, 7),
+      index({2, 2}, 3, 8), make_input({3, 4}, D::f64, kV, 9), 0, true);
   add("f64 strided x/idx/src", Kind::kStrided, make_input({4, 3}, D::f64, kV, 10, L::kTransposed),
-      index({4, 2}, 3, 11, D::i64, L::kSliced),
-      make_input({4, 2}, D::f64, kV, 12, L::kTransposed), 1, true);
+      index({4, 2}, 3, 11, D::i64, L::kSliced), make_input({4, 2}, D::f64, kV, 12, L::kTransposed),
+      1, true);
   add("f64 offset x/idx/src", Kind::kOther, make_input({3, 4}, D::f64, kV, 25, L::kOffset),
       index({2, 4}, 3, 26, D::i64, L::kOffset), make_input({2, 4}, D::f64, kV, 27, L::kOffset), 0,
       true);
@@ -444,6 +450,8 @@ std::vector<OpCase> scatter_add_cases() {
       1);
   add("i64 [2,3,2] d2 i32 idx", Kind::kOther, make_input({2, 3, 2}, D::i64, kV, 13),
       index({2, 3, 3}, 2, 14, D::i32), make_input({2, 3, 3}, D::i64, kV, 15), 2);
+  add("f64 [2,3] d-1", Kind::kContiguous, make_input({2, 3}, D::f64, kV, 31), index({2, 4}, 3, 32),
+      make_input({2, 4}, D::f64, kV, 33), -1, true);
   add("f16 [3] d0", Kind::kOther, make_input({3}, D::f16, kV, 16), index({5}, 3, 17),
       make_input({5}, D::f16, kV, 18), 0);
   add("f32 [3,4] idx [0,4]", Kind::kZeroSize, make_input({3, 4}, D::f32, kV, 19),
@@ -457,17 +465,28 @@ std::vector<OpCase> scatter_add_cases() {
 
 std::vector<OpCase> movement_cases(OpId op) {
   switch (op) {
-    case OpId::reshape: return reshape_cases();
-    case OpId::permute: return permute_cases();
-    case OpId::expand: return expand_cases();
-    case OpId::slice: return slice_cases();
-    case OpId::copy: return copy_cases();
-    case OpId::pad: return pad_cases();
-    case OpId::cat: return cat_cases();
-    case OpId::gather: return gather_cases();
-    case OpId::index_select: return index_select_cases();
-    case OpId::scatter_add: return scatter_add_cases();
-    default: return {};
+    case OpId::reshape:
+      return reshape_cases();
+    case OpId::permute:
+      return permute_cases();
+    case OpId::expand:
+      return expand_cases();
+    case OpId::slice:
+      return slice_cases();
+    case OpId::copy:
+      return copy_cases();
+    case OpId::pad:
+      return pad_cases();
+    case OpId::cat:
+      return cat_cases();
+    case OpId::gather:
+      return gather_cases();
+    case OpId::index_select:
+      return index_select_cases();
+    case OpId::scatter_add:
+      return scatter_add_cases();
+    default:
+      return {};
   }
 }
 

@@ -17,14 +17,18 @@ enum class Cls { kArith, kDiv, kPow, kCompare, kLogical };
 struct BinarySpec {
   Fn2 f;
   Cls cls = Cls::kArith;
-  Values a, b;          ///< forward values (floating)
-  Values ga, gb;        ///< gradcheck values
-  Values ia, ib;        ///< integer values
-  bool bools = true;    ///< defined on two bool tensors
+  Values a, b;        ///< forward values (floating)
+  Values ga, gb;      ///< gradcheck values
+  Values ia, ib;      ///< integer values
+  bool bools = true;  ///< defined on two bool tensors
 };
 
-double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b); }
-double min_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b); }
+double max_nan(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b);
+}
+double min_nan(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b);
+}
 
 BinarySpec spec_of(OpId op) {
   const Values any{-2, 2}, ints{-4, 4, 0, true}, ties{-2, 2, 0, true};
@@ -40,28 +44,54 @@ BinarySpec spec_of(OpId op) {
     return BinarySpec{f, Cls::kLogical, z, z, z, z, z, z, true};
   };
   switch (op) {
-    case OpId::add: return arith([](double a, double b) { return a + b; });
-    case OpId::sub: return arith([](double a, double b) { return a - b; }, false);
-    case OpId::mul: return arith([](double a, double b) { return a * b; });
+    case OpId::add:
+      return arith([](double a, double b) { return a + b; });
+    case OpId::sub:
+      return arith([](double a, double b) { return a - b; }, false);
+    case OpId::mul:
+      return arith([](double a, double b) { return a * b; });
     case OpId::div:
-      return {[](double a, double b) { return a / b; }, Cls::kDiv, any, away, any, away, ints,
-              nz_ints, true};
+      return {[](double a, double b) { return a / b; },
+              Cls::kDiv,
+              any,
+              away,
+              any,
+              away,
+              ints,
+              nz_ints,
+              true};
     case OpId::pow:
-      return {[](double a, double b) { return std::pow(a, b); }, Cls::kPow, {0.5, 2}, any,
-              {0.5, 2}, any, ints, {0, 3, 0, true}, false};
-    case OpId::maximum: return arith(max_nan);
-    case OpId::minimum: return arith(min_nan);
-    case OpId::eq: return cmp([](double a, double b) { return double(a == b); });
-    case OpId::ne: return cmp([](double a, double b) { return double(a != b); });
-    case OpId::lt: return cmp([](double a, double b) { return double(a < b); });
-    case OpId::le: return cmp([](double a, double b) { return double(a <= b); });
-    case OpId::gt: return cmp([](double a, double b) { return double(a > b); });
-    case OpId::ge: return cmp([](double a, double b) { return double(a >= b); });
+      return {[](double a, double b) { return std::pow(a, b); },
+              Cls::kPow,
+              {0.5, 2},
+              any,
+              {0.5, 2},
+              any,
+              ints,
+              {0, 3, 0, true},
+              false};
+    case OpId::maximum:
+      return arith(max_nan);
+    case OpId::minimum:
+      return arith(min_nan);
+    case OpId::eq:
+      return cmp([](double a, double b) { return double(a == b); });
+    case OpId::ne:
+      return cmp([](double a, double b) { return double(a != b); });
+    case OpId::lt:
+      return cmp([](double a, double b) { return double(a < b); });
+    case OpId::le:
+      return cmp([](double a, double b) { return double(a <= b); });
+    case OpId::gt:
+      return cmp([](double a, double b) { return double(a > b); });
+    case OpId::ge:
+      return cmp([](double a, double b) { return double(a >= b); });
     case OpId::logical_and:
       return logic([](double a, double b) { return double(a != 0 && b != 0); });
     case OpId::logical_or:
       return logic([](double a, double b) { return double(a != 0 || b != 0); });
-    default: return {};
+    default:
+      return {};
   }
 }
 
@@ -142,6 +172,17 @@ std::vector<OpCase> binary_cases(OpId op) {
     add("f16 [3] x wrapped float -> f16", Kind::kBroadcast, make_input({3}, D::f16, s.a, 33), w,
         D::f16);
     Tensor wi = scalar_tensor(Scalar(int64_t{2}));
+    add("f16 [3] x wrapped int -> f16", Kind::kBroadcast, make_input({3}, D::f16, s.a, 57), wi,
+        D::f16);
+    add("i64 [3] x 0-d f64 -> f64", Kind::kBroadcast, make_input({3}, D::i64, s.ia, 58),
+        make_input({}, D::f64, s.b, 59), D::f64);
+    add("i32 [3] x 0-d f16 -> f16", Kind::kBroadcast, make_input({3}, D::i32, s.ia, 60),
+        make_input({}, D::f16, s.b, 61), D::f16);
+    add("i32 [3] x 0-d i64 -> i32", Kind::kBroadcast, make_input({3}, D::i32, s.ia, 62),
+        make_input({}, D::i64, s.ib, 63), D::i32);
+    if (s.bools)
+      add("bool [3] x wrapped int -> i64", Kind::kBroadcast, make_input({3}, D::b8, {}, 64), wi,
+          D::i64);
     add("wrapped int x f64 [2,2] -> f64", Kind::kBroadcast, wi,
         make_input({2, 2}, D::f64, s.gb, 34), D::f64);
   }
@@ -164,6 +205,19 @@ std::vector<OpCase> binary_cases(OpId op) {
       make_input({1, 3}, D::f32, s.b, 48), D::f32);
   add("i64 [2,0] x [2,1]", Kind::kZeroSize, make_input({2, 0}, D::i64, s.ia, 49),
       make_input({2, 1}, D::i64, s.ib, 50), D::i64);
+  // Broadcast shapes crossed with view layouts (the loop's dim coalescing).
+  uint64_t seed = 100;
+  for (const auto& [sa, sb] : std::vector<std::pair<Dims, Dims>>{
+           {{2, 3, 4}, {3, 1}}, {{1, 3, 1}, {2, 1, 4}}, {{4, 1, 3}, {4, 2, 1}}}) {
+    for (const auto& [la, lb] :
+         {std::pair{L::kTransposed, L::kExpanded}, std::pair{L::kSliced, L::kOffset}}) {
+      Tensor a = make_input(sa, D::f32, s.a, ++seed, la);
+      Tensor b = make_input(sb, D::f32, s.b, ++seed, lb);
+      add("f32 " + str(a.shape()) + " strides " + str(a.strides()) + " x " + str(b.shape()) +
+              " strides " + str(b.strides()),
+          Kind::kBroadcast, a, b, D::f32);
+    }
+  }
   // IEEE special values: NaN, infinities, signed zeros, division by zero.
   std::vector<double> va{kNaN, 1.0, kInf, -kInf, 0.0, kInf, 0.0, -2.0, 2.0, -0.0, 1.0};
   std::vector<double> vb{1.0, kNaN, kInf, kInf, -0.0, 1.0, 0.0, 0.0, -0.5, 3.0, -kInf};
@@ -206,8 +260,8 @@ std::vector<OpCase> where_cases() {
       make_input({3, 4}, D::f32, v, 11, L::kSliced), make_input({3, 4}, D::f32, v, 12), D::f32);
   add("f64 [3,1] [1,4] [3,4]", Kind::kBroadcast, cond({3, 1}, 13),
       make_input({1, 4}, D::f64, v, 14), make_input({3, 4}, D::f64, v, 15), D::f64, true);
-  add("f64 [2,3,4] 0-d [4]", Kind::kBroadcast, cond({2, 3, 4}, 16),
-      make_input({}, D::f64, v, 17), make_input({4}, D::f64, v, 18), D::f64, true);
+  add("f64 [2,3,4] 0-d [4]", Kind::kBroadcast, cond({2, 3, 4}, 16), make_input({}, D::f64, v, 17),
+      make_input({4}, D::f64, v, 18), D::f64, true);
   add("i64 x f32 -> f32", Kind::kOther, cond({2, 3}, 19), make_input({2, 3}, D::i64, ints, 20),
       make_input({2, 3}, D::f32, v, 21), D::f32);
   add("f32 x wrapped 0.0 -> f32", Kind::kBroadcast, cond({2, 3}, 22),
@@ -219,6 +273,12 @@ std::vector<OpCase> where_cases() {
   add("i64 x i64", Kind::kContiguous, cond({5}, 30), make_input({5}, D::i64, ints, 31),
       make_input({5}, D::i64, ints, 32), D::i64);
   add("bool x bool", Kind::kContiguous, cond({5}, 33), cond({5}, 34), cond({5}, 35), D::b8);
+  add("wrapped float x wrapped float -> f32", Kind::kBroadcast, cond({2, 2}, 45),
+      scalar_tensor(Scalar(1.5)), scalar_tensor(Scalar(-2.0)), D::f32);
+  add("wrapped int x wrapped int -> i64", Kind::kBroadcast, cond({2, 2}, 46),
+      scalar_tensor(Scalar(int64_t{3})), scalar_tensor(Scalar(int64_t{-1})), D::i64);
+  add("i32 [3] x wrapped float -> f32", Kind::kBroadcast, cond({3}, 47),
+      make_input({3}, D::i32, ints, 48), scalar_tensor(Scalar(0.5)), D::f32);
   add("f64 offset views", Kind::kOther, cond({2, 3}, 42, L::kOffset),
       make_input({2, 3}, D::f64, v, 43, L::kOffset), make_input({1, 3}, D::f64, v, 44, L::kOffset),
       D::f64, true);
@@ -244,8 +304,8 @@ std::vector<OpCase> cast_cases() {
   };
   add("f32 -> f64", Kind::kContiguous, make_input({2, 3}, D::f32, v, 1), D::f64);
   add("f64 -> f64", Kind::kContiguous, make_input({3, 4}, D::f64, v, 2), D::f64, true);
-  add("f64 transposed -> f64", Kind::kStrided,
-      make_input({3, 4}, D::f64, v, 3, L::kTransposed), D::f64, true);
+  add("f64 transposed -> f64", Kind::kStrided, make_input({3, 4}, D::f64, v, 3, L::kTransposed),
+      D::f64, true);
   add("f64 sliced -> f32", Kind::kStrided, make_input({3, 4}, D::f64, v, 4, L::kSliced), D::f32);
   add("f32 expanded -> i64", Kind::kStrided, make_input({3, 4}, D::f32, v, 5, L::kExpanded),
       D::i64);
@@ -261,8 +321,8 @@ std::vector<OpCase> cast_cases() {
   add("f64 -> f16", Kind::kContiguous, make_input({2, 3}, D::f64, v, 14), D::f16);
   add("f32 -> bf16", Kind::kContiguous, make_input({2, 3}, D::f32, v, 15), D::bf16);
   add("f16 -> f32", Kind::kContiguous, make_input({2, 3}, D::f16, v, 16), D::f32);
-  add("bf16 transposed -> f16", Kind::kStrided, make_input({2, 3}, D::bf16, v, 17,
-                                                           L::kTransposed), D::f16);
+  add("bf16 transposed -> f16", Kind::kStrided, make_input({2, 3}, D::bf16, v, 17, L::kTransposed),
+      D::f16);
   add("f32 [0,3] -> i64", Kind::kZeroSize, make_input({0, 3}, D::f32, v, 18), D::i64);
   add("f64 0-d -> f32", Kind::kOther, make_input({}, D::f64, v, 19), D::f32);
   add("f32 offset -> f64", Kind::kOther, make_input({3, 2}, D::f32, v, 21, L::kOffset), D::f64);

@@ -9,18 +9,25 @@
 
 namespace kiln::conformance {
 
-double& Ref::at(std::span<const int64_t> idx) { return v[static_cast<size_t>(ravel(idx, shape))]; }
+double& Ref::at(std::span<const int64_t> idx) {
+  return v[static_cast<size_t>(ravel(idx, shape))];
+}
 double Ref::at(std::span<const int64_t> idx) const {
   return v[static_cast<size_t>(ravel(idx, shape))];
 }
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::kContiguous: return "contiguous";
-    case Kind::kStrided: return "strided";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kZeroSize: return "zero-size";
-    case Kind::kOther: return "other";
+    case Kind::kContiguous:
+      return "contiguous";
+    case Kind::kStrided:
+      return "strided";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kZeroSize:
+      return "zero-size";
+    case Kind::kOther:
+      return "other";
   }
   return "?";
 }
@@ -33,7 +40,9 @@ uint64_t mix(uint64_t& s) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-double unit(uint64_t& s) { return static_cast<double>(mix(s) >> 11) * 0x1p-53; }
+double unit(uint64_t& s) {
+  return static_cast<double>(mix(s) >> 11) * 0x1p-53;
+}
 }  // namespace
 
 std::vector<double> gen_values(int64_t n, const Values& spec, uint64_t seed) {
@@ -59,14 +68,22 @@ std::vector<double> gen_values(int64_t n, const Values& spec, uint64_t seed) {
 
 double convert(double v, DType t) {
   switch (t) {
-    case DType::f32: return static_cast<float>(v);
-    case DType::f64: return v;
-    case DType::f16: return static_cast<float>(Half(static_cast<float>(v)));
-    case DType::bf16: return static_cast<float>(BFloat16(static_cast<float>(v)));
-    case DType::i64: return static_cast<double>(static_cast<int64_t>(v));
-    case DType::i32: return static_cast<double>(static_cast<int32_t>(v));
-    case DType::u8: return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(v)));
-    case DType::b8: return v != 0 ? 1.0 : 0.0;
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f64:
+      return v;
+    case DType::f16:
+      return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::bf16:
+      return static_cast<float>(BFloat16(static_cast<float>(v)));
+    case DType::i64:
+      return static_cast<double>(static_cast<int64_t>(v));
+    case DType::i32:
+      return static_cast<double>(static_cast<int32_t>(v));
+    case DType::u8:
+      return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    case DType::b8:
+      return v != 0 ? 1.0 : 0.0;
   }
   return v;
 }
@@ -97,8 +114,7 @@ Tensor from_doubles(const std::vector<double>& v, const Dims& shape, DType dt) {
   return t;
 }
 
-Tensor make_input(const Dims& shape, DType dt, const Values& spec0, uint64_t seed,
-                  Layout layout) {
+Tensor make_input(const Dims& shape, DType dt, const Values& spec0, uint64_t seed, Layout layout) {
   Values spec = spec0;
   if (!is_float_dt(dt)) spec.integer = true;
   if (dt == DType::b8) spec = Values{0.0, 1.0, 0.0, true, false};
@@ -117,7 +133,8 @@ Tensor make_input(const Dims& shape, DType dt, const Values& spec0, uint64_t see
   if (layout == Layout::kSliced && r < 1) layout = Layout::kContiguous;
   if (layout == Layout::kExpanded && (r < 1 || shape[0] == 1)) layout = Layout::kSliced;
   switch (layout) {
-    case Layout::kContiguous: return values(shape);
+    case Layout::kContiguous:
+      return values(shape);
     case Layout::kTransposed: {
       Dims s = shape;
       std::swap(s[r - 1], s[r - 2]);
@@ -143,7 +160,9 @@ Tensor make_input(const Dims& shape, DType dt, const Values& spec0, uint64_t see
   return values(shape);
 }
 
-Ref to_ref(const Tensor& t) { return Ref{t.dtype(), t.shape(), t.to_vector<double>()}; }
+Ref to_ref(const Tensor& t) {
+  return Ref{t.dtype(), t.shape(), t.to_vector<double>()};
+}
 
 Ref make_ref(DType dt, const Dims& shape, double fill) {
   return Ref{dt, shape, std::vector<double>(static_cast<size_t>(numel_of(shape)), fill)};

@@ -11,9 +11,9 @@ using Fn = std::function<double(double)>;
 
 struct UnarySpec {
   Fn f;
-  Values dom;          ///< forward values (floating inputs)
-  Values grad_dom;     ///< gradcheck values (away from non-smooth points)
-  Values int_dom;      ///< integer inputs
+  Values dom;       ///< forward values (floating inputs)
+  Values grad_dom;  ///< gradcheck values (away from non-smooth points)
+  Values int_dom;   ///< integer inputs
   bool keeps_int = false;
 };
 
@@ -24,27 +24,39 @@ UnarySpec spec_of(OpId op) {
   const Values ints{-3, 3, 0, true};
   const Values pos_ints{1, 6, 0, true};
   switch (op) {
-    case OpId::neg: return {[](double x) { return -x; }, any, any, ints, true};
-    case OpId::abs: return {[](double x) { return std::abs(x); }, any, away, ints, true};
-    case OpId::exp: return {[](double x) { return std::exp(x); }, any, any, ints};
-    case OpId::log: return {[](double x) { return std::log(x); }, pos, pos, pos_ints};
+    case OpId::neg:
+      return {[](double x) { return -x; }, any, any, ints, true};
+    case OpId::abs:
+      return {[](double x) { return std::abs(x); }, any, away, ints, true};
+    case OpId::exp:
+      return {[](double x) { return std::exp(x); }, any, any, ints};
+    case OpId::log:
+      return {[](double x) { return std::log(x); }, pos, pos, pos_ints};
     case OpId::log1p:
       return {[](double x) { return std::log1p(x); }, {-0.5, 3}, {-0.5, 3}, {0, 5, 0, true}};
-    case OpId::sqrt: return {[](double x) { return std::sqrt(x); }, pos, pos, pos_ints};
-    case OpId::rsqrt: return {[](double x) { return 1.0 / std::sqrt(x); }, pos, pos, pos_ints};
-    case OpId::tanh: return {[](double x) { return std::tanh(x); }, any, any, ints};
+    case OpId::sqrt:
+      return {[](double x) { return std::sqrt(x); }, pos, pos, pos_ints};
+    case OpId::rsqrt:
+      return {[](double x) { return 1.0 / std::sqrt(x); }, pos, pos, pos_ints};
+    case OpId::tanh:
+      return {[](double x) { return std::tanh(x); }, any, any, ints};
     case OpId::sigmoid:
       return {[](double x) { return 1.0 / (1.0 + std::exp(-x)); }, any, any, ints};
     case OpId::relu:
       return {[](double x) { return std::isnan(x) ? x : (x > 0 ? x : 0.0); }, any, away, ints,
               true};
-    case OpId::sin: return {[](double x) { return std::sin(x); }, any, any, ints};
-    case OpId::cos: return {[](double x) { return std::cos(x); }, any, any, ints};
-    case OpId::erf: return {[](double x) { return std::erf(x); }, any, any, ints};
+    case OpId::sin:
+      return {[](double x) { return std::sin(x); }, any, any, ints};
+    case OpId::cos:
+      return {[](double x) { return std::cos(x); }, any, any, ints};
+    case OpId::erf:
+      return {[](double x) { return std::erf(x); }, any, any, ints};
     case OpId::sign:
       return {[](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }, any, away, ints, true};
-    case OpId::logical_not: return {[](double x) { return x == 0 ? 1.0 : 0.0; }, ints, ints, ints};
-    default: return {};
+    case OpId::logical_not:
+      return {[](double x) { return x == 0 ? 1.0 : 0.0; }, ints, ints, ints};
+    default:
+      return {};
   }
 }
 

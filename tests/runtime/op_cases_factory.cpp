@@ -7,12 +7,15 @@
 
 namespace kiln::conformance {
 
-uint32_t philox_word(uint64_t seed, uint64_t j) { return philox4x32(j / 4, 0, seed)[j % 4]; }
+uint32_t philox_word(uint64_t seed, uint64_t j) {
+  return philox4x32(j / 4, 0, seed)[j % 4];
+}
 
 double random_reference(bool normal, DType dt, uint64_t seed, uint64_t offset, int64_t i) {
   const uint64_t W = (dt == DType::f64 ? 2u : 1u) * (normal ? 2u : 1u);
   uint32_t w[4] = {0, 0, 0, 0};
-  for (uint64_t k = 0; k < W; ++k) w[k] = philox_word(seed, offset + static_cast<uint64_t>(i) * W + k);
+  for (uint64_t k = 0; k < W; ++k)
+    w[k] = philox_word(seed, offset + static_cast<uint64_t>(i) * W + k);
   auto unit24 = [](uint32_t x) { return static_cast<float>(x >> 8) * 0x1p-24f; };
   auto unit53 = [](uint32_t hi, uint32_t lo) {
     return static_cast<double>((static_cast<uint64_t>(hi) << 32 | lo) >> 11) * 0x1p-53;
@@ -139,11 +142,16 @@ std::vector<OpCase> random_cases(bool normal) {
 
 std::vector<OpCase> factory_cases(OpId op) {
   switch (op) {
-    case OpId::full: return full_cases();
-    case OpId::arange: return arange_cases();
-    case OpId::rand_uniform: return random_cases(false);
-    case OpId::rand_normal: return random_cases(true);
-    default: return {};
+    case OpId::full:
+      return full_cases();
+    case OpId::arange:
+      return arange_cases();
+    case OpId::rand_uniform:
+      return random_cases(false);
+    case OpId::rand_normal:
+      return random_cases(true);
+    default:
+      return {};
   }
 }
 

@@ -1,0 +1,56 @@
+// Verifies the intra-op thread pool: coverage, exceptions, nesting, resizing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+// parallel_for covers every index exactly once, for many range sizes.
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  for (int64_t n : {0, 1, 7, 1000, 100003}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    parallel_for(0, n, 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+}
+
+// An exception thrown in a chunk reaches the caller, and the pool still works after.
+TEST(ThreadPool, PropagatesExceptions) {
+  EXPECT_THROW(parallel_for(0, 1000, 1,
+                            [](int64_t, int64_t e) {
+                              if (e == 1000) throw Error("chunk failed");
+                            }),
+               Error);
+  std::atomic<int64_t> sum{0};
+  parallel_for(0, 100, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+}
+
+// Nested parallel_for runs inline instead of deadlocking.
+TEST(ThreadPool, NestedCallsRunInline) {
+  std::atomic<int64_t> sum{0};
+  parallel_for(0, 8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      parallel_for(0, 100, 1, [&](int64_t bb, int64_t ee) { sum += ee - bb; });
+  });
+  EXPECT_EQ(sum.load(), 800);
+}
+
+// Results of a large elementwise op do not depend on the thread count.
+TEST(ThreadPool, ResultsIndependentOfThreadCount) {
+  int prev = num_threads();
+  manual_seed(3);
+  Tensor x = rand({300000});
+  set_num_threads(1);
+  auto one = (exp(x) * 2.0).sum().item<float>();
+  set_num_threads(2);
+  auto two = (exp(x) * 2.0).sum().item<float>();
+  set_num_threads(prev);
+  EXPECT_FLOAT_EQ(one, two);
+  EXPECT_THROW(set_num_threads(0), Error);
+}
