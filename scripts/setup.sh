@@ -6,6 +6,9 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  nlohmann-json3-dev dataset-fashion-mnist
+  clang-14 libclang-rt-14-dev
+  python3 python3-pip
 )
 
 missing=()
@@ -20,4 +23,13 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# Python side of the tests: PyPI's safetensors (the format's reference
+# implementation) reads files kiln writes. Installed only when missing.
+PY=python3
+if ! "$PY" -c "import safetensors, numpy" >/dev/null 2>&1; then
+  echo "setup: installing safetensors and numpy from PyPI"
+  "$PY" -m pip install -q --disable-pip-version-check safetensors numpy >/dev/null 2>&1 ||
+    "$PY" -m pip install -q --disable-pip-version-check --break-system-packages safetensors numpy >/dev/null
 fi

@@ -1,5 +1,5 @@
 // The classic MLP: 2 -> 5 -> 1 with ReLU, a sigmoid output and binary cross
-// entropy, trained by hand-written SGD with plain tensors and autograd.
+// entropy, trained with SGD — written with kiln::nn and kiln::optim.
 #pragma once
 
 #include <ostream>

@@ -1,0 +1,115 @@
+#include "fashion_mnist.h"
+
+#include <chrono>
+#include <iomanip>
+
+#include "kiln/data/data.h"
+#include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
+
+namespace kiln::examples {
+
+std::shared_ptr<nn::Module> make_fashion_model(const std::string& name) {
+  using namespace nn;
+  auto seq = std::make_shared<Sequential>();
+  if (name == "mlp") {
+    seq->push_back(std::make_shared<Flatten>());
+    seq->push_back(std::make_shared<Linear>(28 * 28, 256));
+    seq->push_back(std::make_shared<ReLU>());
+    seq->push_back(std::make_shared<Dropout>(0.2));
+    seq->push_back(std::make_shared<Linear>(256, 10));
+    return seq;
+  }
+  KILN_CHECK(name == "cnn", "[fashion_mnist] unknown model '", name, "' (use mlp or cnn)");
+  nn::Conv2dOptions same;
+  same.padding = 1;
+  seq->push_back(std::make_shared<Conv2d>(1, 32, 3, same));
+  seq->push_back(std::make_shared<ReLU>());
+  seq->push_back(std::make_shared<MaxPool2d>(2));
+  seq->push_back(std::make_shared<Conv2d>(32, 64, 3, same));
+  seq->push_back(std::make_shared<ReLU>());
+  seq->push_back(std::make_shared<MaxPool2d>(2));
+  seq->push_back(std::make_shared<Flatten>());
+  seq->push_back(std::make_shared<Linear>(64 * 7 * 7, 128));
+  seq->push_back(std::make_shared<ReLU>());
+  seq->push_back(std::make_shared<Dropout>(0.25));
+  seq->push_back(std::make_shared<Linear>(128, 10));
+  return seq;
+}
+
+namespace {
+
+std::shared_ptr<data::Dataset> limited(std::shared_ptr<data::FashionMNIST> ds, int64_t limit) {
+  if (limit <= 0 || limit >= static_cast<int64_t>(ds->size())) return ds;
+  std::vector<int64_t> idx(static_cast<size_t>(limit));
+  for (int64_t i = 0; i < limit; ++i) idx[static_cast<size_t>(i)] = i;
+  return std::make_shared<data::Subset>(ds, idx);
+}
+
+double evaluate(nn::Module& model, data::DataLoader& loader) {
+  NoGradGuard no_grad;
+  model.eval();
+  int64_t correct = 0, total = 0;
+  for (auto& batch : loader) {
+    Tensor pred = argmax(model(batch[0]), 1);
+    correct += sum(eq(pred, batch[1])).item<int64_t>();
+    total += batch[1].numel();
+  }
+  model.train();
+  return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
+
+}  // namespace
+
+std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ostream& log) {
+  manual_seed(opts.seed);
+  auto train_full = std::make_shared<data::FashionMNIST>(
+      data::FashionMNISTOptions{.root = opts.root, .train = true, .normalize = true});
+  auto test_full = std::make_shared<data::FashionMNIST>(
+      data::FashionMNISTOptions{.root = opts.root, .train = false, .normalize = true});
+  auto train_set = limited(train_full, opts.train_limit);
+  auto test_set = limited(test_full, opts.test_limit);
+  data::DataLoader train_loader(train_set, {.batch_size = opts.batch_size, .shuffle = true,
+                                            .seed = opts.seed, .num_workers = opts.num_workers});
+  data::DataLoader test_loader(test_set, {.batch_size = 500, .num_workers = opts.num_workers});
+
+  auto model = make_fashion_model(opts.model);
+  optim::Adam opt(model->parameters(), {.lr = opts.lr});
+  log << *model << "\n";
+  log << "training " << opts.model << " on " << train_set->size() << " images, testing on "
+      << test_set->size() << "\n";
+
+  std::vector<EpochStats> stats;
+  for (int epoch = 1; epoch <= opts.epochs; ++epoch) {
+    auto t0 = std::chrono::steady_clock::now();
+    data::ProgressBar bar(static_cast<int64_t>(train_loader.size()));
+    double loss_sum = 0;
+    int64_t steps = 0, samples = 0;
+    for (auto& batch : train_loader) {
+      Tensor loss = cross_entropy((*model)(batch[0]), batch[1]);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      double l = loss.item<double>();
+      loss_sum += l;
+      ++steps;
+      samples += batch[1].numel();
+      bar.update(l, batch[1].numel());
+    }
+    bar.close();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EpochStats s;
+    s.train_loss = steps ? loss_sum / static_cast<double>(steps) : 0.0;
+    s.seconds = secs;
+    s.samples_per_second = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
+    s.test_accuracy = evaluate(*model, test_loader);
+    stats.push_back(s);
+    log << "epoch " << epoch << "  loss " << std::fixed << std::setprecision(4) << s.train_loss
+        << "  test accuracy " << std::setprecision(2) << 100.0 * s.test_accuracy << "%  "
+        << std::setprecision(1) << s.seconds << " s  " << std::setprecision(0)
+        << s.samples_per_second << " samples/s" << std::endl;
+  }
+  return stats;
+}
+
+}  // namespace kiln::examples

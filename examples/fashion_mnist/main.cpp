@@ -1,0 +1,41 @@
+// Trains an MLP or the small CNN on Fashion-MNIST and prints per-epoch loss,
+// test accuracy and throughput.
+//   fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] [--lr X] [--root DIR]
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "fashion_mnist.h"
+
+int main(int argc, char** argv) {
+  kiln::examples::FashionOptions opts;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "missing value after " << a << "\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") opts.model = next();
+    else if (a == "--epochs") opts.epochs = std::atoi(next().c_str());
+    else if (a == "--limit") opts.train_limit = std::atoll(next().c_str());
+    else if (a == "--batch") opts.batch_size = std::atoll(next().c_str());
+    else if (a == "--lr") opts.lr = std::atof(next().c_str());
+    else if (a == "--root") opts.root = next();
+    else {
+      std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
+                   "[--lr X] [--root DIR]\n";
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  try {
+    kiln::examples::train_fashion_mnist(opts, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

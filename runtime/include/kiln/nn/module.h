@@ -1,0 +1,160 @@
+// kiln::nn::Module: the base of every layer and model (torch.nn.Module). A module
+// owns named parameters, buffers and submodules; modules are held by
+// std::shared_ptr so that parents and user code share them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/state_dict.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+/// (dotted name, tensor) pairs in registration order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module;
+/// (dotted name, module) pairs in registration order.
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<Module>>>;
+
+/// Keys that load_state_dict(strict=false) skipped.
+struct LoadStateDictResult {
+  std::vector<std::string> missing_keys;     ///< in the module, not in the state dict
+  std::vector<std::string> unexpected_keys;  ///< in the state dict, not in the module
+};
+
+/// Base class of layers and models. Subclasses register their tensors and
+/// children in the constructor and override forward().
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  /// `name` is what printing shows; empty = the demangled class name.
+  explicit Module(std::string name = {});
+  virtual ~Module() = default;
+  // Parameters are shared handles: a copy would alias them silently.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// The type name shown when printing ("Linear", "Net").
+  virtual std::string name() const;
+
+  // ---- registration (call from constructors; names must be unique, without '.') ----
+  /// Registers a parameter: a leaf (non-leaves are detached) whose requires_grad
+  /// is set to `requires_grad`. An undefined tensor is allowed (an absent bias)
+  /// and skipped everywhere. Returns the handle now owned by the module.
+  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  /// Registers a buffer (state that is not trained: running stats, masks).
+  /// Non-persistent buffers stay out of state_dict().
+  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  /// Registers a child module; returns it with its own type.
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    static_assert(std::is_base_of_v<Module, M>, "register_module needs a kiln::nn::Module");
+    add_child(name, m);
+    return m;
+  }
+  /// Replaces the already registered child `name` (e.g. to swap a head).
+  template <typename M>
+  std::shared_ptr<M> replace_module(const std::string& name, std::shared_ptr<M> m) {
+    static_assert(std::is_base_of_v<Module, M>, "replace_module needs a kiln::nn::Module");
+    set_child(name, m);
+    return m;
+  }
+
+  // ---- traversal (dotted names, registration order, shared tensors listed once) ----
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  /// Direct children.
+  NamedModules named_children() const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  /// This module (name "") and all its descendants, depth first.
+  NamedModules named_modules();
+  std::vector<std::shared_ptr<Module>> modules();
+
+  // ---- mode and state ----
+  /// Sets training mode on this module and all descendants.
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  /// Converts floating parameters, buffers and their .grad to `dtype`. The
+  /// conversion swaps the data behind each existing TensorImpl (like PyTorch's
+  /// `param.data = param.data.to(dtype)`), so handles kept by subclasses and
+  /// optimizers stay valid; views taken earlier keep the old data.
+  Module& to(DType dtype);
+  /// Clears gradients: undefined (set_to_none) or zero-filled in place.
+  void zero_grad(bool set_to_none = true);
+  /// Calls fn on every descendant, then on this module (like PyTorch's apply).
+  Module& apply(const std::function<void(Module&)>& fn);
+
+  /// Parameters then persistent buffers of each module, children after their
+  /// parent, with dotted names; detached tensors sharing the module's storage.
+  StateDict state_dict() const;
+  /// Copies values from `sd` in place (no grad). Raises kiln::Error listing
+  /// missing and unexpected keys (strict) and shape mismatches (always); nothing
+  /// is copied when it raises. With strict=false the skipped keys are returned.
+  LoadStateDictResult load_state_dict(const StateDict& sd, bool strict = true);
+
+  // ---- forward and printing ----
+  /// The computation; the default raises an error naming the module.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// A deep copy (same type, options, values, requires_grad and mode). Built-in
+  /// layers implement it; the default raises an error.
+  virtual std::shared_ptr<Module> clone() const;
+  /// Text inside the parentheses when printing ("in_features=3, ...").
+  virtual std::string extra_repr() const { return {}; }
+  /// The tree printed by operator<<, as PyTorch's repr.
+  std::string repr() const;
+
+ protected:
+  /// Copies values, requires_grad and training flags of `src` (same structure)
+  /// into this module; helper for clone() implementations.
+  void copy_state_from(const Module& src);
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor tensor;
+    bool persistent = true;
+  };
+  void check_new_name(const std::string& name, const char* what) const;
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void set_child(const std::string& name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out,
+               std::vector<const TensorImpl*>& seen) const;
+  void collect_state(const std::string& prefix, StateDict& out) const;
+  void collect_modules(const std::string& prefix, NamedModules& out,
+                       std::vector<const Module*>& seen);
+
+  std::string name_;
+  bool training_ = true;
+  std::vector<Entry> params_;
+  std::vector<Entry> buffers_;
+  NamedModules children_;
+};
+
+/// Prints the module tree like PyTorch's repr.
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+/// Clones `m` and casts the result to its type M.
+template <typename M>
+std::shared_ptr<M> clone_as(const M& m) {
+  return std::static_pointer_cast<M>(m.clone());
+}
+
+namespace detail {
+/// Python-style formatting used by extra_repr: True/False, (a, b), (a,).
+std::string py_bool(bool b);
+std::string py_tuple(const Dims& d);
+/// Formats a double like Python's repr for typical hyper-parameters (1e-05, 0.1).
+std::string py_float(double v);
+}  // namespace detail
+
+}  // namespace kiln::nn

@@ -1,0 +1,384 @@
+// nn::Module: registration, traversal, modes, dtype conversion, state dicts and
+// printing.
+#include "kiln/nn/module.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+#include <typeinfo>
+
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+
+namespace kiln::nn {
+namespace {
+
+// "kiln::nn::Linear" -> "Linear", "(anonymous namespace)::Net" -> "Net"; template
+// arguments keep their namespaces.
+std::string demangled_type_name(const std::type_info& ti) {
+  int status = 0;
+  char* raw = abi::__cxa_demangle(ti.name(), nullptr, nullptr, &status);
+  std::string full = (status == 0 && raw) ? raw : ti.name();
+  std::free(raw);
+  int depth = 0;
+  size_t cut = 0;
+  for (size_t i = 0; i + 1 < full.size(); ++i) {
+    char c = full[i];
+    if (c == '<' || c == '(') ++depth;
+    if (c == '>' || c == ')') --depth;
+    if (depth == 0 && c == ':' && full[i + 1] == ':') cut = i + 2;
+  }
+  return full.substr(cut);
+}
+
+// Replaces the data behind t's TensorImpl with v's (same impl, new storage).
+void swap_in(const Tensor& t, const Tensor& v) {
+  TensorImpl* d = t.impl();
+  const TensorImpl* s = v.impl();
+  d->storage = s->storage;
+  d->shape = s->shape;
+  d->strides = s->strides;
+  d->offset = s->offset;
+  d->dtype = s->dtype;
+  d->device = s->device;
+}
+
+// PyTorch's _addindent: every line but the first gets `n` more spaces.
+std::string add_indent(const std::string& s, int n) {
+  std::string out;
+  std::string pad(static_cast<size_t>(n), ' ');
+  for (char c : s) {
+    out += c;
+    if (c == '\n') out += pad;
+  }
+  return out;
+}
+
+std::string quoted_list(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", \"" : "\"") + v[i] + "\"";
+  return s + "]";
+}
+
+}  // namespace
+
+namespace detail {
+std::string py_bool(bool b) {
+  return b ? "True" : "False";
+}
+
+std::string py_tuple(const Dims& d) {
+  std::string s = "(";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + (d.size() == 1 ? ",)" : ")");
+}
+
+std::string py_float(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, res.ptr);
+  // Python always shows a float marker: 1.0, not 1.
+  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  return s;
+}
+}  // namespace detail
+
+Module::Module(std::string name) : name_(std::move(name)) {}
+
+std::string Module::name() const {
+  return name_.empty() ? demangled_type_name(typeid(*this)) : name_;
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  KILN_CHECK(!name.empty(), "[Module] ", this->name(), ": ", what, " name must not be empty");
+  KILN_CHECK(name.find('.') == std::string::npos, "[Module] ", this->name(), ": ", what, " name \"",
+             name, "\" must not contain '.'");
+  auto taken = [&](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& e) {
+      if constexpr (requires { e.name; })
+        return e.name == name;
+      else
+        return e.first == name;
+    });
+  };
+  KILN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "[Module] ", this->name(),
+             ": cannot register ", what, " \"", name,
+             "\": the name is already used by a parameter, buffer or submodule");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name, "parameter");
+  if (t.defined()) {
+    // Like nn.Parameter(t): a parameter is always a leaf.
+    if (!t.is_leaf()) t = t.detach();
+    KILN_CHECK(!requires_grad || is_floating(t.dtype()), "[Module] ", this->name(),
+               ": parameter \"", name, "\" requires grad but has dtype ", t.dtype(),
+               " (only floating tensors can)");
+    t.requires_grad_(requires_grad);
+  }
+  params_.push_back({name, t, true});
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+  check_new_name(name, "buffer");
+  buffers_.push_back({name, t, persistent});
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_new_name(name, "submodule");
+  KILN_CHECK(m != nullptr, "[Module] ", this->name(), ": submodule \"", name, "\" is null");
+  KILN_CHECK(m.get() != this, "[Module] ", this->name(),
+             ": cannot register a module as its own submodule \"", name, "\"");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::set_child(const std::string& name, std::shared_ptr<Module> m) {
+  KILN_CHECK(m != nullptr, "[Module] ", this->name(), ": submodule \"", name, "\" is null");
+  for (auto& [n, c] : children_)
+    if (n == name) {
+      c = std::move(m);
+      return;
+    }
+  throw Error(str("[Module] ", this->name(), ": replace_module: there is no submodule named \"",
+                  name, "\""));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out,
+                     std::vector<const TensorImpl*>& seen) const {
+  for (const Entry& e : buffers ? buffers_ : params_) {
+    if (!e.tensor.defined()) continue;
+    const TensorImpl* p = e.tensor.impl();
+    // A tensor shared by two modules (tied weights) is listed once, like PyTorch.
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+    seen.push_back(p);
+    out.emplace_back(prefix + e.name, e.tensor);
+  }
+  if (!recurse) return;
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", true, buffers, out, seen);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", recurse, false, out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", recurse, true, out, seen);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedModules Module::named_children() const {
+  return children_;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& [n, c] : children_) out.push_back(c);
+  return out;
+}
+
+void Module::collect_modules(const std::string& prefix, NamedModules& out,
+                             std::vector<const Module*>& seen) {
+  if (std::find(seen.begin(), seen.end(), this) != seen.end()) return;
+  seen.push_back(this);
+  // A module not owned by a shared_ptr (on the stack) is listed with a
+  // non-owning pointer rather than failing.
+  std::shared_ptr<Module> self = weak_from_this().lock();
+  if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>(), this);
+  out.emplace_back(prefix, self);
+  for (auto& [n, c] : children_)
+    c->collect_modules(prefix.empty() ? n : prefix + "." + n, out, seen);
+}
+
+NamedModules Module::named_modules() {
+  NamedModules out;
+  std::vector<const Module*> seen;
+  collect_modules("", out, seen);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::modules() {
+  std::vector<std::shared_ptr<Module>> out;
+  for (auto& [n, m] : named_modules()) out.push_back(m);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+Module& Module::to(DType dtype) {
+  KILN_CHECK(is_floating(dtype), "[Module] ", name(), ".to: expected a floating dtype, got ", dtype,
+             " (integer buffers are never converted)");
+  NoGradGuard ng;
+  auto convert = [&](const Tensor& t) {
+    if (!is_floating(t.dtype()) || t.dtype() == dtype) return;
+    swap_in(t, cast(t, dtype));
+    Tensor g = t.grad();
+    if (g.defined()) t.set_grad(cast(g, dtype));
+  };
+  for (auto& [n, t] : named_parameters()) convert(t);
+  for (auto& [n, t] : named_buffers()) convert(t);
+  return *this;
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& [n, p] : named_parameters()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      p.set_grad({});
+      continue;
+    }
+    // A gradient built with create_graph has history: cut it, as PyTorch does.
+    if (g.grad_fn()) {
+      g = g.detach();
+      p.set_grad(g);
+    }
+    NoGradGuard ng;
+    g.zero_();
+  }
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [n, c] : children_) c->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+void Module::collect_state(const std::string& prefix, StateDict& out) const {
+  for (const Entry& e : params_)
+    if (e.tensor.defined()) out.set(prefix + e.name, e.tensor.detach());
+  for (const Entry& e : buffers_)
+    if (e.tensor.defined() && e.persistent) out.set(prefix + e.name, e.tensor.detach());
+  for (const auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
+}
+
+StateDict Module::state_dict() const {
+  StateDict sd;
+  collect_state("", sd);
+  return sd;
+}
+
+LoadStateDictResult Module::load_state_dict(const StateDict& sd, bool strict) {
+  StateDict own = state_dict();
+  LoadStateDictResult res;
+  std::vector<std::string> mismatches;
+  for (const auto& [k, t] : own) {
+    const Tensor* src = sd.find(k);
+    if (!src) {
+      res.missing_keys.push_back(k);
+    } else if (!src->defined() || src->shape() != t.shape()) {
+      mismatches.push_back(str("size mismatch for ", k, ": copying a param with shape ",
+                               src->defined() ? src->shape() : Dims{},
+                               " from checkpoint, the shape in current model is ", t.shape()));
+    }
+  }
+  for (const auto& [k, t] : sd)
+    if (!own.contains(k)) res.unexpected_keys.push_back(k);
+
+  bool fail = !mismatches.empty() ||
+              (strict && (!res.missing_keys.empty() || !res.unexpected_keys.empty()));
+  if (fail) {
+    std::string msg = str("[load_state_dict] error(s) in loading state_dict for ", name(), ":");
+    if (strict && !res.missing_keys.empty())
+      msg += "\n  missing keys: " + quoted_list(res.missing_keys);
+    if (strict && !res.unexpected_keys.empty())
+      msg += "\n  unexpected keys: " + quoted_list(res.unexpected_keys);
+    for (const std::string& m : mismatches) msg += "\n  " + m;
+    throw Error(msg);
+  }
+  NoGradGuard ng;
+  for (const auto& [k, t] : own) {
+    const Tensor* src = sd.find(k);
+    // own holds detached aliases: writing into them writes the module's storage.
+    if (src) Tensor(t).copy_(*src);
+  }
+  return res;
+}
+
+Tensor Module::forward(const Tensor&) {
+  throw Error(str("[Module] ", name(),
+                  " does not implement forward(const Tensor&); override it "
+                  "or call the module's own forward overload"));
+}
+
+std::shared_ptr<Module> Module::clone() const {
+  throw Error(str("[Module] ", name(), " does not implement clone()"));
+}
+
+void Module::copy_state_from(const Module& src) {
+  NoGradGuard ng;
+  auto copy_list = [&](std::vector<Entry>& dst, const std::vector<Entry>& from, const char* what) {
+    KILN_CHECK(dst.size() == from.size(), "[Module] clone of ", name(), ": ", what,
+               " lists differ");
+    for (size_t i = 0; i < dst.size(); ++i) {
+      const Tensor& s = from[i].tensor;
+      Tensor d = dst[i].tensor;  // shares the impl
+      KILN_CHECK(d.defined() == s.defined() && (!s.defined() || d.shape() == s.shape()),
+                 "[Module] clone of ", name(), ": ", what, " \"", from[i].name,
+                 "\" differs in shape");
+      if (!s.defined()) continue;
+      // A source converted with to(dtype) passes its dtype on to the copy.
+      if (d.dtype() != s.dtype())
+        swap_in(d, s.clone());
+      else
+        d.copy_(s);
+      if (is_floating(d.dtype()) && d.is_leaf()) d.requires_grad_(s.requires_grad());
+    }
+  };
+  copy_list(params_, src.params_, "parameter");
+  copy_list(buffers_, src.buffers_, "buffer");
+  training_ = src.training_;
+  KILN_CHECK(children_.size() == src.children_.size(), "[Module] clone of ", name(),
+             ": submodule lists differ");
+  for (size_t i = 0; i < children_.size(); ++i)
+    children_[i].second->copy_state_from(*src.children_[i].second);
+}
+
+std::string Module::repr() const {
+  std::string extra = extra_repr();
+  std::vector<std::string> lines;
+  size_t n_extra = 0;
+  if (!extra.empty()) {
+    std::istringstream is(extra);
+    for (std::string l; std::getline(is, l);) lines.push_back(l), ++n_extra;
+  }
+  for (const auto& [n, c] : children_) lines.push_back("(" + n + "): " + add_indent(c->repr(), 2));
+  std::string s = name() + "(";
+  if (n_extra == 1 && children_.empty()) {
+    s += lines[0];
+  } else if (!lines.empty()) {
+    s += "\n";
+    for (const std::string& l : lines) s += "  " + l + "\n";
+  }
+  return s + ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Module& m) {
+  return os << m.repr();
+}
+
+}  // namespace kiln::nn

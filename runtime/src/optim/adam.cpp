@@ -1,0 +1,120 @@
+// Adam and AdamW, following torch.optim.Adam's single-tensor algorithm
+// (non-capturable: step counts and bias corrections are host numbers).
+#include "kiln/optim/adam.h"
+
+#include <cmath>
+
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+#include "update_ops.h"
+
+namespace kiln::optim {
+
+namespace {
+template <typename Options>
+Hyperparams to_hyperparams(const Options& o) {
+  return {{"lr", o.lr},
+          {"beta1", o.betas.first},
+          {"beta2", o.betas.second},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+template <typename Options>
+Options from_group(const ParamGroup& g) {
+  Options o;
+  o.lr = g.get("lr");
+  o.betas = {g.get("beta1"), g.get("beta2")};
+  o.eps = g.get("eps");
+  o.weight_decay = g.get("weight_decay");
+  o.amsgrad = g.get("amsgrad") != 0;
+  o.maximize = g.get("maximize") != 0;
+  return o;
+}
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions defaults)
+    : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults)
+    : Adam("Adam", to_hyperparams(defaults), false) {
+  init_groups(std::move(groups));
+}
+
+Adam::Adam(std::string name, Hyperparams defaults, bool decoupled)
+    : Optimizer(std::move(name), std::move(defaults)), decoupled_(decoupled) {}
+
+AdamOptions Adam::options(size_t g) const {
+  KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
+             param_groups().size(), ")");
+  return from_group<AdamOptions>(param_groups()[g]);
+}
+
+void Adam::check_group(const ParamGroup& group) const {
+  AdamOptions o = from_group<AdamOptions>(group);
+  // Written as !(x >= 0) so that NaN is rejected too.
+  KILN_CHECK(o.lr >= 0, tag(), "invalid learning rate lr=", o.lr, " (must be >= 0)");
+  KILN_CHECK(o.eps >= 0, tag(), "invalid eps=", o.eps, " (must be >= 0)");
+  KILN_CHECK(o.betas.first >= 0 && o.betas.first < 1, tag(), "invalid beta1=", o.betas.first,
+             " (betas must be in [0, 1))");
+  KILN_CHECK(o.betas.second >= 0 && o.betas.second < 1, tag(), "invalid beta2=", o.betas.second,
+             " (betas must be in [0, 1))");
+  KILN_CHECK(o.weight_decay >= 0, tag(), "invalid weight_decay=", o.weight_decay,
+             " (must be >= 0)");
+}
+
+void Adam::step() {
+  NoGradGuard ng;
+  for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+    const AdamOptions o = from_group<AdamOptions>(param_groups()[gi]);
+    const auto [beta1, beta2] = o.betas;
+    for (Tensor& p : param_groups()[gi].params) {
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (o.maximize) grad = neg(grad);
+      StateDict& st = mutable_state(p);
+      const double step = increment_step(st);
+      Tensor exp_avg = state_buffer(st, "exp_avg", p);
+      Tensor exp_avg_sq = state_buffer(st, "exp_avg_sq", p);
+      if (o.weight_decay != 0) {
+        if (decoupled_)
+          p.mul_(1 - o.lr * o.weight_decay);
+        else
+          grad = add(grad, mul(p, o.weight_decay));
+      }
+      detail::lerp_(exp_avg, grad, 1 - beta1);
+      exp_avg_sq.mul_(beta2);
+      detail::addcmul_(exp_avg_sq, grad, grad, 1 - beta2);
+
+      const double bias_correction1 = 1 - std::pow(beta1, step);
+      const double bias_correction2 = 1 - std::pow(beta2, step);
+      const double step_size = o.lr / bias_correction1;
+      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+      Tensor second = exp_avg_sq;
+      if (o.amsgrad) {
+        Tensor max_sq = state_buffer(st, "max_exp_avg_sq", p);
+        max_sq.copy_(maximum(max_sq, exp_avg_sq));
+        second = max_sq;
+      }
+      Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
+      detail::addcdiv_(p, exp_avg, denom, -step_size);
+    }
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions defaults)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
+    : Adam("AdamW", to_hyperparams(defaults), true) {
+  init_groups(std::move(groups));
+}
+
+AdamWOptions AdamW::options(size_t g) const {
+  KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
+             param_groups().size(), ")");
+  return from_group<AdamWOptions>(param_groups()[g]);
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,85 @@
+// SGD, following torch.optim.SGD's single-tensor algorithm step by step.
+#include "kiln/optim/sgd.h"
+
+#include <cmath>
+
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+
+namespace kiln::optim {
+
+namespace {
+Hyperparams to_hyperparams(const SGDOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+SGDOptions from_group(const ParamGroup& g) {
+  SGDOptions o;
+  o.lr = g.get("lr");
+  o.momentum = g.get("momentum");
+  o.dampening = g.get("dampening");
+  o.weight_decay = g.get("weight_decay");
+  o.nesterov = g.get("nesterov") != 0;
+  o.maximize = g.get("maximize") != 0;
+  return o;
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions defaults)
+    : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults)
+    : Optimizer("SGD", to_hyperparams(defaults)) {
+  init_groups(std::move(groups));
+}
+
+SGDOptions SGD::options(size_t g) const {
+  KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
+             param_groups().size(), ")");
+  return from_group(param_groups()[g]);
+}
+
+void SGD::check_group(const ParamGroup& group) const {
+  SGDOptions o = from_group(group);
+  // Written as !(x >= 0) so that NaN is rejected too.
+  KILN_CHECK(o.lr >= 0, tag(), "invalid learning rate lr=", o.lr, " (must be >= 0)");
+  KILN_CHECK(o.momentum >= 0, tag(), "invalid momentum=", o.momentum, " (must be >= 0)");
+  KILN_CHECK(o.weight_decay >= 0, tag(), "invalid weight_decay=", o.weight_decay,
+             " (must be >= 0)");
+  KILN_CHECK(std::isfinite(o.dampening), tag(), "invalid dampening=", o.dampening);
+  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), tag(),
+             "Nesterov momentum requires momentum > 0 and dampening == 0, got momentum=",
+             o.momentum, " and dampening=", o.dampening);
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  for (size_t gi = 0; gi < param_groups().size(); ++gi) {
+    const SGDOptions o = from_group(param_groups()[gi]);
+    for (Tensor& p : param_groups()[gi].params) {
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      Tensor d = o.maximize ? neg(grad) : grad;
+      if (o.weight_decay != 0) d = add(d, mul(p, o.weight_decay));
+      if (o.momentum != 0) {
+        StateDict& st = mutable_state(p);
+        Tensor buf;
+        if (const Tensor* b = st.find("momentum_buffer")) {
+          buf = *b;
+          buf.mul_(o.momentum).add_(d, 1 - o.dampening);
+        } else {
+          buf = d.clone();  // the first step takes the gradient as is (no dampening)
+          st.set("momentum_buffer", buf);
+        }
+        d = o.nesterov ? add(d, mul(buf, o.momentum)) : buf;
+      }
+      p.add_(d, -o.lr);
+    }
+  }
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,30 @@
+// Fused-looking pointwise helpers of the optimizers, written with tensor ops in
+// the same evaluation order as PyTorch's CPU kernels (internal to src/optim).
+#pragma once
+
+#include <cmath>
+
+#include "kiln/functional.h"
+
+namespace kiln::optim::detail {
+
+/// self += weight * (end - self), computed like torch.lerp_ (two formulas by |weight|).
+inline void lerp_(Tensor& self, const Tensor& end, double weight) {
+  if (std::abs(weight) < 0.5) {
+    self.add_(mul(sub(end, self), weight));
+  } else {
+    self.copy_(sub(end, mul(sub(end, self), 1.0 - weight)));
+  }
+}
+
+/// self += value * t1 * t2 (torch.addcmul_).
+inline void addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  self.add_(mul(mul(t1, value), t2));
+}
+
+/// self += value * t1 / t2 (torch.addcdiv_).
+inline void addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  self.add_(div(mul(t1, value), t2));
+}
+
+}  // namespace kiln::optim::detail
