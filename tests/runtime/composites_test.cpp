@@ -10,6 +10,7 @@
 #include <set>
 
 #include "kiln/kiln.h"
+#include "symbolic_recorder.h"
 
 using namespace kiln;
 
@@ -654,32 +655,6 @@ TEST(Attention, Errors) {
 }
 
 namespace {
-// A tracer stand-in: returns symbolic outputs and fails on any data read.
-class SymbolicRecorder : public Recorder {
- public:
-  std::vector<Tensor> record(OpId, std::span<const Tensor>, const Attrs&,
-                             const std::vector<TensorMeta>& out) override {
-    std::vector<Tensor> r;
-    for (const TensorMeta& m : out) {
-      auto impl = std::make_shared<TensorImpl>();
-      impl->shape = m.shape;
-      impl->strides = contiguous_strides(m.shape);
-      impl->dtype = m.dtype;
-      r.emplace_back(std::move(impl));
-    }
-    return r;
-  }
-  void on_value_read(const char* what, const std::source_location&) override {
-    throw Error(std::string("[trace] read of ") + what);
-  }
-  void on_inplace(const Tensor&, const Tensor&) override {}
-};
-struct TraceScope {
-  SymbolicRecorder rec;
-  Recorder* prev;
-  TraceScope() : prev(set_recorder(&rec)) {}
-  ~TraceScope() { set_recorder(prev); }
-};
 void expect_meta(const Tensor& t, const Dims& shape, DType dt = DType::f32) {
   EXPECT_TRUE(t.is_symbolic());
   EXPECT_EQ(t.shape(), shape);
@@ -689,7 +664,7 @@ void expect_meta(const Tensor& t, const Dims& shape, DType dt = DType::f32) {
 
 // Every composite runs on symbolic tensors (no data reads) with the right shapes.
 TEST(CompositeTracing, RunsWithoutData) {
-  TraceScope scope;
+  kiln::testing::TraceScope scope;
   Tensor x = zeros({2, 3, 4});
   Tensor mask = gt(x, 0.0);
   ASSERT_TRUE(x.is_symbolic());

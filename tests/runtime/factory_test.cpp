@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kiln/kiln.h"
+#include "symbolic_recorder.h"
 
 using namespace kiln;
 
@@ -31,34 +32,8 @@ std::string error_of(F&& f) {
       EXPECT_NE(msg_.find(part), std::string::npos) << msg_;          \
   } while (0)
 
-// A tracer stand-in: records op ids and returns symbolic outputs.
-class FakeRecorder : public Recorder {
- public:
-  std::vector<OpId> ops;
-  std::vector<Tensor> record(OpId op, std::span<const Tensor>, const Attrs&,
-                             const std::vector<TensorMeta>& out) override {
-    ops.push_back(op);
-    std::vector<Tensor> r;
-    for (const TensorMeta& m : out) {
-      auto impl = std::make_shared<TensorImpl>();
-      impl->shape = m.shape;
-      impl->strides = contiguous_strides(m.shape);
-      impl->dtype = m.dtype;
-      r.emplace_back(std::move(impl));
-    }
-    return r;
-  }
-  void on_value_read(const char* what, const std::source_location&) override {
-    throw Error(std::string("[trace] read of ") + what);
-  }
-  void on_inplace(const Tensor&, const Tensor&) override {}
-};
-
-struct RecorderScope {
-  Recorder* prev;
-  explicit RecorderScope(Recorder* r) : prev(set_recorder(r)) {}
-  ~RecorderScope() { set_recorder(prev); }
-};
+using FakeRecorder = kiln::testing::SymbolicRecorder;
+using kiln::testing::RecorderScope;
 
 Tensor call_random(OpId op, const Dims& shape, DType dt, int64_t seed, int64_t offset) {
   Attrs at;

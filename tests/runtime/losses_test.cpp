@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kiln/kiln.h"
+#include "symbolic_recorder.h"
 
 using namespace kiln;
 
@@ -374,32 +375,10 @@ TEST(LossBceWithLogits, ValuesGradientsErrors) {
                "[binary_cross_entropy_with_logits] target shape [2, 5]");
 }
 
-namespace {
-// A tracer stand-in: returns symbolic outputs and fails on any data read.
-class SymbolicRecorder : public Recorder {
- public:
-  std::vector<Tensor> record(OpId, std::span<const Tensor>, const Attrs&,
-                             const std::vector<TensorMeta>& out) override {
-    std::vector<Tensor> r;
-    for (const TensorMeta& m : out) {
-      auto impl = std::make_shared<TensorImpl>();
-      impl->shape = m.shape;
-      impl->strides = contiguous_strides(m.shape);
-      impl->dtype = m.dtype;
-      r.emplace_back(std::move(impl));
-    }
-    return r;
-  }
-  void on_value_read(const char* what, const std::source_location&) override {
-    throw Error(std::string("[trace] read of ") + what);
-  }
-  void on_inplace(const Tensor&, const Tensor&) override {}
-};
-}  // namespace
 
 // Every loss runs on symbolic tensors (no data reads) with the right shapes.
 TEST(LossTracing, RunsWithoutData) {
-  SymbolicRecorder rec;
+  kiln::testing::SymbolicRecorder rec;
   Recorder* prev = set_recorder(&rec);
   try {
     Tensor logits = zeros({4, 5, 3}), t = zeros({4, 3}, DType::i64);
