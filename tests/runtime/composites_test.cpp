@@ -10,6 +10,7 @@
 #include <set>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 #include "symbolic_recorder.h"
 
 using namespace kiln;
@@ -46,15 +47,7 @@ void expect_near(const V& got, const V& want, double tol = 1e-12) {
     }
   }
 }
-template <typename F>
-void expect_error(F f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a kiln::Error mentioning " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using kiln::testing::expect_error;
 Tensor leaf(const V& v, const Dims& shape) { return f64(v, shape).requires_grad_(); }
 
 // gradcheck of a one-input function.

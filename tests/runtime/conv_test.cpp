@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -29,15 +30,7 @@ void expect_near(const V& got, const V& want, double tol, const std::string& wha
     EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " at " << i;
 }
 
-void expect_error(const std::function<void()>& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << m << " lacks " << p;
-  }
-}
+using kiln::testing::expect_error;
 
 // One convolution configuration.
 struct ConvCase {

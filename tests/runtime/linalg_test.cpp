@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -92,15 +93,7 @@ Tensor layout(const Dims& shape, int kind, uint64_t seed, DType dt) {
   }
 }
 
-void expect_error(const std::function<void()>& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << m << " lacks " << p;
-  }
-}
+using kiln::testing::expect_error;
 
 Tensor leaf(const Tensor& t) {
   return t.detach().clone().requires_grad_();

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 #include "symbolic_recorder.h"
 
 using namespace kiln;
@@ -33,15 +34,7 @@ void expect_near(const V& got, const V& want, double tol = 1e-12) {
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
 }
-template <typename F>
-void expect_error(F f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a kiln::Error mentioning " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using kiln::testing::expect_error;
 Tensor leaf(const V& v, const Dims& shape) { return f64(v, shape).requires_grad_(); }
 double sum_of(const V& v) {
   double s = 0;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/kiln.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -105,15 +106,7 @@ void expect_near(const V& got, const V& want, double tol, const std::string& wha
   }
 }
 
-void expect_error(const std::function<void()>& f, std::initializer_list<const char*> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << m << " lacks " << p;
-  }
-}
+using kiln::testing::expect_error;
 
 Tensor leaf(const Tensor& t) {
   return t.detach().clone().requires_grad_();
