@@ -84,6 +84,7 @@ class AccumulateGrad final : public Node {
     Tensor g = grads.empty() ? Tensor() : grads[0];
     if (!g.defined()) return {};
     Tensor leaf(leaf_);
+    if (Recorder* r = current_recorder()) r->on_grad_change(leaf);
     AutogradMeta& m = leaf_->autograd_meta();
     for (auto& h : m.leaf_hooks) {
       Tensor r = h(g);
@@ -100,7 +101,10 @@ class AccumulateGrad final : public Node {
     } else {
       m.grad.add_(g.detach());
     }
-    for (auto& h : m.post_accumulate_hooks) h(leaf);
+    // While tracing, the gradient is symbolic: a compiled run fires these hooks
+    // when it writes the real gradient back (as soon as it is computed).
+    if (!current_recorder())
+      for (auto& h : m.post_accumulate_hooks) h(leaf);
     return {};
   }
   std::string name() const override { return "AccumulateGrad"; }
@@ -208,11 +212,11 @@ void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
   node->saved_in_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     node->in_meta_[i] = {inputs[i].dtype(), inputs[i].shape()};
-    if (!(info.nondiff_inputs >> i & 1u)) node->next_edges[i] = gradient_edge(inputs[i]);
+    if (!info.nondiff_input(i)) node->next_edges[i] = gradient_edge(inputs[i]);
   }
   if (info.saves & kSaveInputs) {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (info.save_only_for_others >> i & 1u) {
+      if (info.saved_only_for_others(i)) {
         bool other = false;
         for (size_t j = 0; j < inputs.size(); ++j)
           if (j != i && node->next_edges[j].valid()) other = true;
@@ -432,11 +436,15 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   task.create_graph = opts.create_graph;
   task.accumulate = false;
   task.results.resize(inputs.size());
+  // The edges are kept for the whole call: a leaf holds its AccumulateGrad node
+  // weakly, and a node that died here would be re-created under another address
+  // (a leaf that is both an output and an input would then be "unused").
+  std::vector<Edge> input_edges;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "[grad] input ", i,
                " does not require grad");
-    Edge e = autograd::gradient_edge(inputs[i]);
-    task.captures[{e.node.get(), e.input_nr}] = i;
+    input_edges.push_back(autograd::gradient_edge(inputs[i]));
+    task.captures[{input_edges.back().node.get(), input_edges.back().input_nr}] = i;
   }
   std::vector<Edge> roots;
   for (const Tensor& o : outputs) roots.push_back(autograd::gradient_edge(o));

@@ -6,7 +6,15 @@
 namespace kiln {
 namespace {
 thread_local Recorder* t_recorder = nullptr;
+thread_local HostScalarReplay* t_replay = nullptr;
+}  // namespace
+
+HostScalarReplay::HostScalarReplay(std::vector<double> values)
+    : values_(std::move(values)), prev_(t_replay) {
+  t_replay = this;
 }
+
+HostScalarReplay::~HostScalarReplay() { t_replay = prev_; }
 
 Recorder* current_recorder() { return t_recorder; }
 
@@ -14,6 +22,32 @@ Recorder* set_recorder(Recorder* r) {
   Recorder* prev = t_recorder;
   t_recorder = r;
   return prev;
+}
+
+Tensor Recorder::host_scalar(const std::function<double()>& fn) {
+  UntracedGuard g;
+  return scalar_tensor(Scalar(fn()));
+}
+
+void Recorder::on_grad_change(const Tensor&) {}
+
+Tensor Recorder::on_detach(const Tensor&) { return {}; }
+
+void Recorder::add_guard(std::function<bool()>, std::string) {}
+
+void trace_guard(std::function<bool()> check, std::string what) {
+  if (Recorder* rec = t_recorder) rec->add_guard(std::move(check), std::move(what));
+}
+
+Tensor host_scalar(const std::function<double()>& fn) {
+  if (Recorder* rec = t_recorder) return rec->host_scalar(fn);
+  if (HostScalarReplay* r = t_replay) {
+    KILN_CHECK(r->pos_ < r->values_.size(), "[host_scalar] the eager run asked for more host "
+               "numbers (", r->pos_ + 1, ") than the compiled call computed (", r->values_.size(),
+               ")");
+    return scalar_tensor(Scalar(r->values_[r->pos_++]));
+  }
+  return scalar_tensor(Scalar(fn()));
 }
 
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
@@ -44,7 +78,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attr
   if (!info.has(kNonDiff) && grad_mode_enabled()) {
     bool any = false;
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (!(info.nondiff_inputs >> i & 1u) && inputs[i].requires_grad()) any = true;
+      if (!info.nondiff_input(i) && inputs[i].requires_grad()) any = true;
     if (any) autograd::record_op(op, inputs, attrs, outs);
   }
   return outs;

@@ -13,7 +13,7 @@ StorageImpl::~StorageImpl() {
   else if (deleter) deleter(data);
 }
 
-TensorImpl::TensorImpl() = default;
+TensorImpl::TensorImpl() : born_while_tracing(current_recorder() != nullptr) {}
 TensorImpl::~TensorImpl() = default;
 
 AutogradMeta& TensorImpl::autograd_meta() {
@@ -27,6 +27,7 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "s
 bool Tensor::is_contiguous() const {
   const auto& sh = shape();
   const auto& st = strides();
+  if (numel_of(sh) == 0) return true;  // no element to be out of order (as in PyTorch)
   int64_t expected = 1;
   for (size_t i = sh.size(); i-- > 0;) {
     if (sh[i] == 1) continue;
@@ -198,6 +199,7 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& g) const {
+  if (Recorder* r = current_recorder()) r->on_grad_change(*this);
   if (g.defined())
     KILN_CHECK(g.shape() == shape(), "[set_grad] gradient shape ", g.shape(),
                " does not match tensor shape ", shape());
@@ -216,6 +218,10 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 }
 
 Tensor Tensor::detach() const {
+  if (Recorder* r = current_recorder(); r && !is_symbolic()) {
+    Tensor t = r->on_detach(*this);
+    if (t.defined()) return t;
+  }
   auto impl = std::make_shared<TensorImpl>();
   const TensorImpl* s = this->impl();
   impl->storage = s->storage;

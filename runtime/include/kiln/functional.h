@@ -232,6 +232,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
+/// True if |a - b| <= atol + rtol * |b| everywhere (broadcasting), like
+/// torch.allclose; NaNs are equal only with equal_nan. Reads values (eager only).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+/// True if a and b have the same shape and dtype and equal elements (torch.equal).
+bool equal(const Tensor& a, const Tensor& b);
+
 /// Sums g over broadcast dims so it has `shape` (the reverse of expand).
 Tensor sum_to(const Tensor& g, const Dims& shape);
 /// Broadcast shape of two shapes (NumPy rules); `op` names the caller in errors.

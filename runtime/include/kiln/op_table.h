@@ -52,7 +52,7 @@ struct VjpArgs {
   std::span<const TensorMeta> in_meta;
   const Attrs& attrs;
   uint32_t needs_grad = ~0u;  ///< bit i: input i's gradient is used (rules may skip others)
-  bool needs(size_t i) const { return (needs_grad >> i) & 1u; }
+  bool needs(size_t i) const { return i >= 32 || ((needs_grad >> i) & 1u); }
 };
 
 /// Shape/dtype rule: validates arguments (throwing kiln::Error) and fills `out`.
@@ -86,6 +86,12 @@ struct OpInfo {
   uint32_t save_only_for_others = 0;
 
   bool has(OpTrait t) const { return (traits & t) != 0; }
+  /// Input i never receives a gradient (variadic inputs past 31 always may).
+  bool nondiff_input(size_t i) const { return i < 32 && ((nondiff_inputs >> i) & 1u); }
+  /// Input i is saved only for the other inputs' gradients.
+  bool saved_only_for_others(size_t i) const {
+    return i < 32 && ((save_only_for_others >> i) & 1u);
+  }
 };
 
 /// The table entry of an op.

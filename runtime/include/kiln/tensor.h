@@ -51,6 +51,9 @@ struct TensorImpl {
   DType dtype = DType::f32;
   Device device;
   bool wrapped_number = false;  ///< made from a Scalar: does not widen dtypes
+  /// Created while a tracer was active (a temporary of the traced function, so
+  /// the tracer treats it as a constant, not as captured state).
+  bool born_while_tracing = false;
   std::unique_ptr<AutogradMeta> autograd;
   std::shared_ptr<TraceState> trace;  ///< set while tracing
 

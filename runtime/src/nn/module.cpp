@@ -11,6 +11,7 @@
 #include <typeinfo>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 
 namespace kiln::nn {
@@ -222,6 +223,15 @@ std::vector<std::shared_ptr<Module>> Module::modules() {
   std::vector<std::shared_ptr<Module>> out;
   for (auto& [n, m] : named_modules()) out.push_back(m);
   return out;
+}
+
+bool Module::is_training() const {
+  if (current_recorder()) {
+    // Modules outlive the functions compiled over them (the lambda refers to them).
+    trace_guard([this, v = training_] { return training_ == v; },
+                str(name(), ".training == ", training_ ? "true" : "false"));
+  }
+  return training_;
 }
 
 void Module::train(bool on) {

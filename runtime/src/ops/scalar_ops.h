@@ -9,16 +9,40 @@
 
 namespace kiln::ops::scalar {
 
-#define KILN_SCALAR_UNARY(name, expr)              \
-  struct name {                                    \
-    template <typename T>                          \
-    T operator()(T x) const {                      \
-      return expr;                                 \
-    }                                              \
+// Signed integer arithmetic wraps around (two's complement, like PyTorch)
+// instead of being undefined behaviour: computed in the unsigned type.
+template <typename T>
+inline constexpr bool kWrapping =
+    std::is_integral_v<T>&& std::is_signed_v<T> && !std::is_same_v<T, bool>;
+template <typename T, typename F>
+T wrapping(T a, T b, F f) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(f(static_cast<U>(a), static_cast<U>(b)));
+}
+
+#define KILN_SCALAR_UNARY(name, expr) \
+  struct name {                       \
+    template <typename T>             \
+    T operator()(T x) const {         \
+      return expr;                    \
+    }                                 \
   };
 
-KILN_SCALAR_UNARY(neg, static_cast<T>(-x))
-KILN_SCALAR_UNARY(abs, static_cast<T>(x < T(0) ? -x : x))
+struct neg {
+  template <typename T>
+  T operator()(T x) const {
+    if constexpr (kWrapping<T>)
+      return wrapping(T(0), x, [](auto a, auto b) { return a - b; });
+    else
+      return static_cast<T>(-x);
+  }
+};
+struct abs {
+  template <typename T>
+  T operator()(T x) const {
+    return x < T(0) ? neg{}(x) : x;
+  }
+};
 KILN_SCALAR_UNARY(exp, std::exp(x))
 KILN_SCALAR_UNARY(log, std::log(x))
 KILN_SCALAR_UNARY(log1p, std::log1p(x))
@@ -35,20 +59,33 @@ KILN_SCALAR_UNARY(sign, static_cast<T>((T(0) < x) - (x < T(0))))
 
 struct logical_not {
   template <typename T>
-  bool operator()(T x) const { return !(x != T(0)); }
+  bool operator()(T x) const {
+    return !(x != T(0));
+  }
 };
 
-#define KILN_SCALAR_BINARY(name, R, expr)          \
-  struct name {                                    \
-    template <typename T>                          \
-    R operator()(T a, T b) const {                 \
-      return expr;                                 \
-    }                                              \
+#define KILN_SCALAR_BINARY(name, R, expr) \
+  struct name {                           \
+    template <typename T>                 \
+    R operator()(T a, T b) const {        \
+      return expr;                        \
+    }                                     \
   };
 
-KILN_SCALAR_BINARY(add, T, static_cast<T>(a + b))
-KILN_SCALAR_BINARY(sub, T, static_cast<T>(a - b))
-KILN_SCALAR_BINARY(mul, T, static_cast<T>(a * b))
+#define KILN_SCALAR_WRAPPING(name, op)                                \
+  struct name {                                                       \
+    template <typename T>                                             \
+    T operator()(T a, T b) const {                                    \
+      if constexpr (kWrapping<T>)                                     \
+        return wrapping(a, b, [](auto x, auto y) { return x op y; }); \
+      else                                                            \
+        return static_cast<T>(a op b);                                \
+    }                                                                 \
+  };
+KILN_SCALAR_WRAPPING(add, +)
+KILN_SCALAR_WRAPPING(sub, -)
+KILN_SCALAR_WRAPPING(mul, *)
+#undef KILN_SCALAR_WRAPPING
 KILN_SCALAR_BINARY(maximum, T, (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b))
 KILN_SCALAR_BINARY(minimum, T, (a != a || b != b) ? (a != a ? a : b) : (a < b ? a : b))
 KILN_SCALAR_BINARY(eq, bool, a == b)

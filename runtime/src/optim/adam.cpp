@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "update_ops.h"
 
@@ -68,18 +69,28 @@ void Adam::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const AdamOptions o = from_group<AdamOptions>(param_groups()[gi]);
+    guard_hyperparams(gi);
     const auto [beta1, beta2] = o.betas;
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       if (o.maximize) grad = neg(grad);
       StateDict& st = mutable_state(p);
-      const double step = increment_step(st);
+      // Host numbers go through host_scalar: a compiled step re-reads lr and
+      // advances the step count at every call instead of baking them in.
+      auto lr = [this, gi] { return param_groups()[gi].get("lr"); };
+      const Tensor neg_step_size = host_scalar([this, p, lr, beta1] {
+        const double step = increment_step(mutable_state(p));
+        return -(lr() / (1 - std::pow(beta1, step)));
+      });
+      const Tensor bias_correction2_sqrt = host_scalar([this, p, beta2] {
+        return std::sqrt(1 - std::pow(beta2, current_step(mutable_state(p))));
+      });
       Tensor exp_avg = state_buffer(st, "exp_avg", p);
       Tensor exp_avg_sq = state_buffer(st, "exp_avg_sq", p);
       if (o.weight_decay != 0) {
         if (decoupled_)
-          p.mul_(1 - o.lr * o.weight_decay);
+          p.mul_(host_scalar([lr, wd = o.weight_decay] { return 1 - lr() * wd; }));
         else
           grad = add(grad, mul(p, o.weight_decay));
       }
@@ -87,10 +98,6 @@ void Adam::step() {
       exp_avg_sq.mul_(beta2);
       detail::addcmul_(exp_avg_sq, grad, grad, 1 - beta2);
 
-      const double bias_correction1 = 1 - std::pow(beta1, step);
-      const double bias_correction2 = 1 - std::pow(beta2, step);
-      const double step_size = o.lr / bias_correction1;
-      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
       Tensor second = exp_avg_sq;
       if (o.amsgrad) {
         Tensor max_sq = state_buffer(st, "max_exp_avg_sq", p);
@@ -98,7 +105,7 @@ void Adam::step() {
         second = max_sq;
       }
       Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
-      detail::addcdiv_(p, exp_avg, denom, -step_size);
+      p.add_(div(mul(exp_avg, neg_step_size), denom));
     }
   }
 }

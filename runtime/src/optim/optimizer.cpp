@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 
 namespace kiln::optim {
@@ -41,14 +42,37 @@ double increment_step(StateDict& state) {
   return step.item<double>();
 }
 
+double current_step(const StateDict& state) {
+  const Tensor* t = state.find("step");
+  return t ? t->item<double>() : 0.0;
+}
+
 Tensor state_buffer(StateDict& state, const std::string& key, const Tensor& p) {
   if (const Tensor* t = state.find(key)) return *t;
+  // Real zeros even while tracing: the state outlives the trace and is
+  // captured (read and written back) by the compiled step.
+  UntracedGuard untraced;
   Tensor z = zeros_like(p);
   state.set(key, z);
   return z;
 }
 
 // ---------------- Optimizer ----------------
+void Optimizer::guard_hyperparams(size_t gi) const {
+  if (!current_recorder()) return;
+  Hyperparams snap;
+  for (const auto& [k, v] : groups_[gi].options)
+    if (k != "lr") snap.emplace_back(k, v);
+  trace_guard(
+      [this, gi, snap, n = groups_[gi].params.size()] {
+        if (gi >= groups_.size() || groups_[gi].params.size() != n) return false;
+        for (const auto& [k, v] : snap)
+          if (!groups_[gi].has(k) || groups_[gi].get(k) != v) return false;
+        return true;
+      },
+      str(name_, " hyperparameters of group ", gi));
+}
+
 Optimizer::Optimizer(std::string name, Hyperparams defaults)
     : name_(std::move(name)), defaults_(std::move(defaults)) {}
 

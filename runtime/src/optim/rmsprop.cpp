@@ -2,6 +2,7 @@
 #include "kiln/optim/rmsprop.h"
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "update_ops.h"
 
@@ -59,12 +60,13 @@ void RMSprop::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const RMSpropOptions o = from_group(param_groups()[gi]);
+    guard_hyperparams(gi);
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       if (o.maximize) grad = neg(grad);
       StateDict& st = mutable_state(p);
-      increment_step(st);
+      host_scalar([this, p] { return increment_step(mutable_state(p)); });
       Tensor square_avg = state_buffer(st, "square_avg", p);
       if (o.weight_decay != 0) grad = add(grad, mul(p, o.weight_decay));
       square_avg.mul_(o.alpha);
@@ -78,13 +80,14 @@ void RMSprop::step() {
         avg = sqrt(square_avg);
       }
       avg = add(avg, o.eps);
+      const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
       if (o.momentum > 0) {
         Tensor buf = state_buffer(st, "momentum_buffer", p);
         buf.mul_(o.momentum);
         detail::addcdiv_(buf, grad, avg, 1.0);
-        p.add_(buf, -o.lr);
+        p.add_(mul(buf, neg_lr));
       } else {
-        detail::addcdiv_(p, grad, avg, -o.lr);
+        p.add_(div(mul(grad, neg_lr), avg));  // addcdiv_ with a host-scalar value
       }
     }
   }

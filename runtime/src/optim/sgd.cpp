@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 
 namespace kiln::optim {
@@ -60,6 +61,7 @@ void SGD::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const SGDOptions o = from_group(param_groups()[gi]);
+    guard_hyperparams(gi);
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
@@ -77,7 +79,8 @@ void SGD::step() {
         }
         d = o.nesterov ? add(d, mul(buf, o.momentum)) : buf;
       }
-      p.add_(d, -o.lr);
+      // -lr is read at every call, so a scheduler drives a compiled step too.
+      p.add_(mul(d, host_scalar([this, gi] { return -param_groups()[gi].get("lr"); })));
     }
   }
 }

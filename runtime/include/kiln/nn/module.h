@@ -82,7 +82,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Sets training mode on this module and all descendants.
   virtual void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  /// Training flag. Read while tracing, it becomes a guard of the compiled function.
+  bool is_training() const;
   /// Converts floating parameters, buffers and their .grad to `dtype`. The
   /// conversion swaps the data behind each existing TensorImpl (like PyTorch's
   /// `param.data = param.data.to(dtype)`), so handles kept by subclasses and

@@ -74,6 +74,9 @@ class Optimizer {
   virtual void check_group(const ParamGroup& group) const = 0;
   /// Mutable state of p, created empty on first use.
   StateDict& mutable_state(const Tensor& p) { return state_[p.impl()]; }
+  /// While tracing, guards the compiled step on group gi's hyperparameters
+  /// other than lr (lr is a host scalar read at every call). Call in step().
+  void guard_hyperparams(size_t gi) const;
   /// "[<name>] " prefix of error messages.
   std::string tag() const { return "[" + name_ + "] "; }
 
@@ -86,6 +89,8 @@ class Optimizer {
 
 /// Increments the 0-d f64 "step" entry of `state` (created at 0) and returns the new count.
 double increment_step(StateDict& state);
+/// The step count of a parameter's state (0 before the first step).
+double current_step(const StateDict& state);
 /// The state tensor `key`, created as zeros shaped like p on first use.
 Tensor state_buffer(StateDict& state, const std::string& key, const Tensor& p);
 
