@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# Builds the safetensors fuzzer (libFuzzer + ASan + UBSan, Debian's clang++-14)
-# and runs it for [seconds] (default 60) on a scratch copy of the seed corpus
-# tests/fuzz/corpus/safetensors/, so the committed corpus never grows.
+# Builds a fuzzer (libFuzzer + ASan + UBSan, Debian's clang++-14) and runs it
+# for [seconds] (default 60) on a scratch copy of its seed corpus, so the
+# committed corpus never grows. Targets:
+#   safetensors (default)  the safetensors parser; seeds tests/fuzz/corpus/safetensors/
+#   ir_parser              the IR text parser + printer; seeds tests/fixtures/ir/
 #
-#   scripts/fuzz.sh [seconds] [extra libFuzzer flags...]
+#   scripts/fuzz.sh [target] [seconds] [extra libFuzzer flags...]
 #
-# The fuzzer is compiled with the kiln runtime sources it needs (runtime/src,
-# runtime/src/ops, runtime/src/serialize; not nn/optim/data) into
-# $KILN_FUZZ_BUILD_DIR (default build/fuzz/); make rebuilds only what changed.
+# The fuzzer is compiled with the kiln sources it needs (runtime/src,
+# runtime/src/ops, runtime/src/serialize, not nn/optim/data; the IR target also
+# ir/src/{graph,printer,parser}.cpp) into $KILN_FUZZ_BUILD_DIR (default
+# build/fuzz/); make rebuilds only what changed.
 # Crashing inputs are kept in <build dir>/artifacts/; reproduce one with
-#   build/fuzz/safetensors_fuzz build/fuzz/artifacts/crash-...
+#   build/fuzz/safetensors_fuzz build/fuzz/artifacts/crash-...   (or fuzz_ir_parser)
 # Exit status: 0 clean run, 77 toolchain missing (CTest reports a skip),
 # anything else a build failure or a bug found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target=safetensors
+case "${1:-}" in
+  safetensors | ir_parser) target=$1; shift ;;
+esac
+case $target in
+  safetensors) bin=safetensors_fuzz corpus=tests/fuzz/corpus/safetensors
+               dict=tests/fuzz/safetensors.dict ;;
+  ir_parser) bin=fuzz_ir_parser corpus=tests/fixtures/ir dict=tests/fuzz/ir_parser.dict ;;
+esac
 secs=${1:-60}
 shift $(($# > 0 ? 1 : 0))
 CXX=${KILN_FUZZ_CXX:-clang++-14}
@@ -43,35 +55,44 @@ cat >"$out/Makefile" <<MAKE
 CXX := $CXX
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 CXXFLAGS := -std=c++20 -O1 -g -fno-omit-frame-pointer \$(SAN) -MMD -MP \\
-  -include tests/fuzz/clang14_compat.h -Iruntime/include -Iruntime/src $blas_cflags
+  -include tests/fuzz/clang14_compat.h -Iruntime/include -Iruntime/src -Iir/include $blas_cflags
 SRCS := \$(wildcard runtime/src/*.cpp runtime/src/ops/*.cpp runtime/src/serialize/*.cpp)
 OBJS := \$(SRCS:%.cpp=$out/obj/%.o)
+IR_OBJS := \$(patsubst %,$out/obj/ir/src/%.o,graph printer parser)
 
 $out/safetensors_fuzz: $out/obj/fuzz.o \$(OBJS)
 	\$(CXX) \$(SAN) -fsanitize=fuzzer \$^ -o \$@ $blas_libs -lfmt -lz -pthread
-# Only the parser and the target carry coverage instrumentation: feedback
+$out/fuzz_ir_parser: $out/obj/fuzz_ir_parser.o \$(IR_OBJS) \$(OBJS)
+	\$(CXX) \$(SAN) -fsanitize=fuzzer \$^ -o \$@ $blas_libs -lfmt -lz -pthread
+# Only the parsers and the targets carry coverage instrumentation: feedback
 # from allocator or thread-pool internals would only distract the fuzzer.
 $out/obj/fuzz.o: tests/fuzz/safetensors_fuzz.cpp
+	@mkdir -p \$(@D)
+	\$(CXX) \$(CXXFLAGS) -fsanitize=fuzzer -c \$< -o \$@
+$out/obj/fuzz_ir_parser.o: tests/fuzz/fuzz_ir_parser.cpp
 	@mkdir -p \$(@D)
 	\$(CXX) \$(CXXFLAGS) -fsanitize=fuzzer -c \$< -o \$@
 $out/obj/runtime/src/serialize/%.o: runtime/src/serialize/%.cpp
 	@mkdir -p \$(@D)
 	\$(CXX) \$(CXXFLAGS) -fsanitize=fuzzer-no-link -c \$< -o \$@
+$out/obj/ir/src/%.o: ir/src/%.cpp
+	@mkdir -p \$(@D)
+	\$(CXX) \$(CXXFLAGS) -fsanitize=fuzzer-no-link -c \$< -o \$@
 $out/obj/%.o: %.cpp
 	@mkdir -p \$(@D)
 	\$(CXX) \$(CXXFLAGS) -c \$< -o \$@
--include \$(OBJS:.o=.d) $out/obj/fuzz.d
+-include \$(OBJS:.o=.d) \$(IR_OBJS:.o=.d) $out/obj/fuzz.d $out/obj/fuzz_ir_parser.d
 MAKE
-echo "fuzz: building $out/safetensors_fuzz"
-make -s -j"$jobs" -f "$out/Makefile" "$out/safetensors_fuzz"
+echo "fuzz: building $out/$bin"
+make -s -j"$jobs" -f "$out/Makefile" "$out/$bin"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/kiln_fuzz_safetensors.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln_fuzz_$target.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-cp tests/fuzz/corpus/safetensors/* "$work/"
+cp "$corpus"/* "$work/"
 mkdir -p "$out/artifacts"
-echo "fuzz: running for ${secs}s"
+echo "fuzz: running $bin for ${secs}s"
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-  "$out/safetensors_fuzz" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
-  -dict=tests/fuzz/safetensors.dict -artifact_prefix="$out/artifacts/" \
+  "$out/$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 \
+  -dict="$dict" -artifact_prefix="$out/artifacts/" \
   -print_final_stats=1 "$@" "$work"

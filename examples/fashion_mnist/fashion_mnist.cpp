@@ -3,6 +3,7 @@
 #include <chrono>
 #include <iomanip>
 
+#include "kiln/compile.h"
 #include "kiln/data/data.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
@@ -76,8 +77,22 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
   auto model = make_fashion_model(opts.model);
   optim::Adam opt(model->parameters(), {.lr = opts.lr});
   log << *model << "\n";
-  log << "training " << opts.model << " on " << train_set->size() << " images, testing on "
+  log << "training " << opts.model << (opts.compile ? " (compiled)" : " (eager)") << " on " << train_set->size() << " images, testing on "
       << test_set->size() << "\n";
+
+  // One training step; with --compile it is traced once (forward, backward and
+  // the Adam update in one graph) and replayed; the batch dim is dynamic so the
+  // last, smaller batch reuses the plan.
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy((*model)(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto step = kiln::compile(train_step, {.enabled = opts.compile,
+                                         .dynamic = {{0, 0}, {1, 0}},
+                                         .name = "fashion_train_step"});
 
   std::vector<EpochStats> stats;
   for (int epoch = 1; epoch <= opts.epochs; ++epoch) {
@@ -86,10 +101,7 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     double loss_sum = 0;
     int64_t steps = 0, samples = 0;
     for (auto& batch : train_loader) {
-      Tensor loss = cross_entropy((*model)(batch[0]), batch[1]);
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
+      Tensor loss = step(batch[0], batch[1]);
       double l = loss.item<double>();
       loss_sum += l;
       ++steps;

@@ -25,6 +25,7 @@ struct FashionOptions {
   std::string root = "";     ///< dataset directory ("" = Debian's package)
   uint64_t seed = 0;
   int num_workers = 1;       ///< background batch-building threads
+  bool compile = false;      ///< run the training step through kiln::compile
 };
 
 /// One epoch's figures.

@@ -1,6 +1,7 @@
 // Trains an MLP or the small CNN on Fashion-MNIST and prints per-epoch loss,
 // test accuracy and throughput.
 //   fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] [--lr X] [--root DIR]
+//                 [--compile]
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -25,9 +26,10 @@ int main(int argc, char** argv) {
     else if (a == "--batch") opts.batch_size = std::atoll(next().c_str());
     else if (a == "--lr") opts.lr = std::atof(next().c_str());
     else if (a == "--root") opts.root = next();
+    else if (a == "--compile") opts.compile = true;
     else {
       std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
-                   "[--lr X] [--root DIR]\n";
+                   "[--lr X] [--root DIR] [--compile]\n";
       return a == "--help" ? 0 : 2;
     }
   }

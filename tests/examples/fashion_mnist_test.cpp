@@ -31,6 +31,28 @@ TEST(ExampleFashionMnist, TrainsOnASlice) {
   }
 }
 
+// The compiled training step (traced forward + backward + Adam, dynamic batch)
+// trains like the eager one: same per-epoch loss and accuracy on a slice.
+TEST(ExampleFashionMnist, CompiledStepMatchesEager) {
+  if (!have_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  kiln::examples::FashionOptions o;
+  o.model = "mlp";
+  o.epochs = 2;
+  o.train_limit = 1000;  // 15 batches of 64 and a last batch of 40
+  o.test_limit = 500;
+  o.num_workers = 0;
+  std::ostringstream log_e, log_c;
+  auto eager = kiln::examples::train_fashion_mnist(o, log_e);
+  o.compile = true;
+  auto compiled = kiln::examples::train_fashion_mnist(o, log_c);
+  ASSERT_EQ(compiled.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(compiled[e].train_loss, eager[e].train_loss, 1e-4) << log_c.str();
+    EXPECT_NEAR(compiled[e].test_accuracy, eager[e].test_accuracy, 0.004) << log_c.str();
+  }
+  EXPECT_NE(log_c.str().find("(compiled)"), std::string::npos);
+}
+
 // An unknown model name is a clear error.
 TEST(ExampleFashionMnist, UnknownModel) {
   EXPECT_THROW(kiln::examples::make_fashion_model("resnet"), kiln::Error);

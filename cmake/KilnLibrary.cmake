@@ -1,0 +1,13 @@
+# kiln_add_library(name folder_alias sources...): one shared library per
+# top-level folder, with its public include/ directory, versioned like the project.
+function(kiln_add_library name alias)
+  add_library(${name} SHARED ${ARGN})
+  add_library(kiln::${alias} ALIAS ${name})
+  set_target_properties(${name} PROPERTIES OUTPUT_NAME ${name}
+                        VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR})
+  target_include_directories(${name}
+    PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE $<BUILD_INTERFACE:kiln_warnings>)
+endfunction()

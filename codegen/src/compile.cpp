@@ -1,0 +1,321 @@
+// The compile() driver: guards, warm-up, tracing, the pass pipeline, plans,
+// write-back of captured state, differentiable compiled regions, dynamic dims.
+#include "kiln/compile.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+
+#include "compile_internal.h"
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/env.h"
+#include "kiln/ir/generalize.h"
+#include "kiln/ir/text.h"
+#include "kiln/passes/pass_manager.h"
+#include "kiln/random.h"
+#include "partition.h"
+
+namespace kiln::detail {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool env_flag(const char* name) {
+  return env::get(name) == "1";
+}
+
+bool log_topic(const std::string& topic) {
+  const std::string v = str(",", env::get("KILN_LOG"), ",");
+  return v.find(str(",", topic, ",")) != std::string::npos;
+}
+
+// Installs a recorder for a scope.
+struct RecorderScope {
+  Recorder* prev;
+  explicit RecorderScope(Recorder* r) : prev(set_recorder(r)) {}
+  ~RecorderScope() { set_recorder(prev); }
+};
+
+}  // namespace
+
+struct CompiledFunction::Impl {
+  CompileOptions opts;
+  CompileStats stats;
+  std::recursive_mutex mu;
+  std::vector<std::shared_ptr<Plan>> plans;
+  std::vector<std::pair<std::string, int>> warmups;  // signature key -> eager calls so far
+  int next_plan_id = 0;
+  int recompiles = 0;
+  bool warned_limit = false;
+  bool check = false;
+  std::string dump_dir;
+
+  std::string signature_key(const std::vector<Tensor>& args,
+                            const std::vector<double>& statics) const;
+  std::vector<Tensor> trace_and_run(const std::vector<Tensor>& args,
+                                    const std::vector<double>& statics, std::vector<double>& spec,
+                                    const Body& body);
+  std::vector<Tensor> run_checked(Plan& p, const std::vector<Tensor>& args,
+                                  std::vector<double>& spec, const Body& body);
+};
+
+CompiledFunction::CompiledFunction(CompileOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+  if (impl_->opts.recompile_limit < 0)
+    impl_->opts.recompile_limit = static_cast<int>(env::get_int("KILN_RECOMPILE_LIMIT", 8));
+  impl_->check = env_flag("KILN_CHECK_COMPILED");
+  impl_->dump_dir = env::get("KILN_DUMP");
+}
+
+CompiledFunction::~CompiledFunction() = default;
+
+bool CompiledFunction::has_plan(const std::vector<Tensor>& args,
+                                const std::vector<double>& statics) {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu);
+  for (auto& p : impl_->plans)
+    if (!p->eager && guards_pass(*p, args, statics, nullptr)) return true;
+  return false;
+}
+
+const CompileStats& CompiledFunction::stats() const {
+  return impl_->stats;
+}
+const CompileOptions& CompiledFunction::options() const {
+  return impl_->opts;
+}
+
+void CompiledFunction::reset() {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu);
+  impl_->plans.clear();
+}
+
+std::string CompiledFunction::last_graph_text() const {
+  std::lock_guard<std::recursive_mutex> lock(impl_->mu);
+  if (impl_->plans.empty() || !impl_->plans.back()->graph) return "";
+  return ir::print(*impl_->plans.back()->graph);
+}
+
+std::string CompiledFunction::Impl::signature_key(const std::vector<Tensor>& args,
+                                                  const std::vector<double>& statics) const {
+  std::string k;
+  for (size_t i = 0; i < args.size(); ++i) {
+    k += str(args[i].dtype(), "[");
+    for (int64_t d = 0; d < args[i].dim(); ++d) {
+      bool dyn = false;
+      for (const DynamicDim& dd : opts.dynamic)
+        dyn = dyn || (dd.arg == static_cast<int>(i) && dd.dim == d);
+      k += dyn ? std::string("?,") : str(args[i].size(d), ",");
+    }
+    k += args[i].requires_grad() ? "]g;" : "];";
+  }
+  for (double s : statics) k += str(s, ";");
+  k += grad_mode_enabled() ? "G" : "N";
+  return k;
+}
+
+std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
+                                           const std::vector<double>& statics,
+                                           std::vector<double>& out_spec, const Body& body) {
+  Impl& m = *impl_;
+  // Disabled, or called inside another trace (then it simply inlines into it).
+  if (!m.opts.enabled || env_flag("KILN_EAGER") || current_recorder() != nullptr) {
+    ++m.stats.eager_calls;
+    return body(args, out_spec);
+  }
+  std::lock_guard<std::recursive_mutex> lock(m.mu);
+  for (auto& p : m.plans) {
+    if (!guards_pass(*p, args, statics, nullptr)) continue;
+    if (p->eager) {
+      ++m.stats.eager_calls;
+      return body(args, out_spec);
+    }
+    ++m.stats.compiled_calls;
+    if (m.check) return m.run_checked(*p, args, out_spec, body);
+    RunResult r = run_plan(*p, args, nullptr);
+    m.stats.last_peak_bytes = r.peak_bytes;
+    out_spec = p->out_spec;
+    return std::move(r.results);
+  }
+  // A miss: warm up this signature eagerly first, then trace it.
+  const std::string key = m.signature_key(args, statics);
+  int* count = nullptr;
+  for (auto& [k, c] : m.warmups)
+    if (k == key) count = &c;
+  if (!count) {
+    m.warmups.emplace_back(key, 0);
+    count = &m.warmups.back().second;
+  }
+  if (*count < m.opts.warmup) {
+    ++*count;
+    ++m.stats.eager_calls;
+    return body(args, out_spec);
+  }
+  if (!m.plans.empty()) {
+    std::string why;
+    guards_pass(*m.plans.back(), args, statics, &why);
+    m.stats.last_miss = why;
+    ++m.recompiles;
+    if (log_topic("recompiles"))
+      std::cerr << "[kiln] recompiling " << m.opts.name << " (recompile " << m.recompiles
+                << "): " << why << "\n";
+    if (m.recompiles >= m.opts.recompile_limit && !m.warned_limit) {
+      m.warned_limit = true;
+      std::cerr << "[kiln] WARNING: " << m.opts.name << " has been re-traced " << m.recompiles
+                << " times (KILN_RECOMPILE_LIMIT=" << m.opts.recompile_limit
+                << "); the last failed guard: " << why
+                << ". Mark changing dims dynamic (CompileOptions::dynamic) or keep captured "
+                   "tensors and flags stable. It keeps compiling; set KILN_LOG=recompiles to "
+                   "see every re-trace.\n";
+    }
+  }
+  return m.trace_and_run(args, statics, out_spec, body);
+}
+
+std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tensor>& args,
+                                                          const std::vector<double>& statics,
+                                                          std::vector<double>& spec,
+                                                          const Body& body) {
+  auto t0 = std::chrono::steady_clock::now();
+  ir::Tracer tr(opts.fallback == Fallback::eager);
+  std::vector<Tensor> sym_args;
+  for (size_t i = 0; i < args.size(); ++i)
+    sym_args.push_back(tr.add_arg(args[i], static_cast<int>(i)));
+  std::vector<Tensor> results, grads;
+  std::vector<double> out_spec;
+  std::vector<DiffInput> diff_inputs;
+  std::vector<int> result_grad;  // results that get a gradient input
+  const bool grad_mode = grad_mode_enabled();
+  try {
+    RecorderScope scope(&tr);
+    results = body(sym_args, out_spec);
+    // A forward-only function with differentiable results: trace its backward
+    // too, so the compiled region is one node of the eager autograd tape.
+    bool needs_bwd = false;
+    for (const Tensor& r : results) needs_bwd = needs_bwd || r.requires_grad();
+    if (grad_mode && needs_bwd && !tr.grads_changed()) {
+      tr.note_results(results);  // a returned captured tensor is a differentiable input too
+      std::vector<Tensor> wrt;
+      for (size_t i = 0; i < args.size(); ++i)
+        if (sym_args[i].requires_grad()) {
+          diff_inputs.push_back({true, static_cast<int>(i)});
+          wrt.push_back(sym_args[i]);
+        }
+      const auto& caps = tr.captured();
+      for (size_t k = 0; k < caps.size(); ++k) {
+        Tensor c(caps[k]);
+        if (c.requires_grad()) {
+          diff_inputs.push_back({false, static_cast<int>(k)});
+          wrt.push_back(c);
+        }
+      }
+      if (!wrt.empty()) {
+        std::vector<Tensor> outs, gouts;
+        for (size_t i = 0; i < results.size(); ++i) {
+          if (!results[i].requires_grad()) continue;
+          result_grad.push_back(static_cast<int>(i));
+          outs.push_back(results[i]);
+          gouts.push_back(tr.add_grad_output(results[i], static_cast<int>(i)));
+        }
+        GradOptions go;
+        go.allow_unused = true;
+        grads = kiln::grad(outs, wrt, gouts, go);
+      }
+    }
+  } catch (const ir::TraceFallback& e) {
+    tr.abort();
+    auto p = std::make_shared<Plan>();
+    fill_signature(*p, args, statics, opts);
+    p->eager = true;
+    plans.push_back(p);
+    std::cerr << "[kiln] warning: " << opts.name << ": " << e.what()
+              << " — running this signature eagerly from now on\n";
+    ++stats.eager_calls;
+    return body(args, spec);
+  } catch (...) {
+    tr.abort();
+    throw;
+  }
+  ir::TraceResult res = tr.finish(results, grads);
+  stats.trace_ms += ms_since(t0);
+  ++stats.traces;
+
+  auto plan = std::make_shared<Plan>();
+  plan->id = next_plan_id++;
+  fill_signature(*plan, args, statics, opts);
+  plan->out_spec = out_spec;
+  plan->diff_inputs = std::move(diff_inputs);
+  plan->result_grad = std::move(result_grad);
+  std::shared_ptr<ir::Graph> raw(res.graph->clone());
+  take_trace(*plan, std::move(res));
+  plan->raw = raw;
+
+  // Dynamic dims: a second trace at another size of a dynamic dim generalizes
+  // the older plan into one symbolic plan that serves every size.
+  std::shared_ptr<ir::Graph> graph = raw;
+  if (!opts.dynamic.empty()) {
+    for (size_t i = 0; i < plans.size(); ++i) {
+      std::vector<ir::SymSample> samples;
+      if (!plans[i]->eager && same_but_dynamic(*plans[i], *plan, opts, samples)) {
+        std::string why;
+        auto g = ir::generalize(*plans[i]->raw, *raw, samples, &why);
+        if (g) {
+          graph = std::shared_ptr<ir::Graph>(std::move(g));
+          make_args_symbolic(*plan, *graph);
+          plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(i));
+          ++stats.generalized;
+        } else if (log_topic("recompiles")) {
+          std::cerr << "[kiln] " << opts.name << ": cannot make the plan dynamic: " << why << "\n";
+        }
+        break;
+      }
+    }
+  }
+  dump(dump_dir, opts.name, plan->id, "traced", *graph);
+  auto t1 = std::chrono::steady_clock::now();
+  build_executables(*plan, *graph, opts);
+  stats.passes_ms += ms_since(t1);
+  stats.graph_nodes = plan->graph->num_nodes();
+  dump(dump_dir, opts.name, plan->id, "optimized", *plan->graph);
+  if (plan->bwd_graph) dump(dump_dir, opts.name, plan->id, "backward", *plan->bwd_graph);
+  plans.push_back(plan);
+  ++stats.compiled_calls;
+  if (check) return run_checked(*plan, args, spec, body);
+  RunResult r = run_plan(*plan, args, nullptr);
+  stats.last_peak_bytes = r.peak_bytes;
+  spec = plan->out_spec;
+  return std::move(r.results);
+}
+
+std::vector<Tensor> CompiledFunction::Impl::run_checked(Plan& p, const std::vector<Tensor>& args,
+                                                        std::vector<double>& spec,
+                                                        const Body& body) {
+  // Snapshot the captured state, run compiled, restore, run eager with the
+  // same host numbers and random offsets, compare everything, keep eager's state.
+  Snapshot before = snapshot(p);
+  const uint64_t rng = default_generator().offset;
+  std::vector<double> hosts;
+  RunResult c = run_plan(p, args, &hosts);
+  Snapshot after_c = snapshot(p);
+  restore(p, before);
+  default_generator().offset = rng;
+  std::vector<Tensor> e;
+  {
+    HostScalarReplay replay(hosts);
+    e = body(args, spec);
+  }
+  Snapshot after_e = snapshot(p);
+  std::string report = compare_runs(p, c.results, e, after_c, after_e);
+  if (!report.empty()) {
+    ++stats.check_mismatches;
+    stats.last_check_report = report;
+    std::cerr << "[kiln] KILN_CHECK_COMPILED: " << opts.name << ": " << report << "\n";
+  }
+  return e;
+}
+
+}  // namespace kiln::detail

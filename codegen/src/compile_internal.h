@@ -1,0 +1,110 @@
+// Plans of compiled functions and the steps of the compile() driver
+// (internal to codegen/).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "kiln/executor.h"
+#include "kiln/ir/generalize.h"
+#include "kiln/ir/tracer.h"
+
+namespace kiln::detail {
+
+/// A tensor argument's guarded signature.
+struct ArgSig {
+  DType dtype = DType::f32;
+  ir::SymShape shape;  ///< symbolic dims accept any size consistent with the others
+  bool requires_grad = false;
+  bool wrapped_number = false;  ///< promotes like a C++ number
+  bool grad_defined = false;    ///< its .grad was defined (backward inside accumulates)
+};
+
+/// A differentiable input of a compiled forward: an argument or a capture.
+struct DiffInput {
+  bool is_arg = true;
+  int index = 0;
+};
+
+/// One compiled signature.
+struct Plan {
+  int id = 0;
+  // ---- guards ----
+  std::vector<ArgSig> args;
+  std::vector<double> statics;
+  bool grad_mode = true;
+  int num_syms = 0;
+  bool eager = false;  ///< fallback: this signature runs the plain function
+  // ---- bindings from the trace ----
+  std::vector<ir::InputBinding> inputs;    ///< of the forward graph
+  std::vector<ir::OutputBinding> outputs;  ///< of the forward graph (without saved values)
+  std::vector<ir::Capture> captures;
+  std::vector<TensorImpl*> cap_raw;      ///< valid while the weak_ptr is alive
+  std::vector<uint32_t> frozen_version;  ///< freeze: storage version of each capture (or ~0)
+  std::vector<std::function<double()>> hosts;
+  std::vector<std::function<bool()>> guards;
+  std::vector<std::string> guard_names;
+  std::vector<int> cleared_grads;
+  bool uses_rng = false;
+  std::vector<double> out_spec;
+  size_t num_results = 0;
+  std::vector<uint8_t> result_is_input;  ///< see ir::TraceResult::result_is_input
+  // ---- graphs and executables ----
+  std::shared_ptr<ir::Graph> raw;    ///< as traced (joint forward+backward when differentiable)
+  std::shared_ptr<ir::Graph> graph;  ///< optimized forward (or whole) graph
+  std::unique_ptr<Executor> exec;
+  // ---- differentiable compiled forward ----
+  std::vector<DiffInput> diff_inputs;
+  std::vector<int> result_grad;  ///< results that take a gradient
+  std::shared_ptr<ir::Graph> bwd_graph;
+  std::shared_ptr<Executor> bwd_exec;
+  size_t num_fwd_outputs = 0;        ///< forward outputs before the saved values
+  std::vector<int> bwd_output_diff;  ///< backward output k -> diff input number
+  std::vector<int> bwd_grad_result;  ///< backward gradient input k -> result number
+};
+
+/// What one run produced.
+struct RunResult {
+  std::vector<Tensor> results;
+  int64_t peak_bytes = 0;
+};
+
+/// Captured state (data and .grad) at one point, for KILN_CHECK_COMPILED.
+struct Snapshot {
+  std::vector<Tensor> data;
+  std::vector<Tensor> grads;
+};
+
+/// Fills the argument/static/grad-mode part of a plan's signature.
+void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
+                    const CompileOptions& opts);
+/// Moves the trace's bindings into the plan.
+void take_trace(Plan& p, ir::TraceResult&& r);
+/// True if every guard of `p` holds for this call; else `why` (if given) names the failed one.
+bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
+                 std::string* why);
+/// True if `b` is `a` traced at other sizes of dynamic dims only; fills one
+/// sample per distinct (size in a, size in b) pair.
+bool same_but_dynamic(const Plan& a, const Plan& b, const CompileOptions& opts,
+                      std::vector<ir::SymSample>& samples);
+/// Takes the argument guards' symbolic dims from the generalized graph's inputs.
+void make_args_symbolic(Plan& p, const ir::Graph& g);
+/// Freezes, partitions (differentiable plans), optimizes and prepares executors.
+void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& opts);
+/// Runs a plan for one call: host numbers, generator, executor, write-backs, and
+/// the autograd node of a differentiable plan. `hosts_out` receives the host numbers.
+RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out);
+Snapshot snapshot(const Plan& p);
+void restore(const Plan& p, const Snapshot& s);
+/// "" if compiled and eager agree within tolerance, else the first difference.
+std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
+                         const std::vector<Tensor>& eager, const Snapshot& after_compiled,
+                         const Snapshot& after_eager);
+/// Writes <dir>/<name>.<plan>.<stage>.kir and .dot (nothing if dir is empty).
+void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
+          const ir::Graph& g);
+
+}  // namespace kiln::detail

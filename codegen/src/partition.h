@@ -1,0 +1,29 @@
+// Splits a joint forward+backward graph (traced forward, then its traced
+// gradients) into a forward graph that also returns the values the backward
+// needs ("saved") and a backward graph over (saved..., grad outputs...).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::detail {
+
+struct Split {
+  std::unique_ptr<ir::Graph> fwd;   ///< inputs: the joint inputs minus the gradient inputs
+  std::unique_ptr<ir::Graph> bwd;   ///< inputs: saved values, then the gradient inputs
+  std::vector<size_t> fwd_outputs;  ///< joint output index of each forward output (before saved)
+  std::vector<size_t> bwd_outputs;  ///< joint output index of each backward output
+  std::vector<size_t> fwd_inputs;   ///< joint input index of each forward input
+  std::vector<size_t> grad_inputs;  ///< joint input index of each backward gradient input
+  size_t num_saved = 0;
+};
+
+/// `is_grad_input[i]`: joint input i is a gradient of a result; `is_bwd_output[o]`:
+/// joint output o is a gradient w.r.t. a differentiable input. Nodes that do not
+/// depend on gradient inputs run in the forward (their results are saved).
+Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
+                const std::vector<bool>& is_bwd_output);
+
+}  // namespace kiln::detail

@@ -1,0 +1,494 @@
+// Plans: guards, building executables from a trace, running them with
+// write-back of captured state, and the helpers of KILN_CHECK_COMPILED / KILN_DUMP.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "compile_internal.h"
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/functional.h"
+#include "kiln/ir/dot.h"
+#include "kiln/ir/text.h"
+#include "kiln/passes/pass_manager.h"
+#include "kiln/random.h"
+#include "partition.h"
+
+namespace kiln::detail {
+
+void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
+                    const CompileOptions&) {
+  p.args.clear();
+  for (const Tensor& t : args)
+    p.args.push_back({t.dtype(), ir::to_sym_shape(t.shape()), t.requires_grad(),
+                      t.impl()->wrapped_number, t.grad().defined()});
+  p.statics = statics;
+  p.grad_mode = grad_mode_enabled();
+}
+
+void take_trace(Plan& p, ir::TraceResult&& r) {
+  p.inputs = std::move(r.inputs);
+  p.outputs = std::move(r.outputs);
+  p.captures = std::move(r.captures);
+  for (auto& c : r.captured) p.cap_raw.push_back(c.get());
+  p.frozen_version.assign(p.captures.size(), ~0u);
+  p.hosts = std::move(r.hosts);
+  p.guards = std::move(r.guards);
+  p.guard_names = std::move(r.guard_names);
+  p.cleared_grads = std::move(r.cleared_grads);
+  p.uses_rng = r.uses_rng;
+  p.result_is_input = std::move(r.result_is_input);
+  p.num_results = 0;
+  for (const auto& o : p.outputs) p.num_results += o.kind == ir::OutputBinding::kResult;
+}
+
+bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
+                 std::string* why) {
+  auto fail = [&](auto&&... parts) {
+    if (why) *why = str(parts...);
+    return false;
+  };
+  if (p.args.size() != args.size())
+    return fail("the number of tensor arguments changed (", p.args.size(), " -> ", args.size(),
+                ")");
+  std::vector<int64_t> syms(static_cast<size_t>(p.num_syms), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgSig& s = p.args[i];
+    const Tensor& t = args[i];
+    if (t.dtype() != s.dtype)
+      return fail("argument ", i, " dtype changed (", s.dtype, " -> ", t.dtype(), ")");
+    if (t.dim() != static_cast<int64_t>(s.shape.size()))
+      return fail("argument ", i, " rank changed (", s.shape.size(), " -> ", t.dim(), ")");
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      const ir::SymInt& x = s.shape[d];
+      const int64_t n = t.size(static_cast<int64_t>(d));
+      if (x.is_static()) {
+        if (x.b != n)
+          return fail("argument ", i, " dim ", d, " changed (", x.b, " -> ", n, ")",
+                      " (mark it dynamic with CompileOptions::dynamic if it varies)");
+      } else if (x.a == 1 && x.b == 0 && syms[static_cast<size_t>(x.sym)] < 0) {
+        syms[static_cast<size_t>(x.sym)] = n;
+      }
+    }
+    if (t.requires_grad() != s.requires_grad)
+      return fail("argument ", i, " requires_grad changed (", s.requires_grad, " -> ",
+                  t.requires_grad(), ")");
+    if (t.impl()->wrapped_number != s.wrapped_number)
+      return fail("argument ", i, " is ", s.wrapped_number ? "no longer" : "now",
+                  " a wrapped number");
+    if (s.requires_grad && t.grad().defined() != s.grad_defined)
+      return fail("argument ", i, " .grad became ", s.grad_defined ? "undefined" : "defined");
+  }
+  if (p.num_syms > 0) {
+    for (size_t i = 0; i < args.size(); ++i)
+      for (size_t d = 0; d < p.args[i].shape.size(); ++d) {
+        const ir::SymInt& x = p.args[i].shape[d];
+        if (x.is_static()) continue;
+        if (syms[static_cast<size_t>(x.sym)] < 0 ||
+            x.eval(syms) != args[i].size(static_cast<int64_t>(d)))
+          return fail("argument ", i, " dim ", d, " is inconsistent with the other dynamic dims");
+      }
+  }
+  if (statics != p.statics) return fail("a non-tensor argument changed value");
+  if (grad_mode_enabled() != p.grad_mode)
+    return fail("grad mode changed (", p.grad_mode, " -> ", grad_mode_enabled(), ")");
+  for (size_t k = 0; k < p.captures.size(); ++k) {
+    const ir::Capture& c = p.captures[k];
+    std::shared_ptr<TensorImpl> impl = c.tensor.lock();
+    if (!impl)
+      return fail("captured tensor ", k, " (", c.dtype, c.shape, ") was freed or replaced");
+    Tensor t(std::move(impl));
+    if (t.dtype() != c.dtype || t.shape() != c.shape)
+      return fail("captured tensor ", k, " changed from ", c.dtype, c.shape, " to ", t.dtype(),
+                  t.shape());
+    if (t.requires_grad() != c.requires_grad)
+      return fail("captured tensor ", k, " requires_grad changed");
+    if (t.grad().defined() != c.grad_defined)
+      return fail("captured tensor ", k, " .grad became ",
+                  c.grad_defined ? "undefined" : "defined");
+    if (p.frozen_version[k] != ~0u && t.impl()->storage &&
+        t.impl()->storage->version != p.frozen_version[k])
+      return fail("frozen captured tensor ", k, " was modified in place");
+  }
+  for (size_t j = 0; j < p.guards.size(); ++j)
+    if (!p.guards[j]()) return fail("guard failed: ", p.guard_names[j]);
+  return true;
+}
+
+bool same_but_dynamic(const Plan& a, const Plan& b, const CompileOptions& opts,
+                      std::vector<ir::SymSample>& samples) {
+  samples.clear();
+  if (a.num_syms != 0 || a.args.size() != b.args.size() || a.statics != b.statics ||
+      a.grad_mode != b.grad_mode)
+    return false;
+  for (size_t i = 0; i < a.args.size(); ++i) {
+    const ArgSig& x = a.args[i];
+    const ArgSig& y = b.args[i];
+    if (x.dtype != y.dtype || x.shape.size() != y.shape.size() ||
+        x.requires_grad != y.requires_grad || x.wrapped_number != y.wrapped_number ||
+        x.grad_defined != y.grad_defined)
+      return false;
+    for (size_t d = 0; d < x.shape.size(); ++d) {
+      if (x.shape[d].b == y.shape[d].b) continue;
+      bool dyn = false;
+      for (const DynamicDim& dd : opts.dynamic)
+        dyn = dyn || (dd.arg == static_cast<int>(i) && dd.dim == static_cast<int>(d));
+      if (!dyn) return false;
+      ir::SymSample s{x.shape[d].b, y.shape[d].b};
+      bool seen = false;
+      for (const auto& e : samples) seen = seen || (e.first == s.first && e.second == s.second);
+      if (!seen) samples.push_back(s);
+    }
+  }
+  if (samples.empty() || a.captures.size() != b.captures.size() || a.hosts.size() != b.hosts.size())
+    return false;
+  for (size_t k = 0; k < a.captures.size(); ++k)
+    if (a.captures[k].tensor.lock() != b.captures[k].tensor.lock()) return false;
+  return true;
+}
+
+void make_args_symbolic(Plan& p, const ir::Graph& g) {
+  p.num_syms = g.num_syms;
+  for (size_t j = 0; j < p.inputs.size() && j < g.inputs().size(); ++j)
+    if (p.inputs[j].kind == ir::InputBinding::kArg)
+      p.args[static_cast<size_t>(p.inputs[j].index)].shape = g.inputs()[j]->shape;
+}
+
+namespace {
+
+std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts) {
+  const std::vector<std::string> names =
+      opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
+  passes::run_pipeline(*g, names);
+  return g;
+}
+
+// Freeze: captured tensors the function only reads become constants.
+void freeze(Plan& p, ir::Graph& g) {
+  std::vector<bool> written(p.captures.size(), false);
+  for (const auto& o : p.outputs)
+    if (o.kind == ir::OutputBinding::kWrite) written[static_cast<size_t>(o.index)] = true;
+  const auto nodes = g.nodes();
+  ir::Node* first = nodes.empty() ? nullptr : nodes.front();
+  for (size_t j = 0; j < p.inputs.size(); ++j) {
+    if (p.inputs[j].kind != ir::InputBinding::kCapture) continue;
+    const size_t k = static_cast<size_t>(p.inputs[j].index);
+    if (written[k]) continue;
+    Tensor t(p.captures[k].tensor.lock());
+    if (!t.defined()) continue;
+    ir::Node* c = g.add_constant(t.detach(), first);
+    g.replace_all_uses(g.inputs()[j], c->output());
+    p.frozen_version[k] = t.impl()->storage ? t.impl()->storage->version : 0;
+  }
+}
+
+}  // namespace
+
+void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& opts) {
+  std::unique_ptr<ir::Graph> g = traced.clone();
+  if (opts.freeze) freeze(p, *g);
+  if (p.result_grad.empty()) {
+    p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts));
+    p.exec = std::make_unique<Executor>(p.graph);
+    p.num_fwd_outputs = p.outputs.size();
+    return;
+  }
+  std::vector<bool> is_grad_input(g->inputs().size(), false);
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    is_grad_input[i] = p.inputs[i].kind == ir::InputBinding::kGradOut;
+  std::vector<bool> is_bwd_output(g->outputs().size(), false);
+  for (size_t o = 0; o < p.outputs.size(); ++o)
+    is_bwd_output[o] = p.outputs[o].kind == ir::OutputBinding::kGradIn;
+  Split sp = partition(*g, is_grad_input, is_bwd_output);
+  std::vector<ir::InputBinding> fwd_in;
+  for (size_t i : sp.fwd_inputs) fwd_in.push_back(p.inputs[i]);
+  p.bwd_grad_result.clear();
+  for (size_t i : sp.grad_inputs) p.bwd_grad_result.push_back(p.inputs[i].index);
+  std::vector<ir::OutputBinding> fwd_out;
+  for (size_t o : sp.fwd_outputs) fwd_out.push_back(p.outputs[o]);
+  p.bwd_output_diff.clear();
+  for (size_t o : sp.bwd_outputs) p.bwd_output_diff.push_back(p.outputs[o].index);
+  p.inputs = std::move(fwd_in);
+  p.outputs = std::move(fwd_out);
+  p.num_fwd_outputs = p.outputs.size();
+  p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts));
+  p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
+  p.exec = std::make_unique<Executor>(p.graph);
+  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph);
+}
+
+RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
+  std::vector<double> hv(p.hosts.size());
+  {
+    UntracedGuard untraced;
+    for (size_t h = 0; h < p.hosts.size(); ++h) hv[h] = p.hosts[h]();
+  }
+  if (hosts_out) *hosts_out = hv;
+  std::vector<Tensor> inputs;
+  inputs.reserve(p.inputs.size());
+  for (const auto& b : p.inputs) {
+    switch (b.kind) {
+      case ir::InputBinding::kArg:
+        inputs.push_back(args[static_cast<size_t>(b.index)]);
+        break;
+      case ir::InputBinding::kCapture:
+        inputs.emplace_back(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+        break;
+      case ir::InputBinding::kHost:
+        inputs.push_back(scalar_tensor(Scalar(hv[static_cast<size_t>(b.index)])));
+        break;
+      case ir::InputBinding::kGradOut:
+        KILN_ASSERT(false, "gradient input in a forward graph");
+        break;
+    }
+  }
+  const std::vector<int64_t> syms = p.exec->bind_symbols(inputs);
+  uint64_t seed = 0, base = 0;
+  if (p.uses_rng) {
+    Generator& g = default_generator();
+    seed = g.seed;
+    base = g.offset;
+    g.offset += static_cast<uint64_t>(p.graph->rng_advance.eval(syms));
+  }
+  // Each gradient is written back (and the parameter's post-accumulate-grad
+  // hooks fire) as soon as the executor produces it, while the rest of the
+  // graph still runs: DDP's bucket hooks overlap with the compiled backward.
+  auto write_grad = [](const Tensor& target, const Tensor& value) {
+    NoGradGuard ng;
+    Tensor cur = target.grad();
+    if (cur.defined() && cur.shape() == value.shape() && cur.dtype() == value.dtype() &&
+        cur.impl()->storage != value.impl()->storage)
+      cur.copy_(value);  // keeps .grad's identity (views into DDP buckets, optimizer refs)
+    else
+      target.set_grad(value);
+    if (target.impl()->autograd)
+      for (auto& h : target.impl()->autograd->post_accumulate_hooks) h(target);
+  };
+  std::vector<std::pair<Tensor, Tensor>> late_grads;
+  OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
+    if (o >= p.num_fwd_outputs) return;
+    const auto& b = p.outputs[o];
+    if (b.kind != ir::OutputBinding::kGrad && b.kind != ir::OutputBinding::kArgGrad) return;
+    Tensor target = b.kind == ir::OutputBinding::kArgGrad
+                        ? args[static_cast<size_t>(b.index)]
+                        : Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+    // A .grad that is itself a graph input (accumulation) may still be read by
+    // later nodes: write it after the run.
+    Tensor cur = target.grad();
+    for (size_t j = 0; cur.defined() && j < inputs.size(); ++j)
+      if (inputs[j].impl()->storage == cur.impl()->storage) {
+        late_grads.emplace_back(target, value);
+        return;
+      }
+    write_grad(target, value);
+  };
+  RunStats st;
+  RunArgs ra;
+  ra.inputs = inputs;
+  ra.rng_seed = seed;
+  ra.rng_base = base;
+  ra.stats = &st;
+  ra.syms = syms;
+  ra.on_ready = &on_ready;
+  std::vector<Tensor> outs = p.exec->run(ra);
+
+  RunResult r;
+  r.peak_bytes = st.peak_bytes;
+  r.results.resize(p.num_results);
+  std::vector<std::pair<Tensor, Tensor>> writes;  // (target, value)
+  for (size_t o = 0; o < p.num_fwd_outputs; ++o) {
+    const auto& b = p.outputs[o];
+    switch (b.kind) {
+      case ir::OutputBinding::kResult: {
+        Tensor v = outs[o];
+        // The optimizer may have reduced a result to an input (x*1 -> x): the
+        // function made a new tensor, so the caller gets a copy; a detached
+        // alias of an input gets an alias, the input itself is returned as is.
+        const uint8_t kind = p.result_is_input[static_cast<size_t>(b.index)];
+        if (kind != 1)
+          for (const Tensor& in : inputs)
+            if (v.is_same(in)) {
+              NoGradGuard ng;
+              v = kind == 2 ? v.detach() : v.clone();
+              break;
+            }
+        r.results[static_cast<size_t>(b.index)] = v;
+        break;
+      }
+      case ir::OutputBinding::kWrite:
+        writes.emplace_back(Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock()),
+                            outs[o]);
+        break;
+      case ir::OutputBinding::kGrad:
+      case ir::OutputBinding::kArgGrad:
+        break;  // written by on_ready
+      case ir::OutputBinding::kGradIn:
+        KILN_ASSERT(false, "gradient output in a forward graph");
+        break;
+    }
+  }
+  {
+    NoGradGuard ng;
+    // A value that aliases a write target (a returned view of a capture) is
+    // copied first, so the order of the writes cannot matter.
+    for (auto& [target, value] : writes)
+      for (auto& [t2, v2] : writes)
+        if (value.impl()->storage == t2.impl()->storage) value = value.clone();
+    for (auto& [target, value] : writes) target.copy_(value);
+    for (int k : p.cleared_grads)
+      Tensor(p.captures[static_cast<size_t>(k)].tensor.lock()).set_grad(Tensor());
+  }
+  for (auto& [target, value] : late_grads) write_grad(target, value);
+  if (!p.result_grad.empty() && grad_mode_enabled()) {
+    std::vector<Tensor> saved(outs.begin() + static_cast<std::ptrdiff_t>(p.num_fwd_outputs),
+                              outs.end());
+    std::vector<Tensor> diff;
+    for (const DiffInput& d : p.diff_inputs)
+      diff.push_back(d.is_arg ? args[static_cast<size_t>(d.index)]
+                              : Tensor(p.captures[static_cast<size_t>(d.index)].tensor.lock()));
+    std::vector<Tensor> req;
+    std::vector<TensorMeta> metas;
+    for (int ri : p.result_grad) {
+      req.push_back(r.results[static_cast<size_t>(ri)]);
+      metas.push_back({req.back().dtype(), req.back().shape()});
+    }
+    auto bwd = p.bwd_exec;
+    auto result_grad = p.result_grad;
+    auto grad_result = p.bwd_grad_result;
+    auto out_diff = p.bwd_output_diff;
+    const size_t ndiff = diff.size();
+    BackwardFn fn = [bwd, saved, syms, seed, base, metas, result_grad, grad_result, out_diff,
+                     ndiff](const std::vector<Tensor>& gouts) {
+      KILN_CHECK(!grad_mode_enabled(),
+                 "[compile] double backward (create_graph=true) through a compiled function "
+                 "is not supported yet: its backward runs as one compiled region without "
+                 "history; differentiate the plain function (CompileOptions{.enabled = false})");
+      std::vector<Tensor> ins = saved;
+      for (int res : grad_result) {
+        size_t j = static_cast<size_t>(std::find(result_grad.begin(), result_grad.end(), res) -
+                                       result_grad.begin());
+        Tensor g = j < gouts.size() ? gouts[j] : Tensor();
+        if (!g.defined()) g = zeros(metas[j].shape, metas[j].dtype);
+        ins.push_back(g);
+      }
+      RunArgs a;
+      a.inputs = ins;
+      a.rng_seed = seed;
+      a.rng_base = base;
+      a.syms = syms;
+      std::vector<Tensor> o = bwd->run(a);
+      std::vector<Tensor> gi(ndiff);
+      for (size_t k = 0; k < o.size(); ++k) gi[static_cast<size_t>(out_diff[k])] = o[k];
+      return gi;
+    };
+    std::vector<Tensor> attached = attach_function("Compiled", diff, req, std::move(fn));
+    for (size_t j = 0; j < p.result_grad.size(); ++j)
+      r.results[static_cast<size_t>(p.result_grad[j])] = attached[j];
+  }
+  return r;
+}
+
+Snapshot snapshot(const Plan& p) {
+  NoGradGuard ng;
+  Snapshot s;
+  for (const auto& c : p.captures) {
+    Tensor t(c.tensor.lock());
+    s.data.push_back(t.defined() ? t.detach().clone() : Tensor());
+    s.grads.push_back(t.defined() && t.grad().defined() ? t.grad().detach().clone() : Tensor());
+  }
+  return s;
+}
+
+void restore(const Plan& p, const Snapshot& s) {
+  NoGradGuard ng;
+  for (size_t k = 0; k < p.captures.size(); ++k) {
+    Tensor t(p.captures[k].tensor.lock());
+    if (!t.defined()) continue;
+    t.copy_(s.data[k]);
+    Tensor g = t.grad();
+    if (s.grads[k].defined() && g.defined() && g.shape() == s.grads[k].shape())
+      g.copy_(s.grads[k]);
+    else
+      t.set_grad(s.grads[k].defined() ? s.grads[k].clone() : Tensor());
+  }
+}
+
+namespace {
+
+// "" if a and b agree (floats within tolerance, others exactly).
+std::string diff_tensors(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined())
+    return a.defined() ? "eager is undefined" : "compiled is undefined";
+  if (!a.defined()) return "";
+  if (a.dtype() != b.dtype() || a.shape() != b.shape())
+    return str("compiled is ", a.dtype(), a.shape(), ", eager is ", b.dtype(), b.shape());
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  const bool fl = is_floating(a.dtype());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool both_nan = std::isnan(x[i]) && std::isnan(y[i]);
+    const double tol = fl ? 1e-5 + 1e-3 * std::abs(y[i]) : 0.0;
+    if (!both_nan && !(std::abs(x[i] - y[i]) <= tol))
+      return str("element ", i, ": compiled ", x[i], ", eager ", y[i]);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
+                         const std::vector<Tensor>& eager, const Snapshot& after_compiled,
+                         const Snapshot& after_eager) {
+  NoGradGuard ng;
+  if (compiled.size() != eager.size())
+    return str("compiled returned ", compiled.size(), " results, eager ", eager.size());
+  for (size_t i = 0; i < compiled.size(); ++i) {
+    std::string d = diff_tensors(compiled[i], eager[i]);
+    if (d.empty()) continue;
+    std::string node;
+    for (size_t o = 0; o < p.outputs.size(); ++o)
+      if (p.outputs[o].kind == ir::OutputBinding::kResult &&
+          p.outputs[o].index == static_cast<int>(i)) {
+        const int s = p.exec->producer_of_output(o);
+        if (s >= 0) {
+          const ir::Node* n = p.graph->nodes()[static_cast<size_t>(s)];
+          node = str(" (computed by node #", s, ", ",
+                     n->is_constant() ? "constant" : n->info().name, ")");
+        }
+      }
+    return str("result ", i, " differs", node, ": ", d);
+  }
+  for (size_t k = 0; k < after_compiled.data.size(); ++k) {
+    std::string d = diff_tensors(after_compiled.data[k], after_eager.data[k]);
+    if (!d.empty()) return str("captured tensor ", k, " after the call differs: ", d);
+    d = diff_tensors(after_compiled.grads[k], after_eager.grads[k]);
+    if (!d.empty()) return str("the .grad of captured tensor ", k, " differs: ", d);
+  }
+  return "";
+}
+
+void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
+          const ir::Graph& g) {
+  if (dir.empty()) return;
+  std::string safe = name;
+  for (char& c : safe)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) c = '_';
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  KILN_CHECK(!ec, "[KILN_DUMP] cannot create directory ", dir, ": ", ec.message());
+  const std::string stem = str(dir, "/", safe, ".", plan, ".", stage);
+  auto write = [&](const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary);
+      KILN_CHECK(f.good(), "[KILN_DUMP] cannot write ", tmp);
+      f << text;
+    }
+    std::filesystem::rename(tmp, path, ec);
+    KILN_CHECK(!ec, "[KILN_DUMP] cannot rename ", tmp, ": ", ec.message());
+  };
+  write(stem + ".kir", ir::print(g));
+  write(stem + ".dot", ir::to_dot(g));
+}
+
+}  // namespace kiln::detail

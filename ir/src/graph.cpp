@@ -1,0 +1,382 @@
+#include "kiln/ir/graph.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/functional.h"
+
+namespace kiln::ir {
+
+// ---------------- SymInt ----------------
+SymInt SymInt::symbolic(int32_t sym, int64_t a, int64_t b) {
+  SymInt s;
+  s.sym = sym;
+  s.a = a;
+  s.b = b;
+  if (a == 0) s.sym = -1;
+  return s;
+}
+
+int64_t SymInt::eval(std::span<const int64_t> syms) const {
+  if (is_static()) return b;
+  KILN_ASSERT(sym >= 0 && static_cast<size_t>(sym) < syms.size(), "symbol s", sym, " is not bound");
+  return a * syms[static_cast<size_t>(sym)] + b;
+}
+
+bool SymInt::operator==(const SymInt& o) const {
+  if (is_static() || o.is_static()) return is_static() && o.is_static() && b == o.b;
+  return a == o.a && b == o.b && sym == o.sym;
+}
+
+std::string to_string(const SymInt& s) {
+  if (s.is_static()) return std::to_string(s.b);
+  std::string r = s.a == 1 ? "" : std::to_string(s.a) + "*";
+  r += 's';
+  r += std::to_string(s.sym);
+  if (s.b > 0) r += '+';
+  if (s.b != 0) r += std::to_string(s.b);  // a negative b brings its own '-'
+  return r;
+}
+
+std::string to_string(const SymShape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += to_string(s[i]);
+  }
+  r += ']';
+  return r;
+}
+
+SymShape to_sym_shape(const Dims& d) {
+  SymShape s;
+  s.reserve(d.size());
+  for (int64_t v : d) s.emplace_back(v);
+  return s;
+}
+
+Dims eval_shape(const SymShape& s, std::span<const int64_t> syms) {
+  Dims d;
+  for (const SymInt& x : s) d.push_back(x.eval(syms));
+  return d;
+}
+
+bool is_static(const SymShape& s) {
+  return std::all_of(s.begin(), s.end(), [](const SymInt& x) { return x.is_static(); });
+}
+
+bool SymAttr::operator==(const SymAttr& o) const {
+  return std::strcmp(name, o.name) == 0 && index == o.index && expr == o.expr &&
+         reciprocal == o.reciprocal;
+}
+
+const char* intern_attr_name(std::string_view name) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> names;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = names.find(name);
+  if (it == names.end()) it = names.emplace(name).first;
+  return it->c_str();
+}
+
+// ---------------- Node ----------------
+Attrs Node::eval_attrs(std::span<const int64_t> syms) const {
+  if (sym_attrs.empty()) return attrs;
+  Attrs out = attrs;
+  for (const SymAttr& s : sym_attrs) {
+    int64_t v = s.expr.eval(syms);
+    if (s.index >= 0) {
+      Dims d = out.dims(s.name);
+      KILN_ASSERT(static_cast<size_t>(s.index) < d.size(), "symbolic entry out of range");
+      d[static_cast<size_t>(s.index)] = v;
+      out.set(s.name, d);
+    } else if (s.reciprocal) {
+      out.set(s.name, 1.0 / static_cast<double>(v));
+    } else {
+      const bool is_double = std::holds_alternative<double>([&] {
+        for (auto& [k, val] : attrs.items())
+          if (std::strcmp(k, s.name) == 0) return val;
+        return AttrValue(int64_t{0});
+      }());
+      if (is_double)
+        out.set(s.name, static_cast<double>(v));
+      else
+        out.set(s.name, AttrValue(v));
+    }
+  }
+  return out;
+}
+
+// ---------------- Graph ----------------
+Value* Graph::new_value(DType dtype, SymShape shape) {
+  auto v = std::make_unique<Value>();
+  v->dtype = dtype;
+  v->shape = std::move(shape);
+  v->id_ = next_value_id_++;
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Graph::add_input(DType dtype, SymShape shape, std::string name) {
+  Value* v = new_value(dtype, std::move(shape));
+  v->index = static_cast<int>(inputs_.size());
+  v->name = std::move(name);
+  inputs_.push_back(v);
+  return v;
+}
+
+Node* Graph::add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vector<OutSpec> outs,
+                    Node* before) {
+  auto n = std::make_unique<Node>();
+  n->kind = NodeKind::kOp;
+  n->op = op;
+  n->id_ = next_node_id_++;
+  n->attrs = std::move(attrs);
+  n->inputs = std::move(inputs);
+  for (Value* in : n->inputs) {
+    KILN_ASSERT(in != nullptr, "null input to ", op_name(op));
+    in->users.push_back(n.get());
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    Value* v = new_value(outs[i].dtype, std::move(outs[i].shape));
+    v->producer = n.get();
+    v->index = static_cast<int>(i);
+    n->outputs.push_back(v);
+  }
+  Node* raw = n.get();
+  if (before == nullptr) {
+    nodes_.push_back(std::move(n));
+  } else {
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position(before)), std::move(n));
+  }
+  return raw;
+}
+
+Node* Graph::add_op_inferred(OpId op, std::vector<Value*> inputs, Attrs attrs, Node* before) {
+  // Run the op's rule on data-less stand-ins of the inputs.
+  std::vector<Tensor> fake;
+  for (Value* v : inputs) {
+    KILN_CHECK(is_static(v->shape), "[", op_name(op), "] cannot infer outputs of symbolic shapes");
+    auto impl = std::make_shared<TensorImpl>();
+    impl->dtype = v->dtype;
+    impl->shape = eval_shape(v->shape, {});
+    impl->strides = contiguous_strides(impl->shape);
+    fake.emplace_back(std::move(impl));
+  }
+  std::vector<TensorMeta> metas;
+  op_info(op).infer(fake, attrs, metas);
+  std::vector<OutSpec> outs;
+  for (auto& m : metas) outs.push_back({m.dtype, to_sym_shape(m.shape)});
+  return add_op(op, std::move(inputs), std::move(attrs), std::move(outs), before);
+}
+
+Node* Graph::add_constant(const Tensor& t, Node* before) {
+  KILN_CHECK(t.defined() && !t.is_symbolic(), "[constant] needs a tensor with data");
+  // The copy is the graph's own data: never traced, never differentiated.
+  UntracedGuard untraced;
+  NoGradGuard no_grad;
+  Tensor c = t.contiguous();
+  if (c.is_same(t)) c = t.clone();
+  Node* n = add_op(OpId::full, {}, {}, {{c.dtype(), to_sym_shape(c.shape())}}, before);
+  n->kind = NodeKind::kConstant;
+  c.impl()->wrapped_number = t.impl()->wrapped_number;
+  n->constant = c;
+  n->outputs[0]->wrapped_number = c.impl()->wrapped_number;
+  return n;
+}
+
+void Graph::add_output(Value* v, std::string name) {
+  KILN_ASSERT(v != nullptr, "null graph output");
+  outputs_.push_back(v);
+  output_names_.push_back(std::move(name));
+}
+
+void Graph::set_output(size_t i, Value* v) {
+  KILN_ASSERT(i < outputs_.size(), "output index out of range");
+  outputs_[i] = v;
+}
+
+void Graph::replace_all_uses(Value* from, Value* to) {
+  if (from == to) return;
+  for (Node* u : from->users) {
+    for (Value*& in : u->inputs)
+      if (in == from) {
+        in = to;
+        to->users.push_back(u);
+      }
+  }
+  // A node using `from` twice is listed twice: its first visit rewires both
+  // slots (adding `to` once per slot), the second finds nothing left to do.
+  from->users.clear();
+  for (Value*& o : outputs_)
+    if (o == from) o = to;
+}
+
+void Graph::set_input(Node* n, size_t i, Value* v) {
+  KILN_ASSERT(i < n->inputs.size(), "input index out of range");
+  Value* old = n->inputs[i];
+  auto it = std::find(old->users.begin(), old->users.end(), n);
+  KILN_ASSERT(it != old->users.end(), "use list out of sync");
+  old->users.erase(it);
+  n->inputs[i] = v;
+  v->users.push_back(n);
+}
+
+void Graph::erase(Node* n) {
+  for (Value* o : n->outputs)
+    KILN_ASSERT(num_uses(o) == 0, "erasing a node whose output %", o->id(), " is still used");
+  for (Value* in : n->inputs) {
+    auto it = std::find(in->users.begin(), in->users.end(), n);
+    KILN_ASSERT(it != in->users.end(), "use list out of sync");
+    in->users.erase(it);
+  }
+  for (Value* o : n->outputs) o->producer = nullptr;
+  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(position(n)));
+}
+
+void Graph::erase_input(size_t i) {
+  KILN_ASSERT(i < inputs_.size(), "input index out of range");
+  KILN_ASSERT(num_uses(inputs_[i]) == 0, "erasing a used graph input");
+  inputs_.erase(inputs_.begin() + static_cast<std::ptrdiff_t>(i));
+  for (size_t k = 0; k < inputs_.size(); ++k) inputs_[k]->index = static_cast<int>(k);
+}
+
+bool Graph::is_output(const Value* v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
+size_t Graph::num_uses(const Value* v) const {
+  return v->users.size() + static_cast<size_t>(std::count(outputs_.begin(), outputs_.end(), v));
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> r;
+  r.reserve(nodes_.size());
+  for (auto& n : nodes_) r.push_back(n.get());
+  return r;
+}
+
+size_t Graph::position(const Node* n) const {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].get() == n) return i;
+  KILN_ASSERT(false, "node is not in this graph");
+  return 0;
+}
+
+std::unique_ptr<Graph> Graph::clone() const {
+  auto g = std::make_unique<Graph>();
+  g->num_syms = num_syms;
+  g->rng_advance = rng_advance;
+  std::unordered_map<const Value*, Value*> map;
+  for (Value* in : inputs_) {
+    map[in] = g->add_input(in->dtype, in->shape, in->name);
+    map[in]->wrapped_number = in->wrapped_number;
+  }
+  for (auto& n : nodes_) {
+    std::vector<Value*> ins;
+    for (Value* v : n->inputs) ins.push_back(map.at(v));
+    std::vector<OutSpec> outs;
+    for (Value* o : n->outputs) outs.push_back({o->dtype, o->shape});
+    Node* m = g->add_op(n->op, std::move(ins), n->attrs, std::move(outs));
+    m->kind = n->kind;
+    m->sym_attrs = n->sym_attrs;
+    m->constant = n->constant;
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      m->outputs[i]->name = n->outputs[i]->name;
+      m->outputs[i]->wrapped_number = n->outputs[i]->wrapped_number;
+      map[n->outputs[i]] = m->outputs[i];
+    }
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(map.at(outputs_[i]), output_names_[i]);
+  return g;
+}
+
+// ---------------- structural equality ----------------
+namespace {
+
+bool same_attrs(const Attrs& a, const Attrs& b) {
+  if (a.items().size() != b.items().size()) return false;
+  for (size_t i = 0; i < a.items().size(); ++i) {
+    const auto& [ka, va] = a.items()[i];
+    const auto& [kb, vb] = b.items()[i];
+    if (std::strcmp(ka, kb) != 0) return false;
+    if (va.index() != vb.index()) return false;
+    if (const double* da = std::get_if<double>(&va)) {
+      double db = std::get<double>(vb);
+      // NaN attrs compare equal to NaN (bitwise-same meaning).
+      if (!(*da == db || (*da != *da && db != db))) return false;
+    } else if (!(va == vb)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool same_constant(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.data_ptr(), cb.data_ptr(),
+                     static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
+}
+
+}  // namespace
+
+bool structurally_equal(const Graph& a, const Graph& b, std::string* why) {
+  auto fail = [&](const std::string& msg) {
+    if (why) *why = msg;
+    return false;
+  };
+  if (a.num_syms != b.num_syms) return fail("different number of symbols");
+  if (!(a.rng_advance == b.rng_advance)) return fail("different rng_advance");
+  if (a.inputs().size() != b.inputs().size()) return fail("different number of inputs");
+  std::unordered_map<const Value*, const Value*> map;  // a -> b
+  auto same_meta = [](const Value* x, const Value* y) {
+    return x->dtype == y->dtype && x->shape == y->shape && x->wrapped_number == y->wrapped_number;
+  };
+  for (size_t i = 0; i < a.inputs().size(); ++i) {
+    const Value* x = a.inputs()[i];
+    const Value* y = b.inputs()[i];
+    if (!same_meta(x, y) || x->name != y->name) return fail(str("input ", i, " differs"));
+    map[x] = y;
+  }
+  auto na = a.nodes();
+  auto nb = b.nodes();
+  if (na.size() != nb.size()) return fail("different number of nodes");
+  for (size_t i = 0; i < na.size(); ++i) {
+    const Node* x = na[i];
+    const Node* y = nb[i];
+    std::string where = str("node ", i);
+    if (x->kind != y->kind) return fail(where + ": kind differs");
+    if (!x->is_constant() && x->op != y->op) return fail(where + ": op differs");
+    if (x->inputs.size() != y->inputs.size() || x->outputs.size() != y->outputs.size())
+      return fail(where + ": arity differs");
+    for (size_t k = 0; k < x->inputs.size(); ++k) {
+      auto it = map.find(x->inputs[k]);
+      if (it == map.end() || it->second != y->inputs[k])
+        return fail(str(where, ": input ", k, " differs"));
+    }
+    if (!same_attrs(x->attrs, y->attrs)) return fail(where + ": attributes differ");
+    if (x->sym_attrs != y->sym_attrs) return fail(where + ": symbolic attributes differ");
+    if (x->is_constant() && !same_constant(x->constant, y->constant))
+      return fail(where + ": constant data differs");
+    for (size_t k = 0; k < x->outputs.size(); ++k) {
+      if (!same_meta(x->outputs[k], y->outputs[k]))
+        return fail(str(where, ": output ", k, " dtype/shape differs"));
+      map[x->outputs[k]] = y->outputs[k];
+    }
+  }
+  if (a.outputs().size() != b.outputs().size()) return fail("different number of outputs");
+  for (size_t i = 0; i < a.outputs().size(); ++i) {
+    if (map.at(a.outputs()[i]) != b.outputs()[i] || a.output_names()[i] != b.output_names()[i])
+      return fail(str("output ", i, " differs"));
+  }
+  return true;
+}
+
+}  // namespace kiln::ir

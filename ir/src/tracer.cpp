@@ -1,0 +1,376 @@
+// The tracer. Symbolic tensors carry a ValueRef (their current SSA value);
+// real tensors met during the trace are either captured state (existed before
+// the trace: read by reference, mutations become outputs) or temporaries of the
+// traced code (wrapped numbers, tensors born while tracing: constants).
+#include "kiln/ir/tracer.h"
+
+#include <unordered_set>
+
+#include "kiln/autograd.h"
+#include "kiln/random.h"
+
+namespace kiln::ir {
+
+namespace {
+
+// The tracer-owned state of one symbolic tensor.
+struct ValueRef : TraceState {
+  const void* owner = nullptr;
+  Value* value = nullptr;
+  // A view's root tensor and that root's version when the view was taken: a
+  // view read after its root was written in place would be stale in the IR.
+  const TensorImpl* base = nullptr;
+  uint64_t base_version = 0;
+};
+
+ValueRef* ref_of(const Tensor& t, const void* owner) {
+  auto* r = dynamic_cast<ValueRef*>(t.impl()->trace.get());
+  return (r && r->owner == owner) ? r : nullptr;
+}
+
+std::string where_str(const std::source_location& loc) {
+  return str(loc.file_name(), ":", loc.line(), " (", loc.function_name(), ")");
+}
+
+}  // namespace
+
+struct Tracer::State {
+  bool fallback = false;
+  std::unique_ptr<Graph> graph = std::make_unique<Graph>();
+  std::vector<InputBinding> inputs;
+  // Captures.
+  std::vector<std::shared_ptr<TensorImpl>> captured;
+  std::vector<Capture> captures;
+  std::vector<Value*> cap_input;      // the graph input of each capture
+  std::vector<uint32_t> cap_version;  // storage version when captured
+  std::vector<Tensor> grad_at_start;
+  std::unordered_map<const TensorImpl*, int> cap_index;
+  // Current value of real tensors (captures and constants), by identity.
+  std::unordered_map<const TensorImpl*, Value*> real_value;
+  std::vector<std::shared_ptr<TensorImpl>> keep_alive;  // no address reuse during the trace
+  // Versions of view roots (bumped by in-place writes while tracing).
+  std::unordered_map<const TensorImpl*, uint64_t> version;
+  // Host scalars and guards.
+  std::vector<std::function<double()>> hosts;
+  std::vector<std::function<bool()>> guards;
+  std::vector<std::string> guard_names;
+  // Random generator at the start of the trace.
+  uint64_t rng_offset = 0;
+  uint64_t rng_seed = 0;
+  bool uses_rng = false;
+  int num_args = 0;
+  std::vector<Tensor> arg_standins;  // symbolic stand-ins of the arguments
+  std::vector<Tensor> arg_grad_at_start;
+  bool done = false;
+};
+
+Tracer::Tracer(bool fallback) : st_(std::make_unique<State>()) {
+  st_->fallback = fallback;
+  st_->rng_offset = default_generator().offset;
+  st_->rng_seed = default_generator().seed;
+}
+
+Tracer::~Tracer() {
+  if (!st_->done) restore();
+}
+
+Tensor Tracer::make_symbolic(Value* v, const TensorMeta& m) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = m.shape;
+  impl->strides = contiguous_strides(m.shape);
+  impl->dtype = m.dtype;
+  impl->wrapped_number = v->wrapped_number;
+  auto ref = std::make_shared<ValueRef>();
+  ref->owner = this;
+  ref->value = v;
+  impl->trace = std::move(ref);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tracer::add_arg(const Tensor& real, int index) {
+  KILN_CHECK(real.defined(), "[compile] argument ", index, " is an undefined tensor");
+  Value* v = st_->graph->add_input(real.dtype(), to_sym_shape(real.shape()), str("arg", index));
+  v->wrapped_number = real.impl()->wrapped_number;  // promotes like a C++ number
+  st_->inputs.push_back({InputBinding::kArg, index});
+  Tensor t = make_symbolic(v, {real.dtype(), real.shape()});
+  if (real.requires_grad() && real.is_leaf()) {
+    t.requires_grad_(true);
+    // backward() inside the function accumulates into the argument's .grad:
+    // the stand-in starts from the real .grad (read as captured state).
+    if (real.grad().defined()) t.set_grad(real.grad());
+  } else if (real.requires_grad()) {
+    t.requires_grad_(true);
+  }
+  st_->arg_standins.push_back(t);
+  st_->arg_grad_at_start.push_back(t.grad());
+  ++st_->num_args;
+  return t;
+}
+
+int Tracer::capture(const Tensor& t) {
+  auto it = st_->cap_index.find(t.impl());
+  if (it != st_->cap_index.end()) return it->second;
+  const int k = static_cast<int>(st_->captured.size());
+  st_->captured.push_back(t.impl_ptr());
+  Capture c;
+  c.tensor = t.impl_ptr();
+  c.dtype = t.dtype();
+  c.shape = t.shape();
+  c.requires_grad = t.requires_grad();
+  c.grad_defined = t.grad().defined();
+  st_->captures.push_back(c);
+  st_->grad_at_start.push_back(t.grad());
+  st_->cap_version.push_back(t.impl()->storage ? t.impl()->storage->version : 0);
+  Value* v = st_->graph->add_input(t.dtype(), to_sym_shape(t.shape()), str("cap", k));
+  st_->inputs.push_back({InputBinding::kCapture, k});
+  st_->cap_input.push_back(v);
+  st_->cap_index[t.impl()] = k;
+  st_->real_value[t.impl()] = v;
+  return k;
+}
+
+Value* Tracer::value_of(const Tensor& t, const char* op, size_t slot) {
+  if (t.is_symbolic()) {
+    ValueRef* r = ref_of(t, this);
+    KILN_CHECK(r != nullptr, "[", op, "] input ", slot,
+               " is a symbolic tensor from another "
+               "trace (a traced value escaped its compiled function, e.g. stored in a member)");
+    if (r->base) {
+      auto it = st_->version.find(r->base);
+      KILN_CHECK(it == st_->version.end() || it->second == r->base_version, "[", op, "] input ",
+                 slot,
+                 " is a view of a tensor that was modified in place after the view was "
+                 "taken; compiled functions do not support reading such views (take the view "
+                 "after the write, or use an out-of-place op)");
+    }
+    return r->value;
+  }
+  auto it = st_->real_value.find(t.impl());
+  if (it != st_->real_value.end()) return it->second;
+  if (t.impl()->wrapped_number || t.impl()->born_while_tracing) {
+    // A temporary of the traced code (a C++ number, a small table it built).
+    Node* c = st_->graph->add_constant(t);
+    st_->keep_alive.push_back(t.impl_ptr());
+    st_->real_value[t.impl()] = c->output();
+    return c->output();
+  }
+  capture(t);
+  return st_->real_value.at(t.impl());
+}
+
+std::vector<Tensor> Tracer::record(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
+                                   const std::vector<TensorMeta>& out) {
+  const OpInfo& info = op_info(op);
+  std::vector<Value*> ins;
+  ins.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) ins.push_back(value_of(inputs[i], info.name, i));
+  Attrs at = attrs;
+  if (info.has(kRandom)) {
+    const uint64_t seed = static_cast<uint64_t>(attrs.i("seed"));
+    const uint64_t offset = static_cast<uint64_t>(attrs.i("offset"));
+    if (seed == st_->rng_seed && offset >= st_->rng_offset && offset < default_generator().offset) {
+      // Drawn from the default generator: offsets become relative to the base
+      // drawn at each call; the seed is the generator's at each call (0 in the IR).
+      st_->uses_rng = true;
+      at.set("seed", AttrValue(int64_t{0}))
+          .set("offset", AttrValue(static_cast<int64_t>(offset - st_->rng_offset)));
+    } else {
+      at.set("fixed_seed", true);  // an explicit (seed, offset): the same numbers every call
+    }
+  }
+  std::vector<OutSpec> specs;
+  for (const TensorMeta& m : out) specs.push_back({m.dtype, to_sym_shape(m.shape)});
+  Node* n = st_->graph->add_op(op, std::move(ins), std::move(at), std::move(specs));
+  std::vector<Tensor> res;
+  for (size_t i = 0; i < out.size(); ++i) res.push_back(make_symbolic(n->outputs[i], out[i]));
+  if (info.has(kView) && !inputs.empty()) {
+    // The view's root: the input's root if it is itself a view, else the input.
+    const Tensor& src = inputs[0];
+    const TensorImpl* root = src.impl();
+    if (ValueRef* r = src.is_symbolic() ? ref_of(src, this) : nullptr; r && r->base) root = r->base;
+    if (root == src.impl()) st_->keep_alive.push_back(src.impl_ptr());
+    for (Tensor& o : res) {
+      auto* r = static_cast<ValueRef*>(o.impl()->trace.get());
+      r->base = root;
+      r->base_version = st_->version[root];
+    }
+  }
+  return res;
+}
+
+void Tracer::on_value_read(const char* what, const std::source_location& where) {
+  std::string msg =
+      str("[trace] ", what, "() reads the value of a traced tensor at ", where_str(where),
+          ". A compiled function cannot depend on tensor values: move the read "
+          "out of the compiled function, express it with tensor ops (where, "
+          "clamp, ...), or compile with {.fallback = kiln::Fallback::eager} to "
+          "run this signature eagerly");
+  if (st_->fallback) throw TraceFallback(msg);
+  throw Error(msg);
+}
+
+void Tracer::on_inplace(const Tensor& target, const Tensor& value) {
+  Value* v = value_of(value, "in-place write", 1);
+  if (v->dtype != target.dtype()) {
+    Attrs a;
+    a.set("dtype", target.dtype());
+    v = st_->graph->add_op(OpId::cast, {v}, a, {{target.dtype(), v->shape}})->output();
+  }
+  st_->version[target.impl()]++;
+  if (target.is_symbolic()) {
+    ValueRef* r = ref_of(target, this);
+    KILN_CHECK(r != nullptr, "[in-place write] the target is a symbolic tensor from another trace");
+    KILN_CHECK(r->base == nullptr,
+               "[in-place write] writing in place into a view (reshape, "
+               "slice, transpose, expand result) is not supported while tracing; use an "
+               "out-of-place op");
+    auto ref = std::make_shared<ValueRef>();
+    ref->owner = this;
+    ref->value = v;
+    target.impl()->trace = std::move(ref);
+    return;
+  }
+  // A real tensor: captured state (written back after each run) or a temporary.
+  if (!(target.impl()->wrapped_number || target.impl()->born_while_tracing))
+    capture(target);
+  else
+    st_->keep_alive.push_back(target.impl_ptr());
+  st_->real_value[target.impl()] = v;
+}
+
+Tensor Tracer::on_detach(const Tensor& t) {
+  // A detached temporary stays a constant; detached state (w.detach() of a
+  // parameter) reads the state's current value at every call.
+  if (t.impl()->wrapped_number || t.impl()->born_while_tracing) return {};
+  Value* v = value_of(t, "detach", 0);
+  return make_symbolic(v, {t.dtype(), t.shape()});
+}
+
+void Tracer::on_grad_change(const Tensor& t) {
+  // Capturing now records the .grad from before the change (restored after the
+  // trace, guarded at every call).
+  if (!t.is_symbolic() && !t.impl()->wrapped_number && !t.impl()->born_while_tracing) capture(t);
+}
+
+Tensor Tracer::host_scalar(const std::function<double()>& fn) {
+  // Not called now: every run (the first included) calls the host scalars in
+  // trace order, so an abandoned trace leaves host state untouched.
+  const int h = static_cast<int>(st_->hosts.size());
+  st_->hosts.push_back(fn);
+  Value* v = st_->graph->add_input(DType::f64, {}, str("host", h));
+  v->wrapped_number = true;
+  st_->inputs.push_back({InputBinding::kHost, h});
+  return make_symbolic(v, {DType::f64, {}});
+}
+
+void Tracer::add_guard(std::function<bool()> check, std::string what) {
+  st_->guards.push_back(std::move(check));
+  st_->guard_names.push_back(std::move(what));
+}
+
+void Tracer::restore() {
+  for (size_t k = 0; k < st_->captured.size(); ++k) {
+    Tensor t(st_->captured[k]);
+    if (!t.grad().is_same(st_->grad_at_start[k])) t.set_grad(st_->grad_at_start[k]);
+    if (t.impl()->storage) t.impl()->storage->version = st_->cap_version[k];
+  }
+  default_generator().offset = st_->rng_offset;
+  st_->done = true;
+}
+
+void Tracer::abort() {
+  if (!st_->done) restore();
+}
+
+void Tracer::note_results(const std::vector<Tensor>& results) {
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].defined()) value_of(results[i], "return", i);
+}
+
+Tensor Tracer::add_grad_output(const Tensor& result, int index) {
+  Value* v =
+      st_->graph->add_input(result.dtype(), to_sym_shape(result.shape()), str("gout", index));
+  st_->inputs.push_back({InputBinding::kGradOut, index});
+  return make_symbolic(v, {result.dtype(), result.shape()});
+}
+
+bool Tracer::grads_changed() const {
+  for (size_t k = 0; k < st_->captured.size(); ++k)
+    if (!Tensor(st_->captured[k]).grad().is_same(st_->grad_at_start[k])) return true;
+  return false;
+}
+
+const std::vector<std::shared_ptr<TensorImpl>>& Tracer::captured() const {
+  return st_->captured;
+}
+
+TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector<Tensor>& grads) {
+  KILN_ASSERT(!st_->done, "Tracer::finish called twice");
+  Graph& g = *st_->graph;
+  TraceResult r;
+  std::vector<OutputBinding> outs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    KILN_CHECK(results[i].defined(),
+               "[compile] the compiled function returned an undefined "
+               "tensor as result ",
+               i);
+    Value* v = value_of(results[i], "return", i);
+    g.add_output(v, str("out", i));
+    outs.push_back({OutputBinding::kResult, static_cast<int>(i)});
+    uint8_t kind = 0;
+    if (v->producer == nullptr) {
+      bool itself = st_->cap_index.count(results[i].impl()) > 0;
+      for (const Tensor& a : st_->arg_standins) itself = itself || a.is_same(results[i]);
+      kind = itself ? 1 : 2;
+    }
+    r.result_is_input.push_back(kind);
+  }
+  // backward() inside the function: the arguments' .grad.
+  for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
+    Tensor now = st_->arg_standins[i].grad();
+    if (!now.defined() || now.is_same(st_->arg_grad_at_start[i])) continue;
+    g.add_output(value_of(now, "grad", i), str("grad:arg", i));
+    outs.push_back({OutputBinding::kArgGrad, static_cast<int>(i)});
+  }
+  for (size_t j = 0; j < grads.size(); ++j) {
+    if (!grads[j].defined()) continue;
+    g.add_output(value_of(grads[j], "grad", j), str("gin", j));
+    outs.push_back({OutputBinding::kGradIn, static_cast<int>(j)});
+  }
+  // Mutated captures, then .grad changes. Walking by index also covers
+  // captures added while handling these (a .grad that was itself captured).
+  for (size_t k = 0; k < st_->captured.size(); ++k) {
+    Value* now = st_->real_value.at(st_->captured[k].get());
+    if (now != st_->cap_input[k]) {
+      g.add_output(now, str("write:cap", k));
+      outs.push_back({OutputBinding::kWrite, static_cast<int>(k)});
+    }
+  }
+  const size_t ncap = st_->captured.size();
+  for (size_t k = 0; k < ncap; ++k) {
+    Tensor t(st_->captured[k]);
+    Tensor now = t.grad();
+    if (now.is_same(st_->grad_at_start[k])) continue;
+    if (!now.defined()) {
+      r.cleared_grads.push_back(static_cast<int>(k));
+      continue;
+    }
+    g.add_output(value_of(now, "grad", k), str("grad:cap", k));
+    outs.push_back({OutputBinding::kGrad, static_cast<int>(k)});
+  }
+  const uint64_t advance = default_generator().offset - st_->rng_offset;
+  g.rng_advance = SymInt(static_cast<int64_t>(advance));
+  restore();
+  r.graph = std::move(st_->graph);
+  r.inputs = std::move(st_->inputs);
+  r.outputs = std::move(outs);
+  r.captured = std::move(st_->captured);
+  r.captures = std::move(st_->captures);
+  r.hosts = std::move(st_->hosts);
+  r.guards = std::move(st_->guards);
+  r.guard_names = std::move(st_->guard_names);
+  r.uses_rng = st_->uses_rng || advance > 0;
+  return r;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,59 @@
+// The pass manager: named passes from one list (pass_list.def), pipelines as
+// lists of names, verification/logging/timing around every pass.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::passes {
+
+/// A pass: rewrites the graph, returns true if it changed anything.
+using PassFn = bool (*)(ir::Graph&);
+
+/// One registered pass.
+struct PassInfo {
+  const char* name;
+  PassFn fn;
+  const char* summary;
+};
+
+/// Every registered pass, in pass_list.def order.
+std::span<const PassInfo> registered_passes();
+/// The pass called `name`, or null.
+const PassInfo* find_pass(std::string_view name);
+
+/// How a pipeline runs.
+struct PipelineOptions {
+  /// Verify before and after every pass: on in debug builds and wherever
+  /// KILN_VERIFY=1 (the test suite sets it for every test).
+  bool verify = verify_by_default();
+  /// Repeat the whole list until no pass changes the graph (bounded).
+  bool fixpoint = true;
+  int max_iterations = 8;
+  /// True in debug builds, or when KILN_VERIFY=1.
+  static bool verify_by_default();
+};
+
+/// Statistics of one pipeline run.
+struct PipelineStats {
+  struct Entry {
+    std::string pass;
+    bool changed = false;
+    double ms = 0;
+  };
+  std::vector<Entry> runs;  ///< in execution order
+};
+
+/// Runs the named passes in order on `g` (unknown names raise kiln::Error).
+/// Honours KILN_DISABLE_PASSES, KILN_DEBUG=2 (print IR after each pass) and
+/// KILN_TIME_PASSES=1 (print times to stderr).
+PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
+                           const PipelineOptions& opts = {});
+/// The standard pipeline's pass names.
+std::vector<std::string> standard_pipeline();
+
+}  // namespace kiln::passes

@@ -1,0 +1,154 @@
+// Constant folding: evaluates a node at compile time with the eager kernels and
+// replaces it by constant node(s).
+//
+// Rules (and why):
+// - Inputs: every input must be a constant node without symbolic value
+//   (sym_attrs; its data is only a placeholder for a value known at each call)
+//   or a `full` node that could itself be evaluated. Graph inputs are never
+//   constant: parameters and host scalars are re-read at every call.
+// - The node must have no sym_attrs and static output shapes: its value would
+//   depend on the call's symbol bindings.
+// - Random nodes (kRandom) are never folded: the contract says each call
+//   draws anew (their offset is relative to a per-call generator base).
+// - Factories without inputs fold (arange), except `full` on its own: a full
+//   is already as cheap as a constant and may be huge (zeros of a whole
+//   activation), so folding it only costs memory. A `full` still counts as a
+//   constant input of its users; it is evaluated for them and left to dce.
+// - Outputs larger than kMaxFoldElements in total are not folded, and a `full`
+//   is evaluated as an input only up to that size, to bound compile-time
+//   memory and the size of the graph's constants.
+// - The pass runs with no Recorder installed (or kernels and the copies made by
+//   add_constant would be traced instead of computed) and under NoGradGuard
+//   (no tape); the caller's state is restored on exit.
+// - An exception from the op's rule or kernel means "do not fold": the node
+//   stays and the executor reports the error when (and if) the node runs, as
+//   eager would.
+// - A result whose dtype or shape disagrees with the node's outputs is not
+//   folded either (verify reports such graphs; folding must not hide them).
+// The constant keeps the output's wrapped-number flag, which dtype promotion
+// in its users depends on.
+#include "kiln/passes/fold_constants.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+
+namespace kiln::passes {
+namespace {
+
+// Largest number of output elements a fold may produce (4 MiB of f32).
+constexpr int64_t kMaxFoldElements = int64_t{1} << 20;
+
+// Installs no recorder and no tape for the lifetime of the scope.
+class EagerScope {
+ public:
+  EagerScope() : prev_(set_recorder(nullptr)) {}
+  ~EagerScope() { set_recorder(prev_); }
+  EagerScope(const EagerScope&) = delete;
+  EagerScope& operator=(const EagerScope&) = delete;
+
+ private:
+  Recorder* prev_;
+  NoGradGuard no_grad_;
+};
+
+int64_t total_elements(const ir::Node* n) {
+  int64_t total = 0;
+  for (const ir::Value* o : n->outputs) {
+    int64_t k = 1;
+    for (const ir::SymInt& s : o->shape)
+      if (__builtin_mul_overflow(k, s.b, &k)) return INT64_MAX;
+    if (__builtin_add_overflow(total, k, &total)) return INT64_MAX;
+  }
+  return total;
+}
+
+bool static_outputs(const ir::Node* n) {
+  return std::all_of(n->outputs.begin(), n->outputs.end(),
+                     [](const ir::Value* o) { return ir::is_static(o->shape); });
+}
+
+// Runs n's op on `inputs`; returns false if the op threw or the result does not
+// match n's outputs.
+bool evaluate(const ir::Node* n, const std::vector<Tensor>& inputs, std::vector<Tensor>& out) {
+  try {
+    out = dispatch(n->op, inputs, n->attrs);
+  } catch (const std::exception&) {
+    return false;  // kiln::Error, InternalError or bad_alloc: the executor will report it
+  }
+  if (out.size() != n->outputs.size()) return false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const ir::Value* o = n->outputs[i];
+    if (out[i].dtype() != o->dtype || ir::to_sym_shape(out[i].shape()) != o->shape) return false;
+  }
+  return true;
+}
+
+// Values of the constant-like producers seen so far.
+class ConstantValues {
+ public:
+  /// The value of v if it is known at compile time (null otherwise).
+  const Tensor* get(const ir::Value* v) {
+    const ir::Node* p = v->producer;
+    if (p == nullptr || !p->sym_attrs.empty()) return nullptr;
+    if (p->is_constant()) return &p->constant;
+    if (!p->is_op(OpId::full) || !static_outputs(p) || total_elements(p) > kMaxFoldElements)
+      return nullptr;
+    auto it = fulls_.find(p);
+    if (it == fulls_.end()) {
+      std::vector<Tensor> out;
+      if (!evaluate(p, {}, out)) out = {Tensor()};
+      it = fulls_.emplace(p, out[0]).first;
+    }
+    return it->second.defined() ? &it->second : nullptr;
+  }
+
+ private:
+  // Keyed by pointer for lookup only; never iterated.
+  std::unordered_map<const ir::Node*, Tensor> fulls_;
+};
+
+bool foldable(const ir::Node* n) {
+  if (n->is_constant() || n->is_op(OpId::full)) return false;
+  if (n->info().has(kRandom) || !n->sym_attrs.empty()) return false;
+  return static_outputs(n) && total_elements(n) <= kMaxFoldElements;
+}
+
+}  // namespace
+
+bool fold_constants(ir::Graph& g) {
+  // Over the whole pass: add_constant copies tensors with ops too.
+  EagerScope scope;
+  bool changed = false;
+  ConstantValues known;
+  for (ir::Node* n : g.nodes()) {
+    if (!foldable(n)) continue;
+    std::vector<Tensor> inputs;
+    for (const ir::Value* v : n->inputs) {
+      const Tensor* t = known.get(v);
+      if (t == nullptr) break;
+      inputs.push_back(*t);
+    }
+    if (inputs.size() != n->inputs.size()) continue;
+    std::vector<Tensor> out;
+    if (!evaluate(n, inputs, out)) continue;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ir::Value* old = n->outputs[i];
+      // add_constant copies the data, so a view result (reshape of a constant)
+      // does not keep the input's storage alive.
+      ir::Node* c = g.add_constant(out[i], n);
+      c->constant.impl()->wrapped_number = old->wrapped_number;
+      c->output()->wrapped_number = old->wrapped_number;
+      c->output()->name = old->name;
+      g.replace_all_uses(old, c->output());
+    }
+    g.erase(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,167 @@
+// The pass manager: the registry generated from pass_list.def and the pipeline
+// driver (verify before/after each pass, KILN_DEBUG=2 dumps, KILN_TIME_PASSES
+// timings, KILN_DISABLE_PASSES, fixpoint iteration).
+#include "kiln/passes/pass_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "kiln/env.h"
+#include "kiln/error.h"
+#include "kiln/ir/text.h"
+#include "kiln/ir/verify.h"
+
+namespace kiln::passes {
+
+// One declaration per pass, from the list (each header declares the same).
+#define KILN_PASS(name, summary) bool name(ir::Graph& g);
+#include "pass_list.def"
+#undef KILN_PASS
+
+namespace {
+
+// Constant-initialised (no static constructor), in pass_list.def order.
+constexpr PassInfo kPasses[] = {
+#define KILN_PASS(name, summary) {#name, &name, summary},
+#include "pass_list.def"
+#undef KILN_PASS
+};
+
+std::string valid_names() {
+  std::string s;
+  for (const PassInfo& p : kPasses) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
+// The pass called `name`; unknown names are a user error listing the valid ones.
+const PassInfo& lookup(std::string_view name, const char* where) {
+  const PassInfo* p = find_pass(name);
+  KILN_CHECK(p != nullptr, "[pass manager] unknown pass '", std::string(name), "'", where,
+             "; valid passes: ", valid_names());
+  return *p;
+}
+
+// Names listed in KILN_DISABLE_PASSES (comma separated, blanks ignored).
+std::vector<std::string> disabled_passes() {
+  std::vector<std::string> out;
+  std::string list = env::get("KILN_DISABLE_PASSES");
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = std::min(list.find(',', start), list.size());
+    std::string item = list.substr(start, end - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) {
+      lookup(item, " in KILN_DISABLE_PASSES");  // a typo would silently disable nothing
+      out.push_back(item);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+// Prints the accumulated time of each pass (first-run order) and the total.
+void print_times(const PipelineStats& stats) {
+  std::vector<std::string> order;
+  for (const auto& e : stats.runs)
+    if (std::find(order.begin(), order.end(), e.pass) == order.end()) order.push_back(e.pass);
+  double total = 0;
+  std::fprintf(stderr, "=== pass times ===\n");
+  for (const std::string& name : order) {
+    double ms = 0;
+    int runs = 0, changed = 0;
+    for (const auto& e : stats.runs) {
+      if (e.pass != name) continue;
+      ms += e.ms;
+      ++runs;
+      changed += e.changed ? 1 : 0;
+    }
+    total += ms;
+    std::fprintf(stderr, "%-16s %9.3f ms  (%d runs, %d changed)\n", name.c_str(), ms, runs,
+                 changed);
+  }
+  std::fprintf(stderr, "%-16s %9.3f ms\n", "total", total);
+}
+
+}  // namespace
+
+std::span<const PassInfo> registered_passes() { return kPasses; }
+
+const PassInfo* find_pass(std::string_view name) {
+  for (const PassInfo& p : kPasses)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+bool PipelineOptions::verify_by_default() {
+#ifdef NDEBUG
+  static const bool on = env::get("KILN_VERIFY") == "1";
+  return on;
+#else
+  return true;
+#endif
+}
+
+PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
+                           const PipelineOptions& opts) {
+  // Resolve every name before running anything: a typo fails fast.
+  std::vector<const PassInfo*> passes;
+  std::vector<std::string> disabled = disabled_passes();
+  for (const std::string& name : names) {
+    const PassInfo& p = lookup(name, "");
+    if (std::find(disabled.begin(), disabled.end(), name) == disabled.end())
+      passes.push_back(&p);
+  }
+  const bool dump = env::get_int("KILN_DEBUG", 0) >= 2;
+  const bool time = env::get_int("KILN_TIME_PASSES", 0) >= 1;
+
+  if (opts.verify) {
+    try {
+      ir::verify(g);
+    } catch (const Error& e) {
+      throw Error(str("[pass manager] the graph is invalid before the first pass: ", e.what()));
+    }
+  }
+  PipelineStats stats;
+  const int iterations = opts.fixpoint ? std::max(opts.max_iterations, 1) : 1;
+  for (int it = 0; it < iterations; ++it) {
+    bool any_changed = false;
+    for (const PassInfo* p : passes) {
+      auto t0 = std::chrono::steady_clock::now();
+      bool changed = p->fn(g);
+      auto t1 = std::chrono::steady_clock::now();
+      stats.runs.push_back(
+          {p->name, changed, std::chrono::duration<double, std::milli>(t1 - t0).count()});
+      any_changed |= changed;
+      if (dump) {
+        std::string text = ir::print(g);
+        if (text.empty() || text.back() != '\n') text += '\n';
+        std::fprintf(stderr, "=== after %s ===\n%s", p->name, text.c_str());
+      }
+      if (opts.verify) {
+        try {
+          ir::verify(g);
+        } catch (const Error& e) {
+          throw Error(str("[pass ", p->name, "] broke the graph: ", e.what()));
+        }
+      }
+    }
+    if (!any_changed) break;
+  }
+  if (time) print_times(stats);
+  return stats;
+}
+
+// dce first so the other passes do not spend time (kernel evaluations for
+// fold_constants) on dead code; cse before fold_constants so duplicated
+// constant subexpressions are evaluated once; simplify after folding so it
+// sees the folded constants (the 1 in x*(2-1)); a last dce removes what the
+// middle passes left unused. The fixpoint loop repeats the list, which covers
+// the remaining interactions (duplicates simplify creates, merged by cse).
+std::vector<std::string> standard_pipeline() {
+  return {"dce", "cse", "fold_constants", "simplify", "dce"};
+}
+
+}  // namespace kiln::passes

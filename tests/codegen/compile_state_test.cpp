@@ -1,0 +1,219 @@
+// kiln::compile and program state: recompile logs and limits, freezing,
+// in-place/view rules while tracing, and state restored after a failed trace.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kiln/compile.h"
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "kiln/optim/optim.h"
+#include "runtime/test_util.h"
+
+namespace kiln {
+namespace {
+
+// KILN_LOG=recompiles names the failed guard of every re-trace.
+TEST(CompileLog, RecompilesAreLoggedWithTheFailedGuard) {
+  setenv("KILN_LOG", "recompiles", 1);
+  auto f = compile([](const Tensor& x) { return x + 1; }, {.warmup = 0, .name = "logged"});
+  ::testing::internal::CaptureStderr();
+  f(ones({2}));
+  f(ones({3}));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  unsetenv("KILN_LOG");
+  EXPECT_NE(err.find("recompiling logged"), std::string::npos) << err;
+  EXPECT_NE(err.find("argument 0 dim 0 changed (2 -> 3)"), std::string::npos) << err;
+}
+
+// Past the recompile limit a loud warning appears once; compilation goes on.
+TEST(CompileLog, RecompileLimitWarnsLoudlyOnce) {
+  auto f = compile([](const Tensor& x) { return x * 3; },
+                   {.warmup = 0, .name = "churn", .recompile_limit = 2});
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 1; n <= 5; ++n) f(ones({n}));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  size_t w = err.find("WARNING: churn has been re-traced");
+  EXPECT_NE(w, std::string::npos) << err;
+  EXPECT_EQ(err.find("WARNING", w + 1), std::string::npos) << err;
+  EXPECT_EQ(f.stats().traces, 5);  // never a silent drop to eager
+}
+
+// {.freeze = true} folds parameter-only subgraphs into constants and re-traces
+// when a frozen parameter is modified in place.
+TEST(CompileFreeze, ParameterOnlySubgraphsFoldAndWritesRetrace) {
+  Tensor w = full({4, 4}, 0.5);
+  Tensor b = full({4}, 1.0);
+  auto fn = [&](const Tensor& x) { return matmul(x, w.t() * 2) + b.exp(); };
+  auto frozen = compile(fn, {.freeze = true, .warmup = 0});
+  auto plain = compile(fn, {.warmup = 0});
+  Tensor x = ones({2, 4});
+  EXPECT_TRUE(allclose(frozen(x), fn(x)));
+  plain(x);
+  EXPECT_LT(frozen.stats().graph_nodes, plain.stats().graph_nodes) << frozen.graph_text();
+  {
+    NoGradGuard ng;
+    w.add_(1.0);
+  }
+  EXPECT_TRUE(allclose(frozen(x), fn(x)));
+  EXPECT_EQ(frozen.stats().traces, 2);
+  EXPECT_NE(frozen.stats().last_miss.find("modified in place"), std::string::npos);
+}
+
+// Writing in place into a view while tracing is a clear error.
+TEST(CompileErrors, InPlaceIntoAViewIsAnError) {
+  auto f = compile(
+      [](const Tensor& x) {
+        Tensor y = x * 1;
+        Tensor v = y.reshape({4});
+        v.add_(1.0);
+        return y;
+      },
+      {.warmup = 0});
+  testing::expect_error([&] { f(ones({2, 2})); }, "writing in place into a view");
+}
+
+// Reading a view taken before its base was written in place is a clear error.
+TEST(CompileErrors, StaleViewReadIsAnError) {
+  auto f = compile(
+      [](const Tensor& x) {
+        Tensor y = x * 1;
+        Tensor v = y.reshape({4});
+        y.mul_(2.0);
+        return v + 1;
+      },
+      {.warmup = 0});
+  testing::expect_error([&] { f(ones({2, 2})); }, "modified in place after the view was taken");
+}
+
+// A traced tensor that escapes its function cannot be used eagerly afterwards.
+TEST(CompileErrors, EscapedSymbolicTensorIsAnError) {
+  Tensor leaked;
+  auto f = compile(
+      [&](const Tensor& x) {
+        leaked = x * 2;
+        return x + 1;
+      },
+      {.warmup = 0});
+  f(ones({2}));
+  testing::expect_error([&] { (void)(leaked + 1); }, "symbolic (traced) tensor outside of tracing");
+}
+
+// A trace that fails leaves .grad fields, version counters and the generator as they were.
+TEST(CompileErrors, FailedTraceRestoresProgramState) {
+  manual_seed(1);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  optim::SGD opt(lin->parameters(), {.lr = 0.1});
+  lin->forward(ones({1, 3})).sum().backward();
+  Tensor g0 = lin->weight.grad();
+  const uint32_t v0 = lin->weight.version();
+  const uint64_t off0 = default_generator().offset;
+  auto f = compile(
+      [&](const Tensor& x) {
+        opt.zero_grad();
+        Tensor loss = dropout(lin->forward(x), 0.5, true).sum();
+        loss.backward();
+        opt.step();
+        return loss * loss.item<double>();  // fails after backward and the update
+      },
+      {.warmup = 0});
+  testing::expect_error([&] { f(ones({1, 3})); }, "item()");
+  EXPECT_TRUE(lin->weight.grad().is_same(g0));
+  EXPECT_EQ(lin->weight.version(), v0);
+  EXPECT_EQ(default_generator().offset, off0);
+}
+
+// Optimizer hyperparameters other than lr are guards: changing momentum re-traces.
+TEST(CompileGuards, OptimizerHyperparametersAreGuarded) {
+  manual_seed(2);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  optim::SGD opt(lin->parameters(), {.lr = 0.1, .momentum = 0.5});
+  auto step = compile([&](const Tensor& x) {
+    opt.zero_grad();
+    lin->forward(x).sum().backward();
+    opt.step();
+  });
+  for (int i = 0; i < 3; ++i) step(ones({2, 3}));
+  EXPECT_EQ(step.stats().traces, 1);
+  opt.param_groups()[0].set("momentum", 0.9);
+  step(ones({2, 3}));
+  EXPECT_EQ(step.stats().traces, 2);
+  EXPECT_NE(step.stats().last_miss.find("SGD hyperparameters"), std::string::npos)
+      << step.stats().last_miss;
+}
+
+// Gradient accumulation without zero_grad: compiled backward adds into the existing .grad.
+TEST(Compile, GradientAccumulationAddsIntoExistingGrad) {
+  manual_seed(3);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  auto ref = std::make_shared<nn::Linear>(3, 2);
+  {
+    NoGradGuard ng;
+    ref->weight.copy_(lin->weight);
+    ref->bias.copy_(lin->bias);
+  }
+  auto acc = compile([&](const Tensor& x) { lin->forward(x).pow(2).sum().backward(); });
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = randn({2, 3});
+    acc(x);
+    ref->forward(x).pow(2).sum().backward();
+  }
+  EXPECT_TRUE(allclose(lin->weight.grad(), ref->weight.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(allclose(lin->bias.grad(), ref->bias.grad(), 1e-5, 1e-6));
+}
+
+// Post-accumulate-grad hooks (what DDP uses) fire once per compiled step with
+// the real gradient, not with the traced stand-in.
+TEST(Compile, PostAccumulateGradHooksFireWithRealGradients) {
+  manual_seed(6);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  int calls = 0;
+  Tensor seen;
+  lin->weight.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    ++calls;
+    ASSERT_FALSE(p.grad().is_symbolic());
+    seen = p.grad().clone();
+  });
+  auto step = compile([&](const Tensor& x) {
+    lin->zero_grad();
+    lin->forward(x).sum().backward();
+  });
+  for (int i = 0; i < 3; ++i) step(full({2, 3}, static_cast<double>(i)));
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(allclose(seen, full({2, 3}, 4.0)));  // d/dW sum(x W^T) = column sums of x
+}
+
+// Double backward through a compiled forward is refused with a clear error.
+TEST(CompileErrors, DoubleBackwardIsAClearError) {
+  auto f = compile([](const Tensor& x) { return (x * x * x).sum(); }, {.warmup = 0});
+  Tensor x = full({2}, 2.0, DType::f64).requires_grad_();
+  Tensor y = f(x);
+  testing::expect_error([&] { kiln::grad({y}, {x}, {}, {.create_graph = true}); },
+                        "double backward");
+}
+
+// KILN_CHECK_COMPILED catches a host number baked in at trace time: a global
+// read as a plain double (not through host_scalar) goes stale in the plan.
+TEST(CompileCheck, ReportsTheFirstDifferingOutput) {
+  static double scale = 2.0;
+  setenv("KILN_CHECK_COMPILED", "1", 1);
+  auto f = compile([](const Tensor& x) { return std::make_tuple(x + 1, x * scale); },
+                   {.warmup = 0, .name = "stale"});
+  unsetenv("KILN_CHECK_COMPILED");
+  ::testing::internal::CaptureStderr();
+  f(ones({3}));
+  EXPECT_EQ(f.stats().check_mismatches, 0);
+  scale = 5.0;
+  auto [a, b] = f(ones({3}));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(equal(b, full({3}, 5.0)));  // the eager (reference) result is returned
+  EXPECT_EQ(f.stats().check_mismatches, 1);
+  EXPECT_NE(f.stats().last_check_report.find("result 1 differs"), std::string::npos)
+      << f.stats().last_check_report;
+  EXPECT_NE(f.stats().last_check_report.find("mul"), std::string::npos)
+      << f.stats().last_check_report;
+  EXPECT_NE(err.find("KILN_CHECK_COMPILED: stale"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,314 @@
+// Tests of passes/src/simplify.cpp: each rule fires, and each "must not fire"
+// case (broadcast, promotion, float zeros, symbolic values) is left alone.
+#include "kiln/passes/simplify.h"
+
+#include "passes/pass_test_util.h"
+
+namespace kiln::passes {
+namespace {
+
+using testing::expect_pass;
+using testing::expect_unchanged;
+
+TEST(Simplify, MultiplyAndDivideByOne) {
+  // x*1, 1*x and x/1 become x for a wrapped 1 and an all-ones tensor.
+  expect_pass(simplify, R"(
+graph(%0: f32[4] "arg0") {
+  %1 = constant wrapped f64[] 1.0
+  %2 = constant f32[4] [1.0, 1.0, 1.0, 1.0]
+  %3 = mul(%0, %1) : f32[4]
+  %4 = mul(%2, %3) : f32[4]
+  %5 = div(%4, %1) : f32[4]
+  return %5 "out0"
+}
+)", R"(
+graph(%0: f32[4] "arg0") {
+  %1 = constant wrapped f64[] 1.0
+  %2 = constant f32[4] [1.0, 1.0, 1.0, 1.0]
+  return %0 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, MultiplyByOneThatBroadcastsOrPromotesStays) {
+  // x*1 that broadcasts x, promotes its dtype, or is 1/x is not x.
+  expect_unchanged(simplify, R"(
+graph(%0: f32[4] "arg0", %1: i64[4] "arg1") {
+  %2 = constant f32[2, 4] [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+  %3 = mul(%0, %2) : f32[2, 4]
+  %4 = constant f32[] 1.0
+  %5 = mul(%1, %4) : f32[4]
+  %6 = constant f64[4] [1.0, 1.0, 1.0, 1.0]
+  %7 = mul(%0, %6) : f64[4]
+  %8 = div(%4, %0) : f32[4]
+  %9 = constant f32[4] [1.0, 1.0, 1.0, 2.0]
+  %10 = mul(%0, %9) : f32[4]
+  return %3 "a", %5 "b", %7 "c", %8 "d", %10 "e"
+}
+)");
+}
+
+TEST(Simplify, AddAndSubtractZeroForIntegers) {
+  // x+0, 0+x and x-0 become x for integers, where every zero is neutral.
+  expect_pass(simplify, R"(
+graph(%0: i64[3] "arg0") {
+  %1 = constant wrapped i64[] 0
+  %2 = add(%0, %1) : i64[3]
+  %3 = add(%1, %2) : i64[3]
+  %4 = sub(%3, %1) : i64[3]
+  return %4 "out0"
+}
+)", R"(
+graph(%0: i64[3] "arg0") {
+  %1 = constant wrapped i64[] 0
+  return %0 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, FloatZerosOnlyWhenSignedZeroIsKept) {
+  // For floats x+(-0.0) and x-(+0.0) are exact identities and fold.
+  expect_pass(simplify, R"(
+graph(%0: f32[3] "arg0") {
+  %1 = constant wrapped f64[] -0.0
+  %2 = constant f32[3] [0.0, 0.0, 0.0]
+  %3 = add(%0, %1) : f32[3]
+  %4 = add(%1, %3) : f32[3]
+  %5 = sub(%4, %2) : f32[3]
+  return %5 "out0"
+}
+)", R"(
+graph(%0: f32[3] "arg0") {
+  %1 = constant wrapped f64[] -0.0
+  %2 = constant f32[3] [0.0, 0.0, 0.0]
+  return %0 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, FloatPlusPositiveZeroStays) {
+  // x+0.0 turns -0.0 into +0.0 and x-(-0.0) likewise: both are kept for floats,
+  // as is an integer 0 added to a float.
+  expect_unchanged(simplify, R"(
+graph(%0: f32[3] "arg0") {
+  %1 = constant wrapped f64[] 0.0
+  %2 = add(%0, %1) : f32[3]
+  %3 = add(%1, %0) : f32[3]
+  %4 = constant wrapped f64[] -0.0
+  %5 = sub(%0, %4) : f32[3]
+  %6 = constant wrapped i64[] 0
+  %7 = add(%0, %6) : f32[3]
+  return %2 "a", %3 "b", %5 "c", %7 "d"
+}
+)");
+}
+
+TEST(Simplify, IntegerSelfDifferenceIsZeros) {
+  // x-x becomes a zero-filled full for integer dtypes.
+  expect_pass(simplify, R"(
+graph(%0: i32[2, 3] "arg0") {
+  %1 = sub(%0, %0) : i32[2, 3]
+  return %1 "out0"
+}
+)", R"(
+graph(%0: i32[2, 3] "arg0") {
+  %1 = full() {shape=[2, 3], value=0.0, ivalue=0, dtype=i32} : i32[2, 3]
+  return %1 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, FloatSelfDifferenceStays) {
+  // x-x is NaN for x = inf or NaN: not folded for floats.
+  expect_unchanged(simplify, R"(
+graph(%0: f32[3] "arg0") {
+  %1 = sub(%0, %0) : f32[3]
+  return %1 "out0"
+}
+)");
+}
+
+TEST(Simplify, DoubleNegation) {
+  // neg(neg(x)) becomes x (the inner neg is left for dce).
+  expect_pass(simplify, R"(
+graph(%0: f32[3] "arg0") {
+  %1 = neg(%0) : f32[3]
+  %2 = neg(%1) : f32[3]
+  %3 = exp(%2) : f32[3]
+  return %3 "out0"
+}
+)", R"(
+graph(%0: f32[3] "arg0") {
+  %1 = neg(%0) : f32[3]
+  %2 = exp(%0) : f32[3]
+  return %2 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, PermuteChainsCompose) {
+  // permute(permute(x)) becomes one permute, or x when the composition is the
+  // identity (negative dims included).
+  expect_pass(simplify, R"(
+graph(%0: f32[2, 3, 4] "arg0") {
+  %1 = permute(%0) {dims=[1, 0, 2]} : f32[3, 2, 4]
+  %2 = permute(%1) {dims=[0, 2, 1]} : f32[3, 4, 2]
+  %3 = permute(%0) {dims=[1, -1, 0]} : f32[3, 4, 2]
+  %4 = permute(%3) {dims=[2, 0, 1]} : f32[2, 3, 4]
+  return %2 "a", %4 "b"
+}
+)", R"(
+graph(%0: f32[2, 3, 4] "arg0") {
+  %1 = permute(%0) {dims=[1, 0, 2]} : f32[3, 2, 4]
+  %2 = permute(%0) {dims=[1, 2, 0]} : f32[3, 4, 2]
+  %3 = permute(%0) {dims=[1, -1, 0]} : f32[3, 4, 2]
+  return %2 "a", %0 "b"
+}
+)", true);
+}
+
+TEST(Simplify, IdentityPermuteOnlyForIdentityDims) {
+  // permute by [0, 1] is x; a transpose of a square matrix is not.
+  expect_pass(simplify, R"(
+graph(%0: f32[3, 3] "arg0") {
+  %1 = permute(%0) {dims=[0, 1]} : f32[3, 3]
+  %2 = permute(%0) {dims=[1, 0]} : f32[3, 3]
+  return %1 "a", %2 "b"
+}
+)", R"(
+graph(%0: f32[3, 3] "arg0") {
+  %1 = permute(%0) {dims=[1, 0]} : f32[3, 3]
+  return %0 "a", %1 "b"
+}
+)", true);
+}
+
+TEST(Simplify, ReshapeChainsCollapse) {
+  // reshape(reshape(x)) becomes one reshape (a -1 still resolves the same),
+  // and a reshape back to x's shape is x.
+  expect_pass(simplify, R"(
+graph(%0: f32[2, 6] "arg0") {
+  %1 = reshape(%0) {shape=[3, 4]} : f32[3, 4]
+  %2 = reshape(%1) {shape=[-1, 2]} : f32[6, 2]
+  %3 = reshape(%1) {shape=[2, 6]} : f32[2, 6]
+  %4 = reshape(%0) {shape=[2, 6]} : f32[2, 6]
+  return %2 "a", %3 "b", %4 "c"
+}
+)", R"(
+graph(%0: f32[2, 6] "arg0") {
+  %1 = reshape(%0) {shape=[3, 4]} : f32[3, 4]
+  %2 = reshape(%0) {shape=[-1, 2]} : f32[6, 2]
+  return %2 "a", %0 "b", %0 "c"
+}
+)", true);
+}
+
+TEST(Simplify, SymbolicReshapeChainCollapses) {
+  // The outer reshape's symbolic shape is carried; back to x's shape is x.
+  expect_pass(simplify, R"(
+graph(%0: f32[s0, 4] "arg0") syms=1 {
+  %1 = reshape(%0) {shape=[4*s0]} : f32[4*s0]
+  %2 = reshape(%1) {shape=[2*s0, 2]} : f32[2*s0, 2]
+  %3 = reshape(%1) {shape=[s0, 4]} : f32[s0, 4]
+  return %2 "a", %3 "b"
+}
+)", R"(
+graph(%0: f32[s0, 4] "arg0") syms=1 {
+  %1 = reshape(%0) {shape=[4*s0]} : f32[4*s0]
+  %2 = reshape(%0) {shape=[2*s0, 2]} : f32[2*s0, 2]
+  return %2 "a", %0 "b"
+}
+)", true);
+}
+
+TEST(Simplify, ExpandChainsCollapse) {
+  // expand(expand(x)) becomes one expand; -1 entries get the size they meant;
+  // an expand to x's own shape is x.
+  expect_pass(simplify, R"(
+graph(%0: f32[3, 1] "arg0") {
+  %1 = expand(%0) {shape=[3, 4]} : f32[3, 4]
+  %2 = expand(%1) {shape=[2, 3, 4]} : f32[2, 3, 4]
+  %3 = expand(%1) {shape=[5, -1, -1]} : f32[5, 3, 4]
+  %4 = expand(%0) {shape=[3, 1]} : f32[3, 1]
+  return %2 "a", %3 "b", %4 "c"
+}
+)", R"(
+graph(%0: f32[3, 1] "arg0") {
+  %1 = expand(%0) {shape=[3, 4]} : f32[3, 4]
+  %2 = expand(%0) {shape=[2, 3, 4]} : f32[2, 3, 4]
+  %3 = expand(%0) {shape=[5, 3, 4]} : f32[5, 3, 4]
+  return %2 "a", %3 "b", %0 "c"
+}
+)", true);
+}
+
+TEST(Simplify, CastToSameDtype) {
+  // cast to x's own dtype is x; a real conversion stays.
+  expect_pass(simplify, R"(
+graph(%0: f32[2] "arg0") {
+  %1 = cast(%0) {dtype=f32} : f32[2]
+  %2 = cast(%1) {dtype=f64} : f64[2]
+  return %2 "out0"
+}
+)", R"(
+graph(%0: f32[2] "arg0") {
+  %1 = cast(%0) {dtype=f64} : f64[2]
+  return %1 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, WrappedNumberFlagIsKept) {
+  // cast of a host scalar to its own dtype drops the wrapped flag, which
+  // changes promotion in its users: not an identity.
+  expect_unchanged(simplify, R"(
+graph(%0: wrapped f64[] "host0", %1: f32[2] "arg0") {
+  %2 = cast(%0) {dtype=f64} : f64[]
+  %3 = mul(%1, %2) : f32[2]
+  return %3 "out0"
+}
+)");
+}
+
+TEST(Simplify, SymbolicConstantsAreNotOneOrZero) {
+  // A constant whose value is symbolic (1/s0) is not a known 1.
+  expect_unchanged(simplify, R"(
+graph(%0: f32[s0] "arg0") syms=1 {
+  %1 = constant wrapped f64[] 1.0 {value=1/(s0)}
+  %2 = mul(%0, %1) : f32[s0]
+  return %2 "out0"
+}
+)");
+}
+
+TEST(Simplify, RandomValueTimesOneKeepsTheSingleDraw) {
+  // rand*1 becomes the rand node itself: it is neither duplicated nor removed.
+  expect_pass(simplify, R"(
+graph() rng_advance=2 {
+  %0 = rand_uniform() {shape=[2], dtype=f32, seed=1, offset=0} : f32[2]
+  %1 = constant wrapped f64[] 1.0
+  %2 = mul(%0, %1) : f32[2]
+  return %2 "out0"
+}
+)", R"(
+graph() rng_advance=2 {
+  %0 = rand_uniform() {shape=[2], dtype=f32, seed=1, offset=0} : f32[2]
+  %1 = constant wrapped f64[] 1.0
+  return %0 "out0"
+}
+)", true);
+}
+
+TEST(Simplify, NothingToDoUnchanged) {
+  // A graph with no pattern is reported unchanged.
+  expect_unchanged(simplify, R"(
+graph(%0: f32[2] "arg0", %1: f32[2] "arg1") {
+  %2 = mul(%0, %1) : f32[2]
+  %3 = neg(%2) : f32[2]
+  return %3 "out0"
+}
+)");
+}
+
+}  // namespace
+}  // namespace kiln::passes
