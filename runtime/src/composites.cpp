@@ -80,7 +80,9 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   // Integers promote to the default float, as torch.logsumexp does.
   Tensor xf = is_floating(x.dtype()) ? x : cast(x, kDefaultFloat);
   Dims out_shape = squeezed_shape(xf, dims, "logsumexp");  // also validates dims
-  Tensor m = amax(xf, dims, true);
+  // The shift is a constant for differentiation (its gradient cancels exactly):
+  // detached, the backward skips amax's tie-splitting rule altogether.
+  Tensor m = amax(xf, dims, true).detach();
   // Rows whose max is +-inf would give inf - inf = NaN: shift them by 0 instead, so
   // an all -inf row gives log(0) = -inf and a row holding +inf gives +inf (PyTorch).
   m = where(eq(abs(m), kInf), 0.0, m);
@@ -88,19 +90,20 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   return r + (keepdim ? m : reshape(m, out_shape));
 }
 
-// Shifting by the row max keeps exp() finite; its gradient cancels exactly in theory,
-// so no detach is needed. A row of all -inf gives NaN, as in torch.softmax.
+// Shifting by the row max keeps exp() finite. Its gradient cancels exactly, so the
+// max is detached: the backward is PyTorch's (no pass through amax), cheaper and
+// exact. A row of all -inf gives NaN, as in torch.softmax.
 Tensor softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "softmax");
   int64_t d = wrap_dim(dim, x.dim(), "softmax");
-  Tensor e = exp(x - amax(x, {d}, true));
+  Tensor e = exp(x - amax(x, {d}, true).detach());
   return e / sum(e, {d}, true);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "log_softmax");
   int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
-  Tensor shifted = x - amax(x, {d}, true);
+  Tensor shifted = x - amax(x, {d}, true).detach();
   return shifted - log(sum(exp(shifted), {d}, true));
 }
 
