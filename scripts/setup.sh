@@ -6,8 +6,9 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-  nlohmann-json3-dev dataset-fashion-mnist
+  nlohmann-json3-dev dataset-fashion-mnist libcli11-dev
   clang-14 libclang-rt-14-dev
+  llvm-19-dev libzstd-dev
   python3 python3-pip
 )
 

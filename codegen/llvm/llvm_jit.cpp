@@ -1,0 +1,158 @@
+// ORC LLJIT for the host CPU. The optimization pipeline is built with the
+// host TargetMachine: with a generic PassBuilder, TargetTransformInfo knows no
+// vector widths and loops are not vectorized (see ../shared/NOTES.md, 1.3).
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <mutex>
+
+#include "kiln/error.h"
+#include "kiln/llvm_jit.h"
+
+namespace kiln::jit {
+
+namespace {
+
+std::string message(llvm::Error e) { return llvm::toString(std::move(e)); }
+
+template <typename T>
+T unwrap(llvm::Expected<T> v, const char* what) {
+  if (!v) throw Error(str("[llvm] ", what, ": ", message(v.takeError())));
+  return std::move(*v);
+}
+
+void init_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+llvm::orc::JITTargetMachineBuilder host_builder() {
+  init_llvm();
+  auto jtmb = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+  jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  return jtmb;
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+std::string llvm_version() { return LLVM_VERSION_STRING; }
+
+CpuInfo host_cpu() {
+  auto jtmb = host_builder();
+  CpuInfo c;
+  c.triple = jtmb.getTargetTriple().str();
+  c.cpu = jtmb.getCPU();
+  c.features = jtmb.getFeatures().getString();
+  auto has = [&](const char* f) { return c.features.find(str("+", f, ",")) != std::string::npos ||
+                                         c.features.ends_with(str("+", f)); };
+  c.avx2 = has("avx2");
+  c.fma = has("fma");
+  c.avx512f = has("avx512f");
+  return c;
+}
+
+struct LlvmJit::Impl {
+  std::mutex mu;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  int next_dylib = 0;
+};
+
+LlvmJit::LlvmJit() : impl_(std::make_unique<Impl>()) {
+  auto jtmb = host_builder();
+  impl_->tm = unwrap(jtmb.createTargetMachine(), "creating the target machine");
+  impl_->jit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(),
+                      "creating the JIT");
+}
+
+LlvmJit::~LlvmJit() = default;
+
+void* LlvmJit::compile(const std::string& ir_text, const std::string& symbol,
+                       CompileOutputs* outputs) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> m =
+      llvm::parseIR(llvm::MemoryBufferRef(ir_text, "kiln_kernel"), diag, *ctx);
+  if (!m) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    diag.print("kiln_kernel", os);
+    throw Error(str("[llvm] invalid IR: ", os.str()));
+  }
+  llvm::TargetMachine& tm = *impl_->tm;
+  m->setDataLayout(impl_->jit->getDataLayout());
+  m->setTargetTriple(tm.getTargetTriple().str());
+  {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    if (llvm::verifyModule(*m, &os)) throw Error(str("[llvm] the module does not verify: ", os.str()));
+  }
+
+  // O3 with the host's TargetTransformInfo and library info, loop and SLP vectorizers on.
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
+  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });  // before the defaults
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*m, mam);
+
+  if (outputs) {
+    outputs->optimized_ir.clear();
+    llvm::raw_string_ostream os(outputs->optimized_ir);
+    m->print(os, nullptr);
+    os.flush();
+    // Assembly from a clone: emitting consumes codegen passes on the module.
+    llvm::SmallString<0> buf;
+    llvm::raw_svector_ostream asm_os(buf);
+    llvm::legacy::PassManager pm;
+    auto clone = llvm::CloneModule(*m);
+    if (!tm.addPassesToEmitFile(pm, asm_os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+      pm.run(*clone);
+    outputs->assembly = std::string(buf.str());
+  }
+
+  // One JITDylib per module: kernels may reuse symbol names across modules.
+  auto jd_or = impl_->jit->createJITDylib(str("kiln_", impl_->next_dylib++));
+  if (!jd_or) throw Error(str("[llvm] creating a JITDylib: ", message(jd_or.takeError())));
+  llvm::orc::JITDylib& jd = *jd_or;
+  jd.addToLinkOrder(impl_->jit->getMainJITDylib());
+  if (auto err = impl_->jit->addIRModule(
+          jd, llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))))
+    throw Error(str("[llvm] adding the module: ", message(std::move(err))));
+  auto addr = unwrap(impl_->jit->lookup(jd, symbol), str("looking up ", symbol).c_str());
+  return addr.toPtr<void*>();
+}
+
+}  // namespace kiln::jit

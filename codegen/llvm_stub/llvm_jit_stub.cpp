@@ -1,0 +1,23 @@
+// The LLVM backend's stand-in for builds without LLVM 19: reports it unavailable.
+#include "kiln/error.h"
+#include "kiln/llvm_jit.h"
+
+namespace kiln::jit {
+
+namespace {
+[[noreturn]] void unavailable() {
+  throw Error("[llvm] kiln was built without LLVM 19 (install llvm-19-dev and libzstd-dev, "
+              "then reconfigure)");
+}
+}  // namespace
+
+bool available() { return false; }
+CpuInfo host_cpu() { unavailable(); }
+std::string llvm_version() { return ""; }
+
+struct LlvmJit::Impl {};
+LlvmJit::LlvmJit() { unavailable(); }
+LlvmJit::~LlvmJit() = default;
+void* LlvmJit::compile(const std::string&, const std::string&, CompileOutputs*) { unavailable(); }
+
+}  // namespace kiln::jit
