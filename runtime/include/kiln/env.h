@@ -25,6 +25,13 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_TIME_PASSES", "0", "1 prints the time each pass took"},
     {"KILN_DISABLE_PASSES", "", "comma list of pass names to skip"},
     {"KILN_RECOMPILE_LIMIT", "8", "recompiles of one function before a loud warning"},
+    {"KILN_STORE_TOKEN", "",
+     "the job's store token (kilnrun generates one; every store client must present it)"},
+    {"KILN_RESTART_COUNT", "0",
+     "set by kilnrun in workers: how many times the group was restarted"},
+    {"KILN_USE_AGENT_STORE", "0",
+     "set to 1 by kilnrun: the launcher hosts the store at MASTER_ADDR:MASTER_PORT, so rank 0 "
+     "connects to it instead of serving"},
 };
 
 /// Value of a registered variable, or its fallback when unset. Asking for an
