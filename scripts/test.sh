@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite: the Release build, then the
 # Debug+ASan+UBSan build (KILN_SKIP_SANITIZE=1 skips the second).
-# The Release run includes libFuzzer smoke tests (60 s safetensors loader, 30 s
+# The Release run includes libFuzzer smoke tests (30 s safetensors loader, 20 s
 # IR parser; they first compile an instrumented runtime with clang, ~2 min);
 # KILN_FUZZ=0 skips them, and scripts/fuzz.sh runs longer campaigns. Whole
-# suite: ~13 min on 2 cores.
+# suite: ~15 min on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
