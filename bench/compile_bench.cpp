@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "kiln/compile.h"
+#include "mlp_step.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
@@ -11,32 +12,7 @@ namespace {
 
 using namespace kiln;
 
-// The MLP training step of the compile benchmarks: 784-1024-1024-10, batch
-// 128, ReLU, cross-entropy, SGD with momentum.
-struct MlpStep {
-  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
-  std::unique_ptr<optim::SGD> opt;
-  Tensor x, y;
-  MlpStep() {
-    manual_seed(0);
-    model->push_back(std::make_shared<nn::Linear>(784, 1024));
-    model->push_back(std::make_shared<nn::ReLU>());
-    model->push_back(std::make_shared<nn::Linear>(1024, 1024));
-    model->push_back(std::make_shared<nn::ReLU>());
-    model->push_back(std::make_shared<nn::Linear>(1024, 10));
-    opt = std::make_unique<optim::SGD>(model->parameters(),
-                                       optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
-    x = randn({128, 784});
-    y = randint(0, 10, {128});
-  }
-  Tensor step(const Tensor& xb, const Tensor& yb) {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model->forward(xb), yb);
-    loss.backward();
-    opt->step();
-    return loss;
-  }
-};
+using bench::MlpStep;
 
 // Trace + pass pipeline of the MLP step (first call of a fresh compiled function
 // after its eager warm-up); the counters split it into trace and passes.
@@ -92,7 +68,6 @@ void BM_MlpStepCompiledInterpreter(benchmark::State& state) {
 BENCHMARK(BM_MlpStepCompiledInterpreter)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // A small MLP (launch overhead dominates: 20-32-10, batch 16), eager vs compiled.
-struct SmallStep : MlpStep {};
 void BM_SmallStep(benchmark::State& state) {
   manual_seed(0);
   auto model = std::make_shared<nn::Sequential>();

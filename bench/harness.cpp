@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/compile.h"
+#include "mlp_step.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
@@ -140,32 +141,7 @@ Row measure(const std::string& name, F fn, int reps) {
   return measure(name, fn, fn, reps);
 }
 
-// The MLP training step of the compile issues: 784-1024-1024-10, batch 128,
-// ReLU, cross-entropy, SGD with momentum.
-struct MlpStep {
-  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
-  std::unique_ptr<optim::SGD> opt;
-  Tensor x, y;
-  MlpStep() {
-    manual_seed(0);
-    model->push_back(std::make_shared<nn::Linear>(784, 1024));
-    model->push_back(std::make_shared<nn::ReLU>());
-    model->push_back(std::make_shared<nn::Linear>(1024, 1024));
-    model->push_back(std::make_shared<nn::ReLU>());
-    model->push_back(std::make_shared<nn::Linear>(1024, 10));
-    opt = std::make_unique<optim::SGD>(model->parameters(),
-                                       optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
-    x = randn({128, 784});
-    y = randint(0, 10, {128});
-  }
-  std::vector<Tensor> operator()() {
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model->forward(x), y);
-    loss.backward();
-    opt->step();
-    return {loss};
-  }
-};
+using bench::MlpStep;
 
 }  // namespace
 
