@@ -20,6 +20,8 @@ namespace kiln {
 namespace {
 
 thread_local bool t_grad_mode = true;
+// Callbacks queued during the innermost backward running on this thread.
+thread_local std::vector<std::function<void()>>* t_callbacks = nullptr;
 std::atomic<uint64_t> g_sequence{0};
 
 std::string released_msg() {
@@ -101,10 +103,13 @@ class AccumulateGrad final : public Node {
     } else {
       m.grad.add_(g.detach());
     }
-    // While tracing, the gradient is symbolic: a compiled run fires these hooks
-    // when it writes the real gradient back (as soon as it is computed).
+    // While tracing, the gradient is symbolic: a compiled run fires the plain
+    // hooks when it writes the real gradient back (as soon as it is computed);
+    // traceable hooks run now and their ops become part of the graph.
     if (!current_recorder())
       for (auto& h : m.post_accumulate_hooks) h(leaf);
+    for (size_t i = 0; i < m.traceable_post_accumulate_hooks.size(); ++i)
+      m.traceable_post_accumulate_hooks[i](leaf);
     return {};
   }
   std::string name() const override { return "AccumulateGrad"; }
@@ -157,6 +162,15 @@ void set_history(Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+
+namespace autograd {
+bool in_backward() { return t_callbacks != nullptr; }
+void queue_callback(std::function<void()> cb) {
+  KILN_CHECK(t_callbacks != nullptr,
+             "[queue_callback] can only be called while a backward pass is running");
+  t_callbacks->push_back(std::move(cb));
+}
+}  // namespace autograd
 void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
 
 // ---------------- SavedTensor ----------------
@@ -284,8 +298,27 @@ void add_to(Tensor& slot, const Tensor& g) {
   else slot = slot + g;
 }
 
+void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
+               bool retain_graph, GraphTask& task);
+
+// Runs the graph, then the callbacks queued during it (dropped if it throws).
 void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
                 bool retain_graph, GraphTask& task) {
+  std::vector<std::function<void()>> callbacks;
+  struct Scope {
+    std::vector<std::function<void()>>* prev;
+    ~Scope() { t_callbacks = prev; }
+  } scope{t_callbacks};
+  t_callbacks = &callbacks;
+  run_graph(roots, root_grads, retain_graph, task);
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto cb = std::move(callbacks[i]);  // cb may queue more (callbacks can grow)
+    cb();
+  }
+}
+
+void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
+               bool retain_graph, GraphTask& task) {
   // Dependencies: how many edges lead into each node.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep;

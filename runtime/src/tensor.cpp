@@ -249,10 +249,13 @@ void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   else impl()->autograd_meta().leaf_hooks.push_back(std::move(hook));
 }
 
-void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook,
+                                                bool traceable) const {
   KILN_CHECK(is_leaf() && requires_grad(), "[register_post_accumulate_grad_hook] only leaf "
              "tensors that require grad accept post-accumulate-grad hooks");
-  impl()->autograd_meta().post_accumulate_hooks.push_back(std::move(hook));
+  AutogradMeta& m = impl()->autograd_meta();
+  (traceable ? m.traceable_post_accumulate_hooks : m.post_accumulate_hooks)
+      .push_back(std::move(hook));
 }
 
 }  // namespace kiln

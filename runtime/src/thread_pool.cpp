@@ -4,6 +4,7 @@
 #include "kiln/thread_pool.h"
 
 #include <cblas.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -130,18 +131,33 @@ int default_threads() {
   return static_cast<int>(n);
 }
 
+// Set in a forked child: the parent's workers do not exist there (fork copies
+// only the calling thread), so the child gets a fresh pool on first use.
+std::atomic<bool> g_forked{false};
+void mark_forked() {
+  g_forked.store(true);
+}
+
 Pool& pool() {
   static Pool* p = [] {
     int n = default_threads();
     openblas_set_num_threads(n);
+    pthread_atfork(nullptr, nullptr, mark_forked);
     return new Pool(n);  // leaked: workers must outlive static tensors
   }();
+  if (g_forked.exchange(false)) {
+    // The old pool is leaked, never destroyed: joining threads that do not
+    // exist (or destroying joinable handles) would abort.
+    p = new Pool(p->size());
+  }
   return *p;
 }
 
 }  // namespace
 
-int num_threads() { return pool().size(); }
+int num_threads() {
+  return pool().size();
+}
 
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "[set_num_threads] need at least 1 thread, got ", n);
@@ -149,7 +165,9 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
-bool in_parallel_region() { return t_in_pool; }
+bool in_parallel_region() {
+  return t_in_pool;
+}
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& f) {

@@ -70,6 +70,8 @@ TEST(Registry, EveryOpHasConformanceCases) {
     const OpId id = static_cast<OpId>(i);
     const OpInfo& info = op_info(id);
     SCOPED_TRACE(info.name);
+    // Collectives have side effects (other ranks); collective_test.cpp covers them.
+    if (info.has(kCollective)) continue;
     std::vector<OpCase> cases = op_cases(id);
     ASSERT_FALSE(cases.empty()) << "no conformance case";
     std::set<Kind> kinds;

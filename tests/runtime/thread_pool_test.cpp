@@ -1,6 +1,9 @@
 // Verifies the intra-op thread pool: coverage, exceptions, nesting, resizing.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <vector>
 
@@ -53,4 +56,27 @@ TEST(ThreadPool, ResultsIndependentOfThreadCount) {
   set_num_threads(prev);
   EXPECT_FLOAT_EQ(one, two);
   EXPECT_THROW(set_num_threads(0), Error);
+}
+
+// A forked child (multi-process tests, launchers) gets a working pool: the
+// parent's workers do not exist there, and using them would hang.
+TEST(ThreadPool, WorksInAForkedChild) {
+  set_num_threads(2);
+  std::atomic<int64_t> warm{0};
+  parallel_for(0, 1 << 16, 1, [&](int64_t b, int64_t e) { warm += e - b; });  // pool started
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);  // a hang kills the child instead of the test
+    std::atomic<int64_t> sum{0};
+    parallel_for(0, 1 << 20, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+    Tensor t = ones({1 << 20});
+    const bool ok = sum.load() == (1 << 20) && kiln::sum(t).item<double>() == (1 << 20) &&
+                    num_threads() == 2;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }

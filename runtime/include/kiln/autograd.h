@@ -74,6 +74,9 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;
   std::vector<std::function<Tensor(const Tensor&)>> leaf_hooks;
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
+  /// Hooks that also run while tracing (on the symbolic .grad): what they record
+  /// becomes part of the graph, so compiled runs do not call them again.
+  std::vector<std::function<void(const Tensor&)>> traceable_post_accumulate_hooks;
 };
 
 /// True when operations record the tape (thread-local; default true).
@@ -108,6 +111,15 @@ class GradModeGuard {
 /// accumulating into the .grad of leaves.
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
+
+namespace autograd {
+/// True on a thread that is running a backward pass (inside hooks and nodes).
+bool in_backward();
+/// Runs `cb` once the current backward pass has finished accumulating every
+/// gradient (like PyTorch's queue_callback; DDP waits for its buckets there).
+/// Callbacks run in order and may queue more; kiln::Error outside backward.
+void queue_callback(std::function<void()> cb);
+}  // namespace autograd
 
 /// Options of kiln::grad.
 struct GradOptions {

@@ -19,7 +19,11 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CHECK_COMPILED", "0",
      "1 runs eager beside compiled on every call and reports the first differing output"},
     {"KILN_LOG", "", "comma list of log topics: recompiles (each re-trace and the guard that failed)"},
-    {"KILN_DUMP", "", "directory: write traced and optimized graphs (.kir text and .dot)"},
+    {"KILN_DUMP", "",
+     "directory: write traced and optimized graphs (.kir text and .dot), and under kernels/ each "
+     "compiled kernel's kernel IR, LLVM IR (plain and optimized) and assembly"},
+    {"KILN_CACHE_DIR", "$XDG_CACHE_HOME/kiln or ~/.cache/kiln",
+     "directory of the on-disk kernel cache (compiled kernels as object files); off disables it"},
     {"KILN_DEBUG", "0", "2 prints the IR after every pass"},
     {"KILN_VERIFY", "0", "1 verifies the IR before and after every pass (always on in Debug builds)"},
     {"KILN_TIME_PASSES", "0", "1 prints the time each pass took"},
@@ -32,6 +36,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_USE_AGENT_STORE", "0",
      "set to 1 by kilnrun: the launcher hosts the store at MASTER_ADDR:MASTER_PORT, so rank 0 "
      "connects to it instead of serving"},
+    {"KILN_DIST_DEBUG", "0",
+     "1 checks before every collective that all ranks issue the same op, dtype and size "
+     "(reports the disagreeing ranks instead of hanging; a store round trip per collective)"},
 };
 
 /// Value of a registered variable, or its fallback when unset. Asking for an

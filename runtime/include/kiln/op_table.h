@@ -35,6 +35,7 @@ enum OpTrait : uint32_t {
   kRandom = 1u << 6,
   kCommutative = 1u << 7,
   kNonDiff = 1u << 8,  ///< not differentiable: outputs never require grad
+  kCollective = 1u << 9,  ///< side effects on other ranks: never folded, merged or fused
 };
 
 /// Shape and dtype of one op output.

@@ -126,7 +126,11 @@ class Tensor {
   /// defined tensor replaces the gradient.
   void register_hook(std::function<Tensor(const Tensor&)> hook) const;
   /// For leaves: runs `hook(*this)` after the gradient was accumulated into .grad.
-  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  /// A compiled step calls it when it writes the real gradient back. A `traceable`
+  /// hook instead also runs while tracing, recording its ops into the graph
+  /// (DDP's all-reduce nodes), and compiled runs do not call it again.
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook,
+                                          bool traceable = false) const;
 
   // ---- conversion and copying ----
   Tensor to(DType t) const;

@@ -24,6 +24,7 @@ const ops::OpTable& table() {
     ops::register_conv(*tb);
     ops::register_movement(*tb);
     ops::register_factory(*tb);
+    ops::register_collective(*tb);
     return tb;
   }();
   return *t;

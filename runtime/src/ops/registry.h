@@ -20,5 +20,6 @@ void register_linalg(OpTable& t);
 void register_conv(OpTable& t);
 void register_movement(OpTable& t);
 void register_factory(OpTable& t);
+void register_collective(OpTable& t);
 
 }  // namespace kiln::ops
