@@ -28,7 +28,9 @@ namespace kiln::jit {
 
 namespace {
 
-std::string message(llvm::Error e) { return llvm::toString(std::move(e)); }
+std::string message(llvm::Error e) {
+  return llvm::toString(std::move(e));
+}
 
 template <typename T>
 T unwrap(llvm::Expected<T> v, const char* what) {
@@ -49,14 +51,22 @@ llvm::orc::JITTargetMachineBuilder host_builder() {
   init_llvm();
   auto jtmb = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Position-independent, small code model: what JITLink links, so object files
+  // written to the disk cache load back into any process.
+  jtmb.setRelocationModel(llvm::Reloc::PIC_);
+  jtmb.setCodeModel(llvm::CodeModel::Small);
   return jtmb;
 }
 
 }  // namespace
 
-bool available() { return true; }
+bool available() {
+  return true;
+}
 
-std::string llvm_version() { return LLVM_VERSION_STRING; }
+std::string llvm_version() {
+  return LLVM_VERSION_STRING;
+}
 
 CpuInfo host_cpu() {
   auto jtmb = host_builder();
@@ -64,8 +74,10 @@ CpuInfo host_cpu() {
   c.triple = jtmb.getTargetTriple().str();
   c.cpu = jtmb.getCPU();
   c.features = jtmb.getFeatures().getString();
-  auto has = [&](const char* f) { return c.features.find(str("+", f, ",")) != std::string::npos ||
-                                         c.features.ends_with(str("+", f)); };
+  auto has = [&](const char* f) {
+    return c.features.find(str("+", f, ",")) != std::string::npos ||
+           c.features.ends_with(str("+", f));
+  };
   c.avx2 = has("avx2");
   c.fma = has("fma");
   c.avx512f = has("avx512f");
@@ -88,29 +100,30 @@ LlvmJit::LlvmJit() : impl_(std::make_unique<Impl>()) {
 
 LlvmJit::~LlvmJit() = default;
 
-void* LlvmJit::compile(const std::string& ir_text, const std::string& symbol,
-                       CompileOutputs* outputs) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto ctx = std::make_unique<llvm::LLVMContext>();
+namespace {
+
+// Parses, verifies and optimizes (O3 with the host's TargetTransformInfo and
+// library info, loop and SLP vectorizers on) one module.
+std::unique_ptr<llvm::Module> optimized_module(const std::string& ir_text, llvm::LLVMContext& ctx,
+                                               llvm::TargetMachine& tm,
+                                               const llvm::DataLayout& dl) {
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> m =
-      llvm::parseIR(llvm::MemoryBufferRef(ir_text, "kiln_kernel"), diag, *ctx);
+      llvm::parseIR(llvm::MemoryBufferRef(ir_text, "kiln_kernel"), diag, ctx);
   if (!m) {
     std::string text;
     llvm::raw_string_ostream os(text);
     diag.print("kiln_kernel", os);
     throw Error(str("[llvm] invalid IR: ", os.str()));
   }
-  llvm::TargetMachine& tm = *impl_->tm;
-  m->setDataLayout(impl_->jit->getDataLayout());
+  m->setDataLayout(dl);
   m->setTargetTriple(tm.getTargetTriple().str());
   {
     std::string text;
     llvm::raw_string_ostream os(text);
-    if (llvm::verifyModule(*m, &os)) throw Error(str("[llvm] the module does not verify: ", os.str()));
+    if (llvm::verifyModule(*m, &os))
+      throw Error(str("[llvm] the module does not verify: ", os.str()));
   }
-
-  // O3 with the host's TargetTransformInfo and library info, loop and SLP vectorizers on.
   llvm::PipelineTuningOptions pto;
   pto.LoopVectorization = true;
   pto.SLPVectorization = true;
@@ -127,32 +140,72 @@ void* LlvmJit::compile(const std::string& ir_text, const std::string& symbol,
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*m, mam);
+  return m;
+}
 
-  if (outputs) {
-    outputs->optimized_ir.clear();
-    llvm::raw_string_ostream os(outputs->optimized_ir);
-    m->print(os, nullptr);
-    os.flush();
-    // Assembly from a clone: emitting consumes codegen passes on the module.
-    llvm::SmallString<0> buf;
-    llvm::raw_svector_ostream asm_os(buf);
-    llvm::legacy::PassManager pm;
-    auto clone = llvm::CloneModule(*m);
-    if (!tm.addPassesToEmitFile(pm, asm_os, nullptr, llvm::CodeGenFileType::AssemblyFile))
-      pm.run(*clone);
-    outputs->assembly = std::string(buf.str());
-  }
+// Machine code of `m` as assembly text or an object file.
+std::string emit_file(llvm::Module& m, llvm::TargetMachine& tm, llvm::CodeGenFileType type) {
+  llvm::SmallString<0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, type))
+    throw Error("[llvm] the target cannot emit this file type");
+  pm.run(m);
+  return std::string(buf.str());
+}
 
-  // One JITDylib per module: kernels may reuse symbol names across modules.
-  auto jd_or = impl_->jit->createJITDylib(str("kiln_", impl_->next_dylib++));
+void fill_outputs(llvm::Module& m, llvm::TargetMachine& tm, CompileOutputs* outputs) {
+  if (!outputs) return;
+  outputs->optimized_ir.clear();
+  llvm::raw_string_ostream os(outputs->optimized_ir);
+  m.print(os, nullptr);
+  os.flush();
+  // From a clone: emitting runs codegen passes that change the module.
+  auto clone = llvm::CloneModule(m);
+  outputs->assembly = emit_file(*clone, tm, llvm::CodeGenFileType::AssemblyFile);
+}
+
+}  // namespace
+
+// Adds a module or object to a fresh JITDylib (kernels may reuse symbol names
+// across modules) and returns the address of `symbol`.
+template <typename Add>
+static void* add_and_lookup(llvm::orc::LLJIT& jit, int& next_dylib, const std::string& symbol,
+                            Add&& add) {
+  auto jd_or = jit.createJITDylib(str("kiln_", next_dylib++));
   if (!jd_or) throw Error(str("[llvm] creating a JITDylib: ", message(jd_or.takeError())));
   llvm::orc::JITDylib& jd = *jd_or;
-  jd.addToLinkOrder(impl_->jit->getMainJITDylib());
-  if (auto err = impl_->jit->addIRModule(
-          jd, llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))))
-    throw Error(str("[llvm] adding the module: ", message(std::move(err))));
-  auto addr = unwrap(impl_->jit->lookup(jd, symbol), str("looking up ", symbol).c_str());
+  jd.addToLinkOrder(jit.getMainJITDylib());
+  if (auto err = add(jd)) throw Error(str("[llvm] adding code: ", message(std::move(err))));
+  auto addr = unwrap(jit.lookup(jd, symbol), str("looking up ", symbol).c_str());
   return addr.toPtr<void*>();
+}
+
+void* LlvmJit::compile(const std::string& ir_text, const std::string& symbol,
+                       CompileOutputs* outputs) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = optimized_module(ir_text, *ctx, *impl_->tm, impl_->jit->getDataLayout());
+  fill_outputs(*m, *impl_->tm, outputs);
+  return add_and_lookup(*impl_->jit, impl_->next_dylib, symbol, [&](llvm::orc::JITDylib& jd) {
+    return impl_->jit->addIRModule(jd, llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx)));
+  });
+}
+
+std::string LlvmJit::compile_to_object(const std::string& ir_text, CompileOutputs* outputs) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  llvm::LLVMContext ctx;
+  auto m = optimized_module(ir_text, ctx, *impl_->tm, impl_->jit->getDataLayout());
+  fill_outputs(*m, *impl_->tm, outputs);
+  return emit_file(*m, *impl_->tm, llvm::CodeGenFileType::ObjectFile);
+}
+
+void* LlvmJit::load_object(const std::string& object, const std::string& symbol) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return add_and_lookup(*impl_->jit, impl_->next_dylib, symbol, [&](llvm::orc::JITDylib& jd) {
+    return impl_->jit->addObjectFile(
+        jd, llvm::MemoryBuffer::getMemBufferCopy(object, str("kiln_object_", symbol)));
+  });
 }
 
 }  // namespace kiln::jit

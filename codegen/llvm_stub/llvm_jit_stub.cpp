@@ -6,18 +6,35 @@ namespace kiln::jit {
 
 namespace {
 [[noreturn]] void unavailable() {
-  throw Error("[llvm] kiln was built without LLVM 19 (install llvm-19-dev and libzstd-dev, "
-              "then reconfigure)");
+  throw Error(
+      "[llvm] kiln was built without LLVM 19 (install llvm-19-dev and libzstd-dev, "
+      "then reconfigure)");
 }
 }  // namespace
 
-bool available() { return false; }
-CpuInfo host_cpu() { unavailable(); }
-std::string llvm_version() { return ""; }
+bool available() {
+  return false;
+}
+CpuInfo host_cpu() {
+  unavailable();
+}
+std::string llvm_version() {
+  return "";
+}
 
 struct LlvmJit::Impl {};
-LlvmJit::LlvmJit() { unavailable(); }
+LlvmJit::LlvmJit() {
+  unavailable();
+}
 LlvmJit::~LlvmJit() = default;
-void* LlvmJit::compile(const std::string&, const std::string&, CompileOutputs*) { unavailable(); }
+void* LlvmJit::compile(const std::string&, const std::string&, CompileOutputs*) {
+  unavailable();
+}
+std::string LlvmJit::compile_to_object(const std::string&, CompileOutputs*) {
+  unavailable();
+}
+void* LlvmJit::load_object(const std::string&, const std::string&) {
+  unavailable();
+}
 
 }  // namespace kiln::jit

@@ -62,6 +62,11 @@ struct CompiledFunction::Impl {
                                     const Body& body);
   std::vector<Tensor> run_checked(Plan& p, const std::vector<Tensor>& args,
                                   std::vector<double>& spec, const Body& body);
+  void note_run(const RunResult& r) {
+    stats.last_peak_bytes = r.peak_bytes;
+    stats.last_kernel_launches = r.stats.kernel_launches;
+    stats.last_in_place = r.stats.in_place;
+  }
 };
 
 CompiledFunction::CompiledFunction(CompileOptions opts) : impl_(std::make_unique<Impl>()) {
@@ -137,7 +142,7 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
     ++m.stats.compiled_calls;
     if (m.check) return m.run_checked(*p, args, out_spec, body);
     RunResult r = run_plan(*p, args, nullptr);
-    m.stats.last_peak_bytes = r.peak_bytes;
+    m.note_run(r);
     out_spec = p->out_spec;
     return std::move(r.results);
   }
@@ -280,13 +285,19 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   build_executables(*plan, *graph, opts);
   stats.passes_ms += ms_since(t1);
   stats.graph_nodes = plan->graph->num_nodes();
+  stats.fused_kernels = static_cast<int>(plan->exec->num_kernels() +
+                                         (plan->bwd_exec ? plan->bwd_exec->num_kernels() : 0));
   dump(dump_dir, opts.name, plan->id, "optimized", *plan->graph);
-  if (plan->bwd_graph) dump(dump_dir, opts.name, plan->id, "backward", *plan->bwd_graph);
+  dump_kernels(dump_dir, opts.name, plan->id, "optimized", *plan->exec);
+  if (plan->bwd_graph) {
+    dump(dump_dir, opts.name, plan->id, "backward", *plan->bwd_graph);
+    dump_kernels(dump_dir, opts.name, plan->id, "backward", *plan->bwd_exec);
+  }
   plans.push_back(plan);
   ++stats.compiled_calls;
   if (check) return run_checked(*plan, args, spec, body);
   RunResult r = run_plan(*plan, args, nullptr);
-  stats.last_peak_bytes = r.peak_bytes;
+  note_run(r);
   spec = plan->out_spec;
   return std::move(r.results);
 }

@@ -70,6 +70,7 @@ struct Plan {
 struct RunResult {
   std::vector<Tensor> results;
   int64_t peak_bytes = 0;
+  RunStats stats;  ///< of the forward (or whole) graph's executor
 };
 
 /// Captured state (data and .grad) at one point, for KILN_CHECK_COMPILED.
@@ -106,5 +107,9 @@ std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
 /// Writes <dir>/<name>.<plan>.<stage>.kir and .dot (nothing if dir is empty).
 void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
           const ir::Graph& g);
+/// Writes <dir>/<name>.<plan>.<stage>.fusion.txt: the executor's fusion groups,
+/// schedule and kernel IR (nothing if dir is empty).
+void dump_kernels(const std::string& dir, const std::string& name, int plan, const char* stage,
+                  const Executor& ex);
 
 }  // namespace kiln::detail

@@ -1,42 +1,235 @@
+// The executor.
+//
+// Schedule: the units are the fusion groups and the unfused nodes; they run in
+// a topological order of the (acyclic, see fuse.cpp) unit graph that follows
+// the graph's own order where it can, so outputs (gradients) become ready as
+// early as in the unfused graph. Two refinements:
+// - independent units that launch the same compiled kernel and are ready
+//   together form one step with one multi-tensor launch (the work items of all
+//   instances split over the thread pool at once);
+// - a "sink" kernel unit (its outputs are only graph outputs, no gradients;
+//   optimizer updates) waits while other instances of its kernel are not ready
+//   yet and other work is, so an optimizer step over N parameters becomes one
+//   launch. Sinks block nothing, so waiting never delays another node.
+// Memory: every buffer is dropped after its last use; a pointwise kernel writes
+// an output over an input buffer that dies at that step when nothing else can
+// see it (not a graph input or output, storage not shared by any other live
+// tensor, same dtype and size, read at the same index) — LLVM's alias scopes
+// allow exactly that case (codegen/src/llvm_emit.cpp).
 #include "kiln/executor.h"
 
+#include <algorithm>
+#include <iostream>
 #include <unordered_map>
 
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
+#include "kiln/functional.h"
+#include "kiln/kernel_cache.h"
+#include "kiln/thread_pool.h"
+#include "lower.h"
 
 namespace kiln {
 
+struct Executor::Group {
+  detail::LoweredGroup lowered;
+  std::shared_ptr<const kir::LoadedKernel> kernel;
+  int kernel_id = 0;          // equal ids: the same compiled kernel
+  std::vector<int> arg_slot;  // per kernel argument
+  int nodes = 0;
+};
+
 struct Executor::Step {
-  const ir::Node* node = nullptr;
+  const ir::Node* node = nullptr;  // an unfused node, or
+  std::vector<int> groups;         // fused kernels launched together
   std::vector<int> in;
   std::vector<int> out;
-  std::vector<int> free_after;  // slots whose last use is this step
+  std::vector<int> free_after;    // slots whose last use is this step
+  std::vector<int> overwritable;  // dying slots one kernel here may write in place
 };
 
 Executor::~Executor() = default;
 Executor::Executor(Executor&&) noexcept = default;
 
-Executor::Executor(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(graph)) {
+Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
+    : graph_(std::move(graph)), opts_(std::move(opts)) {
   const ir::Graph& g = *graph_;
-  std::unordered_map<const ir::Value*, int> slot;
-  for (const ir::Value* v : g.inputs()) slot[v] = num_slots_++;
-  const auto nodes = g.nodes();
-  steps_.resize(nodes.size());
-  for (size_t s = 0; s < nodes.size(); ++s) {
-    Step& st = steps_[s];
-    st.node = nodes[s];
-    for (const ir::Value* v : nodes[s]->inputs) {
-      auto it = slot.find(v);
-      KILN_ASSERT(it != slot.end(), "executor: node ", s, " uses an undefined value");
-      st.in.push_back(it->second);
-    }
-    for (const ir::Value* v : nodes[s]->outputs) {
-      slot[v] = num_slots_;
-      st.out.push_back(num_slots_++);
+  plan_.group_of.assign(g.num_nodes(), -1);
+  if (opts_.fuse) plan_ = passes::plan_fusion(g, opts_.fusion);
+  build_schedule();
+  // Symbols are bound by the first input dim that is exactly the symbol.
+  sym_source_.assign(static_cast<size_t>(g.num_syms), {-1, -1});
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const auto& shape = g.inputs()[i]->shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const ir::SymInt& x = shape[d];
+      if (!x.is_static() && x.a == 1 && x.b == 0 &&
+          sym_source_[static_cast<size_t>(x.sym)].first < 0)
+        sym_source_[static_cast<size_t>(x.sym)] = {static_cast<int>(i), static_cast<int>(d)};
     }
   }
-  // Last use of every slot; graph outputs live to the end.
+}
+
+namespace {
+
+// The kernel ready to run. Should the JIT fail on it (a backend bug), the
+// interpreter runs it instead: same results, slower, with one warning.
+std::shared_ptr<const kir::LoadedKernel> load_kernel(const kir::Kernel& k, KernelBackend backend) {
+  if (backend == KernelBackend::kAuto) {
+    try {
+      return kir::get_kernel(k);
+    } catch (const std::exception& e) {
+      std::cerr << "[kiln] warning: kernel " << k.name
+                << " failed to compile and runs interpreted: " << e.what() << "\n";
+    }
+  }
+  return std::make_shared<const kir::LoadedKernel>(k, "", nullptr);
+}
+
+}  // namespace
+
+void Executor::build_schedule() {
+  const ir::Graph& g = *graph_;
+  const auto nodes = g.nodes();
+  std::unordered_map<const ir::Value*, int> slot;
+  for (const ir::Value* v : g.inputs()) slot[v] = num_slots_++;
+  is_input_slot_.assign(static_cast<size_t>(num_slots_), true);
+  std::unordered_map<const ir::Node*, int> pos;
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    pos[nodes[p]] = static_cast<int>(p);
+    for (const ir::Value* v : nodes[p]->outputs) slot[v] = num_slots_++;
+  }
+  is_input_slot_.resize(static_cast<size_t>(num_slots_), false);
+
+  // ---- kernels, one per group; identical kernels share one compiled kernel ----
+  std::unordered_map<std::string, int> kernel_id;
+  std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels;
+  for (const passes::FusionGroup& fg : plan_.groups) {
+    Group grp;
+    grp.lowered = detail::lower(fg, opts_.reassociate);
+    auto [it, fresh] =
+        kernel_id.emplace(kir::to_string(grp.lowered.kernel), static_cast<int>(kernels.size()));
+    if (fresh) kernels.emplace_back();
+    grp.kernel_id = it->second;
+    for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot.at(v));
+    grp.nodes = static_cast<int>(fg.nodes.size());
+    groups_.push_back(std::move(grp));
+  }
+  // Distinct kernels compile concurrently (the cache and the JIT are thread-safe).
+  std::vector<const kir::Kernel*> first(kernels.size(), nullptr);
+  for (const Group& grp : groups_)
+    if (!first[static_cast<size_t>(grp.kernel_id)])
+      first[static_cast<size_t>(grp.kernel_id)] = &grp.lowered.kernel;
+  parallel_for(0, static_cast<int64_t>(kernels.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      kernels[static_cast<size_t>(i)] = load_kernel(*first[static_cast<size_t>(i)], opts_.kernels);
+  });
+  for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
+
+  // ---- the unit graph: groups first, then one unit per unfused node ----
+  const int ng = static_cast<int>(groups_.size());
+  auto unit_of = [&](const ir::Node* n) {
+    const int gi = plan_.group_of[static_cast<size_t>(pos.at(n))];
+    return gi >= 0 ? gi : ng + pos.at(n);
+  };
+  const size_t nu = static_cast<size_t>(ng) + nodes.size();
+  std::vector<int> first_pos(nu, 0);
+  std::vector<char> live(nu, 0);
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    const int u = unit_of(nodes[p]);
+    if (!live[static_cast<size_t>(u)]) first_pos[static_cast<size_t>(u)] = static_cast<int>(p);
+    live[static_cast<size_t>(u)] = 1;
+  }
+  std::vector<std::vector<int>> succ(nu);
+  std::vector<int> indeg(nu, 0);
+  auto depend = [&](int from, int to) {
+    if (from == to) return;
+    auto& s = succ[static_cast<size_t>(from)];
+    if (std::find(s.begin(), s.end(), to) != s.end()) return;
+    s.push_back(to);
+    ++indeg[static_cast<size_t>(to)];
+  };
+  for (int gi = 0; gi < ng; ++gi)
+    for (size_t a = 0; a < groups_[static_cast<size_t>(gi)].lowered.num_inputs; ++a) {
+      const ir::Value* v = groups_[static_cast<size_t>(gi)].lowered.args[a];
+      if (v->producer) depend(unit_of(v->producer), gi);
+    }
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    if (plan_.group_of[p] >= 0) continue;
+    for (const ir::Value* v : nodes[p]->inputs)
+      if (v->producer) depend(unit_of(v->producer), ng + static_cast<int>(p));
+  }
+  // Sinks that may wait for the other instances of their kernel (see the top).
+  std::vector<char> sink(static_cast<size_t>(ng), 0);
+  std::vector<int> remaining(kernels.size(), 0);
+  for (int gi = 0; gi < ng; ++gi) {
+    const Group& grp = groups_[static_cast<size_t>(gi)];
+    ++remaining[static_cast<size_t>(grp.kernel_id)];
+    bool s = opts_.horizontal;
+    for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
+      const ir::Value* v = grp.lowered.args[a];
+      for (const ir::Node* u : v->users) s = s && unit_of(u) == gi;
+      for (size_t o = 0; s && o < g.outputs().size(); ++o)
+        if (g.outputs()[o] == v) s = g.output_names()[o].rfind("grad:", 0) != 0;
+    }
+    sink[static_cast<size_t>(gi)] = s;
+  }
+  std::vector<int> ready;
+  for (size_t u = 0; u < nu; ++u)
+    if (live[u] && indeg[u] == 0) ready.push_back(static_cast<int>(u));
+  auto kid = [&](int u) { return u < ng ? groups_[static_cast<size_t>(u)].kernel_id : -1; };
+  std::vector<std::vector<int>> order;  // units per step
+  while (!ready.empty()) {
+    std::vector<int> ready_of(kernels.size(), 0);
+    for (int u : ready)
+      if (u < ng) ++ready_of[static_cast<size_t>(kid(u))];
+    auto waits = [&](int u) {
+      return u < ng && sink[static_cast<size_t>(u)] &&
+             remaining[static_cast<size_t>(kid(u))] > ready_of[static_cast<size_t>(kid(u))];
+    };
+    int best = -1;
+    for (int pass = 0; pass < 2 && best < 0; ++pass)
+      for (int u : ready)
+        if ((pass == 1 || !waits(u)) &&
+            (best < 0 || first_pos[static_cast<size_t>(u)] < first_pos[static_cast<size_t>(best)]))
+          best = u;
+    std::vector<int> batch{best};
+    if (best < ng && opts_.horizontal)
+      for (int u : ready)
+        if (u != best && u < ng && kid(u) == kid(best)) batch.push_back(u);
+    std::sort(batch.begin(), batch.end(), [&](int a, int b) {
+      return first_pos[static_cast<size_t>(a)] < first_pos[static_cast<size_t>(b)];
+    });
+    for (int u : batch) {
+      ready.erase(std::find(ready.begin(), ready.end(), u));
+      if (u < ng) --remaining[static_cast<size_t>(kid(u))];
+      for (int s : succ[static_cast<size_t>(u)])
+        if (--indeg[static_cast<size_t>(s)] == 0) ready.push_back(s);
+    }
+    order.push_back(std::move(batch));
+  }
+
+  // ---- steps, their slots and last uses ----
+  for (const auto& units : order) {
+    Step st;
+    if (units.front() >= ng) {
+      st.node = nodes[static_cast<size_t>(units.front() - ng)];
+      for (const ir::Value* v : st.node->inputs) st.in.push_back(slot.at(v));
+      for (const ir::Value* v : st.node->outputs) st.out.push_back(slot.at(v));
+    } else {
+      st.groups = units;
+      for (int gi : units) {
+        const Group& grp = groups_[static_cast<size_t>(gi)];
+        for (size_t a = 0; a < grp.arg_slot.size(); ++a)
+          (a < grp.lowered.num_inputs ? st.in : st.out).push_back(grp.arg_slot[a]);
+      }
+    }
+    steps_.push_back(std::move(st));
+  }
+  size_t scheduled = 0;
+  for (const auto& units : order) scheduled += units.size();
+  KILN_ASSERT(scheduled == static_cast<size_t>(std::count(live.begin(), live.end(), 1)),
+              "executor: the fusion groups form a cycle");
   std::vector<int> last(static_cast<size_t>(num_slots_), -1);
   for (size_t s = 0; s < steps_.size(); ++s)
     for (int i : steps_[s].in) last[static_cast<size_t>(i)] = static_cast<int>(s);
@@ -50,6 +243,23 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(gr
     if (l >= 0 && !is_out[static_cast<size_t>(sl)])
       steps_[static_cast<size_t>(l)].free_after.push_back(sl);
   }
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& st = steps_[s];
+    if (st.groups.empty()) continue;
+    for (int sl : st.free_after) {
+      if (is_input_slot_[static_cast<size_t>(sl)]) continue;
+      // Read by exactly one instance of the batch (the others run concurrently).
+      int readers = 0;
+      for (int gi : st.groups) {
+        const Group& grp = groups_[static_cast<size_t>(gi)];
+        readers +=
+            std::count(grp.arg_slot.begin(),
+                       grp.arg_slot.begin() + static_cast<std::ptrdiff_t>(grp.lowered.num_inputs),
+                       sl) > 0;
+      }
+      if (readers == 1) st.overwritable.push_back(sl);
+    }
+  }
   // Where each output becomes available: 0 = before the first step, s+1 = after step s.
   outputs_at_step_.resize(steps_.size() + 1);
   std::unordered_map<int, size_t> made_at;
@@ -58,17 +268,6 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph) : graph_(std::move(gr
   for (size_t i = 0; i < output_slots_.size(); ++i) {
     auto it = made_at.find(output_slots_[i]);
     outputs_at_step_[it == made_at.end() ? 0 : it->second].push_back(i);
-  }
-  // Symbols are bound by the first input dim that is exactly the symbol.
-  sym_source_.assign(static_cast<size_t>(g.num_syms), {-1, -1});
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    const auto& shape = g.inputs()[i]->shape;
-    for (size_t d = 0; d < shape.size(); ++d) {
-      const ir::SymInt& x = shape[d];
-      if (!x.is_static() && x.a == 1 && x.b == 0 &&
-          sym_source_[static_cast<size_t>(x.sym)].first < 0)
-        sym_source_[static_cast<size_t>(x.sym)] = {static_cast<int>(i), static_cast<int>(d)};
-    }
   }
 }
 
@@ -85,11 +284,82 @@ std::vector<int64_t> Executor::bind_symbols(std::span<const Tensor> inputs) cons
 }
 
 int Executor::producer_of_output(size_t i) const {
-  for (size_t s = 0; s < outputs_at_step_.size(); ++s)
-    for (size_t o : outputs_at_step_[s])
-      if (o == i) return static_cast<int>(s) - 1;
-  return -1;
+  const ir::Value* v = graph_->outputs().at(i);
+  return v->producer ? static_cast<int>(graph_->position(v->producer)) : -1;
 }
+
+size_t Executor::num_kernels() const {
+  return groups_.size();
+}
+size_t Executor::num_steps() const {
+  return steps_.size();
+}
+
+std::string Executor::schedule_text() const {
+  std::string s;
+  for (const Step& st : steps_) {
+    if (st.node) {
+      s += str(st.node->is_constant() ? "constant" : st.node->info().name, "\n");
+      continue;
+    }
+    const Group& first = groups_[static_cast<size_t>(st.groups.front())];
+    s += str("kernel ", first.lowered.kernel.name, " x", st.groups.size(), "\n");
+  }
+  return s;
+}
+
+std::string Executor::kernels_text() const {
+  std::string s;
+  for (size_t i = 0; i < groups_.size(); ++i)
+    s += str("# group ", i, "\n", kir::to_string(groups_[i].lowered.kernel));
+  return s;
+}
+
+namespace {
+
+// Buffers alive during one run (counted once per storage), for RunStats::peak_bytes.
+class Liveness {
+ public:
+  explicit Liveness(bool on) : on_(on) {}
+  void hold(const Tensor& t) {
+    if (!on_ || !t.defined() || !t.impl()->storage) return;
+    if (live_[t.impl()->storage.get()]++ == 0)
+      cur_ += static_cast<int64_t>(t.impl()->storage->nbytes);
+    peak_ = std::max(peak_, cur_);
+  }
+  void drop(const Tensor& t) {
+    if (!on_ || !t.defined() || !t.impl()->storage) return;
+    auto it = live_.find(t.impl()->storage.get());
+    if (it != live_.end() && --it->second == 0) {
+      cur_ -= static_cast<int64_t>(t.impl()->storage->nbytes);
+      live_.erase(it);
+    }
+  }
+  int64_t peak() const { return peak_; }
+
+ private:
+  bool on_;
+  std::unordered_map<const StorageImpl*, int> live_;
+  int64_t cur_ = 0, peak_ = 0;
+};
+
+// True if `t` can be written over in place as a contiguous [numel] buffer of dtype dt:
+// the slot holds the only handle to it and nothing else shares its storage.
+bool exclusive(const Tensor& t, DType dt, int64_t numel) {
+  return t.defined() && t.impl_ptr().use_count() == 1 && t.impl()->storage &&
+         t.impl()->storage.use_count() == 1 && t.dtype() == dt && t.numel() == numel &&
+         t.offset() == 0 && t.is_contiguous();
+}
+
+// One kernel instance ready to launch.
+struct Launch {
+  std::vector<void*> ptrs;
+  std::vector<int64_t> sizes;
+  std::vector<Tensor> keep;  // contiguous copies of strided inputs
+  int64_t items = 0;
+};
+
+}  // namespace
 
 std::vector<Tensor> Executor::run(const RunArgs& args) const {
   const ir::Graph& g = *graph_;
@@ -116,61 +386,132 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     for (size_t o : outputs_at_step_[at])
       (*args.on_ready)(o, slots[static_cast<size_t>(output_slots_[o])]);
   };
-  // Bytes of intermediate buffers alive (counted once per storage).
-  std::unordered_map<const StorageImpl*, int> live;
-  int64_t cur = 0, peak = 0;
-  auto hold = [&](const Tensor& t) {
-    if (!args.stats || !t.impl()->storage) return;
-    if (live[t.impl()->storage.get()]++ == 0)
-      cur += static_cast<int64_t>(t.impl()->storage->nbytes);
-  };
-  auto drop = [&](const Tensor& t) {
-    if (!args.stats || !t.defined() || !t.impl()->storage) return;
-    auto it = live.find(t.impl()->storage.get());
-    if (it != live.end() && --it->second == 0) {
-      cur -= static_cast<int64_t>(t.impl()->storage->nbytes);
-      live.erase(it);
-    }
-  };
+  Liveness mem(args.stats != nullptr);
+  RunStats st;
   fire(0);
   std::vector<Tensor> ins;
+  std::vector<Launch> launches;
+  std::vector<int> claimed;
   for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& st = steps_[s];
-    const ir::Node& n = *st.node;
-    if (n.is_constant() && !n.sym_attrs.empty()) {
-      // A number that depends on a dynamic size (mean's count).
-      const ir::SymAttr& sa = n.sym_attrs.front();
-      const double e = static_cast<double>(sa.expr.eval(syms));
-      const double v = sa.reciprocal ? 1.0 / e : e;
-      Tensor c = scalar_tensor(Scalar(v), n.constant.dtype());
-      c.impl()->wrapped_number = n.constant.impl()->wrapped_number;
-      slots[static_cast<size_t>(st.out[0])] = c;
-    } else if (n.is_constant()) {
-      slots[static_cast<size_t>(st.out[0])] = n.constant;
-    } else {
+    const Step& step = steps_[s];
+    if (step.node && step.node->is_constant()) {
+      const ir::Node& n = *step.node;
+      if (!n.sym_attrs.empty()) {
+        // A number that depends on a dynamic size (mean's count).
+        const ir::SymAttr& sa = n.sym_attrs.front();
+        const double e = static_cast<double>(sa.expr.eval(syms));
+        const double v = sa.reciprocal ? 1.0 / e : e;
+        Tensor c = scalar_tensor(Scalar(v), n.constant.dtype());
+        c.impl()->wrapped_number = n.constant.impl()->wrapped_number;
+        slots[static_cast<size_t>(step.out[0])] = c;
+      } else {
+        slots[static_cast<size_t>(step.out[0])] = n.constant;
+      }
+      ++st.nodes_run;
+    } else if (step.node) {
+      const ir::Node& n = *step.node;
       ins.clear();
-      for (int i : st.in) ins.push_back(slots[static_cast<size_t>(i)]);
+      for (int i : step.in) ins.push_back(slots[static_cast<size_t>(i)]);
       Attrs attrs = n.sym_attrs.empty() ? n.attrs : n.eval_attrs(syms);
       if (n.info().has(kRandom) && !n.attrs.has("fixed_seed")) {
         attrs.set("seed", AttrValue(static_cast<int64_t>(args.rng_seed)))
             .set("offset", AttrValue(static_cast<int64_t>(args.rng_base) + n.attrs.i("offset")));
       }
       std::vector<Tensor> outs = dispatch(n.op, ins, attrs);
+      ins.clear();
       for (size_t k = 0; k < outs.size(); ++k) {
-        hold(outs[k]);
-        slots[static_cast<size_t>(st.out[k])] = std::move(outs[k]);
+        mem.hold(outs[k]);
+        slots[static_cast<size_t>(step.out[k])] = std::move(outs[k]);
       }
+      ++st.nodes_run;
+    } else {
+      launches.assign(step.groups.size(), Launch{});
+      claimed.clear();
+      for (size_t i = 0; i < step.groups.size(); ++i) {
+        const Group& grp = groups_[static_cast<size_t>(step.groups[i])];
+        const detail::LoweredGroup& lg = grp.lowered;
+        Launch& l = launches[i];
+        l.sizes = detail::kernel_sizes(lg, syms);
+        l.items = kir::work_items(lg.kernel, l.sizes.data());
+        // Eager's rule for amax/amin (a dynamic dim may reach 0 after tracing).
+        for (const kir::Reduction& r : lg.kernel.reductions)
+          KILN_CHECK(r.op == OpId::sum || l.sizes.back() != 0, "[",
+                     r.op == OpId::max ? "amax" : "amin",
+                     "] cannot reduce over a zero-size dimension (fused kernel ", lg.kernel.name,
+                     ", run-time sizes ", l.sizes, ")");
+        l.ptrs.resize(lg.args.size());
+        // Outputs first: the in-place test needs the slots' handle counts untouched.
+        for (size_t j = 0; j + lg.num_inputs < lg.args.size(); ++j) {
+          const ir::Value* v = lg.args[lg.num_inputs + j];
+          const Dims shape = ir::eval_shape(v->shape, syms);
+          Tensor o;
+          for (int a : opts_.in_place ? lg.in_place[j] : std::vector<int>{}) {
+            const int sl = grp.arg_slot[static_cast<size_t>(a)];
+            if (std::find(step.overwritable.begin(), step.overwritable.end(), sl) ==
+                    step.overwritable.end() ||
+                std::find(claimed.begin(), claimed.end(), sl) != claimed.end())
+              continue;
+            const Tensor& t = slots[static_cast<size_t>(sl)];
+            if (!exclusive(t, v->dtype, numel_of(shape))) continue;
+            o = t.shape() == shape ? t : t.reshape(shape);
+            claimed.push_back(sl);
+            ++st.in_place;
+            break;
+          }
+          if (!o.defined()) o = empty(shape, v->dtype);
+          mem.hold(o);
+          l.ptrs[lg.num_inputs + j] = o.data_ptr();
+          slots[static_cast<size_t>(grp.arg_slot[lg.num_inputs + j])] = std::move(o);
+        }
+        for (size_t a = 0; a < lg.num_inputs; ++a) {
+          const Tensor& t = slots[static_cast<size_t>(grp.arg_slot[a])];
+          if (t.is_contiguous()) {
+            l.ptrs[a] = t.data_ptr();
+          } else {
+            l.keep.push_back(t.contiguous());
+            l.ptrs[a] = l.keep.back().data_ptr();
+          }
+        }
+        st.nodes_run += grp.nodes;
+        ++st.kernels_run;
+      }
+      const kir::LoadedKernel& kernel = *groups_[static_cast<size_t>(step.groups.front())].kernel;
+      if (launches.size() == 1) {
+        kernel.launch(launches[0].ptrs.data(), launches[0].sizes.data());
+      } else {
+        // One launch over the concatenated work items of every instance.
+        std::vector<int64_t> start(launches.size() + 1, 0);
+        int64_t max_inner = 1;
+        for (size_t i = 0; i < launches.size(); ++i) {
+          start[i + 1] = start[i] + launches[i].items;
+          max_inner = std::max(max_inner, launches[i].sizes.back());
+        }
+        const int64_t grain = kernel.kernel().has_reductions()
+                                  ? std::max<int64_t>(1, 16384 / max_inner)
+                                  : kDefaultGrain / 2;
+        parallel_for(0, start.back(), grain, [&](int64_t b, int64_t e) {
+          size_t i =
+              static_cast<size_t>(std::upper_bound(start.begin(), start.end(), b) - start.begin()) -
+              1;
+          for (; i < launches.size() && start[i] < e; ++i) {
+            const int64_t lo = std::max(b, start[i]) - start[i];
+            const int64_t hi = std::min(e, start[i + 1]) - start[i];
+            if (lo < hi) kernel(lo, hi, launches[i].ptrs.data(), launches[i].sizes.data());
+          }
+        });
+      }
+      ++st.kernel_launches;
+      launches.clear();
     }
-    peak = std::max(peak, cur);
-    for (int f : st.free_after) {
-      drop(slots[static_cast<size_t>(f)]);
+    for (int f : step.free_after) {
+      mem.drop(slots[static_cast<size_t>(f)]);
       slots[static_cast<size_t>(f)] = Tensor();
     }
     fire(s + 1);
   }
   if (args.stats) {
-    args.stats->peak_bytes = peak;
-    args.stats->nodes_run = static_cast<int64_t>(steps_.size());
+    st.peak_bytes = mem.peak();
+    *args.stats = st;
   }
   std::vector<Tensor> result;
   result.reserve(output_slots_.size());

@@ -157,6 +157,14 @@ void make_args_symbolic(Plan& p, const ir::Graph& g) {
 
 namespace {
 
+ExecutorOptions executor_options(const CompileOptions& opts) {
+  ExecutorOptions eo;
+  eo.fuse = opts.fuse;
+  eo.kernels = opts.kernels;
+  eo.reassociate = opts.reassociate;
+  return eo;
+}
+
 std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts) {
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
@@ -190,7 +198,7 @@ void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& o
   if (opts.freeze) freeze(p, *g);
   if (p.result_grad.empty()) {
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts));
-    p.exec = std::make_unique<Executor>(p.graph);
+    p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
     p.num_fwd_outputs = p.outputs.size();
     return;
   }
@@ -214,8 +222,8 @@ void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& o
   p.num_fwd_outputs = p.outputs.size();
   p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts));
   p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
-  p.exec = std::make_unique<Executor>(p.graph);
-  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph);
+  p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
+  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts));
 }
 
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
@@ -295,6 +303,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
 
   RunResult r;
   r.peak_bytes = st.peak_bytes;
+  r.stats = st;
   r.results.resize(p.num_results);
   std::vector<std::pair<Tensor, Tensor>> writes;  // (target, value)
   for (size_t o = 0; o < p.num_fwd_outputs; ++o) {
@@ -467,9 +476,11 @@ std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
   return "";
 }
 
-void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
-          const ir::Graph& g) {
-  if (dir.empty()) return;
+namespace {
+
+// Writes text files <dir>/<name>.<plan>.<stage><ext> (temporary name, then rename).
+void dump_files(const std::string& dir, const std::string& name, int plan, const char* stage,
+                const std::vector<std::pair<const char*, std::string>>& files) {
   std::string safe = name;
   for (char& c : safe)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) c = '_';
@@ -477,7 +488,8 @@ void dump(const std::string& dir, const std::string& name, int plan, const char*
   std::filesystem::create_directories(dir, ec);
   KILN_CHECK(!ec, "[KILN_DUMP] cannot create directory ", dir, ": ", ec.message());
   const std::string stem = str(dir, "/", safe, ".", plan, ".", stage);
-  auto write = [&](const std::string& path, const std::string& text) {
+  for (const auto& [ext, text] : files) {
+    const std::string path = stem + ext;
     const std::string tmp = path + ".tmp";
     {
       std::ofstream f(tmp, std::ios::binary);
@@ -486,9 +498,23 @@ void dump(const std::string& dir, const std::string& name, int plan, const char*
     }
     std::filesystem::rename(tmp, path, ec);
     KILN_CHECK(!ec, "[KILN_DUMP] cannot rename ", tmp, ": ", ec.message());
-  };
-  write(stem + ".kir", ir::print(g));
-  write(stem + ".dot", ir::to_dot(g));
+  }
+}
+
+}  // namespace
+
+void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
+          const ir::Graph& g) {
+  if (dir.empty()) return;
+  dump_files(dir, name, plan, stage, {{".kir", ir::print(g)}, {".dot", ir::to_dot(g)}});
+}
+
+void dump_kernels(const std::string& dir, const std::string& name, int plan, const char* stage,
+                  const Executor& ex) {
+  if (dir.empty()) return;
+  std::string text = str("# fusion groups\n", passes::to_string(ex.fusion_plan(), ex.graph()),
+                         "\n# schedule\n", ex.schedule_text(), "\n# kernels\n", ex.kernels_text());
+  dump_files(dir, name, plan, stage, {{".fusion.txt", text}});
 }
 
 }  // namespace kiln::detail

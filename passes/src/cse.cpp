@@ -126,7 +126,7 @@ bool make_key(const ir::Node* n, std::string& key) {
     return true;
   }
   const OpInfo& info = n->info();
-  if (info.has(kRandom)) return false;
+  if (info.has(kRandom) || info.has(kCollective)) return false;  // each call is its own
   key.push_back('O');
   put(key, static_cast<uint16_t>(n->op));
   put_attrs(key, n->attrs);

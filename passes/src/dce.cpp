@@ -4,7 +4,8 @@
 // for their own visit: a whole dead chain goes in one run. Graph inputs are
 // part of the call signature and never removed. Random nodes may be removed:
 // their draws are keyed by their own (seed, offset) attrs, so dropping one
-// changes no other node's numbers.
+// changes no other node's numbers. Unused collectives may be removed too: every
+// rank traces the same program, so every rank removes the same ones.
 #include "kiln/passes/dce.h"
 
 #include <algorithm>

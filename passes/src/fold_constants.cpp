@@ -113,7 +113,8 @@ class ConstantValues {
 
 bool foldable(const ir::Node* n) {
   if (n->is_constant() || n->is_op(OpId::full)) return false;
-  if (n->info().has(kRandom) || !n->sym_attrs.empty()) return false;
+  if (n->info().has(kRandom) || n->info().has(kCollective) || !n->sym_attrs.empty())
+    return false;  // collectives talk to other ranks: never evaluated at compile time
   return static_outputs(n) && total_elements(n) <= kMaxFoldElements;
 }
 

@@ -29,10 +29,21 @@ constexpr PassInfo kPasses[] = {
 #undef KILN_PASS
 };
 
+// Analyses that KILN_DISABLE_PASSES may name too: they do not rewrite the
+// graph, their users (codegen) ask pass_disabled() before running them.
+constexpr const char* kAnalyses[] = {"fuse"};
+
 std::string valid_names() {
   std::string s;
   for (const PassInfo& p : kPasses) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  for (const char* a : kAnalyses) s += str(", ", a);
   return s;
+}
+
+bool is_analysis(std::string_view name) {
+  for (const char* a : kAnalyses)
+    if (name == a) return true;
+  return false;
 }
 
 // The pass called `name`; unknown names are a user error listing the valid ones.
@@ -54,7 +65,8 @@ std::vector<std::string> disabled_passes() {
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) {
-      lookup(item, " in KILN_DISABLE_PASSES");  // a typo would silently disable nothing
+      // A typo would silently disable nothing.
+      if (!is_analysis(item)) lookup(item, " in KILN_DISABLE_PASSES");
       out.push_back(item);
     }
     start = end + 1;
@@ -93,6 +105,11 @@ const PassInfo* find_pass(std::string_view name) {
   for (const PassInfo& p : kPasses)
     if (name == p.name) return &p;
   return nullptr;
+}
+
+bool pass_disabled(std::string_view name) {
+  const std::vector<std::string> off = disabled_passes();
+  return std::find(off.begin(), off.end(), name) != off.end();
 }
 
 bool PipelineOptions::verify_by_default() {
@@ -161,7 +178,7 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 // middle passes left unused. The fixpoint loop repeats the list, which covers
 // the remaining interactions (duplicates simplify creates, merged by cse).
 std::vector<std::string> standard_pipeline() {
-  return {"dce", "cse", "fold_constants", "simplify", "dce"};
+  return {"dce", "cse", "fold_constants", "simplify", "dce", "schedule_collectives"};
 }
 
 }  // namespace kiln::passes

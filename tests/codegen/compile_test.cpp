@@ -324,7 +324,7 @@ TEST(Compile, CheckCompiledAgreesOnATrainingStep) {
   EXPECT_EQ(opt.state(model->parameters()[0]).at("step").item<double>(), 4.0);
 }
 
-// KILN_DUMP writes the traced and optimized graphs as text and DOT.
+// KILN_DUMP writes the traced and optimized graphs as text and DOT, and the fusion plan.
 TEST(Compile, DumpWritesGraphs) {
   auto dir = std::filesystem::temp_directory_path() / "kiln_dump_test";
   std::filesystem::remove_all(dir);
@@ -335,6 +335,7 @@ TEST(Compile, DumpWritesGraphs) {
   for (const char* s : {"traced", "optimized"})
     for (const char* ext : {".kir", ".dot"})
       EXPECT_TRUE(std::filesystem::exists(dir / (std::string("dumped.0.") + s + ext))) << s << ext;
+  EXPECT_TRUE(std::filesystem::exists(dir / "dumped.0.optimized.fusion.txt"));
   std::filesystem::remove_all(dir);
 }
 

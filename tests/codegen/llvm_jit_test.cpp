@@ -1,5 +1,6 @@
 // The LLVM CPU JIT: host detection, compiling IR text to working, vectorized
-// machine code, and errors for invalid IR. Skipped in builds without LLVM.
+// machine code, object files that load into another JIT, and errors for
+// invalid IR. Skipped in builds without LLVM.
 #include "kiln/llvm_jit.h"
 
 #include <gtest/gtest.h>
@@ -82,6 +83,33 @@ TEST(LlvmJit, BadInputIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("[llvm]"), std::string::npos) << e.what();
   }
   EXPECT_THROW(jit.compile("define void @f() {\nentry:\n  ret void\n}\n", "g"), Error);
+}
+
+// An object file compiled by one JIT loads into another (the disk cache's
+// path) and runs; garbage and a missing symbol are kiln::Errors.
+TEST(LlvmJit, ObjectFilesRoundTrip) {
+  SKIP_WITHOUT_LLVM();
+  std::string object;
+  {
+    LlvmJit producer;
+    CompileOutputs out;
+    object = producer.compile_to_object(kSaxpy, &out);
+    EXPECT_NE(out.optimized_ir.find("x float>"), std::string::npos);
+    EXPECT_FALSE(out.assembly.empty());
+  }
+  ASSERT_GE(object.size(), 4u);
+  EXPECT_EQ(object.substr(0, 4),
+            "\x7f"
+            "ELF");
+  LlvmJit consumer;
+  auto fn = reinterpret_cast<void (*)(const float*, float*, float, long)>(
+      consumer.load_object(object, "saxpy"));
+  std::vector<float> x{1, 2, 3}, y{1, 1, 1};
+  fn(x.data(), y.data(), 3.0f, 3);
+  EXPECT_EQ(y, (std::vector<float>{4, 7, 10}));
+  EXPECT_NE(consumer.load_object(object, "saxpy"), nullptr) << "loads twice";
+  EXPECT_THROW(consumer.load_object("definitely not an object file", "saxpy"), Error);
+  EXPECT_THROW(consumer.load_object(object, "no_such_symbol"), Error);
 }
 
 }  // namespace

@@ -8,6 +8,12 @@
 // inputs instead, through the compiled differentiable forward or as a whole
 // step with backward inside the compiled function (.grad of captured leaves).
 //
+// Fused kernels run through the kernel IR interpreter (exact eager semantics,
+// no compile cost), except every 61st program (all modes), which runs through
+// the LLVM JIT with eager's reduction order (CompileOptions::reassociate =
+// false) so values still compare exactly; KILN_RANDOM_LLVM=1 sends every
+// program through LLVM.
+//
 // A failure prints the program, its seed, the mode and the compiled graph. To
 // rerun one program: KILN_RANDOM_PROGRAM=<seed> ./codegen_tests
 // --gtest_filter='*RandomPrograms*'
@@ -29,8 +35,9 @@ constexpr int kShards = 8;
 constexpr int kProgramsPerShard = 1000;  // 8000 programs in all
 constexpr int kMaxReportsPerShard = 3;
 
-// Tolerance (relative = absolute) per dtype: the interpreter runs the eager
-// kernels, so only a reordered sum (gradient accumulation) changes last bits.
+// Tolerance (relative = absolute) per dtype: unfused nodes run the eager
+// kernels and fused ones their scalar definitions, so only a reordered sum
+// (gradient accumulation) changes last bits.
 double tolerance(DType dt) {
   switch (dt) {
     case DType::f64:
@@ -256,7 +263,12 @@ std::string check_program(uint64_t seed) {
   if (!p.gen_errors.empty())
     return str("kiln rejected a generated step eagerly: ", p.gen_errors.front(), "\n", p.print());
   Harness h(p, mode);
-  auto f = compile(h.body(), {.freeze = h.frozen(), .warmup = 0, .name = str("program", seed)});
+  const bool llvm = seed % 61 == 0 || std::getenv("KILN_RANDOM_LLVM") != nullptr;
+  auto f = compile(h.body(), {.freeze = h.frozen(),
+                              .warmup = 0,
+                              .name = str("program", seed),
+                              .kernels = llvm ? KernelBackend::kAuto : KernelBackend::kInterpreter,
+                              .reassociate = false});
   std::string what;
   for (int call = 1; call <= 2 && what.empty(); ++call) {
     what = h.compare(f, call);
@@ -266,7 +278,8 @@ std::string check_program(uint64_t seed) {
     what = str("expected 1 trace and 2 compiled calls, got ", f.stats().traces, " and ",
                f.stats().compiled_calls, " (last miss: ", f.stats().last_miss, ")");
   if (what.empty()) return "";
-  return str(what, "\nmode: ", mode_name(mode), h.captured_text(), "\n", p.print(),
+  return str(what, "\nmode: ", mode_name(mode), h.captured_text(),
+             llvm ? ", fused kernels by LLVM" : ", fused kernels interpreted", "\n", p.print(),
              "compiled graph:\n", f.graph_text(), "rerun: KILN_RANDOM_PROGRAM=", seed,
              " ./codegen_tests --gtest_filter='*RandomPrograms*'\n");
 }

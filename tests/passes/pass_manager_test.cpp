@@ -97,7 +97,8 @@ TEST(PassManager, RegistryFollowsPassList) {
     EXPECT_NE(p.fn, nullptr);
     EXPECT_GT(std::string(p.summary).size(), 0u);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "fold_constants", "simplify"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "fold_constants", "simplify",
+                                             "schedule_collectives"}));
   ASSERT_NE(find_pass("cse"), nullptr);
   EXPECT_EQ(find_pass("cse")->fn, &cse);
   EXPECT_EQ(find_pass("CSE"), nullptr);
@@ -184,7 +185,7 @@ TEST(PassManager, DisablePassesSkipsThem) {
   auto g = parse(kFoldable);
   std::string before = ir::print(*g);
   PipelineStats s = run_pipeline(*g, standard_pipeline(), verified());
-  EXPECT_EQ(pass_names(s), (std::vector<std::string>{"dce", "cse", "dce"}));
+  EXPECT_EQ(pass_names(s), (std::vector<std::string>{"dce", "cse", "dce", "schedule_collectives"}));
   EXPECT_EQ(ir::print(*g), before);
 }
 
@@ -232,9 +233,9 @@ graph(%0: f32[2, 3] "arg0") {
   return %2 "out0"
 }
 )"));
-  EXPECT_EQ(s.runs.size(), 15u);  // changed, changed (cse), unchanged
-  EXPECT_TRUE(s.runs[6].changed) << s.runs[6].pass;  // round 2's cse
-  EXPECT_EQ(s.runs[6].pass, "cse");
+  EXPECT_EQ(s.runs.size(), 18u);  // changed, changed (cse), unchanged
+  EXPECT_TRUE(s.runs[7].changed) << s.runs[7].pass;  // round 2's cse
+  EXPECT_EQ(s.runs[7].pass, "cse");
 
   // Without fixpoint (or with one iteration) the list runs once.
   for (bool fixpoint : {false, true}) {
@@ -242,7 +243,7 @@ graph(%0: f32[2, 3] "arg0") {
     PipelineOptions once = verified();
     once.fixpoint = fixpoint;
     once.max_iterations = 1;
-    EXPECT_EQ(run_pipeline(*h, standard_pipeline(), once).runs.size(), 5u);
+    EXPECT_EQ(run_pipeline(*h, standard_pipeline(), once).runs.size(), 6u);
     EXPECT_EQ(testing::node_ops(*h), (std::vector<std::string>{"reshape", "reshape", "add"}));
   }
 }

@@ -42,6 +42,12 @@ struct DynamicDim {
   int dim = 0;
 };
 
+/// How fused kernels run (see codegen/include/kiln/kernel_cache.h).
+enum class KernelBackend : uint8_t {
+  kAuto,         ///< machine code from the LLVM JIT when kiln has it, else the interpreter
+  kInterpreter,  ///< always the kernel IR interpreter (slow; tests, debugging)
+};
+
 /// Options of compile().
 struct CompileOptions {
   bool enabled = true;  ///< false: run the plain function (as KILN_EAGER=1)
@@ -57,21 +63,32 @@ struct CompileOptions {
   std::string name = "compiled";           ///< used in logs and dumps
   std::vector<std::string> pipeline = {};  ///< pass names; empty = the standard pipeline
   int recompile_limit = -1;                ///< -1: KILN_RECOMPILE_LIMIT (default 8)
+  /// Fuse elementwise chains, reductions and epilogues into generated kernels
+  /// (passes/fuse.h); false (or KILN_DISABLE_PASSES=fuse) runs every node's eager kernel.
+  bool fuse = true;
+  KernelBackend kernels = KernelBackend::kAuto;  ///< how fused kernels run
+  /// Fused reductions may reorder their terms (vector lanes): sums then differ
+  /// from eager by rounding, and a max/min over a row holding both +0 and -0 may
+  /// return either zero. false: eager's sequential order and tie rule (slower).
+  bool reassociate = true;
 };
 
 /// Counters of a compiled function (tests and benchmarks read them).
 struct CompileStats {
-  int traces = 0;                 ///< successful traces (each builds one plan)
-  int eager_calls = 0;            ///< calls run eagerly (warm-up, disabled, fallback)
-  int compiled_calls = 0;         ///< calls served by a plan
-  int generalized = 0;            ///< plans turned symbolic in a dynamic dim
-  double trace_ms = 0;            ///< total time spent tracing
-  double passes_ms = 0;           ///< total time spent in the pass pipeline
-  int64_t last_peak_bytes = 0;    ///< executor peak memory of the last compiled call
-  std::string last_miss;          ///< the guard that failed at the last re-trace
-  size_t graph_nodes = 0;         ///< nodes of the last optimized graph
-  int check_mismatches = 0;       ///< KILN_CHECK_COMPILED calls that differed from eager
-  std::string last_check_report;  ///< what the last such mismatch was
+  int traces = 0;                    ///< successful traces (each builds one plan)
+  int eager_calls = 0;               ///< calls run eagerly (warm-up, disabled, fallback)
+  int compiled_calls = 0;            ///< calls served by a plan
+  int generalized = 0;               ///< plans turned symbolic in a dynamic dim
+  double trace_ms = 0;               ///< total time spent tracing
+  double passes_ms = 0;              ///< total time in the pass pipeline and kernel compiles
+  int64_t last_peak_bytes = 0;       ///< executor peak memory of the last compiled call
+  std::string last_miss;             ///< the guard that failed at the last re-trace
+  size_t graph_nodes = 0;            ///< nodes of the last optimized graph
+  int check_mismatches = 0;          ///< KILN_CHECK_COMPILED calls that differed from eager
+  std::string last_check_report;     ///< what the last such mismatch was
+  int fused_kernels = 0;             ///< fused kernels in the last plan (forward + backward)
+  int64_t last_kernel_launches = 0;  ///< kernel launches of the last compiled call
+  int64_t last_in_place = 0;         ///< kernel outputs written over a dying input, last call
 };
 
 namespace detail {

@@ -1,22 +1,30 @@
-// The executor: runs an ir::Graph. This is the interpreter backend — each node
-// runs its eager kernel — with the bookkeeping every backend shares: symbol
-// binding, random-offset rebasing, freeing each buffer after its last use, peak
-// memory, and callbacks as soon as a chosen output exists.
+// The executor: runs an ir::Graph as a schedule of steps. A step is one node
+// run by its eager kernel, or (with fusion) one or more fused kernels — several
+// independent launches of the same kernel become one multi-tensor launch.
+// Every step shares the bookkeeping: symbol binding, random-offset rebasing,
+// freeing each buffer after its last use, in-place reuse of dying buffers by
+// pointwise kernels, peak memory, and callbacks as soon as an output exists.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "kiln/compile.h"
 #include "kiln/ir/graph.h"
+#include "kiln/passes/fuse.h"
 
 namespace kiln {
 
 /// Figures of one run.
 struct RunStats {
-  int64_t peak_bytes = 0;  ///< most bytes of intermediate/output buffers alive at once
-  int64_t nodes_run = 0;
+  int64_t peak_bytes = 0;       ///< most bytes of intermediate/output buffers alive at once
+  int64_t nodes_run = 0;        ///< graph nodes computed (a fused kernel counts its nodes)
+  int64_t kernels_run = 0;      ///< fused kernel instances run
+  int64_t kernel_launches = 0;  ///< thread-pool launches of fused kernels (batched ones count once)
+  int64_t in_place = 0;         ///< kernel outputs written over a dying input buffer
 };
 
 /// Called with (graph output index, value) as soon as that output is computed.
@@ -33,11 +41,22 @@ struct RunArgs {
   RunStats* stats = nullptr;
 };
 
-/// A prepared graph (last uses and symbol bindings precomputed). Thread-compatible:
-/// run() is const and may be called from several threads at once.
+/// How an Executor runs its graph.
+struct ExecutorOptions {
+  bool fuse = false;  ///< run fusion groups as generated kernels (compile() turns it on)
+  passes::FusionOptions fusion = {};
+  KernelBackend kernels = KernelBackend::kAuto;
+  bool in_place = true;     ///< pointwise kernels may overwrite a dying input of their size
+  bool horizontal = true;   ///< batch independent launches of one kernel into one launch
+  bool reassociate = true;  ///< see CompileOptions::reassociate
+};
+
+/// A prepared graph (schedule, kernels, last uses and symbol bindings
+/// precomputed). Thread-compatible: run() is const and may be called from
+/// several threads at once.
 class Executor {
  public:
-  explicit Executor(std::shared_ptr<const ir::Graph> graph);
+  explicit Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts = {});
   /// Runs the graph. Inputs must match the graph's dtypes and (evaluated) shapes;
   /// a mismatch raises kiln::Error naming the input.
   std::vector<Tensor> run(const RunArgs& args) const;
@@ -46,14 +65,30 @@ class Executor {
   const ir::Graph& graph() const { return *graph_; }
   /// Graph node (position) that produces output i, or -1 for inputs.
   int producer_of_output(size_t i) const;
+  /// The fusion plan the schedule runs (no groups without fusion).
+  const passes::FusionPlan& fusion_plan() const { return plan_; }
+  /// Number of fused kernels (group instances) in the schedule.
+  size_t num_kernels() const;
+  /// Number of steps; a batch of launches of one kernel is one step.
+  size_t num_steps() const;
+  /// The schedule as text: one line per step ("kernel fused_exp_sum ... [groups 0, 3]").
+  std::string schedule_text() const;
+  /// The kernel IR of every fused kernel, in group order (kir::to_string).
+  std::string kernels_text() const;
 
  private:
   struct Step;
+  struct Group;
+  void build_schedule();
   std::shared_ptr<const ir::Graph> graph_;
+  ExecutorOptions opts_;
+  passes::FusionPlan plan_;
+  std::vector<Group> groups_;
   std::vector<Step> steps_;
   std::vector<std::pair<int, int>> sym_source_;  // symbol -> (input, dim)
   std::vector<int> output_slots_;
   std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
+  std::vector<bool> is_input_slot_;
   int num_slots_ = 0;
 
  public:

@@ -45,6 +45,12 @@ class LlvmJit {
   /// address of `symbol`. kiln::Error carrying LLVM's diagnostic on failure.
   void* compile(const std::string& ir_text, const std::string& symbol,
                 CompileOutputs* outputs = nullptr);
+  /// Like compile(), but returns a relocatable object file of the host (the disk
+  /// cache's format) instead of loading it.
+  std::string compile_to_object(const std::string& ir_text, CompileOutputs* outputs = nullptr);
+  /// Links an object file made by compile_to_object into the JIT and returns
+  /// the address of `symbol`; kiln::Error if it does not load or lacks the symbol.
+  void* load_object(const std::string& object, const std::string& symbol);
 
  private:
   struct Impl;

@@ -6,10 +6,12 @@
 
 namespace kiln::jit {
 
-/// Definitions of `float @kiln_expf(float)`, `@kiln_logf`, `@kiln_tanhf` and
-/// `@kiln_sigmoidf` (internal, alwaysinline, branch-free) plus the intrinsic
-/// declarations they use. Max error ≤ 4 ulp against libm over the f32 normal
-/// range, IEEE inf/NaN/±0 behaviour (tests/codegen/vector_math_test.cpp).
+/// Definitions of `float @kiln_expf(float)`, `@kiln_logf`, `@kiln_tanhf`,
+/// `@kiln_sigmoidf`, `@kiln_erff`, `@kiln_log1pf`, `@kiln_sinf`, `@kiln_cosf`
+/// and `float @kiln_powf(float, float)` (internal, alwaysinline, branch-free)
+/// plus the intrinsic declarations they use. Max error ≤ 4 ulp against libm
+/// over the f32 normal range, IEEE/C99 inf/NaN/±0 behaviour
+/// (tests/codegen/vector_math_test.cpp).
 std::string vector_math_ir();
 
 }  // namespace kiln::jit

@@ -53,6 +53,9 @@ struct PipelineStats {
 /// KILN_TIME_PASSES=1 (print times to stderr).
 PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
                            const PipelineOptions& opts = {});
+/// True if KILN_DISABLE_PASSES lists `name` (a pass, or an analysis such as
+/// "fuse"); a name that is neither raises kiln::Error.
+bool pass_disabled(std::string_view name);
 /// The standard pipeline's pass names.
 std::vector<std::string> standard_pipeline();
 

@@ -1,0 +1,542 @@
+// Kernel IR -> LLVM IR text. Layout of the generated function:
+//
+//   entry:  load sizes and argument pointers, derive per-arg strides, guard
+//   setup:  decompose `begin` into a row multi-index (and a column, pointwise)
+//   rowhdr: per-row offsets, row-level loads and values, row stores
+//           pointwise:  one inner loop over the row's columns in [begin, end)
+//           reductions: one loop per phase (accumulators in phis), then the
+//                       final elementwise store loop
+//   latch:  odometer increment of the row index, loop or exit
+//
+// Inner loops are plain scalar loops over unit-or-zero strides; every memory
+// access carries alias-scope metadata (one scope per argument) so the loop
+// vectorizer needs no run-time alias checks. That claim holds because the
+// executor never lets an output overlap an input except exactly in place
+// (same element), and every load of an element precedes its store. Row-level
+// values (loads broadcast along the inner dim, and what depends only on them)
+// are computed once per row, before the loops that read them.
+//
+// Semantics follow the eager kernels (runtime/src/ops/scalar_ops.h): no
+// fast-math except `reassoc nsz` on reductions when Kernel::reassoc (partial
+// sums in vector lanes; f32 sums accumulate in double as eager does), f16/bf16
+// values live in float registers and are rounded after every op.
+#include "llvm_emit.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "kernel_ir_util.h"
+#include "kiln/error.h"
+#include "kiln/vector_math_ir.h"
+#include "llvm_emit_ops.h"
+
+namespace kiln::kir {
+
+namespace {
+
+using detail::is_f;
+using detail::is_signed_int;
+
+std::string ty(DType t) {
+  return detail::ir_type(t);
+}
+std::string mem_ty(DType t) {
+  return detail::ir_mem_type(t);
+}
+std::string literal(DType t, double v) {
+  return detail::ir_literal(t, v);
+}
+
+class Emitter : public detail::IrText {
+ public:
+  Emitter(const Kernel& k, std::string symbol)
+      : k_(k),
+        an_(detail::analyze(k)),
+        sym_(std::move(symbol)),
+        row_(k.exprs.size()),
+        loop_(k.exprs.size()),
+        red_(k.reductions.size()) {}
+
+  std::string run() {
+    entry();
+    if (k_.has_reductions())
+      rows();
+    else
+      pointwise();
+    return module();
+  }
+
+ private:
+  void block(const std::string& l) {
+    body_ += l + ":\n";
+    cur_ = l;
+  }
+
+  std::string size(int d) const { return str("%sz", d); }
+  // ---- structure ----
+  void entry() {
+    block("entry");
+    for (int d = 0; d < k_.rank; ++d) {
+      std::string p =
+          d == 0 ? "%sizes" : emit(str("getelementptr inbounds i64, ptr %sizes, i64 ", d));
+      line(str(size(d), " = load i64, ptr ", p));
+    }
+    const size_t na = k_.args.size();
+    ptr_.resize(na);
+    stride_.assign(na, std::vector<std::string>(static_cast<size_t>(k_.rank), "0"));
+    for (size_t a = 0; a < na; ++a) {
+      std::string p =
+          a == 0 ? "%ptrs" : emit(str("getelementptr inbounds ptr, ptr %ptrs, i64 ", a));
+      ptr_[a] = str("%p", a);
+      line(str(ptr_[a], " = load ptr, ptr ", p));
+      std::string run = "1";
+      for (int d = k_.rank - 1; d >= 0; --d) {
+        if (!k_.args[a].dense[static_cast<size_t>(d)]) continue;
+        stride_[a][static_cast<size_t>(d)] = run;
+        run = run == "1" ? size(d) : emit(str("mul i64 ", run, ", ", size(d)));
+      }
+    }
+    // Nothing to do for an empty range or an empty leading dim (no division by zero below).
+    std::string bad = emit("icmp sge i64 %begin, %end");
+    const int dims = k_.has_reductions() ? k_.rank - 1 : k_.rank;
+    for (int d = 0; d < dims; ++d) {
+      std::string z = emit(str("icmp sle i64 ", size(d), ", 0"));
+      bad = emit(str("or i1 ", bad, ", ", z));
+    }
+    line(str("br i1 ", bad, ", label %exit, label %setup"));
+  }
+
+  // Splits `row` into the leading-dim indices (idx[d] for d < rank-1).
+  std::vector<std::string> decompose(std::string row) {
+    std::vector<std::string> idx(static_cast<size_t>(std::max(0, k_.rank - 1)));
+    for (int d = k_.rank - 2; d >= 0; --d) {
+      if (d == 0) {
+        idx[0] = row;
+      } else {
+        idx[static_cast<size_t>(d)] = emit(str("urem i64 ", row, ", ", size(d)));
+        row = emit(str("udiv i64 ", row, ", ", size(d)));
+      }
+    }
+    return idx;
+  }
+
+  // Row header: phis of the leading indices, per-arg row offsets.
+  void row_header(const std::vector<std::string>& idx0) {
+    for (int d = 0; d + 1 < k_.rank; ++d)
+      line(str("%i", d, " = phi i64 [ ", idx0[static_cast<size_t>(d)], ", %setup ], [ %i", d,
+               ".next, %latch ]"));
+    rowoff_.assign(k_.args.size(), "0");
+    for (size_t a = 0; a < k_.args.size(); ++a) {
+      std::string off = "0";
+      for (int d = 0; d + 1 < k_.rank; ++d) {
+        const std::string& st = stride_[a][static_cast<size_t>(d)];
+        if (st == "0") continue;
+        std::string term = st == "1" ? str("%i", d) : emit(str("mul i64 %i", d, ", ", st));
+        off = off == "0" ? term : emit(str("add i64 ", off, ", ", term));
+      }
+      rowoff_[a] = off;
+    }
+  }
+
+  // Latch: odometer increment of the leading indices.
+  void odometer() {
+    std::string carry;
+    for (int d = k_.rank - 2; d >= 0; --d) {
+      std::string inc;
+      if (carry.empty()) {
+        inc = emit(str("add i64 %i", d, ", 1"));
+      } else {
+        std::string c = emit(str("zext i1 ", carry, " to i64"));
+        inc = emit(str("add i64 %i", d, ", ", c));
+      }
+      if (d == 0) {
+        line(str("%i0.next = add i64 ", inc, ", 0"));
+      } else {
+        carry = emit(str("icmp eq i64 ", inc, ", ", size(d)));
+        line(str("%i", d, ".next = select i1 ", carry, ", i64 0, i64 ", inc));
+      }
+    }
+  }
+
+  void pointwise() {
+    block("setup");
+    const std::string inner = size(k_.rank - 1);
+    const std::string row0 = emit(str("udiv i64 %begin, ", inner));
+    const std::string col0 = emit(str("urem i64 %begin, ", inner));
+    const std::vector<std::string> idx0 = decompose(row0);
+    line("br label %rowhdr");
+    block("rowhdr");
+    line("%flat = phi i64 [ %begin, %setup ], [ %flat.next, %latch ]");
+    line(str("%cs = phi i64 [ ", col0, ", %setup ], [ 0, %latch ]"));
+    row_header(idx0);
+    const std::string rem = emit("sub i64 %end, %flat");
+    const std::string avail = emit(str("sub i64 ", inner, ", %cs"));
+    const std::string lt = emit(str("icmp ult i64 ", rem, ", ", avail));
+    line(str("%n = select i1 ", lt, ", i64 ", rem, ", i64 ", avail));
+    const std::string ce = emit("add i64 %cs, %n");
+    std::vector<int> roots;
+    for (const Store& s : k_.stores) roots.push_back(s.expr);
+    const std::vector<char> need = detail::needed(k_, roots);
+    materialize_row(need);
+    const std::string pre = cur_;
+    line("br label %body");
+    block("body");
+    begin_loop();
+    j_ = "%j";
+    line(str("%j = phi i64 [ %cs, %", pre, " ], [ %j.next, %body ]"));
+    for (const Store& s : k_.stores) store(s);
+    line("%j.next = add nuw nsw i64 %j, 1");
+    const std::string more = emit(str("icmp ult i64 %j.next, ", ce));
+    line(str("br i1 ", more, ", label %body, label %latch"));
+    end_loop();
+    block("latch");
+    line("%flat.next = add i64 %flat, %n");
+    const std::string done = emit("icmp sge i64 %flat.next, %end");
+    odometer();
+    line(str("br i1 ", done, ", label %exit, label %rowhdr"));
+    block("exit");
+    line("ret void");
+  }
+
+  void rows() {
+    block("setup");
+    const std::vector<std::string> idx0 = decompose("%begin");
+    line(str("%has = icmp sgt i64 ", size(k_.rank - 1), ", 0"));
+    line("br label %rowhdr");
+    block("rowhdr");
+    line("%row = phi i64 [ %begin, %setup ], [ %row.next, %latch ]");
+    row_header(idx0);
+    row_stores(detail::Analysis::kRowStart);
+    for (int p = 0; p < an_.num_phases; ++p) phase(p);
+    std::vector<int> roots;
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (an_.store_after[i] == -1) roots.push_back(k_.stores[i].expr);
+    if (!roots.empty()) {
+      materialize_row(detail::needed(k_, roots));
+      const std::string body = label("final"), exit = label("final.exit"), pre = cur_;
+      line(str("br i1 %has, label %", body, ", label %", exit));
+      block(body);
+      begin_loop();
+      j_ = "%j" + body;
+      line(str(j_, " = phi i64 [ 0, %", pre, " ], [ %j.next", body, ", %", body, " ]"));
+      for (size_t i = 0; i < k_.stores.size(); ++i)
+        if (an_.store_after[i] == -1) store(k_.stores[i]);
+      loop_back(body, exit);
+      end_loop();
+      block(exit);
+    }
+    line("br label %latch");
+    block("latch");
+    line("%row.next = add i64 %row, 1");
+    const std::string done = emit("icmp sge i64 %row.next, %end");
+    odometer();
+    line(str("br i1 ", done, ", label %exit, label %rowhdr"));
+    block("exit");
+    line("ret void");
+  }
+
+  // %j.next<body> and the back edge of a loop over [0, inner).
+  void loop_back(const std::string& body, const std::string& exit) {
+    line(str("%j.next", body, " = add nuw nsw i64 ", j_, ", 1"));
+    const std::string more = emit(str("icmp slt i64 %j.next", body, ", ", size(k_.rank - 1)));
+    line(str("br i1 ", more, ", label %", body, ", label %", exit));
+  }
+
+  void phase(int p) {
+    std::vector<size_t> rs;
+    std::vector<int> roots;
+    for (size_t r = 0; r < k_.reductions.size(); ++r)
+      if (k_.reductions[r].phase == p) {
+        rs.push_back(r);
+        roots.push_back(k_.reductions[r].expr);
+      }
+    if (rs.empty()) return;
+    materialize_row(detail::needed(k_, roots));
+    const std::string body = label("phase"), exit = label("phase.exit"), pre = cur_;
+    std::vector<std::string> init, acc, next;
+    for (size_t r : rs) {
+      init.push_back(acc_init(k_.reductions[r]));
+      acc.push_back(tmp());
+      next.push_back(tmp());
+    }
+    line(str("br i1 %has, label %", body, ", label %", exit));
+    block(body);
+    begin_loop();
+    j_ = "%j" + body;
+    line(str(j_, " = phi i64 [ 0, %", pre, " ], [ %j.next", body, ", %", body, " ]"));
+    for (size_t i = 0; i < rs.size(); ++i)
+      line(str(acc[i], " = phi ", acc_ty(k_.reductions[rs[i]]), " [ ", init[i], ", %", pre,
+               " ], [ ", next[i], ", %", body, " ]"));
+    for (size_t i = 0; i < rs.size(); ++i) acc_step(k_.reductions[rs[i]], acc[i], next[i]);
+    loop_back(body, exit);
+    end_loop();
+    block(exit);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < rs.size(); ++i)
+      out.push_back(emit(str("phi ", acc_ty(k_.reductions[rs[i]]), " [ ", init[i], ", %", pre,
+                             " ], [ ", next[i], ", %", body, " ]")));
+    for (size_t i = 0; i < rs.size(); ++i) red_[rs[i]] = acc_finish(k_.reductions[rs[i]], out[i]);
+    row_stores(p);
+  }
+
+  void row_stores(int after) {
+    std::vector<int> roots;
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (an_.store_after[i] == after) roots.push_back(k_.stores[i].expr);
+    if (roots.empty()) return;
+    materialize_row(detail::needed(k_, roots));
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (an_.store_after[i] == after) store(k_.stores[i]);
+  }
+
+  // Computes, at the current point of the row, the row-level values in `need`.
+  void materialize_row(const std::vector<char>& need) {
+    for (size_t i = 0; i < need.size(); ++i)
+      if (need[i] && !an_.inner[i]) value(static_cast<int>(i));
+  }
+  void begin_loop() {
+    in_loop_ = true;
+    std::fill(loop_.begin(), loop_.end(), std::string());
+  }
+  void end_loop() { in_loop_ = false; }
+
+  // ---- reductions ----
+  // Accumulator type: eager's (f32 sums in double, f16/bf16 in float, ints in i64).
+  std::string acc_ty(const Reduction& r) const {
+    if (r.op == OpId::sum) {
+      if (r.dtype == DType::f32 || r.dtype == DType::f64) return "double";
+      if (is_f(r.dtype)) return "float";
+      return "i64";
+    }
+    return ty(r.dtype);
+  }
+  std::string acc_init(const Reduction& r) const {
+    if (r.op == OpId::sum) return is_f(r.dtype) ? "0.0" : "0";
+    const bool mx = r.op == OpId::max;
+    switch (r.dtype) {
+      case DType::i64:
+        return mx ? "-9223372036854775808" : "9223372036854775807";
+      case DType::i32:
+        return mx ? "-2147483648" : "2147483647";
+      case DType::u8:
+        return mx ? "0" : "-1";
+      case DType::b8:
+        return mx ? "false" : "true";
+      default:
+        return mx ? "0xFFF0000000000000" : "0x7FF0000000000000";
+    }
+  }
+  void acc_step(const Reduction& r, const std::string& acc, const std::string& next) {
+    const DType xt = k_.exprs[static_cast<size_t>(r.expr)].dtype;
+    std::string x = value(r.expr);
+    const std::string at = acc_ty(r);
+    if (r.op == OpId::sum) {
+      if (is_f(xt)) {
+        if (at != ty(xt)) x = emit(str("fpext ", ty(xt), " ", x, " to ", at));
+        line(str(next, " = fadd ", k_.reassoc ? "reassoc nsz " : "", at, " ", acc, ", ", x));
+      } else {
+        if (xt != DType::i64)
+          x = emit(str(is_signed_int(xt) ? "sext " : "zext ", ty(xt), " ", x, " to i64"));
+        line(str(next, " = add i64 ", acc, ", ", x));
+      }
+      return;
+    }
+    const bool mx = r.op == OpId::max;
+    if (is_f(xt)) {
+      if (k_.reassoc) {
+        // NaN-propagating max/min, which the loop vectorizer turns into lane-wise partials.
+        const std::string fn =
+            str(mx ? "llvm.maximum." : "llvm.minimum.", at == "double" ? "f64" : "f32");
+        declare(str("declare ", at, " @", fn, "(", at, ", ", at, ")"));
+        line(str(next, " = call ", at, " @", fn, "(", at, " ", acc, ", ", at, " ", x, ")"));
+      } else {  // eager's sequential rule: NaN is sticky, ties keep the first
+        const std::string c = emit(str("fcmp ", mx ? "ogt " : "olt ", at, " ", x, ", ", acc));
+        const std::string n = emit(str("fcmp uno ", at, " ", x, ", ", x));
+        const std::string t = emit(str("or i1 ", c, ", ", n));
+        line(str(next, " = select i1 ", t, ", ", at, " ", x, ", ", at, " ", acc));
+      }
+      return;
+    }
+    const char* pred = is_signed_int(xt) ? (mx ? "sgt" : "slt") : (mx ? "ugt" : "ult");
+    const std::string c = emit(str("icmp ", pred, " ", at, " ", x, ", ", acc));
+    line(str(next, " = select i1 ", c, ", ", at, " ", x, ", ", at, " ", acc));
+  }
+  std::string acc_finish(const Reduction& r, const std::string& v) {
+    if (r.op != OpId::sum) return v;
+    const std::string at = acc_ty(r);
+    switch (r.dtype) {
+      case DType::f64:
+      case DType::i64:
+        return v;
+      case DType::f32:
+        return emit(str("fptrunc double ", v, " to float"));
+      case DType::f16:
+      case DType::bf16:
+        return round(r.dtype, v);
+      case DType::b8:
+        return emit(str("icmp ne i64 ", v, ", 0"));
+      default:
+        return emit(str("trunc i64 ", v, " to ", ty(r.dtype)));
+    }
+  }
+
+  // ---- memory ----
+  std::string metadata(size_t arg) const {
+    if (k_.args.size() < 2) return "";
+    const size_t n = k_.args.size();
+    return str(", !alias.scope !", 1 + n + arg, ", !noalias !", 1 + 2 * n + arg);
+  }
+  std::string address(int arg) {
+    const auto a = static_cast<size_t>(arg);
+    std::string off = rowoff_[a];
+    if (!detail::row_arg(k_, arg)) {
+      KILN_ASSERT(in_loop_, "inner-dim access outside a loop");
+      off = off == "0" ? j_ : emit(str("add i64 ", off, ", ", j_));
+    }
+    return emit(
+        str("getelementptr inbounds ", mem_ty(k_.args[a].dtype), ", ptr ", ptr_[a], ", i64 ", off));
+  }
+  std::string load(int arg) {
+    const DType t = k_.args[static_cast<size_t>(arg)].dtype;
+    const std::string p = address(arg);
+    const std::string v =
+        emit(str("load ", mem_ty(t), ", ptr ", p, metadata(static_cast<size_t>(arg))));
+    switch (t) {
+      case DType::f16:
+        return emit(str("fpext half ", v, " to float"));
+      case DType::bf16: {
+        const std::string w = emit(str("zext i16 ", v, " to i32"));
+        const std::string s = emit(str("shl i32 ", w, ", 16"));
+        return emit(str("bitcast i32 ", s, " to float"));
+      }
+      case DType::b8:
+        return emit(str("icmp ne i8 ", v, ", 0"));
+      default:
+        return v;
+    }
+  }
+  void store(const Store& s) {
+    const DType t = k_.args[static_cast<size_t>(s.arg)].dtype;
+    std::string v = value(s.expr);
+    switch (t) {
+      case DType::f16:
+        v = emit(str("fptrunc float ", v, " to half"));
+        break;
+      case DType::bf16: {
+        const std::string b = emit(str("bitcast float ", v, " to i32"));
+        const std::string h = emit(str("lshr i32 ", b, ", 16"));
+        v = emit(str("trunc i32 ", h, " to i16"));
+        break;
+      }
+      case DType::b8:
+        v = emit(str("zext i1 ", v, " to i8"));
+        break;
+      default:
+        break;
+    }
+    const std::string p = address(s.arg);
+    line(str("store ", mem_ty(t), " ", v, ", ptr ", p, metadata(static_cast<size_t>(s.arg))));
+  }
+
+  // ---- values ----
+  std::string value(int e) {
+    const auto i = static_cast<size_t>(e);
+    std::string& slot = an_.inner[i] ? loop_[i] : row_[i];
+    if (!slot.empty()) return slot;
+    KILN_ASSERT(an_.inner[i] || !in_loop_, "row-level %", e, " was not computed before the loop");
+    const Expr& x = k_.exprs[i];
+    std::string v;
+    switch (x.kind) {
+      case ExprKind::kLoad:
+        v = load(x.arg);
+        break;
+      case ExprKind::kConst:
+        v = literal(x.dtype, x.value);
+        break;
+      case ExprKind::kReduced:
+        v = red_[static_cast<size_t>(x.arg)];
+        KILN_ASSERT(!v.empty(), "reduction r", x.arg, " read before its phase ended");
+        break;
+      case ExprKind::kOp:
+        v = op(x);
+        break;
+    }
+    slot = v;
+    return v;
+  }
+
+  std::string op(const Expr& e);
+
+  const Kernel& k_;
+  detail::Analysis an_;
+  std::string sym_;
+  std::string cur_;  // the current block
+  bool in_loop_ = false;
+  std::string j_;  // the current loop's column index
+  std::vector<std::string> row_, loop_, red_;
+  std::vector<std::string> ptr_, rowoff_;
+  std::vector<std::vector<std::string>> stride_;
+
+  std::string module() const;
+};
+
+std::string Emitter::op(const Expr& e) {
+  int ops[3];
+  const int m = detail::operands(e, ops);
+  const std::string a = value(ops[0]);
+  const std::string b = m > 1 ? value(ops[1]) : "", c = m > 2 ? value(ops[2]) : "";
+  return scalar_op(e.op, k_.exprs[static_cast<size_t>(ops[0])].dtype, e.dtype, a, b, c);
+}
+
+std::string Emitter::module() const {
+  std::string m = str("; kiln kernel ", k_.name, "\n");
+  std::set<std::string> have;  // intrinsics the vector math module already declares
+  std::string vm;
+  if (uses_vector_math_) {
+    vm = jit::vector_math_ir();
+    std::istringstream is(vm);
+    for (std::string l; std::getline(is, l);)
+      if (l.starts_with("declare ")) have.insert(l);
+  }
+  m += str("define void @", sym_,
+           "(i64 %begin, i64 %end, ptr noalias nocapture readonly %ptrs, "
+           "ptr noalias nocapture readonly %sizes) #1 {\n",
+           body_, "}\n\n");
+  for (const auto& [name, text] : helpers_) m += text + "\n";
+  for (const std::string& d : decls_)
+    if (!have.count(d)) m += d + " #2\n";
+  m += vm;
+  m += "attributes #1 = { nounwind }\n";
+  m += "attributes #2 = { nounwind willreturn memory(none) }\n";
+  // One alias domain; one scope per argument; each access is in its scope and
+  // does not alias the others.
+  const size_t n = k_.args.size();
+  if (n >= 2) {
+    m += "!0 = distinct !{!0, !\"kiln\"}\n";
+    for (size_t a = 0; a < n; ++a) m += str("!", 1 + a, " = distinct !{!", 1 + a, ", !0}\n");
+    for (size_t a = 0; a < n; ++a) m += str("!", 1 + n + a, " = !{!", 1 + a, "}\n");
+    for (size_t a = 0; a < n; ++a) {
+      m += str("!", 1 + 2 * n + a, " = !{");
+      bool first = true;
+      for (size_t o = 0; o < n; ++o) {
+        if (o == a) continue;
+        m += str(first ? "!" : ", !", 1 + o);
+        first = false;
+      }
+      m += "}\n";
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string emit_llvm(const Kernel& k, const std::string& symbol) {
+  return Emitter(k, symbol).run();
+}
+
+}  // namespace kiln::kir

@@ -1,0 +1,63 @@
+// Fusion: an analysis that partitions a graph's nodes into groups, each of
+// which codegen lowers to one kernel (codegen/src/lower.cpp) over one dense
+// iteration space. The graph itself is not changed. The decision rules are at
+// the top of passes/src/fuse.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+
+namespace kiln::passes {
+
+/// Switches of plan_fusion.
+struct FusionOptions {
+  bool enabled = true;       ///< false: no groups (everything runs unfused)
+  bool reductions = true;    ///< fuse sum/max/min over trailing dims into groups
+  int max_group_nodes = 96;  ///< bound on one kernel's size (compile time)
+};
+
+/// What a group becomes.
+enum class GroupKind : uint8_t {
+  kPointwise,  ///< one loop over the iteration space
+  kReduction,  ///< per row: reductions over the inner dim, then the stores
+  kEpilogue,   ///< pointwise, reading the output of a matmul/conv (bias, activation...)
+};
+
+/// One fused group and its iteration space after coalescing: `dims[d]` lists
+/// the sizes whose product is dim d's size (empty = 1). A reduction group
+/// reduces its last dim. Every input/output is a contiguous buffer that is
+/// dense or broadcast along each dim (the pattern vectors, one bool per dim).
+struct FusionGroup {
+  GroupKind kind = GroupKind::kPointwise;
+  std::vector<const ir::Node*> nodes;     ///< in evaluation order
+  std::vector<const ir::Value*> inputs;   ///< read from outside (dedup, first-use order)
+  std::vector<const ir::Value*> outputs;  ///< used outside the group or graph outputs
+  std::vector<std::vector<ir::SymInt>> dims;
+  std::vector<std::vector<bool>> in_dense;   ///< per input, per dim: dense (else broadcast)
+  std::vector<std::vector<bool>> out_dense;  ///< per output, per dim
+  bool reduces() const { return kind == GroupKind::kReduction; }
+};
+
+/// The groups of a graph. Nodes in no group run unfused (eager kernels).
+struct FusionPlan {
+  std::vector<FusionGroup> groups;
+  /// Per node position (ir::Graph::position): its group, or -1.
+  std::vector<int> group_of;
+};
+
+/// Partitions `g`'s nodes into fusion groups (see fuse.cpp for the rules).
+/// Every group is convex and the groups form a DAG, so they can be scheduled.
+FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts = {});
+
+/// The plan as text, values numbered as ir::print numbers them, one line per group:
+/// "group 0 reduction [4 | 8]: max %1, sub %2, ... ; in %0 ; out %5".
+std::string to_string(const FusionPlan& plan, const ir::Graph& g);
+
+/// Checks that every group is convex, that the groups form a DAG and that each
+/// value is produced once; "" if so, else what is wrong (tests, KILN_VERIFY).
+std::string check_plan(const FusionPlan& plan, const ir::Graph& g);
+
+}  // namespace kiln::passes

@@ -1,0 +1,346 @@
+// Fused kernels end to end: compiled with fusion (LLVM machine code, vectorized
+// reductions) against eager on softmax, log_softmax, layer_norm forward and
+// backward, GELU, an Adam step and MLP training steps; fused against unfused;
+// and the executor's fused schedule: one launch per group, multi-tensor
+// launches, in-place reuse of dying buffers, early output callbacks.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "compare.h"
+#include "kiln/compile.h"
+#include "kiln/executor.h"
+#include "kiln/ir/text.h"
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "kiln/optim/optim.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kTol = 2e-5;  // f32: vector math within 4 ulp, reassociated sums
+
+void expect_close(const Tensor& eager, const Tensor& compiled, const std::string& what,
+                  double tol = kTol) {
+  EXPECT_EQ(testing::diff_values(eager, compiled, tol), "") << what;
+}
+
+std::shared_ptr<const ir::Graph> parse_shared(const std::string& text) {
+  return std::shared_ptr<const ir::Graph>(ir::parse(text));
+}
+
+// softmax and log_softmax over the last dim are one kernel each, forward and
+// through a compiled differentiable forward's backward.
+TEST(Fused, SoftmaxAndLogSoftmaxMatchEager) {
+  manual_seed(1);
+  for (bool log : {false, true}) {
+    auto fn = [log](const Tensor& x) { return log ? log_softmax(x, -1) : softmax(x, -1); };
+    auto f = compile(fn, {.warmup = 0});
+    for (const Dims& shape : {Dims{64, 100}, Dims{3, 5, 17}, Dims{7, 1}}) {
+      Tensor x = randn(shape) * 4.0;
+      expect_close(fn(x), f(x), str(log ? "log_softmax " : "softmax ", shape));
+      Tensor xe = x.detach().requires_grad_(), xc = x.detach().requires_grad_();
+      Tensor w = randn(shape);
+      sum(fn(xe) * w).backward();
+      sum(f(xc) * w).backward();
+      expect_close(xe.grad(), xc.grad(), str("gradient, ", shape));
+    }
+    EXPECT_EQ(f.stats().fused_kernels, 2) << "forward kernel + backward kernel";
+  }
+}
+
+// The forward-only compiled softmax is exactly one kernel launch.
+TEST(Fused, SoftmaxIsOneLaunch) {
+  NoGradGuard ng;
+  auto f = compile([](const Tensor& x) { return softmax(x, -1); }, {.warmup = 0});
+  Tensor x = randn({32, 48});
+  expect_close(softmax(x, -1), f(x), "softmax");
+  EXPECT_EQ(f.stats().fused_kernels, 1);
+  EXPECT_EQ(f.stats().last_kernel_launches, 1);
+}
+
+// layer_norm forward and backward (inside the compiled step) match eager; the
+// row-wise part of the backward fuses with the forward.
+TEST(Fused, LayerNormForwardAndBackwardMatchEager) {
+  manual_seed(2);
+  Tensor w0 = randn({40}), b0 = randn({40});
+  Tensor we = w0.clone().requires_grad_(), be = b0.clone().requires_grad_();
+  Tensor wc = w0.clone().requires_grad_(), bc = b0.clone().requires_grad_();
+  auto step = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor y = layer_norm(x, {40}, w, b, 1e-5);
+    Tensor loss = sum(y * y * 0.5 + y);
+    loss.backward();
+    return y.detach();
+  };
+  auto f = compile([&](const Tensor& x) { return step(x, wc, bc); }, {.warmup = 0});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({24, 40}) * 3.0 + 1.0;
+    Tensor xe = x.detach().requires_grad_(), xc = x.detach().requires_grad_();
+    for (Tensor* t : {&we, &be, &wc, &bc}) t->set_grad(Tensor());
+    Tensor ye = step(xe, we, be);
+    Tensor yc = f(xc);
+    expect_close(ye, yc, str("y, call ", call));
+    expect_close(xe.grad(), xc.grad(), str("x.grad, call ", call), 1e-4);
+    expect_close(we.grad(), wc.grad(), str("w.grad, call ", call), 1e-4);
+    expect_close(be.grad(), bc.grad(), str("b.grad, call ", call), 1e-4);
+  }
+  EXPECT_LE(f.stats().fused_kernels, 4) << f.graph_text();
+}
+
+// GELU (erf and tanh forms) is one pointwise kernel.
+TEST(Fused, GeluMatchesEager) {
+  NoGradGuard ng;
+  for (const char* approx : {"none", "tanh"}) {
+    auto fn = [approx](const Tensor& x) { return gelu(x, approx); };
+    auto f = compile(fn, {.warmup = 0});
+    Tensor x = randn({1000}) * 3.0;
+    expect_close(fn(x), f(x), approx);
+    EXPECT_EQ(f.stats().fused_kernels, 1);
+  }
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Linear>(20, 32));
+  m->push_back(std::make_shared<nn::GELU>());
+  m->push_back(std::make_shared<nn::Linear>(32, 32));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Linear>(32, 10));
+  return m;
+}
+
+// An Adam step over all parameters is one multi-tensor launch (its updates all
+// lower to one kernel), and matches eager.
+TEST(Fused, AdamStepIsOneMultiTensorLaunch) {
+  auto me = make_mlp(3), mc = make_mlp(3);
+  optim::Adam oe(me->parameters(), optim::AdamOptions{.lr = 1e-2});
+  optim::Adam oc(mc->parameters(), optim::AdamOptions{.lr = 1e-2});
+  auto pe = me->parameters(), pc = mc->parameters();
+  auto f = compile([&] { oc.step(); }, {.warmup = 1});
+  for (int s = 0; s < 4; ++s) {
+    for (size_t i = 0; i < pe.size(); ++i) {
+      Tensor g = randn(pe[i].shape());
+      pe[i].set_grad(g.clone());
+      pc[i].set_grad(g.clone());
+    }
+    oe.step();
+    f();
+  }
+  for (size_t i = 0; i < pe.size(); ++i) expect_close(pe[i], pc[i], str("parameter ", i));
+  EXPECT_EQ(f.stats().compiled_calls, 3);
+  EXPECT_GE(f.stats().fused_kernels, static_cast<int>(pe.size()));
+  EXPECT_LT(f.stats().last_kernel_launches, static_cast<int64_t>(pe.size()));
+  EXPECT_EQ(f.stats().last_kernel_launches, 1);
+}
+
+// Trains an MLP for 10 steps eagerly, compiled with fusion and compiled without;
+// all three agree.
+TEST(Fused, MlpTrainingStepMatchesEagerAndUnfused) {
+  auto me = make_mlp(5), mf = make_mlp(5), mu = make_mlp(5);
+  optim::Adam oe(me->parameters(), optim::AdamOptions{.lr = 1e-2});
+  optim::Adam of(mf->parameters(), optim::AdamOptions{.lr = 1e-2});
+  optim::Adam ou(mu->parameters(), optim::AdamOptions{.lr = 1e-2});
+  auto step = [](nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(m.forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto fused = compile([&](const Tensor& x, const Tensor& y) { return step(*mf, of, x, y); });
+  auto unfused = compile([&](const Tensor& x, const Tensor& y) { return step(*mu, ou, x, y); },
+                         {.fuse = false});
+  manual_seed(9);
+  for (int s = 0; s < 10; ++s) {
+    Tensor x = randn({16, 20});
+    Tensor y = randint(0, 10, {16});
+    const double le = step(*me, oe, x, y).item<double>();
+    const double lf = fused(x, y).item<double>();
+    const double lu = unfused(x, y).item<double>();
+    EXPECT_NEAR(le, lf, 1e-4 * (1 + std::abs(le))) << "step " << s;
+    EXPECT_NEAR(le, lu, 1e-5 * (1 + std::abs(le))) << "step " << s;
+  }
+  auto pe = me->parameters(), pf = mf->parameters();
+  for (size_t i = 0; i < pe.size(); ++i) expect_close(pe[i], pf[i], str("parameter ", i), 1e-4);
+  EXPECT_GT(fused.stats().fused_kernels, 0);
+  EXPECT_EQ(unfused.stats().fused_kernels, 0);
+  // Forward epilogues, cross-entropy, backward and the Adam step: far fewer
+  // launches than the graph has nodes.
+  EXPECT_LT(fused.stats().last_kernel_launches * 4,
+            static_cast<int64_t>(fused.stats().graph_nodes));
+}
+
+// KILN_DISABLE_PASSES=fuse turns fusion off; KILN_CHECK_COMPILED still agrees with fusion on.
+TEST(Fused, DisableAndCheckCompiled) {
+  auto fn = [](const Tensor& x) { return tanh(x) * 2.0 + softmax(x, -1); };
+  setenv("KILN_DISABLE_PASSES", "fuse", 1);
+  auto off = compile(fn, {.warmup = 0});
+  off(randn({4, 8}));
+  unsetenv("KILN_DISABLE_PASSES");
+  EXPECT_EQ(off.stats().fused_kernels, 0);
+  setenv("KILN_CHECK_COMPILED", "1", 1);
+  auto on = compile(fn, {.warmup = 0});
+  for (int i = 0; i < 3; ++i) on(randn({4, 8}));
+  unsetenv("KILN_CHECK_COMPILED");
+  EXPECT_GT(on.stats().fused_kernels, 0);
+  EXPECT_EQ(on.stats().check_mismatches, 0) << on.stats().last_check_report;
+}
+
+// A dynamic batch dim: the symbolic plan's kernels take every batch size.
+TEST(Fused, DynamicBatchReusesKernels) {
+  NoGradGuard ng;
+  Tensor w = randn({12});
+  auto fn = [&](const Tensor& x) { return layer_norm(x, {12}, w, {}, 1e-5) + softmax(x, -1); };
+  auto f = compile(fn, {.dynamic = {{0, 0}}, .warmup = 0});
+  for (int64_t b : {4, 9, 1, 33}) {
+    Tensor x = randn({b, 12});
+    expect_close(fn(x), f(x), str("batch ", b));
+  }
+  EXPECT_EQ(f.stats().generalized, 1);
+  EXPECT_EQ(f.stats().traces, 2);
+}
+
+// amax over a dynamic dim that is 0 at run time raises eager's error from the fused kernel.
+TEST(Fused, EmptyDynamicMaxIsAnError) {
+  NoGradGuard ng;
+  auto f = compile([](const Tensor& x) { return amax(x, {1}, false) + 1.0; },
+                   {.dynamic = {{0, 1}}, .warmup = 0});
+  f(randn({3, 4}));
+  f(randn({3, 6}));
+  ASSERT_EQ(f.stats().generalized, 1);
+  try {
+    f(randn({3, 0}));
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[amax] cannot reduce over a zero-size dimension"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(f.stats().traces, 2);
+}
+
+// Strided (transposed) and broadcast inputs of a kernel are read correctly.
+TEST(Fused, StridedInputsAreMadeContiguous) {
+  NoGradGuard ng;
+  auto fn = [](const Tensor& a, const Tensor& b) { return exp(a) * b + 1.0; };
+  auto f = compile(fn, {.warmup = 0});
+  Tensor a = randn({6, 5}).transpose(0, 1);
+  Tensor b = randn({6});
+  expect_close(fn(a, b), f(a, b), "transposed");
+}
+
+// ---------------- executor ----------------
+
+const char* kEpilogue = R"(graph(%0: f32[64, 32] "x", %1: f32[32, 48] "w", %2: f32[48] "b") {
+  %3 = matmul(%0, %1) : f32[64, 48]
+  %4 = add(%3, %2) : f32[64, 48]
+  %5 = relu(%4) : f32[64, 48]
+  %6 = neg(%5) : f32[64, 48]
+  return %6 "out0"
+})";
+
+RunStats run_graph(const Executor& ex, std::span<const Tensor> in, std::vector<Tensor>* out) {
+  RunStats st;
+  RunArgs a;
+  a.inputs = in;
+  a.stats = &st;
+  *out = ex.run(a);
+  return st;
+}
+
+// A matmul epilogue writes its result over the dying matmul output: in place,
+// a lower peak, and the same values as unfused.
+TEST(FusedExecutor, EpilogueRunsInPlace) {
+  auto g = parse_shared(kEpilogue);
+  std::vector<Tensor> in{randn({64, 32}), randn({32, 48}), randn({48})};
+  std::vector<Tensor> ref, fused, copied;
+  const RunStats s0 = run_graph(Executor(g), in, &ref);
+  const RunStats s1 = run_graph(Executor(g, {.fuse = true}), in, &fused);
+  const RunStats s2 = run_graph(Executor(g, {.fuse = true, .in_place = false}), in, &copied);
+  expect_close(ref[0], fused[0], "in place");
+  expect_close(ref[0], copied[0], "copied");
+  EXPECT_EQ(s1.kernels_run, 1);
+  EXPECT_EQ(s1.in_place, 1);
+  EXPECT_EQ(s2.in_place, 0);
+  EXPECT_LT(s1.peak_bytes, s2.peak_bytes);
+  EXPECT_LE(s1.peak_bytes, s0.peak_bytes);
+}
+
+// Independent instances of one kernel (here four exp+mul updates of different
+// sizes) launch once; the results are those of separate launches.
+TEST(FusedExecutor, IdenticalKernelsLaunchTogether) {
+  std::string text = "graph(";
+  for (int i = 0; i < 4; ++i)
+    text += str(i ? ", " : "", "%", i, ": f32[", 100 * (i + 1), "] \"a", i, "\"");
+  text += ") {\n";
+  for (int i = 0; i < 4; ++i) {
+    text += str("  %e", i, " = exp(%", i, ") : f32[", 100 * (i + 1), "]\n");
+    text += str("  %m", i, " = mul(%e", i, ", %", i, ") : f32[", 100 * (i + 1), "]\n");
+  }
+  text += "  return %m0 \"o0\", %m1 \"o1\", %m2 \"o2\", %m3 \"o3\"\n}\n";
+  auto g = parse_shared(text);
+  std::vector<Tensor> in;
+  for (int i = 0; i < 4; ++i) in.push_back(randn({100 * (i + 1)}));
+  std::vector<Tensor> one, many;
+  const RunStats s1 = run_graph(Executor(g, {.fuse = true}), in, &one);
+  const RunStats s2 = run_graph(Executor(g, {.fuse = true, .horizontal = false}), in, &many);
+  EXPECT_EQ(s1.kernels_run, 4);
+  EXPECT_EQ(s1.kernel_launches, 1);
+  EXPECT_EQ(s2.kernel_launches, 4);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(equal(one[i], many[i])) << "output " << i;
+    expect_close(exp(in[i]) * in[i], one[i], str("output ", i));
+  }
+}
+
+// Updates that become ready at different times (after their own matmul) but
+// only write graph outputs wait for each other and launch once.
+TEST(FusedExecutor, SinkUpdatesWaitAndLaunchOnce) {
+  auto g = parse_shared(R"(graph(%0: f32[8, 8] "x", %1: f32[8, 8] "cap0", %2: f32[8, 4] "cap1") {
+  %3 = matmul(%0, %1) : f32[8, 8]
+  %4 = mul(%3, %1) : f32[8, 8]
+  %5 = sub(%1, %4) : f32[8, 8]
+  %6 = matmul(%3, %2) : f32[8, 4]
+  %7 = mul(%6, %2) : f32[8, 4]
+  %8 = sub(%2, %7) : f32[8, 4]
+  return %5 "write:cap0", %8 "write:cap1", %6 "out0"
+})");
+  std::vector<Tensor> in{randn({8, 8}), randn({8, 8}), randn({8, 4})};
+  std::vector<Tensor> batched, separate;
+  const RunStats s1 = run_graph(Executor(g, {.fuse = true}), in, &batched);
+  const RunStats s2 = run_graph(Executor(g, {.fuse = true, .horizontal = false}), in, &separate);
+  EXPECT_EQ(s1.kernels_run, 2);
+  EXPECT_EQ(s1.kernel_launches, 1);
+  EXPECT_EQ(s2.kernel_launches, 2);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(equal(batched[i], separate[i])) << "output " << i;
+}
+
+// An output made by a kernel fires its callback right after that kernel, before
+// the later steps run.
+TEST(FusedExecutor, KernelOutputsFireEarly) {
+  auto g = parse_shared(R"(graph(%0: f32[8, 8] "x", %1: f32[8, 8] "w") {
+  %2 = exp(%0) : f32[8, 8]
+  %3 = neg(%2) : f32[8, 8]
+  %4 = matmul(%3, %1) : f32[8, 8]
+  %5 = matmul(%4, %1) : f32[8, 8]
+  %6 = tanh(%5) : f32[8, 8]
+  return %6 "late", %3 "early"
+})");
+  Executor ex(g, {.fuse = true});
+  EXPECT_EQ(ex.num_kernels(), 2u);
+  std::vector<size_t> order;
+  OutputReadyFn cb = [&](size_t i, const Tensor& t) {
+    order.push_back(i);
+    EXPECT_TRUE(t.defined());
+  };
+  std::vector<Tensor> in{randn({8, 8}), randn({8, 8})};
+  RunArgs a;
+  a.inputs = in;
+  a.on_ready = &cb;
+  ex.run(a);
+  EXPECT_EQ(order, (std::vector<size_t>{1, 0}));
+}
+
+}  // namespace
+}  // namespace kiln
