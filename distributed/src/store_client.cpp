@@ -58,8 +58,12 @@ std::string quote_list(const std::vector<std::string>& keys) {
 
 // Timeouts travel as u32 milliseconds (~49 days); longer ones are clamped, and
 // clamping also keeps `now + timeout` from overflowing.
-Millis clamp_ms(Millis t) { return Millis(std::clamp<int64_t>(t.count(), 0, UINT32_MAX)); }
-uint32_t wire_ms(Millis t) { return uint32_t(clamp_ms(t).count()); }
+Millis clamp_ms(Millis t) {
+  return Millis(std::clamp<int64_t>(t.count(), 0, UINT32_MAX));
+}
+uint32_t wire_ms(Millis t) {
+  return uint32_t(clamp_ms(t).count());
+}
 
 int ms_left(Clock::time_point deadline) {
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -79,7 +83,7 @@ struct Reply {
 struct TCPStore::Impl {
   TCPStoreOptions opts;
   std::string addr;  // "host:port" for messages
-  std::mutex mu;  // one request at a time on the socket
+  std::mutex mu;     // one request at a time on the socket
   // Atomic, not under mu, so timeout()/set_timeout() never wait behind a long get().
   std::atomic<int64_t> timeout_ms{0};
   int fd = -1;
@@ -192,8 +196,8 @@ struct TCPStore::Impl {
         last = err;
       } else if (gai == EAI_NONAME || gai == EAI_SERVICE || gai == EAI_FAIL) {
         // A name that will not resolve: retrying cannot help.
-        kiln::throw_error(kiln::str("[store] ", what, " failed: cannot resolve host \"",
-                                    opts.host, "\": ", gai_strerror(gai)));
+        kiln::throw_error(kiln::str("[store] ", what, " failed: cannot resolve host \"", opts.host,
+                                    "\": ", gai_strerror(gai)));
       } else {
         last = gai_strerror(gai);
       }
@@ -213,7 +217,8 @@ struct TCPStore::Impl {
       kiln::throw_error(kiln::str("[store] ", what, " rejected by the server: ", why));
     }
     if (f == Fail::kClosed)
-      kiln::throw_error(kiln::str("[store] ", what, " failed: the server closed the connection "
+      kiln::throw_error(kiln::str("[store] ", what,
+                                  " failed: the server closed the connection "
                                   "during the handshake (token mismatch?)"));
     fail(what, f, limit);
   }
@@ -284,8 +289,8 @@ struct TCPStore::Impl {
                " bytes exceeds the ", p::kMaxKey, "-byte limit");
   }
   void check_value(const char* op, const std::string& key, const Bytes& v) const {
-    KILN_CHECK(v.size() <= p::kMaxValue, "[store] ", op, "(", quote(key), "): value of ",
-               v.size(), " bytes exceeds the ", p::kMaxValue, "-byte limit");
+    KILN_CHECK(v.size() <= p::kMaxValue, "[store] ", op, "(", quote(key), "): value of ", v.size(),
+               " bytes exceeds the ", p::kMaxValue, "-byte limit");
   }
 };
 
@@ -355,12 +360,11 @@ void TCPStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   uint32_t n = rd.u32();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) missing.push_back(rd.str(p::kMaxKey));
   kiln::throw_error(kiln::str("[store] ", what, " timed out after ", timeout.count(),
-                              " ms waiting for ", impl_->addr, "; missing keys: ",
-                              quote_list(missing)));
+                              " ms waiting for ", impl_->addr,
+                              "; missing keys: ", quote_list(missing)));
 }
 
-Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected,
-                            const Bytes& desired) {
+Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   impl_->check_key("compare_set", key);
   impl_->check_value("compare_set", key, expected);
   impl_->check_value("compare_set", key, desired);
@@ -383,8 +387,12 @@ int64_t TCPStore::num_keys() {
   return as_i64(impl_->request("num_keys()", p::Writer(p::kNumKeys)).payload);
 }
 
-Millis TCPStore::timeout() const { return Millis(impl_->timeout_ms.load()); }
+Millis TCPStore::timeout() const {
+  return Millis(impl_->timeout_ms.load());
+}
 
-void TCPStore::set_timeout(Millis t) { impl_->timeout_ms = t.count(); }
+void TCPStore::set_timeout(Millis t) {
+  impl_->timeout_ms = t.count();
+}
 
 }  // namespace kiln::dist

@@ -31,14 +31,14 @@ inline constexpr size_t kMaxPayload = 2 * kMaxValue + kMaxKey + 64;
 
 /// Request opcodes.
 enum Op : uint8_t {
-  kHello = 1,      // token in the header; reply OK
-  kSet = 2,        // key, value
-  kGet = 3,        // u32 timeout_ms, key; reply OK value | TIMEOUT
-  kAdd = 4,        // key, i64 delta; reply OK i64
-  kWait = 5,       // u32 timeout_ms, u32 n, n keys; reply OK | TIMEOUT missing keys
-  kCompareSet = 6, // key, expected, desired; reply OK value after the call
-  kDelete = 7,     // key; reply OK u8 existed
-  kNumKeys = 8,    // reply OK i64
+  kHello = 1,       // token in the header; reply OK
+  kSet = 2,         // key, value
+  kGet = 3,         // u32 timeout_ms, key; reply OK value | TIMEOUT
+  kAdd = 4,         // key, i64 delta; reply OK i64
+  kWait = 5,        // u32 timeout_ms, u32 n, n keys; reply OK | TIMEOUT missing keys
+  kCompareSet = 6,  // key, expected, desired; reply OK value after the call
+  kDelete = 7,      // key; reply OK u8 existed
+  kNumKeys = 8,     // reply OK i64
 };
 
 /// Reply statuses (in the opcode byte).
@@ -46,15 +46,24 @@ enum Status : uint8_t { kOk = 0, kError = 1, kTimeout = 2 };
 
 inline const char* op_name(uint8_t op) {
   switch (op) {
-    case kHello: return "hello";
-    case kSet: return "set";
-    case kGet: return "get";
-    case kAdd: return "add";
-    case kWait: return "wait";
-    case kCompareSet: return "compare_set";
-    case kDelete: return "delete_key";
-    case kNumKeys: return "num_keys";
-    default: return nullptr;
+    case kHello:
+      return "hello";
+    case kSet:
+      return "set";
+    case kGet:
+      return "get";
+    case kAdd:
+      return "add";
+    case kWait:
+      return "wait";
+    case kCompareSet:
+      return "compare_set";
+    case kDelete:
+      return "delete_key";
+    case kNumKeys:
+      return "num_keys";
+    default:
+      return nullptr;
   }
 }
 
@@ -74,7 +83,9 @@ inline void put_u16(uint8_t* p, uint16_t v) {
 inline void put_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i));
 }
-inline uint16_t get_u16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+inline uint16_t get_u16(const uint8_t* p) {
+  return uint16_t(p[0] | (p[1] << 8));
+}
 inline uint32_t get_u32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);

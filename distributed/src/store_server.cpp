@@ -162,8 +162,8 @@ void TCPStoreServer::Impl::accept_all() {
   for (;;) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
-    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -193,8 +193,8 @@ void TCPStoreServer::Impl::check_header(Conn& c) {
   if (c.in.size() < p::kHeaderSize) return;
   p::Header h = p::decode_header(c.in.data());
   if (h.version != p::kVersion)
-    throw Reject{kiln::str("protocol version ", int(h.version), " (server speaks ",
-                           int(p::kVersion), ")")};
+    throw Reject{
+        kiln::str("protocol version ", int(h.version), " (server speaks ", int(p::kVersion), ")")};
   if (!p::op_name(h.op)) throw Reject{kiln::str("unknown opcode ", int(h.op))};
   if (!c.authed) {
     if (h.op != p::kHello) throw Reject{"first message is not a hello"};
@@ -493,7 +493,7 @@ void TCPStoreServer::Impl::run() {
       std::fprintf(stderr, "[kiln store] poll failed: %s\n", std::strerror(errno));
       return;
     }
-    if (fds[0].revents) return;  // stop()
+    if (fds[0].revents) return;     // stop()
     size_t n_conns = conns.size();  // accept_all() appends; new ones wait a turn
     if (fds[1].revents & POLLIN) accept_all();
     for (size_t i = 0; i < n_conns; ++i) {
@@ -548,12 +548,11 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions opts) : impl_(std::make_uni
   int one = 1;
   // SO_REUSEADDR: a restarted job can rebind while old connections sit in TIME_WAIT.
   ::setsockopt(m.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(m.listen_fd, res->ai_addr, res->ai_addrlen) != 0 ||
-      ::listen(m.listen_fd, 1024) != 0) {
+  if (::bind(m.listen_fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(m.listen_fd, 1024) != 0) {
     int err = errno;
     ::close(m.listen_fd);
-    kiln::throw_error(kiln::str("[store] server cannot listen on ", where, ": ",
-                                std::strerror(err)));
+    kiln::throw_error(
+        kiln::str("[store] server cannot listen on ", where, ": ", std::strerror(err)));
   }
   sockaddr_in bound{};
   socklen_t len = sizeof(bound);
@@ -574,7 +573,9 @@ TCPStoreServer::~TCPStoreServer() {
   ::close(impl_->wake_fd);
 }
 
-uint16_t TCPStoreServer::port() const { return impl_->port; }
+uint16_t TCPStoreServer::port() const {
+  return impl_->port;
+}
 
 void TCPStoreServer::stop() {
   Impl& m = *impl_;

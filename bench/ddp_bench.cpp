@@ -1,0 +1,293 @@
+// DistributedDataParallel on the MLP step of bench/mlp_step.h (784-1024-1024-10,
+// batch 128 per rank, SGD momentum), 2 ranks over Gloo on loopback, one
+// compute thread each. Rows, all per training step (median over the timed
+// steps):
+//   single   one process alone (the other rank idles at a barrier)
+//   local    both ranks step at once, without communicating
+//   ddp      DistributedDataParallel (bucketed all-reduce overlapped with backward),
+//            with zero_grad() (set_to_none) and with zero_grad(false)
+//   naive    backward, then one blocking all-reduce per gradient
+//   flat     backward, then one all-reduce of all gradients (no overlap)
+//   comm     the all-reduce of the gradients' bytes alone
+// plus the fraction of DDP's all-reduce time that ran while backward was still
+// computing, and the wait after it, from the Work timestamps. The rows are
+// interleaved in rounds so that load from other processes hits them alike.
+//
+//   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
+//             [--first-bucket-mb X] [--compile]
+// It starts its 2 ranks itself (fork + exec with RANK/WORLD_SIZE/MASTER_* set,
+// KILN_NUM_THREADS=1); under kilnrun it runs as the given rank.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "kiln/distributed/ddp.h"
+#include "kiln/thread_pool.h"
+#include "mlp_step.h"
+
+namespace {
+
+using namespace kiln;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  int iters = 40;
+  int warmup = 3;
+  int rounds = 4;
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  bool compile = false;
+};
+
+double ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Length of the union of [start, end) intervals, and the part before `cut`.
+std::pair<double, double> busy_and_before(
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv, Clock::time_point cut) {
+  std::sort(iv.begin(), iv.end());
+  double busy = 0, before = 0;
+  Clock::time_point s{}, e{};
+  bool open = false;
+  auto flush = [&] {
+    busy += ms(e - s);
+    if (s < cut) before += ms(std::min(e, cut) - s);
+  };
+  for (auto& [a, b] : iv) {
+    if (open && a <= e) {
+      e = std::max(e, b);
+      continue;
+    }
+    if (open) flush();
+    s = a;
+    e = b;
+    open = true;
+  }
+  if (open) flush();
+  return {busy, before};
+}
+
+// One row of the table: a step, run by every rank (or by rank 0 alone).
+struct Row {
+  Row(const char* n, std::function<void()> s, bool only0 = false)
+      : name(n), step(std::move(s)), rank0_only(only0) {}
+  const char* name;
+  std::function<void()> step;
+  bool rank0_only;
+  std::vector<double> times;
+};
+
+int worker(const Args& a) {
+  set_num_threads(1);
+  dist::init_process_group();
+  auto pg = dist::default_group();
+  const int rank = pg->rank();
+  // `plain` runs the rows without DDP; `wrapped` is DDP's (its hooks stay on its parameters).
+  bench::MlpStep plain, wrapped;
+  int64_t numel = 0;
+  for (auto& p : plain.model->parameters()) numel += p.numel();
+  dist::DistributedDataParallel ddp(
+      wrapped.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
+  auto fwd_bwd = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = cross_entropy(ddp(x), y);
+        loss.backward();
+        return loss;
+      },
+      {.enabled = a.compile, .name = "ddp_bench"});
+  auto plain_backward = [&] {
+    plain.opt->zero_grad();
+    cross_entropy(plain.model->forward(plain.x), plain.y).backward();
+  };
+  Tensor flat = zeros({numel});
+  std::vector<Row> rows = {
+      {"single process", [&] { plain.step(plain.x, plain.y); }, true},
+      {"both ranks, no communication", [&] { plain.step(plain.x, plain.y); }},
+      {"DDP (overlapped buckets)",
+       [&] {
+         wrapped.opt->zero_grad();
+         fwd_bwd(wrapped.x, wrapped.y);
+         wrapped.opt->step();
+       }},
+      // .grad stays the bucket view: backward accumulates into the buckets (no copy)
+      {"DDP, zero_grad(set_to_none=false)",
+       [&] {
+         wrapped.opt->zero_grad(false);
+         fwd_bwd(wrapped.x, wrapped.y);
+         wrapped.opt->step();
+       }},
+      {"naive: all-reduce each grad after backward",
+       [&] {
+         plain_backward();
+         for (auto& p : plain.model->parameters())
+           pg->all_reduce(p.grad(), dist::ReduceOp::kAvg)->wait();
+         plain.opt->step();
+       }},
+      {"flat: one all-reduce after backward",
+       [&] {
+         plain_backward();
+         std::vector<Tensor> gs;
+         for (auto& p : plain.model->parameters()) gs.push_back(p.grad());
+         pg->all_reduce_coalesced(gs, dist::ReduceOp::kAvg)->wait();
+         plain.opt->step();
+       }},
+      {"all-reduce of the gradients alone",
+       [&] { pg->all_reduce(flat, dist::ReduceOp::kAvg)->wait(); }},
+  };
+  // Overlap of DDP's all-reduces with backward, from the Work timestamps.
+  std::vector<double> hidden, tail, comm;
+  auto record_overlap = [&] {
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;
+    for (auto& w : ddp.last_bucket_works()) iv.emplace_back(w->start_time(), w->end_time());
+    auto [busy, before] = busy_and_before(iv, ddp.last_backward_end());
+    Clock::time_point last_end = ddp.last_backward_end();
+    for (auto& [b, e] : iv) last_end = std::max(last_end, e);
+    hidden.push_back(busy > 0 ? before / busy : 0.0);
+    tail.push_back(ms(last_end - ddp.last_backward_end()));
+    comm.push_back(busy);
+  };
+  // Rounds interleave the rows, so load from elsewhere hits them alike.
+  const int rounds = std::max(1, std::min(a.rounds, a.iters));
+  for (int round = 0; round < rounds; ++round) {
+    const int n = a.iters / rounds + (round < a.iters % rounds ? 1 : 0);
+    for (Row& row : rows) {
+      const bool runs = !row.rank0_only || rank == 0;
+      for (int i = 0; i < (round == 0 ? a.warmup : 0) && runs; ++i) row.step();
+      for (int i = 0; i < n; ++i) {
+        pg->barrier()->wait();
+        if (!runs) continue;
+        auto t0 = Clock::now();
+        row.step();
+        row.times.push_back(ms(Clock::now() - t0));
+        if (std::strncmp(row.name, "DDP (", 5) == 0) record_overlap();
+      }
+    }
+  }
+  if (rank == 0) {
+    const double single = median(rows[0].times);
+    std::printf(
+        "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s, "
+        "1 thread each; %s; %zu DDP bucket(s) (cap %.3g MB, first %.3g MB); "
+        "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds\n",
+        pg->size(), pg->backend().c_str(), a.compile ? "compiled forward+backward" : "eager",
+        ddp.num_buckets(), a.bucket_cap_mb, a.first_bucket_mb,
+        4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds);
+    for (const Row& row : rows) {
+      const double t = median(row.times);
+      if (&row == &rows.back())
+        std::printf("  %-44s %8.2f ms\n", row.name, t);
+      else
+        std::printf("  %-44s %8.2f ms  %.2fx\n", row.name, t, t / single);
+    }
+    std::printf(
+        "  DDP: all-reduces busy %.2f ms per step, %.0f%% of it while backward ran; "
+        "%.2f ms of waiting after backward (medians)\n",
+        median(comm), 100.0 * median(hidden), median(tail));
+  }
+  dist::destroy_process_group();
+  return 0;
+}
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts ranks 0 and 1 as copies of this program and waits (bounded) for them.
+int launch(char** argv) {
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> kids;
+  for (int r = 0; r < 2; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", port.c_str(), 1);
+      ::setenv("KILN_NUM_THREADS", "1", 1);
+      ::setenv("OMP_NUM_THREADS", "1", 1);
+      ::execv("/proc/self/exe", argv);
+      ::_exit(127);
+    }
+    kids.push_back(pid);
+  }
+  int rc = 0;
+  const auto deadline = Clock::now() + std::chrono::minutes(10);
+  for (size_t done = 0; done < kids.size();) {
+    int status = 0;
+    pid_t p = ::waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      ++done;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        rc = 1;
+        for (pid_t k : kids) ::kill(k, SIGKILL);  // a failed rank would hang the other
+      }
+    } else if (Clock::now() > deadline) {
+      for (pid_t k : kids) ::kill(k, SIGKILL);
+      rc = 1;
+    } else {
+      ::usleep(10000);
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
+    if (s == "--iters")
+      a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--warmup")
+      a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (s == "--bucket-cap-mb")
+      a.bucket_cap_mb = std::atof(next().c_str());
+    else if (s == "--first-bucket-mb")
+      a.first_bucket_mb = std::atof(next().c_str());
+    else if (s == "--compile")
+      a.compile = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X] "
+                   "[--first-bucket-mb X] [--compile]\n");
+      return s == "--help" ? 0 : 2;
+    }
+  }
+  if (!std::getenv("RANK")) return launch(argv);
+  try {
+    return worker(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,21 @@
+// Element-wise reduce functions handed to Gloo (its built-in ones are not
+// vectorized in Debian's build): out[i] = op(a[i], b[i]), where `out` may be
+// the same buffer as `a` or `b`. f16/bf16 are combined in f32 and rounded back.
+#pragma once
+
+#include <cstddef>
+
+#include "kiln/distributed/process_group.h"
+
+namespace kiln::dist::gloo_backend {
+
+/// Gloo's reduce-function shape: (out, a, b, element count).
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+/// The function for (dtype, op); avg uses sum (the caller divides afterwards).
+/// kiln::Error for bool.
+ReduceFn reduce_fn(DType dt, ReduceOp op);
+/// Divides n elements at p by `divisor` in place (floating dtypes; for avg).
+void divide_in_place(void* p, DType dt, size_t n, int divisor);
+
+}  // namespace kiln::dist::gloo_backend

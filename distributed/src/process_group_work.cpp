@@ -1,0 +1,221 @@
+// Work handles, the ring log of recent collectives, and argument checks shared
+// by every process-group backend.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "kiln/error.h"
+#include "process_group_impl.h"
+
+namespace kiln::dist::detail {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+std::string OpInfo::str() const {
+  std::string s = kiln::str(op, " #", seq);
+  if (!dtype.empty()) s += kiln::str(" ", dtype, shape);
+  if (!detail.empty()) s += kiln::str(" ", detail);
+  return s;
+}
+
+std::string OpInfo::signature() const {
+  std::string s = op + "(";
+  if (!dtype.empty()) s += kiln::str(dtype, ", ", numel, " elements");
+  if (!detail.empty()) s += kiln::str(dtype.empty() ? "" : ", ", detail);
+  return s + ")";
+}
+
+// ---- CollectiveLog ----
+
+uint64_t CollectiveLog::add(const std::string& what) {
+  std::lock_guard lock(mu_);
+  uint64_t id = next_id_++;
+  entries_.push_back({id, what, State::kQueued, Clock::now(), {}, {}, {}});
+  while (entries_.size() > capacity_) entries_.pop_front();
+  return id;
+}
+
+CollectiveLog::Entry* CollectiveLog::find(uint64_t id) {
+  for (auto& e : entries_)
+    if (e.id == id) return &e;
+  return nullptr;  // already rotated out
+}
+
+void CollectiveLog::started(uint64_t id) {
+  std::lock_guard lock(mu_);
+  if (Entry* e = find(id)) {
+    e->state = State::kRunning;
+    e->start = Clock::now();
+  }
+}
+
+void CollectiveLog::finished(uint64_t id, const std::string& error) {
+  std::lock_guard lock(mu_);
+  if (Entry* e = find(id)) {
+    e->state = error.empty() ? State::kDone : State::kFailed;
+    e->end = Clock::now();
+    e->error = error;
+  }
+}
+
+std::string CollectiveLog::dump(const std::string& header) const {
+  std::lock_guard lock(mu_);
+  auto now = Clock::now();
+  std::string s = kiln::str(header, " (last ", entries_.size(), " ops, oldest first):\n");
+  for (const auto& e : entries_) {
+    s += "  " + e.what + ": ";
+    switch (e.state) {
+      case State::kQueued:
+        s += kiln::str("queued ", ms_between(e.queued, now), " ms ago, not started");
+        break;
+      case State::kRunning:
+        s += kiln::str("RUNNING for ", ms_between(e.start, now), " ms");
+        break;
+      case State::kDone:
+        s += kiln::str("done in ", ms_between(e.start, e.end), " ms");
+        break;
+      case State::kFailed:
+        s += "FAILED: " + e.error;
+        break;
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+void print_log(const CollectiveLog& log, const std::string& where, const std::string& why) {
+  std::string text = log.dump(kiln::str("[kiln.dist] ", where, ": ", why));
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+// ---- WorkImpl ----
+
+WorkImpl::WorkImpl(OpInfo info, std::string where, std::vector<Tensor> results,
+                   Millis default_timeout, std::shared_ptr<CollectiveLog> log, uint64_t log_id)
+    : info_(std::move(info)),
+      where_(std::move(where)),
+      results_(std::move(results)),
+      default_timeout_(default_timeout),
+      log_(std::move(log)),
+      log_id_(log_id) {}
+
+std::string WorkImpl::failure(const std::string& why) const {
+  return kiln::str("[", info_.op, "] ", info_.str(), " failed on ", where_, ": ", why);
+}
+
+void WorkImpl::wait(Millis timeout) {
+  if (timeout.count() < 0) timeout = default_timeout_;
+  timeout = std::min<Millis>(timeout, std::chrono::hours(24 * 365));  // now + max overflows
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return state_ != State::kPending; })) {
+    bool running = start_ != Clock::time_point{};
+    lock.unlock();
+    std::string msg =
+        kiln::str("[", info_.op, "] ", info_.str(), " on ", where_, " did not finish within ",
+                  timeout.count(), " ms (", running ? "running" : "still queued", ")");
+    print_log(*log_, where_, "wait timed out on " + info_.str());
+    throw Error(msg);
+  }
+  if (state_ == State::kFailed) throw Error(error_);
+}
+
+bool WorkImpl::is_completed() const {
+  std::lock_guard lock(mu_);
+  return state_ != State::kPending;
+}
+
+std::vector<Tensor> WorkImpl::result() const {
+  std::lock_guard lock(mu_);
+  return results_;
+}
+
+Clock::time_point WorkImpl::start_time() const {
+  std::lock_guard lock(mu_);
+  return start_;
+}
+
+Clock::time_point WorkImpl::end_time() const {
+  std::lock_guard lock(mu_);
+  return end_;
+}
+
+std::string WorkImpl::describe() const {
+  return info_.str();
+}
+
+void WorkImpl::mark_started() {
+  {
+    std::lock_guard lock(mu_);
+    start_ = Clock::now();
+  }
+  log_->started(log_id_);
+}
+
+void WorkImpl::mark_done() {
+  {
+    std::lock_guard lock(mu_);
+    end_ = Clock::now();
+    if (start_ == Clock::time_point{}) start_ = end_;
+    state_ = State::kDone;
+  }
+  log_->finished(log_id_);
+  cv_.notify_all();
+}
+
+void WorkImpl::mark_failed(const std::string& message, const std::function<void()>& before_wake) {
+  log_->finished(log_id_, message);
+  if (before_wake) before_wake();
+  {
+    std::lock_guard lock(mu_);
+    end_ = Clock::now();
+    if (start_ == Clock::time_point{}) start_ = end_;
+    state_ = State::kFailed;
+    error_ = message;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<WorkImpl> failed_work(OpInfo info, const std::string& where,
+                                      std::shared_ptr<CollectiveLog> log,
+                                      const std::string& message) {
+  uint64_t id = log->add(info.str());
+  auto w = std::make_shared<WorkImpl>(std::move(info), where, std::vector<Tensor>{}, Millis(0),
+                                      std::move(log), id);
+  w->mark_failed(message);
+  return w;
+}
+
+// ---- argument checks ----
+
+std::string shape_str(const Tensor& t) {
+  return kiln::str(t.shape());
+}
+
+void check_cpu_tensor(const char* op, const Tensor& t, const char* name) {
+  KILN_CHECK(t.defined(), "[", op, "] ", name, " is undefined");
+  KILN_CHECK(!t.is_symbolic(), "[", op, "] ", name,
+             " is symbolic (collectives cannot run while tracing)");
+  KILN_CHECK(t.device().is_cpu(), "[", op, "] ", name, " is on ", t.device(),
+             "; the gloo backend takes CPU tensors");
+  KILN_CHECK(t.is_contiguous(), "[", op, "] ", name, " must be contiguous; got shape ", t.shape(),
+             " strides ", t.strides());
+}
+
+void check_reducible(const char* op, DType dt, ReduceOp rop) {
+  KILN_CHECK(uint8_t(rop) <= uint8_t(ReduceOp::kProduct), "[", op, "] unknown ReduceOp ", int(rop));
+  KILN_CHECK(dt != DType::b8, "[", op, "] cannot reduce dtype bool (use f32, f64, f16, bf16, ",
+             "i64, i32 or u8)");
+  KILN_CHECK(rop != ReduceOp::kAvg || is_floating(dt), "[", op,
+             "] ReduceOp avg needs a floating dtype; got ", dt,
+             " (use sum and divide, or convert to f32)");
+}
+
+}  // namespace kiln::dist::detail
