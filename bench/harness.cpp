@@ -3,24 +3,31 @@
 // same run (STREAM copy/triad, sgemm, a hand-written fused GELU loop), and
 // prints a table (and JSON with --json FILE). Figures are ratios within one run.
 //   harness [--quick] [--json FILE]
+// Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
+// parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
+// also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "fashion_mnist.h"
 #include "kiln/compile.h"
-#include "mlp_step.h"
+#include "kiln/kernel_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
 #include "kiln/thread_pool.h"
+#include "mlp_step.h"
 
 namespace {
 
@@ -64,8 +71,8 @@ double sgemm_gflops(int n, int reps) {
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a), c(a.size());
   double ms = time_ms(
       [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
-                    b.data(), n, 0.0f, c.data(), n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                    n, 0.0f, c.data(), n);
       },
       reps);
   return 2.0 * n * static_cast<double>(n) * n / (ms * 1e6);
@@ -103,7 +110,8 @@ void gelu_loop(const float* x, float* y, int64_t n) {
 
 struct Row {
   std::string name;
-  double eager_ms = 0, compiled_ms = 0, max_abs_diff = 0, trace_ms = 0, passes_ms = 0;
+  double eager_ms = 0, compiled_ms = 0, compiled_1t_ms = 0, max_abs_diff = 0, trace_ms = 0,
+         passes_ms = 0;
   double bytes = 0, flops = 0;  // per call, for GB/s or GFLOP/s
   int64_t peak_bytes = 0;
 };
@@ -117,10 +125,11 @@ double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return m;
 }
 
-// Times `eager_fn` eagerly and `comp_fn` through kiln::compile. The two must do
-// the same work on identical but separate state (training steps move their
-// parameters): their second calls are compared (the compiled one is the first
-// traced run, after the eager warm-up call).
+// Times `eager_fn` eagerly and `comp_fn` through kiln::compile, the compiled one
+// at the pool's full size and at 1 thread. The two must do the same work on
+// identical but separate state (training steps move their parameters): their
+// second calls are compared (the compiled one is the first traced run, after the
+// eager warm-up call).
 template <typename E, typename C>
 Row measure(const std::string& name, E eager_fn, C comp_fn, int reps) {
   Row r;
@@ -131,6 +140,10 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps) {
   r.max_abs_diff = max_diff(eager_fn(), c());
   r.eager_ms = time_ms([&] { eager_fn(); }, reps);
   r.compiled_ms = time_ms([&] { c(); }, reps);
+  const int threads = num_threads();
+  set_num_threads(1);
+  r.compiled_1t_ms = time_ms([&] { c(); }, reps);
+  set_num_threads(threads);
   r.trace_ms = c.stats().trace_ms;
   r.passes_ms = c.stats().passes_ms;
   r.peak_bytes = c.stats().last_peak_bytes;
@@ -141,7 +154,99 @@ Row measure(const std::string& name, F fn, int reps) {
   return measure(name, fn, fn, reps);
 }
 
+// An Adam step over `n` parameters (ten tensors) with fixed gradients.
+struct AdamStep {
+  std::vector<Tensor> params;
+  std::unique_ptr<optim::Adam> opt;
+  explicit AdamStep(int64_t n) {
+    manual_seed(1);
+    for (int i = 0; i < 10; ++i) {
+      Tensor p = randn({n / 10});
+      p.requires_grad_(true);
+      p.set_grad(randn({n / 10}));
+      params.push_back(p);
+    }
+    opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-3});
+  }
+  std::vector<Tensor> operator()() {
+    opt->step();
+    return {params.front()};
+  }
+};
+
+// A transformer encoder block (post-norm, ReLU, no dropout) forward + backward.
+struct TransformerStep {
+  std::shared_ptr<nn::TransformerEncoderLayer> layer;
+  Tensor x;
+  static constexpr int64_t B = 16, L = 128, D = 256, H = 4, F = 1024;
+  TransformerStep() {
+    manual_seed(2);
+    layer = std::make_shared<nn::TransformerEncoderLayer>(
+        D, H, nn::TransformerEncoderLayerOptions{.dim_feedforward = F, .dropout = 0.0});
+    x = randn({B, L, D});
+  }
+  std::vector<Tensor> operator()() {
+    layer->zero_grad();
+    Tensor loss = mean(square(layer->forward(x)));
+    loss.backward();
+    return {loss};
+  }
+  // Matmul FLOPs of forward + backward (backward = 2x forward).
+  static double flops() {
+    const double tokens = B * L;
+    return 3 * 2.0 * tokens * (4.0 * D * D + 2.0 * D * F + 2.0 * L * D);
+  }
+};
+
+// The Fashion-MNIST CNN (examples/fashion_mnist) training step with Adam, batch 128.
+struct CnnStep {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Adam> opt;
+  Tensor x, y;
+  CnnStep() {
+    manual_seed(3);
+    model = examples::make_fashion_model("cnn");
+    model->eval();  // no dropout: eager and compiled compare exactly
+    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+    x = randn({128, 1, 28, 28});
+    y = randint(0, 10, {128});
+  }
+  std::vector<Tensor> operator()() {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt->step();
+    return {loss};
+  }
+};
+
 using bench::MlpStep;
+
+// Cold compile (empty disk cache) and warm start (disk cache filled, memory cache
+// dropped) of the MLP step: the time of the first, tracing call, in ms.
+struct StartTimes {
+  double cold_ms = 0, cold_llvm_ms = 0, warm_ms = 0, warm_llvm_ms = 0;
+  int64_t warm_disk_hits = 0;
+};
+StartTimes start_times() {
+  StartTimes t;
+  auto first_call = [&](double* llvm_ms) {
+    MlpStep s;
+    auto c = compile([&] { return s(); }, {.warmup = 0, .name = "mlp_start"});
+    const double llvm0 = kir::kernel_cache_stats().compile_ms;
+    const auto t0 = Clock::now();
+    c();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    *llvm_ms = kir::kernel_cache_stats().compile_ms - llvm0;
+    return ms;
+  };
+  t.cold_ms = first_call(&t.cold_llvm_ms);
+  kir::clear_memory_cache();
+  const int64_t disk0 = kir::kernel_cache_stats().disk_hits;
+  t.warm_ms = first_call(&t.warm_llvm_ms);
+  t.warm_disk_hits = kir::kernel_cache_stats().disk_hits - disk0;
+  return t;
+}
 
 }  // namespace
 
@@ -149,13 +254,19 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string json;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+    if (std::strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+      json = argv[++i];
     else {
       std::fprintf(stderr, "usage: harness [--quick] [--json FILE]\n");
       return 2;
     }
   }
+  // A private, empty disk cache, so "cold" means nothing compiled before.
+  char dir_tmpl[] = "/tmp/kiln-harness-XXXXXX";
+  const char* dir = mkdtemp(dir_tmpl);
+  if (dir) setenv("KILN_CACHE_DIR", dir, 1);
   const int reps = quick ? 3 : 10;
   const int64_t n16m = quick ? (1 << 20) : (1 << 24);
 
@@ -168,6 +279,7 @@ int main(int argc, char** argv) {
   const double gelu_loop_ms =
       time_ms([&] { gelu_loop(gx.data<float>(), gy.data<float>(), n16m); }, reps);
 
+  const StartTimes st = start_times();
   std::vector<Row> rows;
   {
     auto gelu = [&] { return std::vector<Tensor>{kiln::gelu(gx, "tanh")}; };
@@ -178,55 +290,108 @@ int main(int argc, char** argv) {
   {
     const int64_t rws = quick ? 512 : 4096;
     Tensor x = randn({rws, 1024});
-    Row r = measure("softmax_4096x1024", [&] { return std::vector<Tensor>{softmax(x, -1)}; }, reps);
+    Row r = measure(
+        "softmax_4096x1024", [&] { return std::vector<Tensor>{softmax(x, -1)}; }, reps);
     r.bytes = 8.0 * static_cast<double>(x.numel());
     rows.push_back(r);
     Tensor w = ones({1024}), b = zeros({1024});
-    Row l = measure("layer_norm_4096x1024",
-                    [&] { return std::vector<Tensor>{layer_norm(x, {1024}, w, b, 1e-5)}; }, reps);
+    Row l = measure(
+        "layer_norm_4096x1024",
+        [&] { return std::vector<Tensor>{layer_norm(x, {1024}, w, b, 1e-5)}; }, reps);
     l.bytes = 8.0 * static_cast<double>(x.numel());
     rows.push_back(l);
   }
   {
+    const int64_t n = quick ? 1000000 : 10000000;
+    AdamStep a(n), b(n);
+    Row r = measure(
+        "adam_10M", [&] { return a(); }, [&] { return b(); }, reps);
+    r.bytes = 28.0 * static_cast<double>(n);
+    rows.push_back(r);
+  }
+  {
     MlpStep a, b;
-    Row r = measure("mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps);
+    Row r = measure(
+        "mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps);
     r.flops = 3 * 2.0 * 128 * (784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10);
     rows.push_back(r);
   }
+  {
+    TransformerStep a, b;
+    Row r = measure(
+        "transformer_fwd_bwd", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
+    r.flops = TransformerStep::flops();
+    rows.push_back(r);
+  }
+  {
+    CnnStep a, b;
+    Row r = measure(
+        "cnn_step_adam", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
+    rows.push_back(r);
+  }
 
-  std::printf("hardware (this run): STREAM copy %.1f GB/s, triad %.1f GB/s, sgemm %.0f GFLOP/s, "
-              "hand-written GELU loop %.2f ms\n",
-              copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
-  std::printf("%-22s %10s %10s %8s %9s %9s %10s %10s %12s\n", "workload", "eager ms",
-              "compiled", "speedup", "trace ms", "passes", "GB/s", "GFLOP/s", "max|diff|");
+  std::printf(
+      "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
+      "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
+      num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
+  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s\n", "workload", "eager ms",
+              "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s", "peak MB",
+              "max|diff|");
   for (const Row& r : rows) {
     const double gbs = r.bytes > 0 ? r.bytes / (r.compiled_ms * 1e6) : 0;
     const double gfl = r.flops > 0 ? r.flops / (r.compiled_ms * 1e6) : 0;
-    std::printf("%-22s %10.2f %10.2f %7.2fx %9.2f %9.2f %10.1f %10.1f %12.3g\n", r.name.c_str(),
-                r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms, r.trace_ms, r.passes_ms,
-                gbs, gfl, r.max_abs_diff);
+    std::printf("%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g\n",
+                r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms,
+                r.compiled_1t_ms, r.trace_ms, r.passes_ms, gbs, gfl,
+                static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff);
   }
-  std::printf("GELU: compiled / hand-written loop = %.2fx (target <= 1), eager / compiled = %.2fx "
-              "(target >= 10)\n",
-              rows[0].compiled_ms / gelu_loop_ms, rows[0].eager_ms / rows[0].compiled_ms);
+  auto by = [&](const char* name) -> const Row& {
+    for (const Row& r : rows)
+      if (r.name == name) return r;
+    return rows.front();
+  };
+  const Row& gelu = by("gelu_tanh_16M");
+  std::printf(
+      "GELU: compiled / hand-written loop = %.2fx (target <= 1), eager / compiled = %.2fx "
+      "(target >= 10)\n",
+      gelu.compiled_ms / gelu_loop_ms, gelu.eager_ms / gelu.compiled_ms);
+  auto frac = [&](const Row& r) { return 100 * r.bytes / (r.compiled_ms * 1e6) / copy_gbs; };
   std::printf("softmax: %.0f%% of STREAM copy (target >= 70%%); layer_norm: %.0f%%\n",
-              100 * rows[1].bytes / (rows[1].compiled_ms * 1e6) / copy_gbs,
-              100 * rows[2].bytes / (rows[2].compiled_ms * 1e6) / copy_gbs);
-  std::printf("MLP step: %.2fx its GEMM floor (target <= 1.3)\n",
-              rows[3].compiled_ms / (rows[3].flops / (sgemm * 1e6)));
+              frac(by("softmax_4096x1024")), frac(by("layer_norm_4096x1024")));
+  std::printf("Adam: %.0f%% of its bandwidth bound (28 B/param; target >= 70%%)\n",
+              frac(by("adam_10M")));
+  auto floor = [&](const Row& r) { return r.compiled_ms / (r.flops / (sgemm * 1e6)); };
+  std::printf("MLP step: %.2fx its GEMM floor; transformer block: %.2fx (target <= 1.3)\n",
+              floor(by("mlp_step_sgd")), floor(by("transformer_fwd_bwd")));
+  double worst = 0;
+  std::string worst_name;
+  for (const Row& r : rows)
+    if (r.compiled_ms / r.compiled_1t_ms > worst) {
+      worst = r.compiled_ms / r.compiled_1t_ms;
+      worst_name = r.name;
+    }
+  std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n", num_threads(),
+              worst, worst_name.c_str());
+  std::printf(
+      "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "
+      "from the disk cache %.1f ms (LLVM %.1f ms, %lld disk hits; target <= 50)\n",
+      st.cold_ms, st.cold_llvm_ms, st.warm_ms, st.warm_llvm_ms,
+      static_cast<long long>(st.warm_disk_hits));
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\"stream_copy_gbs\": " << copy_gbs << ", \"stream_triad_gbs\": " << triad_gbs
       << ", \"sgemm_gflops\": " << sgemm << ", \"gelu_loop_ms\": " << gelu_loop_ms
+      << ", \"mlp_cold_compile_ms\": " << st.cold_ms << ", \"mlp_warm_start_ms\": " << st.warm_ms
       << ", \"workloads\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       f << (i ? ", " : "") << "{\"name\": \"" << r.name << "\", \"eager_ms\": " << r.eager_ms
-        << ", \"compiled_ms\": " << r.compiled_ms << ", \"trace_ms\": " << r.trace_ms
-        << ", \"passes_ms\": " << r.passes_ms << ", \"peak_bytes\": " << r.peak_bytes
-        << ", \"max_abs_diff\": " << r.max_abs_diff << "}";
+        << ", \"compiled_ms\": " << r.compiled_ms << ", \"compiled_1t_ms\": " << r.compiled_1t_ms
+        << ", \"trace_ms\": " << r.trace_ms << ", \"passes_ms\": " << r.passes_ms
+        << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff << "}";
     }
     f << "]}\n";
   }
+  if (dir) std::filesystem::remove_all(dir);
   return 0;
 }

@@ -8,7 +8,7 @@ PACKAGES=(
   libopenblas-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   nlohmann-json3-dev dataset-fashion-mnist libcli11-dev
   clang-14 libclang-rt-14-dev
-  llvm-19-dev libzstd-dev
+  llvm-19-dev libzstd-dev libxxhash-dev libgloo-dev
   python3 python3-pip
 )
 

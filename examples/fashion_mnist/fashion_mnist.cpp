@@ -70,15 +70,17 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
       data::FashionMNISTOptions{.root = opts.root, .train = false, .normalize = true});
   auto train_set = limited(train_full, opts.train_limit);
   auto test_set = limited(test_full, opts.test_limit);
-  data::DataLoader train_loader(train_set, {.batch_size = opts.batch_size, .shuffle = true,
-                                            .seed = opts.seed, .num_workers = opts.num_workers});
+  data::DataLoader train_loader(train_set, {.batch_size = opts.batch_size,
+                                            .shuffle = true,
+                                            .seed = opts.seed,
+                                            .num_workers = opts.num_workers});
   data::DataLoader test_loader(test_set, {.batch_size = 500, .num_workers = opts.num_workers});
 
   auto model = make_fashion_model(opts.model);
   optim::Adam opt(model->parameters(), {.lr = opts.lr});
   log << *model << "\n";
-  log << "training " << opts.model << (opts.compile ? " (compiled)" : " (eager)") << " on " << train_set->size() << " images, testing on "
-      << test_set->size() << "\n";
+  log << "training " << opts.model << (opts.compile ? " (compiled)" : " (eager)") << " on "
+      << train_set->size() << " images, testing on " << test_set->size() << "\n";
 
   // One training step; with --compile it is traced once (forward, backward and
   // the Adam update in one graph) and replayed; the batch dim is dynamic so the
@@ -90,9 +92,9 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     opt.step();
     return loss;
   };
-  auto step = kiln::compile(train_step, {.enabled = opts.compile,
-                                         .dynamic = {{0, 0}, {1, 0}},
-                                         .name = "fashion_train_step"});
+  auto step = kiln::compile(
+      train_step,
+      {.enabled = opts.compile, .dynamic = {{0, 0}, {1, 0}}, .name = "fashion_train_step"});
 
   std::vector<EpochStats> stats;
   for (int epoch = 1; epoch <= opts.epochs; ++epoch) {
@@ -114,6 +116,7 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     s.train_loss = steps ? loss_sum / static_cast<double>(steps) : 0.0;
     s.seconds = secs;
     s.samples_per_second = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
+    s.ms_per_step = steps ? 1000.0 * secs / static_cast<double>(steps) : 0.0;
     s.test_accuracy = evaluate(*model, test_loader);
     stats.push_back(s);
     log << "epoch " << epoch << "  loss " << std::fixed << std::setprecision(4) << s.train_loss
@@ -122,6 +125,35 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
         << s.samples_per_second << " samples/s" << std::endl;
   }
   return stats;
+}
+
+void compare_eager_compiled(FashionOptions opts, std::ostream& log, std::ostream& out) {
+  opts.compile = false;
+  const std::vector<EpochStats> eager = train_fashion_mnist(opts, log);
+  opts.compile = true;
+  const std::vector<EpochStats> comp = train_fashion_mnist(opts, log);
+  // The first compiled epoch pays for tracing and JIT compilation; the steady
+  // state is the last epoch (the first one when there is only one).
+  auto steady = [](const std::vector<EpochStats>& s) { return s.back(); };
+  const EpochStats e = steady(eager), c = steady(comp);
+  out << "\n"
+      << opts.model << " on Fashion-MNIST, " << opts.epochs << " epoch(s), batch "
+      << opts.batch_size << " (last epoch's figures)\n";
+  out << std::left << std::setw(10) << "" << std::right << std::setw(14) << "ms / step"
+      << std::setw(14) << "samples/s" << std::setw(16) << "test accuracy"
+      << "\n";
+  auto row = [&](const char* name, const EpochStats& s) {
+    out << std::left << std::setw(10) << name << std::right << std::fixed << std::setprecision(2)
+        << std::setw(14) << s.ms_per_step << std::setprecision(0) << std::setw(14)
+        << s.samples_per_second << std::setprecision(2) << std::setw(15) << 100.0 * s.test_accuracy
+        << "%\n";
+  };
+  row("eager", e);
+  row("compiled", c);
+  out << "speedup (eager / compiled time per step): " << std::setprecision(2)
+      << (c.ms_per_step > 0 ? e.ms_per_step / c.ms_per_step : 0.0) << "x; first compiled epoch "
+      << std::setprecision(1) << comp.front().seconds << " s (includes compilation) vs eager "
+      << eager.front().seconds << " s" << std::endl;
 }
 
 }  // namespace kiln::examples

@@ -1,7 +1,9 @@
 // Trains an MLP or the small CNN on Fashion-MNIST and prints per-epoch loss,
 // test accuracy and throughput.
 //   fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] [--lr X] [--root DIR]
-//                 [--compile]
+//                 [--compile | --compare]
+// --compare trains eagerly and then compiled from the same seed and prints the
+// side-by-side table (the README's main demo).
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -11,6 +13,7 @@
 
 int main(int argc, char** argv) {
   kiln::examples::FashionOptions opts;
+  bool compare = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -20,21 +23,33 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--model") opts.model = next();
-    else if (a == "--epochs") opts.epochs = std::atoi(next().c_str());
-    else if (a == "--limit") opts.train_limit = std::atoll(next().c_str());
-    else if (a == "--batch") opts.batch_size = std::atoll(next().c_str());
-    else if (a == "--lr") opts.lr = std::atof(next().c_str());
-    else if (a == "--root") opts.root = next();
-    else if (a == "--compile") opts.compile = true;
+    if (a == "--model")
+      opts.model = next();
+    else if (a == "--epochs")
+      opts.epochs = std::atoi(next().c_str());
+    else if (a == "--limit")
+      opts.train_limit = std::atoll(next().c_str());
+    else if (a == "--batch")
+      opts.batch_size = std::atoll(next().c_str());
+    else if (a == "--lr")
+      opts.lr = std::atof(next().c_str());
+    else if (a == "--root")
+      opts.root = next();
+    else if (a == "--compile")
+      opts.compile = true;
+    else if (a == "--compare")
+      compare = true;
     else {
       std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
-                   "[--lr X] [--root DIR] [--compile]\n";
+                   "[--lr X] [--root DIR] [--compile | --compare]\n";
       return a == "--help" ? 0 : 2;
     }
   }
   try {
-    kiln::examples::train_fashion_mnist(opts, std::cout);
+    if (compare)
+      kiln::examples::compare_eager_compiled(opts, std::cout, std::cout);
+    else
+      kiln::examples::train_fashion_mnist(opts, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

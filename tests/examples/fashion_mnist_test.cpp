@@ -9,8 +9,8 @@
 
 namespace {
 bool have_data() {
-  return std::filesystem::exists(std::string(kiln::data::FashionMNIST::kDefaultRoot) +
-                                 "/train-images-idx3-ubyte.gz");
+  return std::filesystem::exists(std::filesystem::path(kiln::data::FashionMNIST::kDefaultRoot) /
+                                 "train-images-idx3-ubyte.gz");
 }
 }  // namespace
 
