@@ -15,6 +15,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
+#include "kiln/distributed/collectives.h"
 #include "kiln/functional.h"
 
 namespace kiln::dist {
@@ -204,8 +205,87 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   // launched finish in the background (their Work holds the buffers).
   void abandon() { reset_iteration(); }
 
+  // While tracing (trace_collectives): the reduction as IR nodes.
+  struct Traced {
+    bool active = false;
+    size_t next_bucket = 0;
+    std::vector<size_t> pending;  // per bucket
+    std::vector<char> ready;      // per parameter
+    std::vector<Tensor> handles;  // per bucket: collective_start's result
+  } traced;
+
+  // The traceable hook of parameter i: runs only while tracing.
+  void on_grad_traced(size_t i) {
+    if (!current_recorder() || !opts.trace_collectives) return;
+    std::lock_guard<std::mutex> lock(mu);
+    // The graph depends on no_sync(): a compiled step re-traces when it changes.
+    trace_guard(
+        [w = weak_from_this(), s = sync] {
+          auto r = w.lock();
+          if (!r) return false;
+          std::lock_guard<std::mutex> l(r->mu);
+          return r->sync == s;
+        },
+        "DistributedDataParallel no_sync() state");
+    if (!sync) return;
+    KILN_CHECK(!hook, kTag,
+               "a comm hook cannot run inside a traced step; construct DDP with "
+               "trace_collectives=false and compile forward+backward only");
+    if (!traced.active) {
+      KILN_CHECK(autograd::in_backward(), kTag, "gradient hook outside backward while tracing");
+      traced.active = true;
+      traced.next_bucket = 0;
+      traced.ready.assign(params.size(), 0);
+      traced.handles.assign(buckets.size(), Tensor());
+      traced.pending.clear();
+      for (const Bucket& b : buckets) traced.pending.push_back(b.params.size());
+      autograd::queue_callback([w = weak_from_this()] {
+        if (auto r = w.lock()) r->finalize_traced();
+      });
+    }
+    KILN_CHECK(!traced.ready[i], kTag, "parameter '", params[i].name,
+               "' received a second gradient in one traced backward");
+    traced.ready[i] = 1;
+    if (--traced.pending[params[i].bucket] > 0) return;
+    while (traced.next_bucket < buckets.size() && traced.pending[traced.next_bucket] == 0) {
+      const size_t b = traced.next_bucket++;
+      traced.handles[b] = all_reduce_start(pg, bucket_grads(b), ReduceOp::kAvg);
+    }
+  }
+
+  std::vector<Tensor> bucket_grads(size_t b) const {
+    std::vector<Tensor> gs;
+    for (size_t k : buckets[b].params) gs.push_back(params[k].tensor.grad());
+    return gs;
+  }
+
+  // End of a traced backward: wait for every bucket (the pass moves each wait
+  // to just before its first use) and make the reduced values the .grads.
+  void finalize_traced() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!traced.active) return;
+    traced.active = false;
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!traced.ready[i]) missing.push_back(params[i].name);
+    KILN_CHECK(missing.empty(), kTag, missing.size(),
+               " parameter(s) received no gradient in the traced backward: ", join(missing),
+               ". A compiled step must give every parameter a gradient (find_unused_parameters "
+               "needs an eager backward)");
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      std::vector<Tensor> gs = bucket_grads(b);
+      std::vector<Tensor> reduced = all_reduce_wait(pg, traced.handles[b], gs);
+      for (size_t j = 0; j < buckets[b].params.size(); ++j)
+        params[buckets[b].params[j]].tensor.set_grad(reduced[j]);
+    }
+    traced.handles.clear();
+  }
+
   // The post-accumulate-grad hook of parameter i.
   void on_grad_ready(size_t i) {
+    // Called by a compiled plan writing back a gradient (not inside an autograd
+    // backward) whose graph already holds the collectives: nothing to do.
+    if (opts.trace_collectives && !autograd::in_backward()) return;
     std::lock_guard<std::mutex> lock(mu);
     used[i] = 1;
     if (!sync) return;  // no_sync(): accumulate locally
@@ -368,11 +448,17 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     broadcast_from_rank0(*r->pg, state);
   }
   r->assign_buckets();
-  for (size_t i = 0; i < r->params.size(); ++i)
+  for (size_t i = 0; i < r->params.size(); ++i) {
     r->params[i].tensor.register_post_accumulate_grad_hook(
         [w = std::weak_ptr<Reducer>(r), i](const Tensor&) {
           if (auto rr = w.lock()) rr->on_grad_ready(i);
         });
+    r->params[i].tensor.register_post_accumulate_grad_hook(
+        [w = std::weak_ptr<Reducer>(r), i](const Tensor&) {
+          if (auto rr = w.lock()) rr->on_grad_traced(i);
+        },
+        /*traceable=*/true);
+  }
   reducer_ = std::move(r);
 }
 

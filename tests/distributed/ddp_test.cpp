@@ -236,8 +236,11 @@ std::vector<Tensor> train_single(const std::vector<Batch>& data) {
 
 // Two ranks with batch B each (rank r takes half r of every batch). Rank 1
 // starts from other weights: DDP's broadcast must replace them.
+// With whole_step, forward, backward and the SGD update are one compiled graph
+// holding the bucket all-reduces as collective nodes (trace_collectives).
 std::vector<std::vector<Tensor>> train_ddp(const Runner& run, const std::vector<Batch>& data,
-                                           bool compiled, DDPOptions base = {}) {
+                                           bool compiled, DDPOptions base = {},
+                                           bool whole_step = false) {
   std::vector<std::shared_ptr<nn::Sequential>> models = {make_mlp(1), make_mlp(2)};
   std::vector<std::vector<Tensor>> params(2);
   const int64_t b = data[0].x.size(0) / 2;
@@ -253,6 +256,22 @@ std::vector<std::vector<Tensor>> train_ddp(const Runner& run, const std::vector<
       return loss;
     };
     auto step = compile(fwd_bwd, {.enabled = compiled, .name = "ddp_fwd_bwd"});
+    auto whole = compile(
+        [&](const Tensor& x, const Tensor& y) {
+          opt.zero_grad();
+          Tensor loss = cross_entropy(ddp(x), y);
+          loss.backward();
+          opt.step();
+          return loss;
+        },
+        {.name = "ddp_whole_step"});
+    if (whole_step) {
+      for (const auto& bt : data)
+        whole(bt.x.narrow(0, rank * b, b).contiguous(), bt.y.narrow(0, rank * b, b).contiguous());
+      EXPECT_GE(whole.stats().compiled_calls, 5);
+      params[static_cast<size_t>(rank)] = m->parameters();
+      return;
+    }
     dist::WorkPtr prev;
     for (const auto& bt : data) {
       opt.zero_grad();
@@ -289,7 +308,24 @@ TEST_P(DDPBackends, CompiledStepMatchesEagerDDP) {
   auto data = make_batches(10, 8);
   auto ref = train_single(data);
   auto eager = train_ddp(runner(), data, /*compiled=*/false, {.first_bucket_mb = 1e-3});
-  auto comp = train_ddp(runner(), data, /*compiled=*/true, {.first_bucket_mb = 1e-3});
+  auto comp = train_ddp(runner(), data, /*compiled=*/true,
+                        {.first_bucket_mb = 1e-3, .trace_collectives = false});
+  for (size_t i = 0; i < eager[0].size(); ++i) {
+    expect_close(comp[0][i], eager[0][i], 1e-5, str("rank 0 param ", i));
+    expect_close(comp[0][i], ref[i], 1e-5, str("rank 0 param ", i, " vs one process"));
+    expect_close(comp[1][i], comp[0][i], 0, str("rank 1 param ", i));
+  }
+}
+
+// Forward, backward and the optimizer update as one compiled graph: the bucket
+// all-reduces are collective nodes in the IR (trace_collectives); the update
+// reads the reduced gradients. Same parameters as eager DDP and one process.
+TEST_P(DDPBackends, WholeCompiledStepMatchesEagerDDP) {
+  auto data = make_batches(10, 8);
+  auto ref = train_single(data);
+  auto eager = train_ddp(runner(), data, /*compiled=*/false, {.first_bucket_mb = 1e-3});
+  auto comp = train_ddp(runner(), data, /*compiled=*/true, {.first_bucket_mb = 1e-3},
+                        /*whole_step=*/true);
   for (size_t i = 0; i < eager[0].size(); ++i) {
     expect_close(comp[0][i], eager[0][i], 1e-5, str("rank 0 param ", i));
     expect_close(comp[0][i], ref[i], 1e-5, str("rank 0 param ", i, " vs one process"));
@@ -440,8 +476,10 @@ TEST_P(DDPBackends, AllReduceRunsWhileBackwardRuns) {
   std::vector<Tensor> xs = {randn({64, 256}), randn({64, 256})};
   runner()(2, [&](int r, dist::ProcessGroup& pg) {
     auto m = models[static_cast<size_t>(r)];
-    DistributedDataParallel ddp(
-        m, {.bucket_cap_mb = 0.1, .first_bucket_mb = 0.1, .process_group = borrow(pg)});
+    DistributedDataParallel ddp(m, {.bucket_cap_mb = 0.1,
+                                    .first_bucket_mb = 0.1,
+                                    .trace_collectives = false,  // comm hook, compiled
+                                    .process_group = borrow(pg)});
     ASSERT_EQ(ddp.num_buckets(), 3u);
     EXPECT_EQ(ddp.bucket_parameter_names(2), (std::vector<std::string>{"0.bias", "0.weight"}));
     std::vector<dist::WorkPtr> launched;  // this iteration's Works, as DDP launches them

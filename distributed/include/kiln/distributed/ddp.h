@@ -13,15 +13,20 @@
 // when a bucket's last gradient is ready its all-reduce (mean over ranks)
 // starts on the group's worker threads while backward continues. Buckets are
 // launched strictly in bucket order, so every rank issues the same sequence of
-// collectives. The end of backward waits for every bucket. A step whose
-// forward and backward are compiled (kiln::compile) drives the same buckets:
-// the compiled plan fires the hooks as it produces each gradient, and the
-// last one finishes the reduction. Compile forward and backward only, and
-// step the optimizer after the compiled call returns: an update inside the
-// same graph would read the gradients before they are reduced. (A plan does
-// not re-run forward's host code either: buffers are not re-broadcast per
-// call, and every parameter must get a gradient, since unused ones are only
-// detected at the end of an eager backward.)
+// collectives. The end of backward waits for every bucket.
+//
+// Compiled steps (kiln::compile), with no graph break: by default
+// (trace_collectives) the same hooks run while tracing and record each
+// bucket's all-reduce as collective_start / collective_wait IR nodes, and the
+// reduced gradients become the .grad the rest of the trace reads — so forward,
+// backward and the optimizer update can be one graph; the schedule_collectives
+// pass starts each bucket as soon as its gradients exist and makes each update
+// wait only for its own bucket. With trace_collectives=false, compile forward
+// and backward only: the plan fires the gradient-ready hooks as it produces
+// each gradient and the eager buckets reduce. (A plan does not re-run
+// forward's host code: buffers are not re-broadcast per call, and every
+// parameter must get a gradient, since unused ones are only detected at the
+// end of an eager backward; comm hooks need trace_collectives=false.)
 #pragma once
 
 #include <chrono>
@@ -45,6 +50,12 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;        ///< copy rank 0's buffers before every forward
   bool gradient_as_bucket_view = true;  ///< .grad is a view into its bucket (no copy back)
+  /// A traced step (kiln::compile) holds each bucket's all-reduce as IR nodes
+  /// (collective_start as soon as its gradients exist, collective_wait before
+  /// their first use), so the whole step — optimizer update included — can be
+  /// one graph. false: compiled plans fire the gradient-ready hooks and the
+  /// eager buckets reduce (forward+backward only; comm hooks apply).
+  bool trace_collectives = true;
   std::shared_ptr<ProcessGroup> process_group = nullptr;  ///< null: the default group
 };
 
