@@ -17,7 +17,8 @@ ctest --preset release -j "$jobs" -LE fuzz
 fuzz_pid=""
 fuzz_log=build/release/fuzz-smoke.log
 if [ "${KILN_FUZZ:-1}" != 0 ]; then
-  ctest --preset release -L fuzz >"$fuzz_log" 2>&1 &
+  # One compile job: the sanitizer build is the critical path.
+  KILN_FUZZ_JOBS=1 ctest --preset release -L fuzz >"$fuzz_log" 2>&1 &
   fuzz_pid=$!
 fi
 status=0

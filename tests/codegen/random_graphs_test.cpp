@@ -32,7 +32,11 @@ namespace kiln::testing {
 namespace {
 
 constexpr int kShards = 8;
+#ifdef KILN_TEST_SANITIZED
+constexpr int kProgramsPerShard = 400;  // 3200 under ASan+UBSan (the Release run does 8000)
+#else
 constexpr int kProgramsPerShard = 1000;  // 8000 programs in all
+#endif
 constexpr int kMaxReportsPerShard = 3;
 
 // Tolerance (relative = absolute) per dtype: unfused nodes run the eager
