@@ -26,26 +26,11 @@ int Kernel::num_phases() const {
 
 namespace {
 
+using detail::is_float_math;
+
 constexpr bool is_comparison(OpId op) {
   return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
          op == OpId::ge;
-}
-constexpr bool is_float_math(OpId op) {
-  switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-      return true;
-    default:
-      return false;
-  }
 }
 constexpr bool is_arith(OpId op) {
   return op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div ||

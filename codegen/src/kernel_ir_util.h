@@ -9,6 +9,26 @@
 
 namespace kiln::kir::detail {
 
+/// Transcendental/float-only unary ops (computed in floating point; the LLVM
+/// backend emits them through the vectorizable math of vector_math_ir.h).
+constexpr bool is_float_math(OpId op) {
+  switch (op) {
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::erf:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// Where the value of each expression and each store lives.
 struct Analysis {
   /// Per expr: it depends on a load that varies along the inner dim (else it is

@@ -8,12 +8,12 @@
 #include <bit>
 #include <cstdio>
 
+#include "kernel_ir_util.h"
 #include "kiln/error.h"
 
 namespace kiln::kir::detail {
 
 namespace {
-
 
 // Register type of a value of dtype t (f16/bf16 compute in float, bool is i1).
 std::string ty(DType t) {
@@ -319,6 +319,7 @@ std::string IrText::scalar_op(OpId op, DType t, DType r, std::string a, std::str
   const std::string rt = ty(t);
   const bool f = is_f(t), si = is_signed_int(t), boolean = t == DType::b8;
   const std::string zero = f ? "0.0" : (boolean ? "false" : "0");
+  if (is_float_math(op)) return float_math(op, t, a);
   switch (op) {
     case OpId::copy:
       return a;
@@ -359,17 +360,7 @@ std::string IrText::scalar_op(OpId op, DType t, DType r, std::string a, std::str
     case OpId::logical_not:
       if (boolean) return emit(str("xor i1 ", a, ", true"));
       return emit(str(f ? "fcmp oeq " : "icmp eq ", rt, " ", a, ", ", zero));
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-      return float_math(op, t, a);
+
     case OpId::add:
     case OpId::sub:
     case OpId::mul: {
