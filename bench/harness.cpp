@@ -2,7 +2,7 @@
 // eagerly and through kiln::compile, measures the machine's own limits in the
 // same run (STREAM copy/triad, sgemm, a hand-written fused GELU loop), and
 // prints a table (and JSON with --json FILE). Figures are ratios within one run.
-//   harness [--quick] [--json FILE]
+//   harness [--quick] [--json FILE] [--only NAME,NAME...]
 // Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
 // parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
 // also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
@@ -48,9 +48,16 @@ double time_ms(const std::function<void()>& fn, int reps) {
 }
 
 // ---- hardware references ----
+// Both references run on the pool's threads, like the kernels they are compared with.
 double stream_copy_gbs(size_t n, int reps) {
   std::vector<float> a(n, 1.0f), b(n);
-  double ms = time_ms([&] { std::memcpy(b.data(), a.data(), n * sizeof(float)); }, reps);
+  double ms = time_ms(
+      [&] {
+        parallel_for(0, static_cast<int64_t>(n), 1 << 16, [&](int64_t s, int64_t e) {
+          std::memcpy(b.data() + s, a.data() + s, static_cast<size_t>(e - s) * sizeof(float));
+        });
+      },
+      reps);
   return 2.0 * static_cast<double>(n * sizeof(float)) / (ms * 1e6);
 }
 
@@ -58,10 +65,12 @@ double stream_triad_gbs(size_t n, int reps) {
   std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
   double ms = time_ms(
       [&] {
-        float* __restrict pa = a.data();
-        const float* __restrict pb = b.data();
-        const float* __restrict pc = c.data();
-        for (size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+        parallel_for(0, static_cast<int64_t>(n), 1 << 16, [&](int64_t s, int64_t e) {
+          float* __restrict pa = a.data();
+          const float* __restrict pb = b.data();
+          const float* __restrict pc = c.data();
+          for (int64_t i = s; i < e; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+        });
       },
       reps);
   return 3.0 * static_cast<double>(n * sizeof(float)) / (ms * 1e6);
@@ -252,17 +261,26 @@ StartTimes start_times() {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string json;
+  std::string json, only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0)
       quick = true;
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc)
       json = argv[++i];
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+      only = str(",", argv[++i], ",");
     else {
-      std::fprintf(stderr, "usage: harness [--quick] [--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: harness [--quick] [--json FILE] [--only NAME,...]\n"
+                   "  workloads: gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M\n"
+                   "             mlp_step_sgd transformer_fwd_bwd cnn_step_adam mlp_start\n");
       return 2;
     }
   }
+  // --only runs a subset (the hardware references always run).
+  auto want = [&](const char* name) {
+    return only.empty() || only.find(str(",", name, ",")) != std::string::npos;
+  };
   // A private, empty disk cache, so "cold" means nothing compiled before.
   char dir_tmpl[] = "/tmp/kiln-harness-XXXXXX";
   const char* dir = mkdtemp(dir_tmpl);
@@ -279,21 +297,23 @@ int main(int argc, char** argv) {
   const double gelu_loop_ms =
       time_ms([&] { gelu_loop(gx.data<float>(), gy.data<float>(), n16m); }, reps);
 
-  const StartTimes st = start_times();
+  const StartTimes st = want("mlp_start") ? start_times() : StartTimes{};
   std::vector<Row> rows;
-  {
+  if (want("gelu_tanh_16M")) {
     auto gelu = [&] { return std::vector<Tensor>{kiln::gelu(gx, "tanh")}; };
     Row r = measure("gelu_tanh_16M", gelu, reps);
     r.bytes = 8.0 * static_cast<double>(n16m);
     rows.push_back(r);
   }
-  {
-    const int64_t rws = quick ? 512 : 4096;
-    Tensor x = randn({rws, 1024});
+  const int64_t rws = quick ? 512 : 4096;
+  Tensor x = randn({rws, 1024});
+  if (want("softmax_4096x1024")) {
     Row r = measure(
         "softmax_4096x1024", [&] { return std::vector<Tensor>{softmax(x, -1)}; }, reps);
     r.bytes = 8.0 * static_cast<double>(x.numel());
     rows.push_back(r);
+  }
+  if (want("layer_norm_4096x1024")) {
     Tensor w = ones({1024}), b = zeros({1024});
     Row l = measure(
         "layer_norm_4096x1024",
@@ -301,7 +321,7 @@ int main(int argc, char** argv) {
     l.bytes = 8.0 * static_cast<double>(x.numel());
     rows.push_back(l);
   }
-  {
+  if (want("adam_10M")) {
     const int64_t n = quick ? 1000000 : 10000000;
     AdamStep a(n), b(n);
     Row r = measure(
@@ -309,21 +329,21 @@ int main(int argc, char** argv) {
     r.bytes = 28.0 * static_cast<double>(n);
     rows.push_back(r);
   }
-  {
+  if (want("mlp_step_sgd")) {
     MlpStep a, b;
     Row r = measure(
         "mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps);
     r.flops = 3 * 2.0 * 128 * (784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10);
     rows.push_back(r);
   }
-  {
+  if (want("transformer_fwd_bwd")) {
     TransformerStep a, b;
     Row r = measure(
         "transformer_fwd_bwd", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
     r.flops = TransformerStep::flops();
     rows.push_back(r);
   }
-  {
+  if (want("cnn_step_adam")) {
     CnnStep a, b;
     Row r = measure(
         "cnn_step_adam", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
@@ -345,24 +365,26 @@ int main(int argc, char** argv) {
                 r.compiled_1t_ms, r.trace_ms, r.passes_ms, gbs, gfl,
                 static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff);
   }
-  auto by = [&](const char* name) -> const Row& {
+  auto by = [&](const char* name) -> const Row* {
     for (const Row& r : rows)
-      if (r.name == name) return r;
-    return rows.front();
+      if (r.name == name) return &r;
+    return nullptr;
   };
-  const Row& gelu = by("gelu_tanh_16M");
-  std::printf(
-      "GELU: compiled / hand-written loop = %.2fx (target <= 1), eager / compiled = %.2fx "
-      "(target >= 10)\n",
-      gelu.compiled_ms / gelu_loop_ms, gelu.eager_ms / gelu.compiled_ms);
+  if (const Row* gelu = by("gelu_tanh_16M"))
+    std::printf(
+        "GELU: compiled / hand-written loop = %.2fx (target <= 1), eager / compiled = %.2fx "
+        "(target >= 10)\n",
+        gelu->compiled_ms / gelu_loop_ms, gelu->eager_ms / gelu->compiled_ms);
   auto frac = [&](const Row& r) { return 100 * r.bytes / (r.compiled_ms * 1e6) / copy_gbs; };
-  std::printf("softmax: %.0f%% of STREAM copy (target >= 70%%); layer_norm: %.0f%%\n",
-              frac(by("softmax_4096x1024")), frac(by("layer_norm_4096x1024")));
-  std::printf("Adam: %.0f%% of its bandwidth bound (28 B/param; target >= 70%%)\n",
-              frac(by("adam_10M")));
+  for (const char* n : {"softmax_4096x1024", "layer_norm_4096x1024"})
+    if (const Row* r = by(n))
+      std::printf("%s: %.0f%% of STREAM copy (target >= 70%%)\n", n, frac(*r));
+  if (const Row* r = by("adam_10M"))
+    std::printf("Adam: %.0f%% of its bandwidth bound (28 B/param; target >= 70%%)\n", frac(*r));
   auto floor = [&](const Row& r) { return r.compiled_ms / (r.flops / (sgemm * 1e6)); };
-  std::printf("MLP step: %.2fx its GEMM floor; transformer block: %.2fx (target <= 1.3)\n",
-              floor(by("mlp_step_sgd")), floor(by("transformer_fwd_bwd")));
+  for (const char* n : {"mlp_step_sgd", "transformer_fwd_bwd"})
+    if (const Row* r = by(n))
+      std::printf("%s: %.2fx its GEMM floor (target <= 1.3)\n", n, floor(*r));
   double worst = 0;
   std::string worst_name;
   for (const Row& r : rows)
@@ -372,11 +394,12 @@ int main(int argc, char** argv) {
     }
   std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n", num_threads(),
               worst, worst_name.c_str());
-  std::printf(
-      "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "
-      "from the disk cache %.1f ms (LLVM %.1f ms, %lld disk hits; target <= 50)\n",
-      st.cold_ms, st.cold_llvm_ms, st.warm_ms, st.warm_llvm_ms,
-      static_cast<long long>(st.warm_disk_hits));
+  if (want("mlp_start"))
+    std::printf(
+        "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "
+        "from the disk cache %.1f ms (LLVM %.1f ms, %lld disk hits; target <= 50)\n",
+        st.cold_ms, st.cold_llvm_ms, st.warm_ms, st.warm_llvm_ms,
+        static_cast<long long>(st.warm_disk_hits));
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\"stream_copy_gbs\": " << copy_gbs << ", \"stream_triad_gbs\": " << triad_gbs

@@ -46,6 +46,7 @@ struct Executor::Step {
   std::vector<int> out;
   std::vector<int> free_after;    // slots whose last use is this step
   std::vector<int> overwritable;  // dying slots one kernel here may write in place
+  std::vector<int> dying_inputs;  // graph-input slots read last here, by one instance
 };
 
 Executor::~Executor() = default;
@@ -243,11 +244,26 @@ void Executor::build_schedule() {
     if (l >= 0 && !is_out[static_cast<size_t>(sl)])
       steps_[static_cast<size_t>(l)].free_after.push_back(sl);
   }
+  // Graph inputs an unfused view (or collective) may alias at run time: never
+  // written in place as a destination, the alias would see the new value.
+  input_aliased_.assign(g.inputs().size(), false);
+  for (size_t i = 0; i < g.inputs().size(); ++i)
+    for (const ir::Node* u : g.inputs()[i]->users) {
+      const size_t pos = g.position(u);
+      if (plan_.group_of[pos] < 0 && (u->info().has(kView) || u->info().has(kCollective)))
+        input_aliased_[i] = true;
+    }
+  outputs_of_slot_.assign(static_cast<size_t>(num_slots_), {});
+  for (size_t o = 0; o < output_slots_.size(); ++o)
+    outputs_of_slot_[static_cast<size_t>(output_slots_[o])].push_back(o);
   for (size_t s = 0; s < steps_.size(); ++s) {
     Step& st = steps_[s];
     if (st.groups.empty()) continue;
-    for (int sl : st.free_after) {
-      if (is_input_slot_[static_cast<size_t>(sl)]) continue;
+    for (int sl = 0; sl < num_slots_; ++sl) {
+      const bool input = is_input_slot_[static_cast<size_t>(sl)];
+      // Dying here (inputs are never freed, but their last reader is known).
+      if (last[static_cast<size_t>(sl)] != static_cast<int>(s) || is_out[static_cast<size_t>(sl)])
+        continue;
       // Read by exactly one instance of the batch (the others run concurrently).
       int readers = 0;
       for (int gi : st.groups) {
@@ -257,7 +273,7 @@ void Executor::build_schedule() {
                        grp.arg_slot.begin() + static_cast<std::ptrdiff_t>(grp.lowered.num_inputs),
                        sl) > 0;
       }
-      if (readers == 1) st.overwritable.push_back(sl);
+      if (readers == 1) (input ? st.dying_inputs : st.overwritable).push_back(sl);
     }
   }
   // Where each output becomes available: 0 = before the first step, s+1 = after step s.
@@ -386,6 +402,49 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     for (size_t o : outputs_at_step_[at])
       (*args.on_ready)(o, slots[static_cast<size_t>(output_slots_[o])]);
   };
+  // Destinations a kernel may write into: graph input slots holding exactly
+  // the destination (no other input shares its storage).
+  std::vector<const Tensor*> dest_of_slot;
+  if (!args.dests.empty() && opts_.in_place) {
+    KILN_ASSERT(args.dests.size() == output_slots_.size(), "executor: ", args.dests.size(),
+                " destinations for ", output_slots_.size(), " outputs");
+    dest_of_slot.assign(static_cast<size_t>(num_slots_), nullptr);
+    for (size_t o = 0; o < args.dests.size(); ++o) {
+      const Tensor& d = args.dests[o];
+      if (!d.defined() || !d.impl()->storage || !d.is_contiguous()) continue;
+      int found = -1, sharing = 0;
+      for (size_t i = 0; i < args.inputs.size(); ++i) {
+        const Tensor& t = args.inputs[i];
+        if (t.impl()->storage != d.impl()->storage) continue;
+        ++sharing;
+        if (t.is_same(d)) found = static_cast<int>(i);
+      }
+      if (found >= 0 && sharing == 1 && !input_aliased_[static_cast<size_t>(found)])
+        dest_of_slot[static_cast<size_t>(found)] = &d;
+    }
+  }
+  // The graph input a kernel output may overwrite as its destination, or -1.
+  auto dest_input = [&](const Step& step, const Group& grp, size_t j, const Dims& shape, DType dt,
+                        const std::vector<int>& claimed) {
+    if (dest_of_slot.empty()) return -1;
+    const int out_slot = grp.arg_slot[grp.lowered.num_inputs + j];
+    for (int a : grp.lowered.in_place[j]) {
+      const int sl = grp.arg_slot[static_cast<size_t>(a)];
+      const Tensor* d = dest_of_slot[static_cast<size_t>(sl)];
+      if (d == nullptr || d->dtype() != dt || d->numel() != numel_of(shape)) continue;
+      if (std::find(step.dying_inputs.begin(), step.dying_inputs.end(), sl) ==
+              step.dying_inputs.end() ||
+          std::find(claimed.begin(), claimed.end(), sl) != claimed.end())
+        continue;
+      // Every graph output this value is must be that destination (not also a
+      // result or a value saved for backward, which would alias the state).
+      const auto& outs = outputs_of_slot_[static_cast<size_t>(out_slot)];
+      bool all = !outs.empty();
+      for (size_t o : outs) all = all && args.dests[o].is_same(*d);
+      if (all) return sl;
+    }
+    return -1;
+  };
   Liveness mem(args.stats != nullptr);
   RunStats st;
   fire(0);
@@ -445,7 +504,13 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
           const ir::Value* v = lg.args[lg.num_inputs + j];
           const Dims shape = ir::eval_shape(v->shape, syms);
           Tensor o;
-          for (int a : opts_.in_place ? lg.in_place[j] : std::vector<int>{}) {
+          if (const int sl = dest_input(step, grp, j, shape, v->dtype, claimed); sl >= 0) {
+            const Tensor& d = *dest_of_slot[static_cast<size_t>(sl)];
+            o = d.shape() == shape ? d : d.reshape(shape);
+            claimed.push_back(sl);
+            ++st.in_place;
+          }
+          for (int a : opts_.in_place && !o.defined() ? lg.in_place[j] : std::vector<int>{}) {
             const int sl = grp.arg_slot[static_cast<size_t>(a)];
             if (std::find(step.overwritable.begin(), step.overwritable.end(), sl) ==
                     step.overwritable.end() ||

@@ -291,9 +291,16 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
       }
     write_grad(target, value);
   };
+  // Captured state the graph rewrites (parameters, optimizer state) is the
+  // destination of its new value: a pointwise update is computed in place.
+  std::vector<Tensor> dests(p.exec->graph().outputs().size());
+  for (size_t o = 0; o < p.num_fwd_outputs && o < dests.size(); ++o)
+    if (p.outputs[o].kind == ir::OutputBinding::kWrite)
+      dests[o] = Tensor(p.captures[static_cast<size_t>(p.outputs[o].index)].tensor.lock());
   RunStats st;
   RunArgs ra;
   ra.inputs = inputs;
+  ra.dests = dests;
   ra.rng_seed = seed;
   ra.rng_base = base;
   ra.stats = &st;
@@ -341,10 +348,22 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     NoGradGuard ng;
     // A value that aliases a write target (a returned view of a capture) is
     // copied first, so the order of the writes cannot matter.
+    // A value the executor computed in place already is its target's content.
+    auto in_place = [](const Tensor& target, const Tensor& value) {
+      return value.impl()->storage == target.impl()->storage &&
+             value.data_ptr() == target.data_ptr() && value.is_contiguous() &&
+             target.is_contiguous() && value.numel() == target.numel();
+    };
     for (auto& [target, value] : writes)
       for (auto& [t2, v2] : writes)
-        if (value.impl()->storage == t2.impl()->storage) value = value.clone();
-    for (auto& [target, value] : writes) target.copy_(value);
+        if (value.impl()->storage == t2.impl()->storage && !in_place(target, value))
+          value = value.clone();
+    for (auto& [target, value] : writes) {
+      if (in_place(target, value))
+        ++target.impl()->storage->version;  // what copy_ would have recorded
+      else
+        target.copy_(value);
+    }
     for (int k : p.cleared_grads)
       Tensor(p.captures[static_cast<size_t>(k)].tensor.lock()).set_grad(Tensor());
   }

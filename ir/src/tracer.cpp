@@ -4,6 +4,7 @@
 // traced code (wrapped numbers, tensors born while tracing: constants).
 #include "kiln/ir/tracer.h"
 
+#include <atomic>
 #include <unordered_set>
 
 #include "kiln/autograd.h"
@@ -15,7 +16,9 @@ namespace {
 
 // The tracer-owned state of one symbolic tensor.
 struct ValueRef : TraceState {
-  const void* owner = nullptr;
+  // The trace that made the tensor: a unique id, not the Tracer's address,
+  // which a later trace may reuse while a stale symbolic tensor survives.
+  uint64_t owner = 0;
   Value* value = nullptr;
   // A view's root tensor and that root's version when the view was taken: a
   // view read after its root was written in place would be stale in the IR.
@@ -23,7 +26,7 @@ struct ValueRef : TraceState {
   uint64_t base_version = 0;
 };
 
-ValueRef* ref_of(const Tensor& t, const void* owner) {
+ValueRef* ref_of(const Tensor& t, uint64_t owner) {
   auto* r = dynamic_cast<ValueRef*>(t.impl()->trace.get());
   return (r && r->owner == owner) ? r : nullptr;
 }
@@ -35,6 +38,7 @@ std::string where_str(const std::source_location& loc) {
 }  // namespace
 
 struct Tracer::State {
+  uint64_t id = 0;  // unique per trace in the process
   bool fallback = false;
   std::unique_ptr<Graph> graph = std::make_unique<Graph>();
   std::vector<InputBinding> inputs;
@@ -65,6 +69,8 @@ struct Tracer::State {
 };
 
 Tracer::Tracer(bool fallback) : st_(std::make_unique<State>()) {
+  static std::atomic<uint64_t> next_id{1};
+  st_->id = next_id.fetch_add(1);
   st_->fallback = fallback;
   st_->rng_offset = default_generator().offset;
   st_->rng_seed = default_generator().seed;
@@ -81,7 +87,7 @@ Tensor Tracer::make_symbolic(Value* v, const TensorMeta& m) {
   impl->dtype = m.dtype;
   impl->wrapped_number = v->wrapped_number;
   auto ref = std::make_shared<ValueRef>();
-  ref->owner = this;
+  ref->owner = st_->id;
   ref->value = v;
   impl->trace = std::move(ref);
   return Tensor(std::move(impl));
@@ -131,10 +137,12 @@ int Tracer::capture(const Tensor& t) {
 
 Value* Tracer::value_of(const Tensor& t, const char* op, size_t slot) {
   if (t.is_symbolic()) {
-    ValueRef* r = ref_of(t, this);
+    ValueRef* r = ref_of(t, st_->id);
     KILN_CHECK(r != nullptr, "[", op, "] input ", slot,
-               " is a symbolic tensor from another "
-               "trace (a traced value escaped its compiled function, e.g. stored in a member)");
+               " is a symbolic tensor from another trace: a traced value escaped its compiled "
+               "function (stored in a member, or state such as optimizer buffers created "
+               "during a traced call; keep CompileOptions::warmup >= 1 so such state is "
+               "created by an eager call before tracing)");
     if (r->base) {
       auto it = st_->version.find(r->base);
       KILN_CHECK(it == st_->version.end() || it->second == r->base_version, "[", op, "] input ",
@@ -187,7 +195,8 @@ std::vector<Tensor> Tracer::record(OpId op, std::span<const Tensor> inputs, cons
     // The view's root: the input's root if it is itself a view, else the input.
     const Tensor& src = inputs[0];
     const TensorImpl* root = src.impl();
-    if (ValueRef* r = src.is_symbolic() ? ref_of(src, this) : nullptr; r && r->base) root = r->base;
+    if (ValueRef* r = src.is_symbolic() ? ref_of(src, st_->id) : nullptr; r && r->base)
+      root = r->base;
     if (root == src.impl()) st_->keep_alive.push_back(src.impl_ptr());
     for (Tensor& o : res) {
       auto* r = static_cast<ValueRef*>(o.impl()->trace.get());
@@ -218,14 +227,14 @@ void Tracer::on_inplace(const Tensor& target, const Tensor& value) {
   }
   st_->version[target.impl()]++;
   if (target.is_symbolic()) {
-    ValueRef* r = ref_of(target, this);
+    ValueRef* r = ref_of(target, st_->id);
     KILN_CHECK(r != nullptr, "[in-place write] the target is a symbolic tensor from another trace");
     KILN_CHECK(r->base == nullptr,
                "[in-place write] writing in place into a view (reshape, "
                "slice, transpose, expand result) is not supported while tracing; use an "
                "out-of-place op");
     auto ref = std::make_shared<ValueRef>();
-    ref->owner = this;
+    ref->owner = st_->id;
     ref->value = v;
     target.impl()->trace = std::move(ref);
     return;

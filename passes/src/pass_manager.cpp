@@ -174,11 +174,13 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 // dce first so the other passes do not spend time (kernel evaluations for
 // fold_constants) on dead code; cse before fold_constants so duplicated
 // constant subexpressions are evaluated once; simplify after folding so it
-// sees the folded constants (the 1 in x*(2-1)); a last dce removes what the
+// sees the folded constants (the 1 in x*(2-1)); elide_copies before simplify,
+// which cancels the permute pairs it leaves; a last dce removes what the
 // middle passes left unused. The fixpoint loop repeats the list, which covers
 // the remaining interactions (duplicates simplify creates, merged by cse).
 std::vector<std::string> standard_pipeline() {
-  return {"dce", "cse", "fold_constants", "simplify", "dce", "schedule_collectives"};
+  return {"dce",      "cse", "fold_constants",     "elide_copies",
+          "simplify", "dce", "schedule_collectives"};
 }
 
 }  // namespace kiln::passes

@@ -342,5 +342,135 @@ TEST(FusedExecutor, KernelOutputsFireEarly) {
   EXPECT_EQ(order, (std::vector<size_t>{1, 0}));
 }
 
+// Runs g fused with `dests` (one per output) and returns the outputs.
+std::vector<Tensor> run_with_dests(const std::shared_ptr<const ir::Graph>& g,
+                                   std::span<const Tensor> in, std::span<const Tensor> dests,
+                                   RunStats* st) {
+  RunArgs a;
+  a.inputs = in;
+  a.dests = dests;
+  a.stats = st;
+  return Executor(g, {.fuse = true}).run(a);
+}
+
+// State a pointwise update rewrites (an SGD-momentum step: buf = 0.9 buf + g,
+// w = w - 0.1 buf) is written straight into its destination, which is also the
+// input the kernel reads last: no new buffer, same values.
+TEST(FusedExecutor, StateUpdatesWriteIntoTheirDestinations) {
+  auto g = parse_shared(R"(graph(%0: f32[64] "w", %1: f32[64] "buf", %2: f32[64] "g") {
+  %3 = constant wrapped f64[] 0.9
+  %4 = mul(%1, %3) : f32[64]
+  %5 = add(%4, %2) : f32[64]
+  %6 = constant wrapped f64[] 0.1
+  %7 = mul(%5, %6) : f32[64]
+  %8 = sub(%0, %7) : f32[64]
+  return %8 "write:w", %5 "write:buf"
+})");
+  Tensor w = randn({64}), buf = randn({64}), gr = randn({64});
+  const Tensor want_buf = buf * 0.9 + gr, want_w = w - want_buf * 0.1;
+  const void* wp = w.data_ptr();
+  const void* bp = buf.data_ptr();
+  std::vector<Tensor> in{w, buf, gr}, dests{w, buf};
+  RunStats st;
+  std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+  EXPECT_EQ(st.in_place, 2);
+  EXPECT_EQ(out[0].data_ptr(), wp);
+  EXPECT_EQ(out[1].data_ptr(), bp);
+  expect_close(want_w, w, "w updated in place");
+  expect_close(want_buf, buf, "buf updated in place");
+}
+
+// A destination whose old value is still needed is not overwritten: read by a
+// later step, returned as another output, aliased by an unfused view, or
+// shared with another input.
+TEST(FusedExecutor, DestinationsStillNeededAreNotOverwritten) {
+  const char* later_read = R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
+  %2 = neg(%0) : f32[16, 16]
+  %3 = matmul(%1, %0) : f32[16, 16]
+  return %2 "write:w", %3 "out0"
+})";
+  const char* also_output = R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
+  %2 = neg(%0) : f32[16, 16]
+  return %2 "write:w", %0 "out0"
+})";
+  const char* viewed = R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
+  %2 = permute(%0) {dims=[1, 0]} : f32[16, 16]
+  %3 = neg(%0) : f32[16, 16]
+  return %3 "write:w", %2 "out0"
+})";
+  for (const char* text : {later_read, also_output, viewed}) {
+    auto g = parse_shared(text);
+    Tensor w = randn({16, 16}), x = randn({16, 16});
+    const Tensor w0 = w.clone();
+    std::vector<Tensor> in{w, x}, dests{w, Tensor()};
+    RunStats st;
+    std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+    EXPECT_EQ(st.in_place, 0) << text;
+    EXPECT_TRUE(equal(w, w0)) << "the destination is written after the run, not during it";
+    expect_close(neg(w0), out[0], text);
+  }
+  // Two inputs sharing the destination's storage.
+  auto g = parse_shared(R"(graph(%0: f32[16] "w", %1: f32[16] "alias") {
+  %2 = neg(%0) : f32[16]
+  %3 = exp(%1) : f32[16]
+  return %2 "write:w", %3 "out0"
+})");
+  Tensor w = randn({16});
+  const Tensor w0 = w.clone();
+  std::vector<Tensor> in{w, w.reshape({16})}, dests{w, Tensor()};
+  RunStats st;
+  std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+  EXPECT_EQ(st.in_place, 0);
+  expect_close(exp(w0), out[1], "alias read its old value");
+}
+
+// Through compile: an SGD-momentum training step updates the parameters and
+// momentum buffers in their own storage, with eager's values.
+TEST(Fused, OptimizerStepUpdatesParametersInPlace) {
+  auto make = [] {
+    manual_seed(5);
+    auto m = std::make_shared<nn::Linear>(12, 6);
+    auto o = std::make_shared<optim::SGD>(m->parameters(),
+                                          optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    return std::make_pair(m, o);
+  };
+  auto [me, oe] = make();
+  auto [mc, oc] = make();
+  Tensor x = randn({8, 12});
+  auto step = [&x](nn::Linear& m, optim::SGD& o) {
+    o.zero_grad();
+    Tensor loss = sum(square(m.forward(x)));
+    loss.backward();
+    o.step();
+    return loss;
+  };
+  // The default warmup call runs eagerly and creates the momentum buffers.
+  auto f = compile([&] { return step(*mc, *oc); });
+  std::vector<const void*> ptrs;
+  for (const Tensor& p : mc->parameters()) ptrs.push_back(p.data_ptr());
+  for (int i = 0; i < 3; ++i) {
+    step(*me, *oe);
+    f();
+  }
+  EXPECT_GE(f.stats().last_in_place, 4) << "2 parameters + 2 momentum buffers";
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    EXPECT_EQ(mc->parameters()[i].data_ptr(), ptrs[i]);
+    expect_close(me->parameters()[i], mc->parameters()[i], str("parameter ", i));
+  }
+  // Without the warmup the first call traces and its momentum buffers are
+  // symbolic values that escaped the trace: the next trace says so (it used to
+  // read a dangling graph when the new tracer reused the old one's address).
+  auto [m0, o0] = make();
+  auto g = compile([&] { return step(*m0, *o0); }, {.warmup = 0});
+  g();
+  try {
+    g();
+    g();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kiln

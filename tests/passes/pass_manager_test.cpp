@@ -98,7 +98,7 @@ TEST(PassManager, RegistryFollowsPassList) {
     EXPECT_GT(std::string(p.summary).size(), 0u);
   }
   EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "fold_constants", "simplify",
-                                             "schedule_collectives"}));
+                                             "elide_copies", "schedule_collectives"}));
   ASSERT_NE(find_pass("cse"), nullptr);
   EXPECT_EQ(find_pass("cse")->fn, &cse);
   EXPECT_EQ(find_pass("CSE"), nullptr);
@@ -185,7 +185,8 @@ TEST(PassManager, DisablePassesSkipsThem) {
   auto g = parse(kFoldable);
   std::string before = ir::print(*g);
   PipelineStats s = run_pipeline(*g, standard_pipeline(), verified());
-  EXPECT_EQ(pass_names(s), (std::vector<std::string>{"dce", "cse", "dce", "schedule_collectives"}));
+  EXPECT_EQ(pass_names(s), (std::vector<std::string>{"dce", "cse", "elide_copies", "dce",
+                                                     "schedule_collectives"}));
   EXPECT_EQ(ir::print(*g), before);
 }
 
@@ -233,9 +234,9 @@ graph(%0: f32[2, 3] "arg0") {
   return %2 "out0"
 }
 )"));
-  EXPECT_EQ(s.runs.size(), 18u);  // changed, changed (cse), unchanged
-  EXPECT_TRUE(s.runs[7].changed) << s.runs[7].pass;  // round 2's cse
-  EXPECT_EQ(s.runs[7].pass, "cse");
+  EXPECT_EQ(s.runs.size(), 21u);                     // changed, changed (cse), unchanged
+  EXPECT_TRUE(s.runs[8].changed) << s.runs[8].pass;  // round 2's cse
+  EXPECT_EQ(s.runs[8].pass, "cse");
 
   // Without fixpoint (or with one iteration) the list runs once.
   for (bool fixpoint : {false, true}) {
@@ -243,7 +244,7 @@ graph(%0: f32[2, 3] "arg0") {
     PipelineOptions once = verified();
     once.fixpoint = fixpoint;
     once.max_iterations = 1;
-    EXPECT_EQ(run_pipeline(*h, standard_pipeline(), once).runs.size(), 6u);
+    EXPECT_EQ(run_pipeline(*h, standard_pipeline(), once).runs.size(), 7u);
     EXPECT_EQ(testing::node_ops(*h), (std::vector<std::string>{"reshape", "reshape", "add"}));
   }
 }
@@ -268,8 +269,8 @@ TEST(PassManager, TimePassesPrintsEachPass) {
   ::testing::internal::CaptureStderr();
   run_pipeline(*g, standard_pipeline(), verified());
   std::string err = ::testing::internal::GetCapturedStderr();
-  for (const char* part : {"=== pass times ===", "dce", "cse", "fold_constants", "simplify",
-                           "total", " ms"})
+  for (const char* part :
+       {"=== pass times ===", "dce", "cse", "fold_constants", "simplify", "total", " ms"})
     EXPECT_NE(err.find(part), std::string::npos) << err;
 }
 

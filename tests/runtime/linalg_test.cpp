@@ -213,6 +213,31 @@ TEST(Linalg, MatmulGradcheck) {
             "");
 }
 
+// The gradient of a transposed operand (x @ w.t(), as in Linear) is computed in
+// the operand's own layout: the weight's .grad is contiguous, with the values
+// of a^T g, for 2-D and batched inputs, and passes gradcheck.
+TEST(Linalg, TransposedOperandGradientKeepsItsLayout) {
+  for (const Dims& xs : {Dims{5, 4}, Dims{2, 5, 4}}) {
+    Tensor x = leaf(randn_t(xs, 21)), w = leaf(randn_t({3, 4}, 22));
+    Tensor g = randn_t(xs.size() == 2 ? Dims{5, 3} : Dims{2, 5, 3}, 23);
+    (matmul(x, transpose(w, 0, 1)) * g).sum().backward();
+    EXPECT_TRUE(w.grad().is_contiguous());
+    Tensor x2 = reshape(x.detach(), {-1, 4}), g2 = reshape(g, {-1, 3});
+    EXPECT_TRUE(allclose(w.grad(), matmul(transpose(g2, 0, 1), x2), 1e-5, 1e-6));
+    EXPECT_TRUE(allclose(x.grad(), matmul(g, w.detach()), 1e-5, 1e-6));
+  }
+  Tensor a = leaf(randn_t({4, 3}, 24)), b = leaf(randn_t({2, 4}, 25));
+  transpose(a, 0, 1).matmul(b.t()).sum().backward();
+  EXPECT_TRUE(a.grad().is_contiguous());
+  EXPECT_TRUE(b.grad().is_contiguous());
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  return {matmul(in[0], transpose(in[1], 0, 1))};
+                },
+                {leaf(randn_t({2, 3, 4}, 26)), leaf(randn_t({5, 4}, 27))}),
+            "");
+}
+
 // Second derivatives: the gradient of the gradient (create_graph) checks out.
 TEST(Linalg, MatmulDoubleBackward) {
   Tensor a = leaf(randn_t({3, 4}, 1)), b = leaf(randn_t({4, 2}, 2));

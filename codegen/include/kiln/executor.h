@@ -39,6 +39,12 @@ struct RunArgs {
   std::span<const int64_t> syms;
   const OutputReadyFn* on_ready = nullptr;
   RunStats* stats = nullptr;
+  /// Optional, one per graph output: a tensor the output will be copied into
+  /// after the run (captured state). When that tensor is also a graph input
+  /// whose last reader is the pointwise kernel computing the output, the kernel
+  /// writes straight into it (an optimizer update in place); the returned
+  /// output then shares the destination's storage.
+  std::span<const Tensor> dests;
 };
 
 /// How an Executor runs its graph.
@@ -89,6 +95,8 @@ class Executor {
   std::vector<int> output_slots_;
   std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
   std::vector<bool> is_input_slot_;
+  std::vector<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
+  std::vector<bool> input_aliased_;                   // graph input -> an unfused view may alias it
   int num_slots_ = 0;
 
  public:

@@ -193,8 +193,17 @@ void kernel_matmul(std::span<const Tensor> in, const Attrs&, std::span<Tensor> o
   });
 }
 
+// True for a 2-D transpose of a contiguous matrix (a Linear weight's w.t()).
+bool is_transposed_matrix(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+         t.stride(1) == t.size(0);
+}
+
 // d/da = g @ b^T, d/db = a^T @ g, with 1-D operands (and g's matching dims)
-// restored to matrices first; the engine sums broadcast batch dims.
+// restored to matrices first; the engine sums broadcast batch dims. The
+// gradient of an operand that is a transposed matrix is computed transposed
+// ((a^T g)^T = g^T a) so that, once transpose's backward flips it back, it has
+// its parameter's contiguous layout: no strided copy when it is accumulated.
 void vjp_matmul(const VjpArgs& a, std::vector<Tensor>& gi) {
   const Tensor& A = a.inputs[0];
   const Tensor& B = a.inputs[1];
@@ -205,16 +214,20 @@ void vjp_matmul(const VjpArgs& a, std::vector<Tensor>& gi) {
   if (b1) g = unsqueeze(g, -1);
   if (a1) g = unsqueeze(g, -2);
   if (a.needs(0)) {
-    Tensor ga = matmul(g, transpose(B2, -1, -2));
+    Tensor ga = is_transposed_matrix(A2) && g.dim() == 2
+                    ? transpose(matmul(B2, transpose(g, 0, 1)), 0, 1)
+                    : matmul(g, transpose(B2, -1, -2));
     gi[0] = a1 ? squeeze(ga, -2) : ga;
   }
   if (a.needs(1)) {
     Tensor gb;
-    if (B2.dim() == 2 && A2.dim() > 2) {
+    if (B2.dim() == 2 && (A2.dim() > 2 || is_transposed_matrix(B2))) {
       // A weight-like b: fold a's batch into rows (one GEMM, no batched temporary to sum).
       const int64_t K = A2.size(-1), N = g.size(-1);
       const int64_t rows = numel_of(Dims(A2.shape().begin(), A2.shape().end() - 1));
-      gb = matmul(transpose(reshape(A2, {rows, K}), 0, 1), reshape(g, {rows, N}));
+      Tensor a_rows = reshape(A2, {rows, K}), g_rows = reshape(g, {rows, N});
+      gb = is_transposed_matrix(B2) ? transpose(matmul(transpose(g_rows, 0, 1), a_rows), 0, 1)
+                                    : matmul(transpose(a_rows, 0, 1), g_rows);
     } else {
       gb = matmul(transpose(A2, -1, -2), g);
     }
