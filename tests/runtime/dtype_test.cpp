@@ -54,3 +54,28 @@ TEST(DType, HalfConversions) {
   EXPECT_EQ(h.dtype(), DType::f16);
   EXPECT_NEAR(h.item<float>(), 0.2f, 1e-3);
 }
+
+// Integer pow wraps around on overflow (two's complement, like PyTorch), for
+// every width, instead of signed-overflow undefined behaviour.
+TEST(DType, IntegerPowWrapsAround) {
+  auto wrapped_pow = [](uint64_t a, int e, int bits) {
+    uint64_t r = 1;
+    for (int i = 0; i < e; ++i) r *= a;
+    return bits == 64 ? r : r & ((uint64_t{1} << bits) - 1);
+  };
+  struct Case {
+    DType dt;
+    int bits;
+  };
+  for (Case c : {Case{DType::i64, 64}, Case{DType::i32, 32}, Case{DType::u8, 8}}) {
+    Tensor base = full({2}, 3.0, c.dt), e = full({2}, 41.0, c.dt);
+    const uint64_t want = wrapped_pow(3, 41, c.bits);
+    Tensor got = pow(base, e);
+    if (c.dt == DType::i64)
+      EXPECT_EQ(static_cast<uint64_t>(got.to_vector<int64_t>()[0]), want);
+    else if (c.dt == DType::i32)
+      EXPECT_EQ(static_cast<uint32_t>(got.to_vector<int32_t>()[0]), want);
+    else
+      EXPECT_EQ(got.to_vector<uint8_t>()[0], want);
+  }
+}
