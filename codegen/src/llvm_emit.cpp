@@ -4,8 +4,11 @@
 //   setup:  decompose `begin` into a row multi-index (and a column, pointwise)
 //   rowhdr: per-row offsets, row-level loads and values, row stores
 //           pointwise:  one inner loop over the row's columns in [begin, end)
-//           reductions: one loop per phase (accumulators in phis), then the
-//                       final elementwise store loop
+//           reductions: one loop per phase (accumulators in phis; f32 sums
+//                       in float chunks when reassociated), then the final
+//                       elementwise store loop; expensive values a phase loop
+//                       computes are stored once into an output row the final
+//                       loop reads back (plan_saved)
 //   latch:  odometer increment of the row index, loop or exit
 //
 // Inner loops are plain scalar loops over unit-or-zero strides; every memory
@@ -17,9 +20,12 @@
 // are computed once per row, before the loops that read them.
 //
 // Semantics follow the eager kernels (runtime/src/ops/scalar_ops.h): no
-// fast-math except `reassoc nsz` on reductions when Kernel::reassoc (partial
-// sums in vector lanes; f32 sums accumulate in double as eager does), f16/bf16
-// values live in float registers and are rounded after every op.
+// fast-math except on reductions when Kernel::reassoc: `reassoc nsz` sums
+// (partial sums in vector lanes; f32 sums in float per chunk of the row, chunks
+// added in double; without reassoc f32 sums accumulate in double as eager
+// does), and `nnan nsz` maxnum/minnum with a separate NaN flag that restores
+// NaN propagation. f16/bf16 values live in float registers and are rounded
+// after every op.
 #include "llvm_emit.h"
 
 #include <bit>
@@ -203,6 +209,7 @@ class Emitter : public detail::IrText {
   }
 
   void rows() {
+    plan_saved();
     block("setup");
     const std::vector<std::string> idx0 = decompose("%begin");
     line(str("%has = icmp sgt i64 ", size(k_.rank - 1), ", 0"));
@@ -220,9 +227,12 @@ class Emitter : public detail::IrText {
       const std::string body = label("final"), exit = label("final.exit"), pre = cur_;
       line(str("br i1 %has, label %", body, ", label %", exit));
       block(body);
-      begin_loop();
+      begin_loop(an_.num_phases);
       j_ = "%j" + body;
       line(str(j_, " = phi i64 [ 0, %", pre, " ], [ %j.next", body, ", %", body, " ]"));
+      // Saved values first: the stores below may overwrite their scratch elements.
+      for (size_t e = 0; e < saved_.size(); ++e)
+        if (saved_[e] >= 0) value(static_cast<int>(e));
       for (size_t i = 0; i < k_.stores.size(); ++i)
         if (an_.store_after[i] == -1) store(k_.stores[i]);
       loop_back(body, exit);
@@ -246,39 +256,99 @@ class Emitter : public detail::IrText {
     line(str("br i1 ", more, ", label %", body, ", label %", exit));
   }
 
+  // One loop over the row computing phase p's reductions. Reassociated f32
+  // sums accumulate in float (twice the vector width of double, no
+  // conversions) over chunks of kSumChunk elements, each chunk's sum added to
+  // a double: the error stays that of a short float sum however long the row.
   void phase(int p) {
     std::vector<size_t> rs;
     std::vector<int> roots;
+    bool chunks = false;
     for (size_t r = 0; r < k_.reductions.size(); ++r)
       if (k_.reductions[r].phase == p) {
         rs.push_back(r);
         roots.push_back(k_.reductions[r].expr);
+        chunks = chunks || chunked(k_.reductions[r]);
       }
     if (rs.empty()) return;
     materialize_row(detail::needed(k_, roots));
-    const std::string body = label("phase"), exit = label("phase.exit"), pre = cur_;
-    std::vector<std::string> init, acc, next;
+    const std::string outer = label("phase"), body = label("phase.body"),
+                      done = label("phase.chunk"), exit = label("phase.exit"), pre = cur_;
+    const std::string n = size(k_.rank - 1), c = "%c" + outer, cend = "%cend" + outer;
+    // Per reduction: the accumulator across chunks (oacc/onext) and inside the
+    // loop (acc/next); NaN-tracked max/min also carry an i1 "saw a NaN" flag.
+    std::vector<std::string> init, oacc, onext, acc, next, noacc, nacc, nnext;
     for (size_t r : rs) {
       init.push_back(acc_init(k_.reductions[r]));
+      oacc.push_back(tmp());
       acc.push_back(tmp());
       next.push_back(tmp());
+      // An unchunked accumulator carries its loop value straight through.
+      onext.push_back(chunked(k_.reductions[r]) ? tmp() : next.back());
+      const bool nt = nan_tracked(k_.reductions[r]);
+      noacc.push_back(nt ? tmp() : "");
+      nacc.push_back(nt ? tmp() : "");
+      nnext.push_back(nt ? tmp() : "");
     }
-    line(str("br i1 %has, label %", body, ", label %", exit));
+    line(str("br i1 %has, label %", outer, ", label %", exit));
+    block(outer);
+    line(str(c, " = phi i64 [ 0, %", pre, " ], [ ", cend, ", %", done, " ]"));
+    for (size_t i = 0; i < rs.size(); ++i) {
+      line(str(oacc[i], " = phi ", acc_ty(k_.reductions[rs[i]]), " [ ", init[i], ", %", pre,
+               " ], [ ", onext[i], ", %", done, " ]"));
+      if (!nacc[i].empty())
+        line(str(noacc[i], " = phi i1 [ false, %", pre, " ], [ ", nnext[i], ", %", done, " ]"));
+    }
+    if (chunks) {
+      const std::string ce = emit(str("add i64 ", c, ", ", kSumChunk));
+      const std::string lt = emit(str("icmp slt i64 ", ce, ", ", n));
+      line(str(cend, " = select i1 ", lt, ", i64 ", ce, ", i64 ", n));
+    } else {
+      line(str(cend, " = add i64 ", n, ", 0"));
+    }
+    line(str("br label %", body));
     block(body);
-    begin_loop();
+    begin_loop(p);
     j_ = "%j" + body;
-    line(str(j_, " = phi i64 [ 0, %", pre, " ], [ %j.next", body, ", %", body, " ]"));
+    line(str(j_, " = phi i64 [ ", c, ", %", outer, " ], [ %j.next", body, ", %", body, " ]"));
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Reduction& r = k_.reductions[rs[i]];
+      const std::string start = chunked(r) ? "0.0" : oacc[i];
+      line(str(acc[i], " = phi ", chunk_ty(r), " [ ", start, ", %", outer, " ], [ ", next[i], ", %",
+               body, " ]"));
+      if (!nacc[i].empty())
+        line(str(nacc[i], " = phi i1 [ ", noacc[i], ", %", outer, " ], [ ", nnext[i], ", %", body,
+                 " ]"));
+    }
     for (size_t i = 0; i < rs.size(); ++i)
-      line(str(acc[i], " = phi ", acc_ty(k_.reductions[rs[i]]), " [ ", init[i], ", %", pre,
-               " ], [ ", next[i], ", %", body, " ]"));
-    for (size_t i = 0; i < rs.size(); ++i) acc_step(k_.reductions[rs[i]], acc[i], next[i]);
-    loop_back(body, exit);
+      acc_step(k_.reductions[rs[i]], acc[i], next[i], nacc[i], nnext[i]);
+    // Values later loops read back instead of recomputing them.
+    for (size_t e = 0; e < saved_.size(); ++e)
+      if (saved_[e] >= 0 && first_loop_[e] == p) store_value(saved_[e], value(static_cast<int>(e)));
+    line(str("%j.next", body, " = add nuw nsw i64 ", j_, ", 1"));
+    const std::string more = emit(str("icmp slt i64 %j.next", body, ", ", cend));
+    line(str("br i1 ", more, ", label %", body, ", label %", done));
     end_loop();
+    block(done);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Reduction& r = k_.reductions[rs[i]];
+      if (!chunked(r)) continue;
+      const std::string w = emit(str("fpext float ", next[i], " to double"));
+      line(str(onext[i], " = fadd double ", oacc[i], ", ", w));
+    }
+    const std::string again = emit(str("icmp slt i64 ", cend, ", ", n));
+    line(str("br i1 ", again, ", label %", outer, ", label %", exit));
     block(exit);
-    std::vector<std::string> out;
-    for (size_t i = 0; i < rs.size(); ++i)
+    std::vector<std::string> out, saw(rs.size());
+    for (size_t i = 0; i < rs.size(); ++i) {
       out.push_back(emit(str("phi ", acc_ty(k_.reductions[rs[i]]), " [ ", init[i], ", %", pre,
-                             " ], [ ", next[i], ", %", body, " ]")));
+                             " ], [ ", onext[i], ", %", done, " ]")));
+      if (!nacc[i].empty())
+        saw[i] = emit(str("phi i1 [ false, %", pre, " ], [ ", nnext[i], ", %", done, " ]"));
+    }
+    for (size_t i = 0; i < rs.size(); ++i)  // after every phi of the block
+      if (!saw[i].empty())
+        out[i] = sel(saw[i], acc_ty(k_.reductions[rs[i]]), "0x7FF8000000000000", out[i]);
     for (size_t i = 0; i < rs.size(); ++i) red_[rs[i]] = acc_finish(k_.reductions[rs[i]], out[i]);
     row_stores(p);
   }
@@ -298,13 +368,93 @@ class Emitter : public detail::IrText {
     for (size_t i = 0; i < need.size(); ++i)
       if (need[i] && !an_.inner[i]) value(static_cast<int>(i));
   }
-  void begin_loop() {
+  void begin_loop(int id = 0) {
     in_loop_ = true;
+    loop_id_ = id;
     std::fill(loop_.begin(), loop_.end(), std::string());
+  }
+
+  // Expensive inner values (with a transcendental) that a phase loop computes
+  // and the final loop needs again are stored once, into the row of an output
+  // that only the final loop writes (e.g. softmax's exp(x - max), stored by the
+  // sum loop, then divided in place), so each element pays one exp. The final
+  // loop reads every saved element before it stores anything, and the output
+  // has the value's dtype (exact round trip). Without a free output of that
+  // dtype the value is recomputed.
+  void plan_saved() {
+    const size_t n = k_.exprs.size();
+    saved_.assign(n, -1);
+    first_loop_.assign(n, -1);
+    const int final_id = an_.num_phases;
+    std::vector<char> expensive(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const Expr& e = k_.exprs[i];
+      if (e.kind != ExprKind::kOp || !an_.inner[i]) continue;
+      expensive[i] = detail::is_float_math(e.op);
+      int ops[3];
+      const int m = detail::operands(e, ops);
+      for (int j = 0; j < m; ++j) expensive[i] |= expensive[static_cast<size_t>(ops[j])];
+    }
+    // The first loop computing each inner value.
+    for (int p = 0; p <= final_id; ++p) {
+      std::vector<int> roots;
+      if (p < final_id) {
+        for (const Reduction& r : k_.reductions)
+          if (r.phase == p) roots.push_back(r.expr);
+      } else {
+        for (size_t i = 0; i < k_.stores.size(); ++i)
+          if (an_.store_after[i] == -1) roots.push_back(k_.stores[i].expr);
+      }
+      const std::vector<char> need = detail::needed(k_, roots);
+      for (size_t i = 0; i < n; ++i)
+        if (need[i] && an_.inner[i] && first_loop_[i] < 0) first_loop_[i] = p;
+    }
+    // Walk the final loop's values from its stores down; stop at the first
+    // expensive value an earlier loop already computed.
+    std::vector<char> reach(n, 0), used_arg(k_.args.size(), 0);
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (an_.store_after[i] == -1) reach[static_cast<size_t>(k_.stores[i].expr)] = 1;
+    for (size_t i = n; i-- > 0;) {
+      if (!reach[i] || !an_.inner[i]) continue;
+      if (expensive[i] && first_loop_[i] < final_id) {
+        const int a = scratch_output(static_cast<int>(i), used_arg);
+        if (a >= 0) {
+          saved_[i] = a;
+          used_arg[static_cast<size_t>(a)] = 1;
+          continue;
+        }
+      }
+      int ops[3];
+      const int m = detail::operands(k_.exprs[i], ops);
+      for (int j = 0; j < m; ++j) reach[static_cast<size_t>(ops[j])] = 1;
+    }
+  }
+
+  // An unused output of e's dtype that only the final loop writes, or -1.
+  int scratch_output(int e, const std::vector<char>& used_arg) const {
+    for (size_t i = 0; i < k_.stores.size(); ++i) {
+      const Store& s = k_.stores[i];
+      if (an_.store_after[i] != -1 || used_arg[static_cast<size_t>(s.arg)]) continue;
+      if (k_.args[static_cast<size_t>(s.arg)].dtype == k_.exprs[static_cast<size_t>(e)].dtype)
+        return s.arg;
+    }
+    return -1;
   }
   void end_loop() { in_loop_ = false; }
 
   // ---- reductions ----
+  // Elements per chunk of a chunked sum (phase()).
+  static constexpr int kSumChunk = 2048;
+  // A reassociated f32 sum: float partial sums per chunk, chunks added in double.
+  bool chunked(const Reduction& r) const {
+    return r.op == OpId::sum && r.dtype == DType::f32 && k_.reassoc;
+  }
+  // A reassociated float max/min: fast max plus a NaN flag (acc_step).
+  bool nan_tracked(const Reduction& r) const {
+    return r.op != OpId::sum && is_f(r.dtype) && k_.reassoc;
+  }
+  // Accumulator type inside a phase loop (the chunk's).
+  std::string chunk_ty(const Reduction& r) const { return chunked(r) ? "float" : acc_ty(r); }
   // Accumulator type: eager's (f32 sums in double, f16/bf16 in float, ints in i64).
   std::string acc_ty(const Reduction& r) const {
     if (r.op == OpId::sum) {
@@ -330,10 +480,11 @@ class Emitter : public detail::IrText {
         return mx ? "0xFFF0000000000000" : "0x7FF0000000000000";
     }
   }
-  void acc_step(const Reduction& r, const std::string& acc, const std::string& next) {
+  void acc_step(const Reduction& r, const std::string& acc, const std::string& next,
+                const std::string& nan_acc, const std::string& nan_next) {
     const DType xt = k_.exprs[static_cast<size_t>(r.expr)].dtype;
     std::string x = value(r.expr);
-    const std::string at = acc_ty(r);
+    const std::string at = chunk_ty(r);
     if (r.op == OpId::sum) {
       if (is_f(xt)) {
         if (at != ty(xt)) x = emit(str("fpext ", ty(xt), " ", x, " to ", at));
@@ -348,11 +499,16 @@ class Emitter : public detail::IrText {
     const bool mx = r.op == OpId::max;
     if (is_f(xt)) {
       if (k_.reassoc) {
-        // NaN-propagating max/min, which the loop vectorizer turns into lane-wise partials.
+        // maxnum/minnum assuming no NaN (one vmaxps; lane-wise partials) plus a
+        // separate "saw a NaN" flag that makes the result NaN after the loop
+        // (the nnan result is poison only when that flag is set).
         const std::string fn =
-            str(mx ? "llvm.maximum." : "llvm.minimum.", at == "double" ? "f64" : "f32");
+            str(mx ? "llvm.maxnum." : "llvm.minnum.", at == "double" ? "f64" : "f32");
         declare(str("declare ", at, " @", fn, "(", at, ", ", at, ")"));
-        line(str(next, " = call ", at, " @", fn, "(", at, " ", acc, ", ", at, " ", x, ")"));
+        line(
+            str(next, " = call nnan nsz ", at, " @", fn, "(", at, " ", acc, ", ", at, " ", x, ")"));
+        const std::string u = emit(str("fcmp uno ", at, " ", x, ", 0.0"));
+        line(str(nan_next, " = or i1 ", nan_acc, ", ", u));
       } else {  // eager's sequential rule: NaN is sticky, ties keep the first
         const std::string c = emit(str("fcmp ", mx ? "ogt " : "olt ", at, " ", x, ", ", acc));
         const std::string n = emit(str("fcmp uno ", at, " ", x, ", ", x));
@@ -419,9 +575,9 @@ class Emitter : public detail::IrText {
         return v;
     }
   }
-  void store(const Store& s) {
-    const DType t = k_.args[static_cast<size_t>(s.arg)].dtype;
-    std::string v = value(s.expr);
+  void store(const Store& s) { store_value(s.arg, value(s.expr)); }
+  void store_value(int arg, std::string v) {
+    const DType t = k_.args[static_cast<size_t>(arg)].dtype;
     switch (t) {
       case DType::f16:
         v = emit(str("fptrunc float ", v, " to half"));
@@ -438,8 +594,8 @@ class Emitter : public detail::IrText {
       default:
         break;
     }
-    const std::string p = address(s.arg);
-    line(str("store ", mem_ty(t), " ", v, ", ptr ", p, metadata(static_cast<size_t>(s.arg))));
+    const std::string p = address(arg);
+    line(str("store ", mem_ty(t), " ", v, ", ptr ", p, metadata(static_cast<size_t>(arg))));
   }
 
   // ---- values ----
@@ -450,6 +606,10 @@ class Emitter : public detail::IrText {
     KILN_ASSERT(an_.inner[i] || !in_loop_, "row-level %", e, " was not computed before the loop");
     const Expr& x = k_.exprs[i];
     std::string v;
+    if (in_loop_ && !saved_.empty() && saved_[i] >= 0 && loop_id_ > first_loop_[i]) {
+      slot = load(saved_[i]);  // stored by an earlier loop of this row
+      return slot;
+    }
     switch (x.kind) {
       case ExprKind::kLoad:
         v = load(x.arg);
@@ -476,7 +636,11 @@ class Emitter : public detail::IrText {
   std::string sym_;
   std::string cur_;  // the current block
   bool in_loop_ = false;
-  std::string j_;  // the current loop's column index
+  int loop_id_ = 0;  // the current loop: phase p, or num_phases for the final loop
+  std::string j_;    // the current loop's column index
+  // Per expr: the output arg an earlier loop stores it into (-1: recomputed),
+  // and the first loop that computes it (plan_saved).
+  std::vector<int> saved_, first_loop_;
   std::vector<std::string> row_, loop_, red_;
   std::vector<std::string> ptr_, rowoff_;
   std::vector<std::vector<std::string>> stride_;

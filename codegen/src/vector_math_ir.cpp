@@ -1,11 +1,11 @@
 // Vectorizable f32 transcendentals as LLVM IR text. Each function is scalar,
 // branch-free (selects only) and alwaysinline, so once inlined into a kernel's
 // loop the loop vectorizer widens it like any other arithmetic — no libm call
-// blocks vectorization (NOTES.md 1.4). exp/log/tanh/sigmoid: the Cephes single
-// precision polynomials (≤ 2 ulp in their reduced ranges), range reduction with
-// FMA. pow/log1p/erf/sin/cos compute in double internally (Taylor series and
-// our own mpmath fits) and round once. Only f32 takes this path: f64 kernels
-// call libm or LLVM's intrinsics (gradcheck precision, not a hot path).
+// blocks vectorization (NOTES.md 1.4). exp: our own minimax polynomial;
+// log/tanh: the Cephes single precision polynomials (≤ 2 ulp in their reduced
+// ranges); range reduction with FMA. pow/log1p/erf/sin/cos compute in double internally (Taylor
+// series and our own mpmath fits) and round once. Only f32 takes this path: f64 kernels call libm
+// or LLVM's intrinsics (gradcheck precision, not a hot path).
 #include "kiln/vector_math_ir.h"
 
 #include <bit>
@@ -62,60 +62,53 @@ std::string horner(std::string& ir, const std::string& pfx, const std::string& x
   return acc;
 }
 
+// exp(x) = 2^n p(r), n = rint(x / ln2), r = x - n ln2 (ln2 in an exact high
+// part and a low part, with FMA), |r| <= ln2/2. p is our own minimax fit of
+// e^r with p(0) = p'(0) = 1 (degree 6, relative error 3e-9; under 1 ulp in
+// all). x is clamped to [-104, 89] first: below, e^x rounds to +0, above it
+// overflows, and n stays in [-150, 128]. 2^n p is formed as (2^n1 p) 2^n2 with
+// n1 = n >> 1, n2 = n - n1 (both in [-75, 64]): the first factor by adding n1
+// to p's exponent (p is in [0.7, 1.42], so it stays normal), then one
+// multiplication by a normal power of two, so subnormal results are rounded
+// once and 2^128 becomes +inf.
 std::string expf_ir() {
   std::string ir =
       "define internal float @kiln_expf(float %x) #0 {\n"
       "entry:\n"
-      "  %t = fmul float %x, " +
+      "  %xl = call float @llvm.maxnum.f32(float %x, float " +
+      f(-104.0f) +
+      ")\n"
+      "  %xc = call float @llvm.minnum.f32(float %xl, float " +
+      f(89.0f) +
+      ")\n"
+      "  %t = fmul float %xc, " +
       f(1.44269504088896341f) +
       "\n"
       "  %n = call float @llvm.rint.f32(float %t)\n"
-      // r = x - n*ln2, with ln2 split in an exact high part and a low part.
       "  %r1 = call float @llvm.fma.f32(float %n, float " +
       f(-0.693359375f) +
-      ", float %x)\n"
+      ", float %xc)\n"
       "  %r = call float @llvm.fma.f32(float %n, float " +
       f(2.12194440e-4f) + ", float %r1)\n";
-  std::string p = horner(ir, "p", "%r",
-                         {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
-                          1.6666665459e-1f, 5.0000001201e-1f});
+  const std::string p = horner(ir, "p", "%r",
+                               {1.3814583654e-3f, 8.3687240258e-3f, 4.1668388993e-2f,
+                                1.6666521132e-1f, 4.9999994040e-1f, 1.0f, 1.0f});
   ir +=
-      "  %rr = fmul float %r, %r\n"
-      "  %q = call float @llvm.fma.f32(float %rr, float " +
+      "  %ni = fptosi float %n to i32\n"
+      "  %n1 = ashr i32 %ni, 1\n"
+      "  %n2 = sub i32 %ni, %n1\n"
+      "  %n1s = shl i32 %n1, 23\n"
+      "  %pb = bitcast float " +
       p +
-      ", float %r)\n"
-      "  %e = fadd float %q, " +
-      f(1.0f) +
-      "\n"
-      // 2^n in two halves, so results near the overflow and subnormal edges scale exactly.
-      "  %nc = call float @llvm.minnum.f32(float %n, float " +
-      f(254.0f) +
-      ")\n"
-      "  %nc2 = call float @llvm.maxnum.f32(float %nc, float " +
-      f(-252.0f) +
-      ")\n"
-      "  %ni = fptosi float %nc2 to i32\n"
-      "  %h = ashr i32 %ni, 1\n"
-      "  %l = sub i32 %ni, %h\n"
-      "  %hb = add i32 %h, 127\n"
-      "  %lb = add i32 %l, 127\n"
-      "  %hs = shl i32 %hb, 23\n"
-      "  %ls = shl i32 %lb, 23\n"
-      "  %s1 = bitcast i32 %hs to float\n"
-      "  %s2 = bitcast i32 %ls to float\n"
-      "  %y1 = fmul float %e, %s1\n"
+      " to i32\n"
+      "  %y1b = add i32 %pb, %n1s\n"
+      "  %y1 = bitcast i32 %y1b to float\n"
+      "  %n2b = add i32 %n2, 127\n"
+      "  %n2s = shl i32 %n2b, 23\n"
+      "  %s2 = bitcast i32 %n2s to float\n"
       "  %y = fmul float %y1, %s2\n"
-      // Overflow to +inf, underflow to +0, NaN through.
-      "  %big = fcmp ogt float %x, " +
-      f(88.72283935546875f) +
-      "\n"
-      "  %small = fcmp olt float %x, " +
-      f(-103.97283935546875f) +
-      "\n"
-      "  %y2 = select i1 %big, float 0x7FF0000000000000, float %y\n"
-      "  %y3 = select i1 %small, float 0.0, float %y2\n"
       "  %nan = fcmp uno float %x, 0.0\n"
-      "  %res = select i1 %nan, float %x, float %y3\n"
+      "  %res = select i1 %nan, float %x, float %y\n"
       "  ret float %res\n"
       "}\n";
   return ir;

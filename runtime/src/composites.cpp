@@ -112,9 +112,10 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   if (approximate == "none") return x * (erf(x * (std::numbers::sqrt2 / 2.0)) + 1.0) * 0.5;
   KILN_CHECK(approximate == "tanh", "[gelu] approximate must be \"none\" or \"tanh\", got \"",
              approximate, "\"");
-  const double k = std::sqrt(2.0 / std::numbers::pi);
-  Tensor inner = (x + x * x * x * 0.044715) * k;
-  return x * (tanh(inner) + 1.0) * 0.5;
+  // 0.5 (1 + tanh(u)) == sigmoid(2u): one exp and one divide, and no cancellation
+  // in 1 + tanh(u) for negative u. The 2 is folded into sqrt(2/pi).
+  const double k2 = 2.0 * std::sqrt(2.0 / std::numbers::pi);
+  return x * sigmoid((x + x * x * x * 0.044715) * k2);
 }
 
 Tensor silu(const Tensor& x) {

@@ -318,7 +318,8 @@ TEST(KernelCache, DumpsShowVectorizedCode) {
         << op_name(op) << " calls a function";
     EXPECT_NE(read(stem.string() + ".s").find(avx2 ? "ymm" : "xmm"), std::string::npos);
   }
-  // A softmax-like kernel: every phase loop vectorizes (max, f32 sum in double, store loop).
+  // A softmax-like kernel: every phase loop vectorizes (max, f32 sum in float, store loop),
+  // and exp runs once per element (the sum loop stores it; the store loop reads it back).
   Builder b(2, "dump_softmax");
   const auto f = DType::f32;
   int xa = b.in(f, {true, true}), oa = b.out(f, {true, true});
@@ -329,9 +330,17 @@ TEST(KernelCache, DumpsShowVectorizedCode) {
   b.store(oa, b.op(OpId::mul, f, e, b.op(OpId::div, f, b.cnst(f, 1), s)));
   auto lk = get_kernel(b.k);
   const std::string opt = read(dir.path() / "kernels" / str("dump_softmax_", lk->key(), ".opt.ll"));
-  EXPECT_NE(opt.find("@llvm.vector.reduce.fmaximum"), std::string::npos) << "max did not vectorize";
-  EXPECT_NE(opt.find("@llvm.vector.reduce.fadd.v"), std::string::npos) << "sum did not vectorize";
+  EXPECT_NE(opt.find("@llvm.vector.reduce.fmax.v"), std::string::npos) << "max did not vectorize";
+  EXPECT_TRUE(std::regex_search(opt, std::regex(R"(@llvm\.vector\.reduce\.fadd\.v\d+f32)")))
+      << "sum did not vectorize in float";
   EXPECT_NE(opt.find(vec), std::string::npos);
+  const std::string ll = read(dir.path() / "kernels" / str("dump_softmax_", lk->key(), ".ll"));
+  const std::string body = ll.substr(0, ll.find("\n}\n"));  // the kernel function
+  size_t exps = 0;
+  for (size_t at = body.find("@kiln_expf("); at != std::string::npos;
+       at = body.find("@kiln_expf(", at + 1))
+    ++exps;
+  EXPECT_EQ(exps, 1u) << "exp(x - max) is computed more than once per element";
 }
 
 // launch() over the thread pool gives the same bytes as one call over all items,

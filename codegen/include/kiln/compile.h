@@ -67,8 +67,9 @@ struct CompileOptions {
   /// (passes/fuse.h); false (or KILN_DISABLE_PASSES=fuse) runs every node's eager kernel.
   bool fuse = true;
   KernelBackend kernels = KernelBackend::kAuto;  ///< how fused kernels run
-  /// Fused reductions may reorder their terms (vector lanes): sums then differ
-  /// from eager by rounding, and a max/min over a row holding both +0 and -0 may
+  /// Fused reductions may reorder their terms (vector lanes; f32 sums add in
+  /// float within 2048-element chunks, eager in double): sums then differ from
+  /// eager by rounding, and a max/min over a row holding both +0 and -0 may
   /// return either zero. false: eager's sequential order and tie rule (slower).
   bool reassociate = true;
 };

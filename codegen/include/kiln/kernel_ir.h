@@ -30,9 +30,10 @@
 // (inline polynomials, <= 4 ulp from libm; f64 calls libm). Reductions use
 // eager's accumulators (f32/f64 sums in double, f16/bf16 in float, integers in
 // wrapping i64); max/min propagate NaN. With Kernel::reassoc the backend may
-// reorder a reduction (vector partial sums: results differ by rounding, and a
-// max/min over +0 and -0 may return either zero); without it, reductions run in
-// index order and compiled results equal the interpreter's exactly.
+// reorder a reduction (vector partial sums, f32 sums accumulated in float over
+// chunks of the row: results differ by rounding, and a max/min over +0 and -0
+// may return either zero); without it, reductions run in index order and
+// compiled results equal the interpreter's exactly.
 // Float -> integer casts of values outside the target range are undefined (as
 // in C++). Aliasing: an output may share memory with an input only exactly (same
 // dtype and dense pattern; every element is loaded before it is stored);
