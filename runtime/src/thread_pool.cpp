@@ -178,7 +178,10 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     f(begin, end);
     return;
   }
-  int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
+  // A few chunks per thread, claimed dynamically: on a shared machine a thread
+  // that loses its core for a while no longer holds the others up at the end.
+  constexpr int64_t kChunksPerThread = 4;
+  int64_t chunks = std::min<int64_t>(kChunksPerThread * num_threads(), (n + grain - 1) / grain);
   int64_t chunk = (n + chunks - 1) / chunks;
   pool().run(begin, end, chunk, f);
 }
