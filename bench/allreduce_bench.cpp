@@ -1,8 +1,11 @@
-// All-reduce bandwidth of the Gloo process group over loopback: 2 ranks
+// All-reduce bandwidth of the Gloo process group on one host: 2 ranks
 // (threads of this process, each with its own store client, Gloo context and
-// sockets), f32 sum, in place. Algorithm bandwidth = bytes / time (for 2 ranks
+// sockets), f32 sum, in place; over shared memory, or over loopback TCP with
+// KILN_SHM=0. Algorithm bandwidth = bytes / time (for 2 ranks
 // the bus bandwidth, bytes * 2(n-1)/n / time, is the same number). Prints a
-// table; the median of several timed iterations after warm-up.
+// table; the median of several timed iterations after warm-up. Each size is
+// measured on a plain tensor and on one from make_comm_buffer (over shared
+// memory: reduced in place in the ranks' shared buffers, without staging).
 //
 //   allreduce_bench [--ranks N] [--sizes-mb 1,25,100]
 #include <algorithm>
@@ -26,6 +29,7 @@ struct Row {
   double mb;
   int iters;
   double median_s, best_s;
+  bool comm_buffer;  // the tensor came from make_comm_buffer
 };
 
 std::vector<double> parse_sizes(const std::string& s) {
@@ -53,9 +57,10 @@ int main(int argc, char** argv) {
   TCPStoreServerOptions so;
   so.host = "127.0.0.1";
   TCPStoreServer server(so);
-  std::vector<Row> rows(sizes.size());
+  std::vector<Row> rows(2 * sizes.size());
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::string transport;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       try {
@@ -66,9 +71,13 @@ int main(int argc, char** argv) {
         po.timeout = std::chrono::milliseconds(60000);
         po.debug = 0;
         auto pg = make_gloo_group(std::make_shared<TCPStore>(co), r, ranks, po, "bench");
-        for (size_t s = 0; s < sizes.size(); ++s) {
+        if (r == 0) transport = pg->transport();
+        for (size_t k = 0; k < rows.size(); ++k) {
+          const size_t s = k / 2;
+          const bool comm = k % 2 == 1;
           int64_t n = int64_t(sizes[s] * 1e6 / 4);
-          Tensor t = ones({n});
+          Tensor t = comm ? pg->make_comm_buffer(n, DType::f32) : ones({n});
+          if (comm) t.fill_(1.0);
           int iters = sizes[s] <= 2 ? 40 : (sizes[s] <= 30 ? 12 : 5);
           for (int w = 0; w < 2; ++w) pg->all_reduce(t)->wait();
           std::vector<double> times;
@@ -79,7 +88,7 @@ int main(int argc, char** argv) {
             times.push_back(Seconds(std::chrono::steady_clock::now() - t0).count());
           }
           std::sort(times.begin(), times.end());
-          if (r == 0) rows[s] = {sizes[s], iters, times[times.size() / 2], times[0]};
+          if (r == 0) rows[k] = {sizes[s], iters, times[times.size() / 2], times[0], comm};
         }
         pg->barrier()->wait();
       } catch (const std::exception& e) {
@@ -94,11 +103,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("Gloo all_reduce (f32 sum, in place), %d ranks as threads, loopback TCP\n", ranks);
-  std::printf("%10s %6s %12s %12s %20s %18s\n", "size (MB)", "iters", "median (ms)", "best (ms)",
-              "algbw median (GB/s)", "algbw best (GB/s)");
+  std::printf("Gloo all_reduce (f32 sum, in place), %d ranks as threads, %s\n", ranks,
+              transport == "shm" ? "shared memory" : "loopback TCP");
+  std::printf("%10s %-12s %6s %12s %12s %20s %18s\n", "size (MB)", "tensor", "iters", "median (ms)",
+              "best (ms)", "algbw median (GB/s)", "algbw best (GB/s)");
   for (const Row& row : rows)
-    std::printf("%10.0f %6d %12.2f %12.2f %20.3f %18.3f\n", row.mb, row.iters, row.median_s * 1e3,
+    std::printf("%10.0f %-12s %6d %12.2f %12.2f %20.3f %18.3f\n", row.mb,
+                row.comm_buffer ? "comm buffer" : "plain", row.iters, row.median_s * 1e3,
                 row.best_s * 1e3, row.mb * 1e6 / row.median_s / 1e9,
                 row.mb * 1e6 / row.best_s / 1e9);
   std::printf("(reference from the issue: PyTorch's Gloo reaches ~1.0 GB/s at 25 MB here)\n");

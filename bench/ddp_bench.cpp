@@ -1,12 +1,12 @@
 // DistributedDataParallel on the MLP step of bench/mlp_step.h (784-1024-1024-10,
-// batch 128 per rank, SGD momentum), 2 ranks over Gloo on loopback, one
-// compute thread each. Rows, all per training step (median over the timed
-// steps):
+// batch 128 per rank, SGD momentum), 2 ranks over Gloo on one host (shared
+// memory; loopback TCP with KILN_SHM=0), one compute thread each. Rows, all per training step
+// (median over the timed steps):
 //   single   one process alone (the other rank idles at a barrier)
 //   local    both ranks step at once, without communicating
 //   ddp      DistributedDataParallel (bucketed all-reduce overlapped with backward),
 //            with zero_grad() (set_to_none), with zero_grad(false), and with the
-//            bf16 compression hook
+//            bf16 and fp16 compression hooks
 //   naive    backward, then one blocking all-reduce per gradient
 //   flat     backward, then one all-reduce of all gradients (no overlap)
 //   comm     the all-reduce of the gradients' bytes alone
@@ -103,7 +103,7 @@ int worker(const Args& a) {
   auto pg = dist::default_group();
   const int rank = pg->rank();
   // `plain` runs the rows without DDP; `wrapped` is DDP's (its hooks stay on its parameters).
-  bench::MlpStep plain, wrapped, compressed;
+  bench::MlpStep plain, wrapped, compressed, halved;
   int64_t numel = 0;
   for (auto& p : plain.model->parameters()) numel += p.numel();
   dist::DistributedDataParallel ddp(
@@ -115,8 +115,7 @@ int worker(const Args& a) {
         return loss;
       },
       {.enabled = a.compile, .name = "ddp_bench"});
-  // The same with the bf16 compression hook (half the bytes on the wire; bf16 rather
-  // than fp16 because kiln's f32<->f16 casts are scalar and cost more than they save).
+  // The same with the bf16 compression hook (half the bytes on the wire).
   dist::DistributedDataParallel ddp16(compressed.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                          .first_bucket_mb = a.first_bucket_mb,
                                                          .trace_collectives = false});
@@ -128,6 +127,17 @@ int worker(const Args& a) {
         return loss;
       },
       {.enabled = a.compile, .name = "ddp_bench_bf16"});
+  dist::DistributedDataParallel ddp_f16(halved.model, {.bucket_cap_mb = a.bucket_cap_mb,
+                                                       .first_bucket_mb = a.first_bucket_mb,
+                                                       .trace_collectives = false});
+  ddp_f16.register_comm_hook(dist::fp16_compress_hook);
+  auto fwd_bwd_f16 = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = cross_entropy(ddp_f16(x), y);
+        loss.backward();
+        return loss;
+      },
+      {.enabled = a.compile, .name = "ddp_bench_f16"});
   auto plain_backward = [&] {
     plain.opt->zero_grad();
     cross_entropy(plain.model->forward(plain.x), plain.y).backward();
@@ -154,6 +164,12 @@ int worker(const Args& a) {
          compressed.opt->zero_grad();
          fwd_bwd16(compressed.x, compressed.y);
          compressed.opt->step();
+       }},
+      {"DDP + fp16_compress_hook",
+       [&] {
+         halved.opt->zero_grad();
+         fwd_bwd_f16(halved.x, halved.y);
+         halved.opt->step();
        }},
       {"naive: all-reduce each grad after backward",
        [&] {
@@ -206,12 +222,12 @@ int worker(const Args& a) {
   if (rank == 0) {
     const double single = median(rows[0].times);
     std::printf(
-        "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s, "
+        "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s (%s), "
         "1 thread each; %s; %zu DDP bucket(s) (cap %.3g MB, first %.3g MB); "
         "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds\n",
-        pg->size(), pg->backend().c_str(), a.compile ? "compiled forward+backward" : "eager",
-        ddp.num_buckets(), a.bucket_cap_mb, a.first_bucket_mb,
-        4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds);
+        pg->size(), pg->backend().c_str(), pg->transport().c_str(),
+        a.compile ? "compiled forward+backward" : "eager", ddp.num_buckets(), a.bucket_cap_mb,
+        a.first_bucket_mb, 4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds);
     for (const Row& row : rows) {
       const double t = median(row.times);
       if (&row == &rows.back())

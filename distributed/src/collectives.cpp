@@ -1,12 +1,23 @@
 // The CollectiveBackend that kiln_distributed installs when it is loaded: the
 // collective ops' eager kernels (and so compiled plans) reach process groups
 // through it. start() copies its inputs (the executor may free them at once)
-// and launches an asynchronous coalesced all-reduce; wait() waits for it.
+// into one flat buffer and launches an asynchronous all-reduce of it; wait()
+// waits and copies the results out.
+//
+// The flat buffers come from the group's make_comm_buffer (on one host, shared
+// memory the all-reduce reduces in place), kept in a small ring per (group,
+// dtype, size). Every rank starts the same collectives in the same order, so
+// the n-th start of a signature uses ring slot n % kRing on every rank, and a
+// new slot is allocated (a collective call) on every rank alike. A slot whose
+// previous result was not collected yet hands that result a copy first.
 #include "kiln/distributed/collectives.h"
 
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
+#include "kiln/autograd.h"
 #include "kiln/error.h"
 
 namespace kiln::dist {
@@ -33,18 +44,56 @@ class GroupBackend final : public CollectiveBackend {
     }
     KILN_CHECK(pg != nullptr, "[collective_start] process group ", group,
                " does not exist (destroyed, or created in another process)");
-    std::vector<Tensor> copies;
-    copies.reserve(inputs.size());
-    for (const Tensor& t : inputs) copies.push_back(t.contiguous().clone());
-    WorkPtr w = pg->all_reduce_coalesced(copies, static_cast<ReduceOp>(reduce_op));
+    KILN_CHECK(!inputs.empty(), "[collective_start] no tensors given");
+    const DType dt = inputs[0].dtype();
+    int64_t total = 0;
+    for (const Tensor& t : inputs) {
+      KILN_CHECK(t.dtype() == dt, "[collective_start] tensor dtypes differ: ", t.dtype(), " and ",
+                 dt, "; a collective reduces one dtype");
+      total += t.numel();
+    }
+    std::shared_ptr<Ring> ring;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::erase_if(rings_, [&](const auto& kv) {  // rings of destroyed groups
+        auto g = groups_.find(std::get<0>(kv.first));
+        return g == groups_.end() || g->second.expired();
+      });
+      auto& r = rings_[{group, dt, total}];
+      if (!r) r = std::make_shared<Ring>();
+      ring = r;
+    }
+    // Only this rank's ring is locked: allocating a slot and waiting for an
+    // uncollected result may wait for the other ranks (threads, in tests).
+    std::lock_guard<std::mutex> ring_lock(ring->mu);
+    const size_t slot = ring->uses++ % kRing;
+    if (slot == ring->buffers.size()) {
+      ring->buffers.push_back(pg->make_comm_buffer(total, dt));
+      ring->holders.emplace_back();
+    }
+    if (auto prev = ring->holders[slot].lock()) prev->detach();
+    Tensor flat = ring->buffers[slot];
+    auto pending = std::make_shared<Pending>();
+    {
+      NoGradGuard ng;
+      int64_t off = 0;
+      for (const Tensor& t : inputs) {
+        Tensor v = flat.narrow(0, off, t.numel()).view(t.shape());
+        v.copy_(t);
+        pending->tensors.push_back(v);
+        off += t.numel();
+      }
+    }
+    pending->work = pg->all_reduce(flat, static_cast<ReduceOp>(reduce_op));
+    ring->holders[slot] = pending;
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t key = next_key_++;
-    pending_.emplace(key, Pending{std::move(w), std::move(copies)});
+    pending_.emplace(key, std::move(pending));
     return key;
   }
 
   void wait(int64_t key, std::span<Tensor> outputs) override {
-    Pending p;
+    std::shared_ptr<Pending> p;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = pending_.find(key);
@@ -53,25 +102,48 @@ class GroupBackend final : public CollectiveBackend {
       p = std::move(it->second);
       pending_.erase(it);
     }
-    p.work->wait();
-    KILN_CHECK(p.tensors.size() == outputs.size(), "[collective_wait] the collective reduced ",
-               p.tensors.size(), " tensors, waiting for ", outputs.size());
+    p->work->wait();
+    std::lock_guard<std::mutex> lock(p->mu);  // not while its slot is being taken over
+    KILN_CHECK(p->tensors.size() == outputs.size(), "[collective_wait] the collective reduced ",
+               p->tensors.size(), " tensors, waiting for ", outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i) {
-      KILN_CHECK(p.tensors[i].shape() == outputs[i].shape(), "[collective_wait] tensor ", i,
+      KILN_CHECK(p->tensors[i].shape() == outputs[i].shape(), "[collective_wait] tensor ", i,
                  " has shape ", outputs[i].shape(), ", the collective reduced ",
-                 p.tensors[i].shape());
-      outputs[i].copy_(p.tensors[i]);
+                 p->tensors[i].shape());
+      outputs[i].copy_(p->tensors[i]);
     }
+    p->tensors.clear();  // collected: its slot may be reused without a copy
   }
 
  private:
   struct Pending {
     WorkPtr work;
-    std::vector<Tensor> tensors;
+    std::mutex mu;
+    std::vector<Tensor>
+        tensors;  // views into a ring buffer (or their copies); empty once collected
+
+    // Its slot is about to be reused: finish the collective (started on every
+    // rank, so this cannot deadlock) and keep the result in its own tensors.
+    void detach() {
+      work->wait();
+      std::lock_guard<std::mutex> lock(mu);
+      NoGradGuard ng;
+      for (Tensor& t : tensors) t = t.clone();
+    }
   };
+  static constexpr size_t kRing = 2;
+  struct Ring {
+    std::mutex mu;
+    std::vector<Tensor> buffers;
+    std::vector<std::weak_ptr<Pending>> holders;  // per slot: its last user
+    uint64_t uses = 0;
+  };
+
   std::mutex mu_;
+  std::map<std::tuple<int64_t, DType, int64_t>, std::shared_ptr<Ring>>
+      rings_;  // (group, dtype, numel)
   std::unordered_map<int64_t, std::weak_ptr<ProcessGroup>> groups_;
-  std::unordered_map<int64_t, Pending> pending_;
+  std::unordered_map<int64_t, std::shared_ptr<Pending>> pending_;
   int64_t next_group_ = 1;
   int64_t next_key_ = 1;
 };

@@ -166,7 +166,8 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     }
     NoGradGuard ng;
     for (Bucket& b : buckets) {
-      b.buffer = zeros({b.numel}, b.dtype);
+      // Shared with the peers when they run on this host: reduced without copies.
+      b.buffer = pg->make_comm_buffer(b.numel, b.dtype);
       b.pending = b.params.size();
       for (size_t j = 0; j < b.params.size(); ++j) {
         Param& p = params[b.params[j]];

@@ -12,6 +12,7 @@
 
 #include "kiln/env.h"
 #include "kiln/error.h"
+#include "kiln/functional.h"
 
 namespace kiln::dist {
 
@@ -29,6 +30,11 @@ const char* to_string(ReduceOp op) {
       return "product";
   }
   return "unknown";
+}
+
+Tensor ProcessGroup::make_comm_buffer(int64_t numel, DType dtype) {
+  KILN_CHECK(numel >= 0, "[make_comm_buffer] numel must be >= 0; got ", numel);
+  return zeros({numel}, dtype);
 }
 
 namespace {

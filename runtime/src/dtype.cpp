@@ -53,7 +53,8 @@ Half::Half(float f) {
   int32_t exp = static_cast<int32_t>((x >> 23) & 0xff);
   uint16_t h;
   if (exp == 0xff) {
-    h = static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+    // NaN keeps the top of its payload and is quieted, as F16C's vcvtps2ph does.
+    h = static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
   } else {
     int32_t e = exp - 127 + 15;
     if (e >= 0x1f) {
@@ -94,7 +95,8 @@ Half::operator float() const {
       return sign ? -v : v;
     }
   } else if (exp == 0x1f) {
-    out = sign | 0x7f800000u | (mant << 13);
+    // NaN is quieted, as F16C's vcvtph2ps does.
+    out = sign | 0x7f800000u | (mant << 13) | (mant ? 0x00400000u : 0u);
   } else {
     out = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }

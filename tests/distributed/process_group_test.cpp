@@ -416,30 +416,36 @@ TEST(ProcessGroupGloo, TimeoutsAndTheLog) {
   });
 }
 
-// A collective the peer never joins times out inside Gloo: an Error naming
-// the op, the rank and the peer; later collectives fail at once.
+// A collective the peer never joins times out inside Gloo (or in the
+// shared-memory transport): an Error naming the op, the rank and the peer;
+// later collectives fail at once.
 TEST(ProcessGroupGloo, GlooTimeoutBreaksTheGroup) {
-  run_ranks(
-      2,
-      [&](int rank, ProcessGroup& pg) {
-        if (rank == 1) {
-          std::this_thread::sleep_for(1200ms);  // outlives rank 0's timeout, then leaves
-          return;
-        }
-        auto t0 = Clock::now();
-        auto w = pg.all_reduce(ones({4}));
-        ::testing::internal::CaptureStderr();
-        expect_error([&] { w->wait(3000ms); },
-                     {"[all_reduce] all_reduce #0 f32[4] sum failed on rank 0/2",
-                      "Gloo:", "(peer: rank 1)"});
-        std::string log = ::testing::internal::GetCapturedStderr();
-        EXPECT_NE(log.find("a collective failed"), std::string::npos) << log;
-        EXPECT_LT(Clock::now() - t0, 2500ms);
-        expect_error([&] { pg.barrier()->wait(); },
-                     {"[barrier]", "unusable after an earlier failure", "all_reduce #0"});
-        expect_error([&] { pg.send(ones({1}), 1)->wait(); }, {"[send]", "unusable"});
-      },
-      fast_options(500ms));
+  for (int shm : {0, 1}) {
+    auto opts = fast_options(500ms);
+    opts.shm = shm;
+    run_ranks(
+        2,
+        [&](int rank, ProcessGroup& pg) {
+          EXPECT_EQ(pg.transport(), shm ? "shm" : "tcp");
+          if (rank == 1) {
+            std::this_thread::sleep_for(1200ms);  // outlives rank 0's timeout, then leaves
+            return;
+          }
+          auto t0 = Clock::now();
+          auto w = pg.all_reduce(ones({4}));
+          ::testing::internal::CaptureStderr();
+          expect_error([&] { w->wait(3000ms); },
+                       {"[all_reduce] all_reduce #0 f32[4] sum failed on rank 0/2",
+                        shm ? "shared memory:" : "Gloo:", "(peer: rank 1)"});
+          std::string log = ::testing::internal::GetCapturedStderr();
+          EXPECT_NE(log.find("a collective failed"), std::string::npos) << log;
+          EXPECT_LT(Clock::now() - t0, 2500ms);
+          expect_error([&] { pg.barrier()->wait(); },
+                       {"[barrier]", "unusable after an earlier failure", "all_reduce #0"});
+          expect_error([&] { pg.send(ones({1}), 1)->wait(); }, {"[send]", "unusable"});
+        },
+        opts);
+  }
 }
 
 // Destroying a group ends a pending recv with an error at once (its buffer

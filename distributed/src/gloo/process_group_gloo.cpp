@@ -15,6 +15,12 @@
 // the group unusable: Gloo closes a context's connections after a timeout, so
 // later ops could not succeed anyway; they now fail at once with the first
 // error. The group's log of recent collectives is printed once at that point.
+//
+// Shared memory. When every rank runs on this host (and KILN_SHM is not 0),
+// the collectives move their bytes through a shared-memory segment instead
+// (src/shm/): each lane then also owns a shm::Channel, used in the same lane
+// order. The Gloo contexts stay for send/recv. A shm failure (a peer left,
+// exited or timed out) breaks the group as a Gloo failure does.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -23,6 +29,9 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -42,6 +51,7 @@
 #include "kiln/functional.h"
 #include "process_group_impl.h"
 #include "reduce_kernels.h"
+#include "shm/shm_world.h"
 
 namespace kiln::dist {
 
@@ -54,8 +64,16 @@ using detail::WorkImpl;
 using CtxPtr = std::shared_ptr<::gloo::Context>;
 using BufPtr = std::shared_ptr<::gloo::transport::UnboundBuffer>;
 
-// Runs on a lane with the lane's context and the op's tag.
-using RunFn = std::function<void(const CtxPtr&, uint32_t)>;
+// What a collective runs with on its lane: the lane's Gloo context, the op's
+// tag (its sequence number), the lane's shm channel (null: TCP) and the
+// deadline of the op (it started at most timeout ago).
+struct LaneRun {
+  const CtxPtr& ctx;
+  uint32_t tag;
+  shm::Channel* shm;
+  Clock::time_point deadline;
+};
+using RunFn = std::function<void(const LaneRun&)>;
 
 // Gloo's option setters are templated on the element type only for its size.
 template <typename F>
@@ -94,6 +112,9 @@ std::byte* bytes_of(const Tensor& t) {
 size_t nbytes(const Tensor& t) {
   return size_t(t.numel()) * t.element_size();
 }
+shm::Span span_of(const Tensor& t) {
+  return {bytes_of(t), nbytes(t)};
+}
 
 OpInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
   OpInfo i;
@@ -116,6 +137,7 @@ struct Task {
 // A worker thread with its own context and FIFO queue.
 struct Lane {
   CtxPtr ctx;
+  shm::Channel* shm = nullptr;  // owned by the group's shm::World
   std::thread thread;
   std::mutex mu;
   std::condition_variable cv;
@@ -133,6 +155,7 @@ class GlooGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
+  std::string transport() const override { return shm_ ? "shm" : "tcp"; }
   const ProcessGroupOptions& options() const override { return opts_; }
 
   WorkPtr all_reduce(Tensor t, ReduceOp op) override;
@@ -144,6 +167,7 @@ class GlooGroup final : public ProcessGroup {
   WorkPtr barrier() override;
   WorkPtr send(Tensor t, int dst, int tag) override;
   WorkPtr recv(Tensor t, int src, int tag) override;
+  Tensor make_comm_buffer(int64_t numel, DType dtype) override;
 
  private:
   void rendezvous();
@@ -164,15 +188,44 @@ class GlooGroup final : public ProcessGroup {
   std::shared_ptr<detail::CollectiveLog> log_ = std::make_shared<detail::CollectiveLog>(32);
 
   std::shared_ptr<::gloo::transport::Device> device_;
+  std::unique_ptr<shm::World> shm_;           // when every rank is on this host
   std::vector<std::unique_ptr<Lane>> lanes_;  // collectives
   std::unique_ptr<Lane> p2p_;                 // waits for send/recv
 
   std::mutex issue_mu_;  // sequence numbers follow queue order
-  uint64_t next_seq_ = 0, next_p2p_ = 0;
+  uint64_t next_seq_ = 0, next_p2p_ = 0, next_buffer_ = 0;
 
   mutable std::mutex broken_mu_;
   std::string broken_;           // the first transport failure
   std::vector<Task> graveyard_;  // aborted send/recv: kept until the contexts close
+};
+
+// Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that has
+// exited raises SIGPIPE, whose default action kills the process. Gloo's device
+// thread and the lane threads inherit the mask of the thread that creates them,
+// so SIGPIPE is blocked while the group is built (their writes then fail with
+// EPIPE, which Gloo reports). The caller's mask is restored afterwards, after
+// discarding a SIGPIPE this thread may have raised meanwhile.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+      timespec zero{0, 0};
+      sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
 };
 
 GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions opts,
@@ -192,6 +245,7 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGr
   KILN_CHECK(!prefix_.empty(), "[process_group] the store prefix is empty");
   where_ = kiln::str("rank ", rank_, "/", size_, ", group '", prefix_, "'");
   debug_ = opts_.debug < 0 ? env::get_int("KILN_DIST_DEBUG", 0) != 0 : opts_.debug != 0;
+  SigpipeBlocked no_sigpipe;
   rendezvous();
   for (auto& lane : lanes_) lane->thread = std::thread([this, l = lane.get()] { run_lane(*l); });
   p2p_->thread = std::thread([this] { run_lane(*p2p_); });
@@ -231,6 +285,11 @@ void GlooGroup::rendezvous() {
   }
   p2p_ = std::make_unique<Lane>();
   p2p_->ctx = connect("p2p");
+  const bool want_shm = opts_.shm < 0 ? env::get_int("KILN_SHM", 1) != 0 : opts_.shm != 0;
+  shm_ =
+      shm::World::connect(*store_, prefix_, rank_, size_, opts_.threads, want_shm, opts_.timeout);
+  if (shm_)
+    for (size_t i = 0; i < lanes_.size(); ++i) lanes_[i]->shm = &shm_->channel(int(i));
 }
 
 CtxPtr GlooGroup::connect(const std::string& name) {
@@ -271,6 +330,7 @@ GlooGroup::~GlooGroup() {
   p2p_.reset();
   device_.reset();
   graveyard_.clear();
+  shm_.reset();  // peers still waiting for this rank fail at once
 }
 
 std::string GlooGroup::broken() const {
@@ -314,15 +374,26 @@ bool GlooGroup::execute(Lane& lane, Task& t) {
     return false;
   }
   t.work->mark_started();
+  std::string why;
   try {
-    t.run(lane.ctx, t.tag);
+    t.run(LaneRun{lane.ctx, t.tag, lane.shm, Clock::now() + opts_.timeout});
     t.work->mark_done();
     return true;
-  } catch (const Error& e) {  // kiln's own (e.g. an aborted wait): the group stays usable
-    t.work->mark_failed(t.work->failure(e.what()));
+  } catch (const Error& e) {
+    // Kiln's own (e.g. an aborted wait): the group stays usable, unless the
+    // error left a shared-memory channel mid-collective.
+    if (!lane.shm) {
+      t.work->mark_failed(t.work->failure(e.what()));
+      return false;
+    }
+    why = kiln::str("shared memory: ", e.what());
+  } catch (const shm::TransportError& e) {
+    why = kiln::str("shared memory: ", e.what());
   } catch (const std::exception& e) {
-    std::string why = kiln::str("Gloo: ", e.what());
+    why = kiln::str("Gloo: ", e.what());
     if (size_ == 2 && !t.p2p) why += kiln::str(" (peer: rank ", 1 - rank_, ")");
+  }
+  {
     std::string msg = t.work->failure(why);
     bool first = false;
     {
@@ -330,6 +401,8 @@ bool GlooGroup::execute(Lane& lane, Task& t) {
       first = broken_.empty();
       if (first) broken_ = msg;
     }
+    // Peers waiting for this rank in shared memory fail now, not at their timeout.
+    if (shm_) shm_->mark_left();
     // Printed before waiters wake, so the log precedes their error.
     t.work->mark_failed(msg, [&] {
       if (first) detail::print_log(*log_, where_, "a collective failed: " + msg);
@@ -373,11 +446,11 @@ WorkPtr GlooGroup::all_reduce(Tensor t, ReduceOp op) {
   detail::check_cpu_tensor("all_reduce", t);
   detail::check_reducible("all_reduce", t.dtype(), op);
   Millis timeout = opts_.timeout;
-  return collective(tensor_op("all_reduce", t, to_string(op)), {t},
-                    [t, op, timeout](const CtxPtr& ctx, uint32_t tag) {
-                      allreduce_raw(ctx, tag, timeout, t.data_ptr(), size_t(t.numel()), t.dtype(),
-                                    op);
-                    });
+  return collective(
+      tensor_op("all_reduce", t, to_string(op)), {t}, [t, op, timeout](const LaneRun& run) {
+        if (run.shm) return run.shm->all_reduce({span_of(t)}, t.dtype(), op, run.tag, run.deadline);
+        allreduce_raw(run.ctx, run.tag, timeout, t.data_ptr(), size_t(t.numel()), t.dtype(), op);
+      });
 }
 
 WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
@@ -394,13 +467,18 @@ WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
   info.numel = total;
   info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
   Millis timeout = opts_.timeout;
-  return collective(std::move(info), ts, [ts, op, total, timeout](const CtxPtr& ctx, uint32_t tag) {
+  return collective(std::move(info), ts, [ts, op, total, timeout](const LaneRun& run) {
     DType dt = ts[0].dtype();
+    if (run.shm) {  // straight from and into the tensors: no flat copy
+      std::vector<shm::Span> spans;
+      for (const auto& t : ts) spans.push_back(span_of(t));
+      return run.shm->all_reduce(spans, dt, op, run.tag, run.deadline);
+    }
     Tensor flat = empty({total}, dt);
     std::byte* p = bytes_of(flat);
     for (const auto& t : ts)
       p = static_cast<std::byte*>(std::memcpy(p, bytes_of(t), nbytes(t))) + nbytes(t);
-    allreduce_raw(ctx, tag, timeout, flat.data_ptr(), size_t(total), dt, op);
+    allreduce_raw(run.ctx, run.tag, timeout, flat.data_ptr(), size_t(total), dt, op);
     p = bytes_of(flat);
     for (const auto& t : ts) {
       std::memcpy(bytes_of(t), p, nbytes(t));
@@ -414,15 +492,17 @@ WorkPtr GlooGroup::broadcast(Tensor t, int root) {
   check_root("broadcast", root);
   Millis timeout = opts_.timeout;
   return collective(tensor_op("broadcast", t, kiln::str("root=", root)), {t},
-                    [t, root, timeout](const CtxPtr& ctx, uint32_t tag) {
+                    [t, root, timeout](const LaneRun& run) {
                       if (t.numel() == 0) return;
-                      ::gloo::BroadcastOptions o(ctx);
+                      if (run.shm)
+                        return run.shm->broadcast(span_of(t), root, run.tag, run.deadline);
+                      ::gloo::BroadcastOptions o(run.ctx);
                       with_element(t.element_size(), [&](auto e) {
                         using T = decltype(e);
                         o.setOutput(static_cast<T*>(t.data_ptr()), size_t(t.numel()));
                       });
                       o.setRoot(root);
-                      o.setTag(tag);
+                      o.setTag(run.tag);
                       o.setTimeout(timeout);
                       ::gloo::broadcast(o);
                     });
@@ -434,13 +514,16 @@ WorkPtr GlooGroup::reduce(Tensor t, int root, ReduceOp op) {
   check_root("reduce", root);
   Millis timeout = opts_.timeout;
   return collective(tensor_op("reduce", t, kiln::str(to_string(op), " root=", root)), {t},
-                    [t, root, op, timeout](const CtxPtr& ctx, uint32_t tag) {
+                    [t, root, op, timeout](const LaneRun& run) {
                       if (t.numel() == 0) return;
+                      if (run.shm)
+                        return run.shm->reduce(span_of(t), t.dtype(), op, root, run.tag,
+                                               run.deadline);
                       size_t n = size_t(t.numel());
-                      bool is_root = ctx->rank == root;
+                      bool is_root = run.ctx->rank == root;
                       // Gloo uses the output as scratch on every rank: non-roots keep `t` intact.
                       Tensor out = is_root ? t : empty(t.shape(), t.dtype());
-                      ::gloo::ReduceOptions o(ctx);
+                      ::gloo::ReduceOptions o(run.ctx);
                       with_element(t.element_size(), [&](auto e) {
                         using T = decltype(e);
                         if (!is_root) o.setInput(static_cast<T*>(t.data_ptr()), n);
@@ -448,11 +531,11 @@ WorkPtr GlooGroup::reduce(Tensor t, int root, ReduceOp op) {
                       });
                       o.setRoot(root);
                       o.setReduceFunction(reduce_fn(t.dtype(), op));
-                      o.setTag(tag);
+                      o.setTag(run.tag);
                       o.setTimeout(timeout);
                       ::gloo::reduce(o);
                       if (is_root && op == ReduceOp::kAvg)
-                        divide_in_place(t.data_ptr(), t.dtype(), n, ctx->size);
+                        divide_in_place(t.data_ptr(), t.dtype(), n, run.ctx->size);
                     });
 }
 
@@ -467,27 +550,32 @@ WorkPtr GlooGroup::all_gather(std::vector<Tensor> outs, Tensor in) {
                " but the input is ", in.dtype(), in.shape());
   }
   Millis timeout = opts_.timeout;
-  return collective(tensor_op("all_gather", in), outs,
-                    [outs, in, timeout](const CtxPtr& ctx, uint32_t tag) {
-                      size_t n = size_t(in.numel()), b = nbytes(in);
-                      if (n == 0) return;
-                      Tensor flat = empty({int64_t(n) * ctx->size}, in.dtype());
-                      ::gloo::AllgatherOptions o(ctx);
-                      with_element(in.element_size(), [&](auto e) {
-                        using T = decltype(e);
-                        o.setInput(static_cast<T*>(in.data_ptr()), n);
-                        o.setOutput(static_cast<T*>(flat.data_ptr()), n * size_t(ctx->size));
-                      });
-                      o.setTag(tag);
-                      o.setTimeout(timeout);
-                      ::gloo::allgather(o);
-                      for (size_t r = 0; r < outs.size(); ++r)
-                        std::memcpy(bytes_of(outs[r]), bytes_of(flat) + r * b, b);
-                    });
+  return collective(tensor_op("all_gather", in), outs, [outs, in, timeout](const LaneRun& run) {
+    size_t n = size_t(in.numel()), b = nbytes(in);
+    if (n == 0) return;
+    if (run.shm) {
+      std::vector<shm::Span> spans;
+      for (const auto& o : outs) spans.push_back(span_of(o));
+      return run.shm->all_gather(spans, span_of(in), run.tag, run.deadline);
+    }
+    Tensor flat = empty({int64_t(n) * run.ctx->size}, in.dtype());
+    ::gloo::AllgatherOptions o(run.ctx);
+    with_element(in.element_size(), [&](auto e) {
+      using T = decltype(e);
+      o.setInput(static_cast<T*>(in.data_ptr()), n);
+      o.setOutput(static_cast<T*>(flat.data_ptr()), n * size_t(run.ctx->size));
+    });
+    o.setTag(run.tag);
+    o.setTimeout(timeout);
+    ::gloo::allgather(o);
+    for (size_t r = 0; r < outs.size(); ++r)
+      std::memcpy(bytes_of(outs[r]), bytes_of(flat) + r * b, b);
+  });
 }
 
-// Built on all_reduce of a copy (Gloo has no options-API reduce-scatter):
-// twice the traffic of a ring reduce-scatter, but simple and exact.
+// Over TCP, built on all_reduce of a copy (Gloo has no options-API
+// reduce-scatter): twice the traffic of a ring reduce-scatter, but simple and
+// exact. Over shared memory each rank reduces only its own block.
 WorkPtr GlooGroup::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
   detail::check_cpu_tensor("reduce_scatter", out, "output");
   detail::check_cpu_tensor("reduce_scatter", in, "input");
@@ -497,22 +585,25 @@ WorkPtr GlooGroup::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
              in.dtype(), in.shape(), " and output ", out.dtype(), out.shape());
   OpInfo info = tensor_op("reduce_scatter", in, to_string(op));
   Millis timeout = opts_.timeout;
-  return collective(
-      std::move(info), {out}, [out, in, op, timeout](const CtxPtr& ctx, uint32_t tag) {
-        if (in.numel() == 0) return;
-        Tensor tmp = in.clone();
-        allreduce_raw(ctx, tag, timeout, tmp.data_ptr(), size_t(tmp.numel()), tmp.dtype(), op);
-        std::memcpy(bytes_of(out), bytes_of(tmp) + size_t(ctx->rank) * nbytes(out), nbytes(out));
-      });
+  return collective(std::move(info), {out}, [out, in, op, timeout](const LaneRun& run) {
+    if (in.numel() == 0) return;
+    if (run.shm)
+      return run.shm->reduce_scatter(span_of(out), span_of(in), in.dtype(), op, run.tag,
+                                     run.deadline);
+    Tensor tmp = in.clone();
+    allreduce_raw(run.ctx, run.tag, timeout, tmp.data_ptr(), size_t(tmp.numel()), tmp.dtype(), op);
+    std::memcpy(bytes_of(out), bytes_of(tmp) + size_t(run.ctx->rank) * nbytes(out), nbytes(out));
+  });
 }
 
 WorkPtr GlooGroup::barrier() {
   OpInfo info;
   info.op = "barrier";
   Millis timeout = opts_.timeout;
-  return collective(std::move(info), {}, [timeout](const CtxPtr& ctx, uint32_t tag) {
-    ::gloo::BarrierOptions o(ctx);
-    o.setTag(tag);
+  return collective(std::move(info), {}, [timeout](const LaneRun& run) {
+    if (run.shm) return run.shm->barrier(run.tag, run.deadline);
+    ::gloo::BarrierOptions o(run.ctx);
+    o.setTag(run.tag);
     o.setTimeout(timeout);
     ::gloo::barrier(o);
   });
@@ -556,7 +647,7 @@ WorkPtr GlooGroup::point_to_point(const char* op, Tensor t, int peer, int tag, b
     return work;
   }
   Millis timeout = opts_.timeout;
-  RunFn wait = [buf, is_send, timeout, peer](const CtxPtr&, uint32_t) {
+  RunFn wait = [buf, is_send, timeout, peer](const LaneRun&) {
     bool ok = false;
     try {
       ok = is_send ? buf->waitSend(nullptr, timeout) : buf->waitRecv(nullptr, timeout);
@@ -573,6 +664,22 @@ WorkPtr GlooGroup::point_to_point(const char* op, Tensor t, int peer, int tag, b
   }
   p2p_->cv.notify_one();
   return work;
+}
+
+Tensor GlooGroup::make_comm_buffer(int64_t numel, DType dtype) {
+  KILN_CHECK(numel >= 0, "[make_comm_buffer] numel must be >= 0; got ", numel);
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(issue_mu_);
+    id = next_buffer_++;
+  }
+  if (!shm_ || numel == 0) return zeros({numel}, dtype);
+  const size_t bytes = size_t(numel) * dtype_size(dtype);
+  auto buf =
+      shm_->make_symmetric(*store_, kiln::str(prefix_, "/buffer/", id), bytes, opts_.timeout);
+  if (!buf) return zeros({numel}, dtype);
+  std::byte* own = buf->bases[size_t(rank_)];              // zeroed by ftruncate
+  return from_blob(own, {numel}, dtype, [buf](void*) {});  // unmapped with the last view
 }
 
 WorkPtr GlooGroup::send(Tensor t, int dst, int tag) {

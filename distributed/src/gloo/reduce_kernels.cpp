@@ -136,6 +136,53 @@ ReduceFn pick(DType dt) {
   kiln::throw_error(kiln::str("[reduce] cannot reduce dtype ", dt));
 }
 
+// ---- avg: the last sum and the division in one pass ----
+template <typename T>
+void sum_div_loop(void* o, const void* a, const void* b, size_t n, int divisor) {
+  T* out = static_cast<T*>(o);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  const T d = T(divisor);
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) out[i] = T(x[i] + y[i]) / d;
+}
+
+void sum_div_bf16(void* o, const void* a, const void* b, size_t n, int divisor) {
+  uint16_t* out = static_cast<uint16_t*>(o);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  const float d = float(divisor);
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) {
+    float s = bf16_to_f32(f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i])));
+    out[i] = f32_to_bf16(s / d);
+  }
+}
+
+void sum_div_f16(void* o, const void* a, const void* b, size_t n, int divisor) {
+  uint16_t* out = static_cast<uint16_t*>(o);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  const float d = float(divisor);
+  size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  const __m256 dv = _mm256_set1_ps(d);
+  for (; i + 8 <= n; i += 8) {
+    __m256 xs = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    __m256 ys = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i)));
+    __m256 s = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_add_ps(xs, ys), _MM_FROUND_TO_NEAREST_INT));
+    __m128i r = _mm256_cvtps_ph(_mm256_div_ps(s, dv), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), r);
+  }
+#endif
+  for (; i < n; ++i) {
+    Half hx, hy;
+    hx.bits = x[i];
+    hy.bits = y[i];
+    out[i] = Half(float(Half(float(hx) + float(hy))) / d).bits;
+  }
+}
+
 template <typename T>
 void divide_loop(T* p, size_t n, T d) {
   for (size_t i = 0; i < n; ++i) p[i] = p[i] / d;
@@ -156,6 +203,22 @@ ReduceFn reduce_fn(DType dt, ReduceOp op) {
       return pick<Min>(dt);
   }
   kiln::throw_error(kiln::str("[reduce] unknown ReduceOp ", int(op)));
+}
+
+SumDivFn sum_div_fn(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return &sum_div_loop<float>;
+    case DType::f64:
+      return &sum_div_loop<double>;
+    case DType::f16:
+      return &sum_div_f16;
+    case DType::bf16:
+      return &sum_div_bf16;
+    default:
+      break;
+  }
+  kiln::throw_error(kiln::str("[reduce] avg needs a floating dtype; got ", dt));
 }
 
 void divide_in_place(void* p, DType dt, size_t n, int divisor) {

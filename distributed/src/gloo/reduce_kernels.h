@@ -15,6 +15,11 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 /// The function for (dtype, op); avg uses sum (the caller divides afterwards).
 /// kiln::Error for bool.
 ReduceFn reduce_fn(DType dt, ReduceOp op);
+/// (out, a, b, n, divisor): out = (a + b) / divisor, rounded to the dtype after
+/// the sum and after the division, as a sum followed by divide_in_place would.
+using SumDivFn = void (*)(void*, const void*, const void*, size_t, int);
+/// The fused last step of an average (floating dtypes; kiln::Error otherwise).
+SumDivFn sum_div_fn(DType dt);
 /// Divides n elements at p by `divisor` in place (floating dtypes; for avg).
 void divide_in_place(void* p, DType dt, size_t n, int divisor);
 

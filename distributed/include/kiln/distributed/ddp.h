@@ -5,7 +5,9 @@
 // broadcasts rank 0's parameters and buffers, and assigns the gradients to
 // buckets in reverse registration order (about the order backward produces
 // them): bucket 0 is capped at first_bucket_mb so communication starts early,
-// the others at bucket_cap_mb; one flat buffer per bucket and dtype. Each
+// the others at bucket_cap_mb; one flat buffer per bucket and dtype (from
+// ProcessGroup::make_comm_buffer: on one host, shared memory the all-reduce
+// reduces in place across the ranks, with the average fused in). Each
 // parameter's .grad becomes a view into its bucket (gradient_as_bucket_view),
 // so accumulation writes straight into the buffer that is all-reduced.
 //

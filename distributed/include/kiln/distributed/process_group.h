@@ -2,7 +2,9 @@
 // ProcessGroup). Every collective is asynchronous and returns a Work handle;
 // errors and timeouts surface as kiln::Error from Work::wait on every rank,
 // never as a silent hang. Backends: Gloo (CPU tensors over TCP) today; NCCL
-// (CUDA tensors) plugs in behind the same interface later.
+// (CUDA tensors) plugs in behind the same interface later. A Gloo group whose
+// ranks all run on one host moves the collectives' bytes through shared
+// memory instead of TCP (KILN_SHM=0 turns that off).
 //
 // Ordering contract (as in PyTorch): every rank of a group issues the same
 // collectives in the same order. Several may be in flight at once. Send/recv
@@ -65,6 +67,10 @@ struct ProcessGroupOptions {
   /// 1: check before each collective that every rank issues the same op, dtype
   /// and size (slow: a store round trip each); 0: off; -1: KILN_DIST_DEBUG.
   int debug = -1;
+  /// 1: when every rank runs on this host, collectives go through shared memory
+  /// (send/recv stay on TCP); 0: TCP only; -1: KILN_SHM (default 1). Ranks
+  /// that disagree all use TCP.
+  int shm = -1;
 };
 
 /// A group of ranks. Tensors must be contiguous, on the backend's device, with the
@@ -79,6 +85,9 @@ class ProcessGroup {
   virtual int size() const = 0;
   /// "gloo", "nccl".
   virtual std::string backend() const = 0;
+  /// How the collectives move bytes: "shm" (Gloo group whose ranks share this
+  /// host), "tcp" (other Gloo groups); backends without a choice: backend().
+  virtual std::string transport() const { return backend(); }
 
   /// Reduces `t` across ranks, in place on every rank.
   virtual WorkPtr all_reduce(Tensor t, ReduceOp op = ReduceOp::kSum) = 0;
@@ -98,6 +107,13 @@ class ProcessGroup {
   /// Point-to-point; `tag` matches a send with its recv.
   virtual WorkPtr send(Tensor t, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(Tensor t, int src, int tag = 0) = 0;
+
+  /// A zeroed 1-D tensor that all_reduce of this group reduces without staging
+  /// copies: shared memory every rank maps when the group runs over shm (plain
+  /// memory otherwise). Every rank must call it in the same order with the same
+  /// numel and dtype (store round trips; not ordered with collectives), and
+  /// all_reduce a given range of it on every rank alike. DDP's buckets use it.
+  virtual Tensor make_comm_buffer(int64_t numel, DType dtype);
 
   virtual const ProcessGroupOptions& options() const = 0;
 };
