@@ -373,7 +373,7 @@ std::string IrText::scalar_op(OpId op, DType t, DType r, std::string a, std::str
       return round(t, emit(str("f", name, " ", rt, " ", a, ", ", b)));
     }
     case OpId::div: {
-      if (f) return round(t, emit(str("fdiv ", rt, " ", a, ", ", b)));
+      if (f) return round(t, emit(str("fdiv ", arcp_ ? "arcp " : "", rt, " ", a, ", ", b)));
       if (boolean) return emit(str("and i1 ", a, ", ", b));
       // Integer floor division; x / 0 = 0 and never a trap (eager's rule).
       const std::string z = emit(str("icmp eq ", rt, " ", b, ", 0"));

@@ -51,6 +51,7 @@ class IrText {
   std::set<std::string> decls_;                 ///< "declare ..." lines
   std::map<std::string, std::string> helpers_;  ///< internal helper functions by name
   bool uses_vector_math_ = false;               ///< calls @kiln_* (vector_math_ir.h)
+  bool arcp_ = false;  ///< float divisions may use a reciprocal (Kernel::reassoc)
 
  private:
   int next_ = 0;

@@ -69,8 +69,9 @@ struct CompileOptions {
   KernelBackend kernels = KernelBackend::kAuto;  ///< how fused kernels run
   /// Fused reductions may reorder their terms (vector lanes; f32 sums add in
   /// float within 2048-element chunks, eager in double): sums then differ from
-  /// eager by rounding, and a max/min over a row holding both +0 and -0 may
-  /// return either zero. false: eager's sequential order and tie rule (slower).
+  /// eager by rounding, a division by a loop-invariant value may multiply by its
+  /// reciprocal (within an ulp), and a max/min over a row holding both +0 and -0
+  /// may return either zero. false: eager's order, division and tie rule (slower).
   bool reassociate = true;
 };
 
