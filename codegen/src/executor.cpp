@@ -423,6 +423,45 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         dest_of_slot[static_cast<size_t>(found)] = &d;
     }
   }
+  // Free destinations: no input shares the destination's storage (a .grad the
+  // graph does not read), and it overlaps no other destination. The node or
+  // kernel producing that output writes straight into it. Only for values
+  // that are nothing but that destination (not also a result or saved value).
+  std::vector<const Tensor*> free_dest;  // by output slot
+  if (!args.dests.empty() && opts_.in_place) {
+    free_dest.assign(static_cast<size_t>(num_slots_), nullptr);
+    auto span_of = [](const Tensor& t) {
+      const char* b = static_cast<const char*>(t.data_ptr());
+      return std::make_pair(b, b + t.numel() * static_cast<int64_t>(dtype_size(t.dtype())));
+    };
+    for (size_t o = 0; o < args.dests.size(); ++o) {
+      const Tensor& d = args.dests[o];
+      const int sl = output_slots_[o];
+      if (!d.defined() || !d.impl()->storage || !d.is_contiguous() || d.numel() == 0 ||
+          is_input_slot_[static_cast<size_t>(sl)])
+        continue;
+      bool ok = true;
+      for (const Tensor& t : args.inputs) ok = ok && t.impl()->storage != d.impl()->storage;
+      for (size_t q : outputs_of_slot_[static_cast<size_t>(sl)])
+        ok = ok && args.dests[q].is_same(d);
+      const auto [b, e] = span_of(d);
+      for (size_t q = 0; ok && q < args.dests.size(); ++q) {
+        const Tensor& x = args.dests[q];
+        if (q == o || !x.defined() || x.is_same(d) || !x.impl()->storage || x.numel() == 0)
+          continue;
+        if (x.impl()->storage != d.impl()->storage) continue;
+        const auto [xb, xe] = span_of(x);
+        ok = xe <= b || e <= xb;
+      }
+      if (ok) free_dest[static_cast<size_t>(sl)] = &d;
+    }
+  }
+  // The free destination of output slot `sl` if it fits (dtype, element count).
+  auto free_dest_for = [&](int sl, DType dt, const Dims& shape) -> const Tensor* {
+    if (free_dest.empty()) return nullptr;
+    const Tensor* d = free_dest[static_cast<size_t>(sl)];
+    return d && d->dtype() == dt && d->numel() == numel_of(shape) ? d : nullptr;
+  };
   // The graph input a kernel output may overwrite as its destination, or -1.
   auto dest_input = [&](const Step& step, const Group& grp, size_t j, const Dims& shape, DType dt,
                         const std::vector<int>& claimed) {
@@ -476,7 +515,22 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         attrs.set("seed", AttrValue(static_cast<int64_t>(args.rng_seed)))
             .set("offset", AttrValue(static_cast<int64_t>(args.rng_base) + n.attrs.i("offset")));
       }
-      std::vector<Tensor> outs = dispatch(n.op, ins, attrs);
+      std::vector<Tensor> outs;
+      const OpInfo& info = n.info();
+      const ir::Value* ov = n.outputs.size() == 1 ? n.outputs[0] : nullptr;
+      const Tensor* d = nullptr;
+      if (ov && !info.has(kView) && !info.has(kCollective) && info.kernel)
+        d = free_dest_for(step.out[0], ov->dtype, ir::eval_shape(ov->shape, syms));
+      if (d) {
+        // The eager kernel, writing its one output into the destination.
+        std::vector<TensorMeta> metas;
+        info.infer(ins, attrs, metas);
+        outs.push_back(d->shape() == metas[0].shape ? *d : d->reshape(metas[0].shape));
+        info.kernel(ins, attrs, outs);
+        ++st.in_place;
+      } else {
+        outs = dispatch(n.op, ins, attrs);
+      }
       ins.clear();
       for (size_t k = 0; k < outs.size(); ++k) {
         mem.hold(outs[k]);
@@ -523,6 +577,11 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
             ++st.in_place;
             break;
           }
+          if (!o.defined())
+            if (const Tensor* d = free_dest_for(grp.arg_slot[lg.num_inputs + j], v->dtype, shape)) {
+              o = d->shape() == shape ? *d : d->reshape(shape);
+              ++st.in_place;
+            }
           if (!o.defined()) o = empty(shape, v->dtype);
           mem.hold(o);
           l.ptrs[lg.num_inputs + j] = o.data_ptr();

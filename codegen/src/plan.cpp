@@ -293,10 +293,23 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
   };
   // Captured state the graph rewrites (parameters, optimizer state) is the
   // destination of its new value: a pointwise update is computed in place.
+  // A gradient with a .grad of its shape is computed into that .grad (its
+  // identity is kept anyway: DDP's bucket views, optimizer references).
   std::vector<Tensor> dests(p.exec->graph().outputs().size());
-  for (size_t o = 0; o < p.num_fwd_outputs && o < dests.size(); ++o)
-    if (p.outputs[o].kind == ir::OutputBinding::kWrite)
-      dests[o] = Tensor(p.captures[static_cast<size_t>(p.outputs[o].index)].tensor.lock());
+  for (size_t o = 0; o < p.num_fwd_outputs && o < dests.size(); ++o) {
+    const auto& b = p.outputs[o];
+    if (b.kind == ir::OutputBinding::kWrite) {
+      dests[o] = Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+    } else if (b.kind == ir::OutputBinding::kGrad || b.kind == ir::OutputBinding::kArgGrad) {
+      const Tensor target = b.kind == ir::OutputBinding::kArgGrad
+                                ? args[static_cast<size_t>(b.index)]
+                                : Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+      const ir::Value* v = p.exec->graph().outputs()[o];
+      Tensor cur = target.defined() ? target.grad() : Tensor();
+      if (cur.defined() && cur.dtype() == v->dtype && cur.shape() == ir::eval_shape(v->shape, syms))
+        dests[o] = cur;
+    }
+  }
   RunStats st;
   RunArgs ra;
   ra.inputs = inputs;

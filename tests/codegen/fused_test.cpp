@@ -424,6 +424,87 @@ TEST(FusedExecutor, DestinationsStillNeededAreNotOverwritten) {
   expect_close(exp(w0), out[1], "alias read its old value");
 }
 
+// An output whose destination no input shares (a .grad the graph does not
+// read) is computed straight into it, by a BLAS node or a fused kernel; a
+// destination shared with an input or overlapping another is left alone.
+TEST(FusedExecutor, FreeDestinationsReceiveTheirOutputs) {
+  auto g = parse_shared(R"(graph(%0: f32[8, 6] "x", %1: f32[6, 4] "w") {
+  %2 = matmul(%0, %1) : f32[8, 4]
+  %3 = exp(%0) : f32[8, 6]
+  %4 = neg(%3) : f32[8, 6]
+  return %2 "grad:a", %4 "grad:b"
+})");
+  Tensor x = randn({8, 6}), w = randn({6, 4});
+  std::vector<Tensor> in{x, w};
+  {
+    Tensor da = empty({8, 4}), db = empty({8, 6});
+    std::vector<Tensor> dests{da, db};
+    RunStats st;
+    std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+    EXPECT_EQ(st.in_place, 2);
+    EXPECT_EQ(out[0].data_ptr(), da.data_ptr());
+    EXPECT_EQ(out[1].data_ptr(), db.data_ptr());
+    expect_close(matmul(x, w), da, "matmul into its destination");
+    expect_close(neg(exp(x)), db, "kernel into its destination");
+  }
+  {
+    // Two views of one buffer: disjoint ones are used, overlapping ones not.
+    Tensor buf = empty({32 + 48});
+    Tensor da = buf.slice(0, 0, 32).reshape({8, 4}), db = buf.slice(0, 32, 80).reshape({8, 6});
+    std::vector<Tensor> dests{da, db};
+    RunStats st;
+    run_with_dests(g, in, dests, &st);
+    EXPECT_EQ(st.in_place, 2);
+    expect_close(matmul(x, w), da, "disjoint view a");
+    expect_close(neg(exp(x)), db, "disjoint view b");
+    Tensor ob = buf.slice(0, 16, 64).reshape({8, 6});
+    std::vector<Tensor> overlapping{da, ob};
+    run_with_dests(g, in, overlapping, &st);
+    EXPECT_EQ(st.in_place, 0);
+  }
+  {
+    Tensor shared = x.reshape({8, 6});  // shares x's storage
+    Tensor da = empty({8, 4});
+    std::vector<Tensor> dests{da, shared};
+    RunStats st;
+    std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+    EXPECT_EQ(st.in_place, 1);
+    EXPECT_NE(out[1].data_ptr(), shared.data_ptr());
+    expect_close(neg(exp(x)), out[1], "not written over its own input");
+  }
+}
+
+// Through compile: gradients land in the existing .grad tensors (their
+// storage is kept from step to step), with eager's values.
+TEST(Fused, GradientsAreComputedIntoExistingGrads) {
+  auto make = [] {
+    manual_seed(6);
+    return std::make_shared<nn::Linear>(10, 7);
+  };
+  auto me = make(), mc = make();
+  Tensor x = randn({5, 10});
+  auto step = [&x](nn::Linear& m) {
+    m.zero_grad();
+    Tensor loss = sum(square(m.forward(x)));
+    loss.backward();
+    return loss;
+  };
+  auto f = compile([&] { return step(*mc); });
+  f();  // warm-up (eager) call: creates the .grad tensors
+  f();  // traced
+  std::vector<const void*> ptrs;
+  for (const Tensor& p : mc->parameters()) ptrs.push_back(p.grad().data_ptr());
+  for (int i = 0; i < 3; ++i) {
+    step(*me);
+    f();
+  }
+  EXPECT_GE(f.stats().last_in_place, 1);
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    EXPECT_EQ(mc->parameters()[i].grad().data_ptr(), ptrs[i]) << "parameter " << i;
+    expect_close(me->parameters()[i].grad(), mc->parameters()[i].grad(), str("grad ", i));
+  }
+}
+
 // Through compile: an SGD-momentum training step updates the parameters and
 // momentum buffers in their own storage, with eager's values.
 TEST(Fused, OptimizerStepUpdatesParametersInPlace) {
