@@ -65,6 +65,7 @@ struct Tracer::State {
   int num_args = 0;
   std::vector<Tensor> arg_standins;  // symbolic stand-ins of the arguments
   std::vector<Tensor> arg_grad_at_start;
+  bool grads_touched = false;  // a .grad was set or accumulated into while tracing
   bool done = false;
 };
 
@@ -256,6 +257,7 @@ Tensor Tracer::on_detach(const Tensor& t) {
 }
 
 void Tracer::on_grad_change(const Tensor& t) {
+  st_->grads_touched = true;
   // Capturing now records the .grad from before the change (restored after the
   // trace, guarded at every call).
   if (!t.is_symbolic() && !t.impl()->wrapped_number && !t.impl()->born_while_tracing) capture(t);
@@ -304,6 +306,9 @@ Tensor Tracer::add_grad_output(const Tensor& result, int index) {
 }
 
 bool Tracer::grads_changed() const {
+  // Also true when the traced code accumulated into a .grad in place (after
+  // zeroing it with zero_()): the .grad tensor is the same, its value is not.
+  if (st_->grads_touched) return true;
   for (size_t k = 0; k < st_->captured.size(); ++k)
     if (!Tensor(st_->captured[k]).grad().is_same(st_->grad_at_start[k])) return true;
   return false;

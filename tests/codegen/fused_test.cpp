@@ -505,6 +505,35 @@ TEST(Fused, GradientsAreComputedIntoExistingGrads) {
   }
 }
 
+// A step that zeroes the .grad tensors in place (zero_(), not set to none) and
+// then runs backward traces and runs: backward accumulated into the same .grad
+// tensors, so only the accumulation (not a changed .grad) says it ran; the
+// compiled region must not trace a second backward of its returned loss.
+TEST(Fused, InPlaceZeroedGradsThenBackward) {
+  auto make = [] {
+    manual_seed(7);
+    return std::make_shared<nn::Linear>(6, 3);
+  };
+  auto me = make(), mc = make();
+  Tensor x = randn({4, 6});
+  auto step = [&x](nn::Linear& m) {
+    for (Tensor p : m.parameters())
+      if (p.grad().defined()) p.grad().zero_();
+    Tensor loss = sum(square(m.forward(x)));
+    loss.backward();
+    return loss;
+  };
+  auto f = compile([&] { return step(*mc); });
+  for (int i = 0; i < 3; ++i) {
+    const double le = step(*me).item<double>();
+    const double lc = f().item<double>();
+    EXPECT_NEAR(le, lc, 1e-4 * (1 + std::abs(le))) << "call " << i;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  for (size_t i = 0; i < 2; ++i)
+    expect_close(me->parameters()[i].grad(), mc->parameters()[i].grad(), str("grad ", i));
+}
+
 // Through compile: an SGD-momentum training step updates the parameters and
 // momentum buffers in their own storage, with eager's values.
 TEST(Fused, OptimizerStepUpdatesParametersInPlace) {

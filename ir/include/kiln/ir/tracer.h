@@ -90,7 +90,7 @@ class Tracer : public Recorder {
   /// unused). Adds the outputs for mutated state, restores the program state
   /// the trace touched (.grad fields, version counters, the generator).
   TraceResult finish(const std::vector<Tensor>& results, const std::vector<Tensor>& grads = {});
-  /// True if some captured tensor's .grad changed (the traced code ran backward).
+  /// True if the traced code replaced or accumulated into some .grad (it ran backward).
   bool grads_changed() const;
   /// Captured tensor `k` seen so far (for the driver's differentiable inputs).
   const std::vector<std::shared_ptr<TensorImpl>>& captured() const;
