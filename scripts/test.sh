@@ -5,7 +5,7 @@
 # IR parser; they first compile an instrumented runtime with clang, ~2 min),
 # run in the background while the sanitizer build compiles (libFuzzer uses one
 # core); KILN_FUZZ=0 skips them, and scripts/fuzz.sh runs longer campaigns.
-# Whole suite: ~15 min on 2 cores.
+# Whole suite: ~13 min on 2 cores from a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
