@@ -12,31 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include "common/scoped_env.h"
 #include "kiln/kernel_ir.h"
 #include "kiln/kiln.h"
 
 namespace kiln::kir::testing {
 
-/// Sets an environment variable for one scope (restores the old value).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using kiln::testing::ScopedEnv;  // tests/common/scoped_env.h
 
 /// Kernel tests compile for real: no disk cache (and nothing written to $HOME).
 class NoDiskCache : public ::testing::Test {

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/scoped_env.h"
+#include "distributed/wait_child.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/functional.h"
 #include "runtime/test_util.h"
@@ -27,6 +29,8 @@ namespace kiln::dist {
 namespace {
 
 using kiln::testing::expect_error;
+using kiln::testing::ScopedEnv;
+using kiln::testing::wait_child;
 using namespace std::chrono_literals;
 
 // A port that was free a moment ago (rank 0 binds it again).
@@ -76,13 +80,8 @@ void run_processes(int n, const std::function<void(int)>& body, std::chrono::sec
   }
   auto deadline = Clock::now() + limit;
   for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    pid_t got = 0;
-    while ((got = ::waitpid(pids[r], &status, WNOHANG)) == 0 && Clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
-    if (got == 0) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], &status, 0);
+    const int status = wait_child(pids[r], deadline);
+    if (status == -1) {
       ADD_FAILURE() << "rank " << r << " did not finish in time";
       continue;
     }
@@ -230,31 +229,11 @@ TEST(InitProcessGroup, PeerProcessExits) {
   });
 }
 
-// Restores an environment variable when it goes out of scope.
-struct EnvGuard {
-  std::string name;
-  bool had;
-  std::string old;
-  explicit EnvGuard(const char* n) : name(n) {
-    const char* v = std::getenv(n);
-    had = v != nullptr;
-    old = v ? v : "";
-  }
-  ~EnvGuard() {
-    if (had) {
-      ::setenv(name.c_str(), old.c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-};
-
 // Malformed URLs, missing or bad variables and an unknown backend are clear
 // errors raised before any network traffic; the group API needs init first.
 TEST(InitProcessGroup, ErrorsBeforeAnyNetwork) {
-  EnvGuard g1("RANK"), g2("WORLD_SIZE"), g3("MASTER_ADDR"), g4("MASTER_PORT"), g5("LOCAL_RANK");
-  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"})
-    ::unsetenv(v);
+  ScopedEnv g1("RANK", {}), g2("WORLD_SIZE", {}), g3("MASTER_ADDR", {}), g4("MASTER_PORT", {}),
+      g5("LOCAL_RANK", {});
   auto init = [](const std::string& url, int rank = 0, int world = 1) {
     InitOptions o;
     o.init_method = url;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../../distributed/src/shm/shm_world.h"  // the chunk size
+#include "distributed/wait_child.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/functional.h"
@@ -488,13 +489,8 @@ TEST(ShmTransport, PeerProcessDiesMidCollective) {
   }
   auto deadline = Clock::now() + 20s;
   for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    pid_t got = 0;
-    while ((got = ::waitpid(pids[r], &status, WNOHANG)) == 0 && Clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
-    if (got == 0) {
-      ::kill(pids[r], SIGKILL);
-      ::waitpid(pids[r], &status, 0);
+    const int status = kiln::testing::wait_child(pids[r], deadline);
+    if (status == -1) {
       ADD_FAILURE() << "rank " << r << " did not finish in time";
       continue;
     }

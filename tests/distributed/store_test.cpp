@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/wait_child.h"
 #include "runtime/test_util.h"
 
 namespace kiln::dist {
@@ -202,13 +203,8 @@ TEST(TCPStore, TwoProcesses) {
   }
   auto deadline = Clock::now() + 8s;
   for (pid_t pid : pids) {
-    int status = 0;
-    pid_t r = 0;
-    while ((r = ::waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < deadline)
-      std::this_thread::sleep_for(10ms);
-    if (r == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
+    const int status = kiln::testing::wait_child(pid, deadline);
+    if (status == -1) {
       ADD_FAILURE() << "child " << pid << " did not finish in time";
       continue;
     }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/scoped_env.h"
 #include "kiln/dispatch.h"
 #include "kiln/passes/cse.h"
 #include "passes/pass_test_util.h"
@@ -20,26 +21,7 @@ namespace {
 using kiln::testing::expect_error;
 using testing::trim_leading_newline;
 
-// Sets an environment variable for the scope, restoring the old value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using kiln::testing::ScopedEnv;
 
 std::unique_ptr<ir::Graph> parse(std::string_view text) {
   return ir::parse(trim_leading_newline(text));
