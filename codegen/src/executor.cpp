@@ -377,6 +377,78 @@ struct Launch {
 
 }  // namespace
 
+// Where run() may write outputs straight into RunArgs::dests, by slot.
+struct Executor::Destinations {
+  // Graph-input slot -> the destination it holds, when no other input shares
+  // its storage and no unfused view aliases it (written by the kernel that
+  // reads that input last).
+  std::vector<const Tensor*> input;
+  // Output slot -> a destination no input shares (a .grad the graph does not
+  // read) and no other destination overlaps, for a value that is nothing but
+  // that destination (not also a result or saved value).
+  std::vector<const Tensor*> free;
+};
+
+Executor::Destinations Executor::destinations(const RunArgs& args) const {
+  Destinations r;
+  if (args.dests.empty() || !opts_.in_place) return r;
+  KILN_ASSERT(args.dests.size() == output_slots_.size(), "executor: ", args.dests.size(),
+              " destinations for ", output_slots_.size(), " outputs");
+  r.input.assign(static_cast<size_t>(num_slots_), nullptr);
+  r.free.assign(static_cast<size_t>(num_slots_), nullptr);
+  // Inputs by storage: how many share it, and the last of them.
+  std::unordered_map<const StorageImpl*, std::pair<int, size_t>> by_storage;
+  for (size_t i = 0; i < args.inputs.size(); ++i) {
+    auto& e = by_storage[args.inputs[i].impl()->storage.get()];
+    ++e.first;
+    e.second = i;
+  }
+  struct Candidate {
+    const StorageImpl* storage;
+    const char *begin, *end;
+    int slot;
+  };
+  std::vector<Candidate> cands;
+  for (size_t o = 0; o < args.dests.size(); ++o) {
+    const Tensor& d = args.dests[o];
+    if (!d.defined() || !d.impl()->storage || !d.is_contiguous()) continue;
+    const auto it = by_storage.find(d.impl()->storage.get());
+    if (it != by_storage.end()) {
+      const auto [count, i] = it->second;
+      if (count == 1 && args.inputs[i].is_same(d) && !input_aliased_[i]) r.input[i] = &d;
+      continue;
+    }
+    const int sl = output_slots_[o];
+    if (d.numel() == 0 || is_input_slot_[static_cast<size_t>(sl)] ||
+        outputs_of_slot_[static_cast<size_t>(sl)].front() != o)
+      continue;  // each slot once
+    bool only_dest = true;
+    for (size_t q : outputs_of_slot_[static_cast<size_t>(sl)])
+      only_dest = only_dest && args.dests[q].is_same(d);
+    if (!only_dest) continue;
+    const char* b = static_cast<const char*>(d.data_ptr());
+    cands.push_back({d.impl()->storage.get(), b,
+                     b + d.numel() * static_cast<int64_t>(dtype_size(d.dtype())), sl});
+  }
+  // Overlapping destinations (views of one buffer) are all dropped: sorted by
+  // address, a run of overlapping ones is a cluster of more than one.
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    return a.storage != b.storage ? a.storage < b.storage : a.begin < b.begin;
+  });
+  for (size_t i = 0; i < cands.size();) {
+    size_t j = i + 1;
+    const char* end = cands[i].end;
+    for (; j < cands.size() && cands[j].storage == cands[i].storage && cands[j].begin < end; ++j)
+      end = std::max(end, cands[j].end);
+    if (j == i + 1) {
+      const size_t o = outputs_of_slot_[static_cast<size_t>(cands[i].slot)].front();
+      r.free[static_cast<size_t>(cands[i].slot)] = &args.dests[o];
+    }
+    i = j;
+  }
+  return r;
+}
+
 std::vector<Tensor> Executor::run(const RunArgs& args) const {
   const ir::Graph& g = *graph_;
   KILN_CHECK(args.inputs.size() == g.inputs().size(), "[executor] the graph takes ",
@@ -402,60 +474,9 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     for (size_t o : outputs_at_step_[at])
       (*args.on_ready)(o, slots[static_cast<size_t>(output_slots_[o])]);
   };
-  // Destinations a kernel may write into: graph input slots holding exactly
-  // the destination (no other input shares its storage).
-  std::vector<const Tensor*> dest_of_slot;
-  if (!args.dests.empty() && opts_.in_place) {
-    KILN_ASSERT(args.dests.size() == output_slots_.size(), "executor: ", args.dests.size(),
-                " destinations for ", output_slots_.size(), " outputs");
-    dest_of_slot.assign(static_cast<size_t>(num_slots_), nullptr);
-    for (size_t o = 0; o < args.dests.size(); ++o) {
-      const Tensor& d = args.dests[o];
-      if (!d.defined() || !d.impl()->storage || !d.is_contiguous()) continue;
-      int found = -1, sharing = 0;
-      for (size_t i = 0; i < args.inputs.size(); ++i) {
-        const Tensor& t = args.inputs[i];
-        if (t.impl()->storage != d.impl()->storage) continue;
-        ++sharing;
-        if (t.is_same(d)) found = static_cast<int>(i);
-      }
-      if (found >= 0 && sharing == 1 && !input_aliased_[static_cast<size_t>(found)])
-        dest_of_slot[static_cast<size_t>(found)] = &d;
-    }
-  }
-  // Free destinations: no input shares the destination's storage (a .grad the
-  // graph does not read), and it overlaps no other destination. The node or
-  // kernel producing that output writes straight into it. Only for values
-  // that are nothing but that destination (not also a result or saved value).
-  std::vector<const Tensor*> free_dest;  // by output slot
-  if (!args.dests.empty() && opts_.in_place) {
-    free_dest.assign(static_cast<size_t>(num_slots_), nullptr);
-    auto span_of = [](const Tensor& t) {
-      const char* b = static_cast<const char*>(t.data_ptr());
-      return std::make_pair(b, b + t.numel() * static_cast<int64_t>(dtype_size(t.dtype())));
-    };
-    for (size_t o = 0; o < args.dests.size(); ++o) {
-      const Tensor& d = args.dests[o];
-      const int sl = output_slots_[o];
-      if (!d.defined() || !d.impl()->storage || !d.is_contiguous() || d.numel() == 0 ||
-          is_input_slot_[static_cast<size_t>(sl)])
-        continue;
-      bool ok = true;
-      for (const Tensor& t : args.inputs) ok = ok && t.impl()->storage != d.impl()->storage;
-      for (size_t q : outputs_of_slot_[static_cast<size_t>(sl)])
-        ok = ok && args.dests[q].is_same(d);
-      const auto [b, e] = span_of(d);
-      for (size_t q = 0; ok && q < args.dests.size(); ++q) {
-        const Tensor& x = args.dests[q];
-        if (q == o || !x.defined() || x.is_same(d) || !x.impl()->storage || x.numel() == 0)
-          continue;
-        if (x.impl()->storage != d.impl()->storage) continue;
-        const auto [xb, xe] = span_of(x);
-        ok = xe <= b || e <= xb;
-      }
-      if (ok) free_dest[static_cast<size_t>(sl)] = &d;
-    }
-  }
+  const Destinations dst = destinations(args);
+  const std::vector<const Tensor*>& dest_of_slot = dst.input;
+  const std::vector<const Tensor*>& free_dest = dst.free;
   // The free destination of output slot `sl` if it fits (dtype, element count).
   auto free_dest_for = [&](int sl, DType dt, const Dims& shape) -> const Tensor* {
     if (free_dest.empty()) return nullptr;

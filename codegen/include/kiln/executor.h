@@ -85,7 +85,9 @@ class Executor {
  private:
   struct Step;
   struct Group;
+  struct Destinations;
   void build_schedule();
+  Destinations destinations(const RunArgs& args) const;
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions opts_;
   passes::FusionPlan plan_;
