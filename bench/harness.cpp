@@ -293,6 +293,19 @@ int main(int argc, char** argv) {
     }
   }
   // --only runs a subset (the hardware references always run).
+  const std::vector<std::string> names = {"gelu_tanh_16M",       "softmax_4096x1024",
+                                          "layer_norm_4096x1024", "adam_10M",
+                                          "mlp_step_sgd",         "transformer_fwd_bwd",
+                                          "cnn_step_adam",        "mlp_start"};
+  for (size_t b = 1; b < only.size();) {
+    const size_t e = only.find(',', b);
+    const std::string n = only.substr(b, e - b);
+    if (!n.empty() && std::find(names.begin(), names.end(), n) == names.end()) {
+      std::fprintf(stderr, "harness: unknown workload '%s' in --only\n", n.c_str());
+      return 2;
+    }
+    b = e + 1;
+  }
   auto want = [&](const char* name) {
     return only.empty() || only.find(str(",", name, ",")) != std::string::npos;
   };
