@@ -19,6 +19,7 @@
 #include "kiln/executor.h"
 
 #include <algorithm>
+#include <climits>
 #include <iostream>
 #include <unordered_map>
 
@@ -244,15 +245,33 @@ void Executor::build_schedule() {
     if (l >= 0 && !is_out[static_cast<size_t>(sl)])
       steps_[static_cast<size_t>(l)].free_after.push_back(sl);
   }
-  // Graph inputs an unfused view (or collective) may alias at run time: never
-  // written in place as a destination, the alias would see the new value.
-  input_aliased_.assign(g.inputs().size(), false);
-  for (size_t i = 0; i < g.inputs().size(); ++i)
-    for (const ir::Node* u : g.inputs()[i]->users) {
-      const size_t pos = g.position(u);
-      if (plan_.group_of[pos] < 0 && (u->info().has(kView) || u->info().has(kCollective)))
-        input_aliased_[i] = true;
+  // Graph inputs an unfused view may alias at run time (views of views too):
+  // a kernel may write such an input in place only after the last step that
+  // reads any alias, which would otherwise see the new value. An alias that is
+  // a graph output, or an input a collective touches, is never overwritten.
+  input_alias_until_.assign(g.inputs().size(), -1);
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    int& until = input_alias_until_[i];
+    std::vector<const ir::Value*> work{g.inputs()[i]};
+    while (!work.empty() && until != INT_MAX) {
+      const ir::Value* v = work.back();
+      work.pop_back();
+      for (const ir::Node* u : v->users) {
+        if (plan_.group_of[g.position(u)] >= 0) continue;  // fused: reads, never aliases
+        if (u->info().has(kCollective)) {
+          until = INT_MAX;
+          break;
+        }
+        if (!u->info().has(kView)) continue;
+        for (const ir::Value* a : u->outputs) {
+          const int sl = slot.at(a);
+          if (is_out[static_cast<size_t>(sl)]) until = INT_MAX;
+          if (until != INT_MAX) until = std::max(until, last[static_cast<size_t>(sl)]);
+          work.push_back(a);
+        }
+      }
     }
+  }
   outputs_of_slot_.assign(static_cast<size_t>(num_slots_), {});
   for (size_t o = 0; o < output_slots_.size(); ++o)
     outputs_of_slot_[static_cast<size_t>(output_slots_[o])].push_back(o);
@@ -415,7 +434,8 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
     const auto it = by_storage.find(d.impl()->storage.get());
     if (it != by_storage.end()) {
       const auto [count, i] = it->second;
-      if (count == 1 && args.inputs[i].is_same(d) && !input_aliased_[i]) r.input[i] = &d;
+      if (count == 1 && args.inputs[i].is_same(d) && input_alias_until_[i] != INT_MAX)
+        r.input[i] = &d;
       continue;
     }
     const int sl = output_slots_[o];
@@ -494,6 +514,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
       if (d == nullptr || d->dtype() != dt || d->numel() != numel_of(shape)) continue;
       if (std::find(step.dying_inputs.begin(), step.dying_inputs.end(), sl) ==
               step.dying_inputs.end() ||
+          input_alias_until_[static_cast<size_t>(sl)] >= static_cast<int>(&step - steps_.data()) ||
           std::find(claimed.begin(), claimed.end(), sl) != claimed.end())
         continue;
       // Every graph output this value is must be that destination (not also a

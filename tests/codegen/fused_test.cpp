@@ -424,6 +424,44 @@ TEST(FusedExecutor, DestinationsStillNeededAreNotOverwritten) {
   expect_close(exp(w0), out[1], "alias read its old value");
 }
 
+// A view of the destination is harmless once its last reader has run (a
+// Linear weight read as w^T by the forward matmul, then updated): the update
+// writes in place. A view read after the update (through a view of a view
+// here) keeps its old value: no write in place.
+TEST(FusedExecutor, DestinationsViewedOnlyEarlierAreWrittenInPlace) {
+  auto g = parse_shared(R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
+  %2 = permute(%0) {dims=[1, 0]} : f32[16, 16]
+  %3 = matmul(%1, %2) : f32[16, 16]
+  %4 = sub(%0, %3) : f32[16, 16]
+  return %4 "write:w", %3 "out0"
+})");
+  Tensor w = randn({16, 16}), x = randn({16, 16});
+  const Tensor w0 = w.clone();
+  const void* wp = w.data_ptr();
+  std::vector<Tensor> in{w, x}, dests{w, Tensor()};
+  RunStats st;
+  std::vector<Tensor> out = run_with_dests(g, in, dests, &st);
+  EXPECT_EQ(st.in_place, 1);
+  EXPECT_EQ(out[0].data_ptr(), wp);
+  expect_close(matmul(x, w0.t()), out[1], "matmul read the old w");
+  expect_close(w0 - matmul(x, w0.t()), w, "w updated in place");
+
+  auto late = parse_shared(R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
+  %2 = permute(%0) {dims=[1, 0]} : f32[16, 16]
+  %3 = reshape(%2) {shape=[16, 16]} : f32[16, 16]
+  %4 = neg(%0) : f32[16, 16]
+  %5 = matmul(%4, %3) : f32[16, 16]
+  return %4 "write:w", %5 "out0"
+})");
+  Tensor w2 = randn({16, 16});
+  const Tensor w20 = w2.clone();
+  std::vector<Tensor> in2{w2, x}, dests2{w2, Tensor()};
+  RunStats st2;
+  out = run_with_dests(late, in2, dests2, &st2);
+  EXPECT_EQ(st2.in_place, 0);
+  expect_close(matmul(neg(w20), w20.t()), out[1], "the view read the old w");
+}
+
 // An output whose destination no input shares (a .grad the graph does not
 // read) is computed straight into it, by a BLAS node or a fused kernel; a
 // destination shared with an input or overlapping another is left alone.

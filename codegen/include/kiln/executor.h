@@ -98,7 +98,7 @@ class Executor {
   std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
   std::vector<bool> is_input_slot_;
   std::vector<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
-  std::vector<bool> input_aliased_;                   // graph input -> an unfused view may alias it
+  std::vector<int> input_alias_until_;  // graph input -> last step reading an unfused view of it
   int num_slots_ = 0;
 
  public:
