@@ -50,7 +50,7 @@ class Pool {
       chunk_ = chunk;
       next_.store(begin);
       error_ = nullptr;
-      active_ = static_cast<int>(workers_.size());
+      open_ = true;
       ++generation_;
     }
     cv_.notify_all();
@@ -58,7 +58,11 @@ class Pool {
     t_in_pool = true;
     work();
     t_in_pool = was;
+    // Every chunk is claimed now: wait only for the workers running one. A
+    // worker that has not woken up yet stays out (no wake-up latency on the
+    // critical path of a small job the caller finished alone).
     std::unique_lock<std::mutex> lock(mu_);
+    open_ = false;
     done_cv_.wait(lock, [&] { return active_ == 0; });
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
@@ -101,6 +105,8 @@ class Pool {
         cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
         if (quit_) return;
         seen = generation_;
+        if (!open_) continue;
+        ++active_;
       }
       work();
       {
@@ -117,7 +123,8 @@ class Pool {
   int size_ = 1;
   bool quit_ = false;
   uint64_t generation_ = 0;
-  int active_ = 0;
+  int active_ = 0;     // workers inside work() for the current job
+  bool open_ = false;  // the current job still takes workers
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t begin_ = 0, end_ = 0, chunk_ = 1;
   std::atomic<int64_t> next_{0};

@@ -44,6 +44,22 @@ TEST(ThreadPool, NestedCallsRunInline) {
   EXPECT_EQ(sum.load(), 800);
 }
 
+// Many tiny jobs back to back on an oversubscribed pool: workers that wake up
+// after the caller has claimed every chunk stay out of that job, and never
+// run a finished job (its counts would be off, or ASan would see its frame).
+TEST(ThreadPool, LateWorkersNeverRunAFinishedJob) {
+  const int prev = num_threads();
+  set_num_threads(6);
+  for (int it = 0; it < 3000; ++it) {
+    std::vector<int> hits(16, 0);  // plain ints: each index belongs to one chunk
+    parallel_for(0, 16, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    for (int h : hits) ASSERT_EQ(h, 1) << "job " << it;
+  }
+  set_num_threads(prev);
+}
+
 // Results of a large elementwise op do not depend on the thread count.
 TEST(ThreadPool, ResultsIndependentOfThreadCount) {
   int prev = num_threads();
