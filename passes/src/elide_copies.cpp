@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "kiln/op_table.h"
+#include "kiln/passes/pass_manager.h"
 
 namespace kiln::passes {
 namespace {
@@ -75,16 +76,7 @@ Value* elided(ir::Graph& g, Node* n) {
 }  // namespace
 
 bool elide_copies(ir::Graph& g) {
-  bool changed = false;
-  for (Node* n : g.nodes()) {
-    if (!n->is_op(OpId::copy) || n->outputs.size() != 1) continue;
-    Value* to = elided(g, n);
-    if (to == nullptr) continue;
-    g.replace_all_uses(n->output(), to);
-    g.erase(n);
-    changed = true;
-  }
-  return changed;
+  return replace_each(g, OpId::copy, elided);
 }
 
 }  // namespace kiln::passes

@@ -179,8 +179,8 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 // middle passes left unused. The fixpoint loop repeats the list, which covers
 // the remaining interactions (duplicates simplify creates, merged by cse).
 std::vector<std::string> standard_pipeline() {
-  return {"dce",      "cse", "fold_constants",     "elide_copies",
-          "simplify", "dce", "schedule_collectives"};
+  return {"dce",         "cse",      "fold_constants", "elide_copies",
+          "pads_to_cat", "simplify", "dce",            "schedule_collectives"};
 }
 
 }  // namespace kiln::passes

@@ -59,4 +59,21 @@ bool pass_disabled(std::string_view name);
 /// The standard pipeline's pass names.
 std::vector<std::string> standard_pipeline();
 
+/// The driver of a rule-based pass: every node of op `op` with one output is
+/// replaced by rewrite(g, n) (a Value* of the same meaning, or null to keep
+/// n) and erased. Returns true if any node was replaced.
+template <typename F>
+bool replace_each(ir::Graph& g, OpId op, F rewrite) {
+  bool changed = false;
+  for (ir::Node* n : g.nodes()) {
+    if (!n->is_op(op) || n->outputs.size() != 1) continue;
+    ir::Value* to = rewrite(g, n);
+    if (to == nullptr) continue;
+    g.replace_all_uses(n->output(), to);
+    g.erase(n);
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace kiln::passes
