@@ -162,7 +162,9 @@ TEST(Reduce, ValuesMatchReferenceOnLayouts) {
 TEST(Reduce, LargeInputsUseAllPaths) {
   const std::vector<std::pair<Dims, Dims>> cases = {
       {{200000}, {}},     {{4, 100000}, {1}},  {{100000, 4}, {0}},   {{3000, 700}, {0}},
-      {{700, 3000}, {1}}, {{50, 40, 60}, {1}}, {{2, 70000, 2}, {1}}, {{100000, 20}, {0}}};
+      {{700, 3000}, {1}}, {{50, 40, 60}, {1}}, {{2, 70000, 2}, {1}}, {{100000, 20}, {0}},
+      // whole-row column path: a bias gradient, and kept dims on both sides
+      {{16, 128, 1024}, {0, 1}}, {{8, 500, 300}, {1}}, {{40, 3, 9000}, {0}}};
   uint64_t seed = 100;
   for (const auto& [shape, dims] : cases) {
     for (Layout l : {Layout::kContiguous, Layout::kPermuted}) {
@@ -186,8 +188,17 @@ TEST(Reduce, ThreadCountIndependent) {
     set_num_threads(n);
     for (const Dims& d : {Dims{}, Dims{0}, Dims{1}}) runs.push_back(sum(x, d).to_vector<float>());
   }
+  Tensor tall = make({2048, 768}, Layout::kContiguous, 7, DType::f32);
+  Tensor mid = make({8, 500, 300}, Layout::kContiguous, 8, DType::f32);
+  std::vector<std::vector<float>> cols;
+  for (int n : {1, 2, 3}) {
+    set_num_threads(n);
+    cols.push_back(sum(tall, {0}).to_vector<float>());
+    cols.push_back(sum(mid, {1}).to_vector<float>());
+  }
   set_num_threads(before);
   for (size_t i = 3; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 3]) << i;
+  for (size_t i = 2; i < cols.size(); ++i) EXPECT_EQ(cols[i], cols[i % 2]) << "column sum " << i;
   Tensor b = gt(make({100000, 20}, Layout::kContiguous, 6), 3.5);
   V want = ref_reduce(b.to_vector<double>(), {100000, 20}, {0}, Red::kMax);
   EXPECT_EQ(amax(b, {0}).to_vector<double>(), want);
