@@ -215,10 +215,12 @@ struct TransformerStep {
     loss.backward();
     return {loss};
   }
-  // Matmul FLOPs of forward + backward (backward = 2x forward).
+  // Matmul FLOPs the step performs: forward, and backward's two products per
+  // matmul (2x forward) except the input gradient of the QKV projection (x
+  // does not require grad, so autograd skips it).
   static double flops() {
     const double tokens = B * L;
-    return 3 * 2.0 * tokens * (4.0 * D * D + 2.0 * D * F + 2.0 * L * D);
+    return 2.0 * tokens * (3 * (4.0 * D * D + 2.0 * D * F + 2.0 * L * D) - 3.0 * D * D);
   }
 };
 
@@ -359,7 +361,10 @@ int main(int argc, char** argv) {
   }
   if (want("mlp_step_sgd")) {
     MlpStep a, b;
-    const double flops = 3 * 2.0 * 128 * (784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10);
+    // Matmul FLOPs the step performs: forward, every weight gradient, and the
+    // input gradients of layers 2 and 3 (the batch does not require grad).
+    const double fwd = 784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10;
+    const double flops = 2.0 * 128 * (2 * fwd + 1024.0 * 1024 + 1024.0 * 10);
     rows.push_back(measure(
         "mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps, flops));
   }
