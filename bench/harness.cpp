@@ -426,8 +426,9 @@ int main(int argc, char** argv) {
       worst = r.compiled_ms / r.compiled_1t_ms;
       worst_name = r.name;
     }
-  std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n", num_threads(),
-              worst, worst_name.c_str());
+  if (!rows.empty())
+    std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n",
+                num_threads(), worst, worst_name.c_str());
   if (want("mlp_start"))
     std::printf(
         "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "

@@ -49,6 +49,7 @@ struct CompiledFunction::Impl {
   std::recursive_mutex mu;
   std::vector<std::shared_ptr<Plan>> plans;
   std::vector<std::pair<std::string, int>> warmups;  // signature key -> eager calls so far
+  std::vector<std::string> escaped_keys;  // signatures whose trace stored new tensors once
   int next_plan_id = 0;
   int recompiles = 0;
   bool warned_limit = false;
@@ -292,6 +293,33 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   if (plan->bwd_graph) {
     dump(dump_dir, opts.name, plan->id, "backward", *plan->bwd_graph);
     dump_kernels(dump_dir, opts.name, plan->id, "backward", *plan->bwd_exec);
+  }
+  if (!plan->escaped.empty()) {
+    // The call stored tensors it made (state created on a first step, which
+    // warmup = 0 traces): a replay would not make them again. This run makes
+    // them real; the next call traces again, now with the state in place. A
+    // function that stores new tensors on every call cannot be replayed: its
+    // second such trace turns the signature eager.
+    const std::string key = signature_key(args, statics);
+    const bool again =
+        std::find(escaped_keys.begin(), escaped_keys.end(), key) != escaped_keys.end();
+    if (again) {
+      auto e = std::make_shared<Plan>();
+      fill_signature(*e, args, statics, opts);
+      e->eager = true;
+      plans.push_back(e);
+      std::cerr << "[kiln] warning: " << opts.name << ": every traced call stores new tensors "
+                << "outside the function (" << plan->escaped.size()
+                << " this time: state created per call, or a traced value kept in a member); "
+                   "running this signature eagerly from now on\n";
+    } else {
+      escaped_keys.push_back(key);
+    }
+    ++stats.compiled_calls;
+    RunResult r = run_plan(*plan, args, nullptr);
+    note_run(r);
+    spec = plan->out_spec;
+    return std::move(r.results);
   }
   plans.push_back(plan);
   ++stats.compiled_calls;

@@ -48,6 +48,7 @@ struct Plan {
   std::vector<std::function<bool()>> guards;
   std::vector<std::string> guard_names;
   std::vector<int> cleared_grads;
+  std::vector<std::weak_ptr<TensorImpl>> escaped;  ///< see ir::TraceResult::escaped
   bool uses_rng = false;
   std::vector<double> out_spec;
   size_t num_results = 0;

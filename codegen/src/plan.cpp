@@ -37,6 +37,7 @@ void take_trace(Plan& p, ir::TraceResult&& r) {
   p.guards = std::move(r.guards);
   p.guard_names = std::move(r.guard_names);
   p.cleared_grads = std::move(r.cleared_grads);
+  p.escaped = std::move(r.escaped);
   p.uses_rng = r.uses_rng;
   p.result_is_input = std::move(r.result_is_input);
   p.num_results = 0;
@@ -226,6 +227,28 @@ void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& o
   p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts));
 }
 
+// A symbolic tensor the traced call stored outside the function becomes a
+// real one holding `value` (a copy: the value may alias an input or another
+// output). Every holder sees it: the handle's impl itself changes. A traced
+// history is cut: it is a leaf from now on (requires_grad kept only if it was
+// a leaf already).
+namespace {
+void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
+  if (!impl || impl->storage) return;  // gone, or made real already
+  Tensor v = value.clone();
+  impl->storage = v.impl()->storage;
+  impl->strides = v.strides();
+  impl->offset = v.offset();
+  impl->trace.reset();
+  impl->born_while_tracing = false;  // state from now on, not a temporary of a trace
+  if (impl->autograd && impl->autograd->grad_fn) {
+    impl->autograd->grad_fn.reset();
+    impl->autograd->requires_grad = false;
+  }
+  if (impl->autograd) impl->autograd->grad = Tensor();
+}
+}  // namespace
+
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
   std::vector<double> hv(p.hosts.size());
   {
@@ -326,6 +349,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
   r.stats = st;
   r.results.resize(p.num_results);
   std::vector<std::pair<Tensor, Tensor>> writes;  // (target, value)
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> escapes;
   for (size_t o = 0; o < p.num_fwd_outputs; ++o) {
     const auto& b = p.outputs[o];
     switch (b.kind) {
@@ -355,6 +379,9 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
       case ir::OutputBinding::kGradIn:
         KILN_ASSERT(false, "gradient output in a forward graph");
         break;
+      case ir::OutputBinding::kEscaped:
+        escapes.emplace_back(p.escaped[static_cast<size_t>(b.index)].lock(), outs[o]);
+        break;
     }
   }
   {
@@ -379,6 +406,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     }
     for (int k : p.cleared_grads)
       Tensor(p.captures[static_cast<size_t>(k)].tensor.lock()).set_grad(Tensor());
+    for (auto& [impl, value] : escapes) make_real(impl, value);
   }
   for (auto& [target, value] : late_grads) write_grad(target, value);
   if (!p.result_grad.empty() && grad_mode_enabled()) {

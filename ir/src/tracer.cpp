@@ -66,6 +66,7 @@ struct Tracer::State {
   std::vector<Tensor> arg_standins;  // symbolic stand-ins of the arguments
   std::vector<Tensor> arg_grad_at_start;
   bool grads_touched = false;  // a .grad was set or accumulated into while tracing
+  std::vector<std::weak_ptr<TensorImpl>> created;  // every symbolic tensor made
   bool done = false;
 };
 
@@ -91,6 +92,7 @@ Tensor Tracer::make_symbolic(Value* v, const TensorMeta& m) {
   ref->owner = st_->id;
   ref->value = v;
   impl->trace = std::move(ref);
+  st_->created.push_back(impl);
   return Tensor(std::move(impl));
 }
 
@@ -141,9 +143,8 @@ Value* Tracer::value_of(const Tensor& t, const char* op, size_t slot) {
     ValueRef* r = ref_of(t, st_->id);
     KILN_CHECK(r != nullptr, "[", op, "] input ", slot,
                " is a symbolic tensor from another trace: a traced value escaped its compiled "
-               "function (stored in a member, or state such as optimizer buffers created "
-               "during a traced call; keep CompileOptions::warmup >= 1 so such state is "
-               "created by an eager call before tracing)");
+               "function without being made real (one it also returned, or one from a trace "
+               "that failed); store a clone of a returned tensor instead");
     if (r->base) {
       auto it = st_->version.find(r->base);
       KILN_CHECK(it == st_->version.end() || it->second == r->base_version, "[", op, "] input ",
@@ -375,6 +376,27 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   const uint64_t advance = default_generator().offset - st_->rng_offset;
   g.rng_advance = SymInt(static_cast<int64_t>(advance));
   restore();
+  // Symbolic tensors still held outside the trace once the .grad fields are
+  // restored and the view roots kept for the trace's address checks are let
+  // go: not results, stand-ins or gradients, so state the call stored.
+  st_->keep_alive.clear();
+  std::unordered_set<const TensorImpl*> known;
+  for (const Tensor& t : results) known.insert(t.impl());
+  for (const Tensor& t : grads)
+    if (t.defined()) known.insert(t.impl());
+  for (const Tensor& t : st_->arg_standins) {
+    known.insert(t.impl());
+    if (t.grad().defined()) known.insert(t.grad().impl());
+  }
+  for (const auto& w : st_->created) {
+    std::shared_ptr<TensorImpl> impl = w.lock();
+    if (!impl || known.count(impl.get())) continue;
+    const ValueRef* ref = ref_of(Tensor(impl), st_->id);
+    if (ref == nullptr || ref->value->producer == nullptr) continue;  // an input stand-in
+    g.add_output(ref->value, str("escaped", r.escaped.size()));
+    outs.push_back({OutputBinding::kEscaped, static_cast<int>(r.escaped.size())});
+    r.escaped.push_back(impl);
+  }
   r.graph = std::move(st_->graph);
   r.inputs = std::move(st_->inputs);
   r.outputs = std::move(outs);
@@ -384,6 +406,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   r.guards = std::move(st_->guards);
   r.guard_names = std::move(st_->guard_names);
   r.uses_rng = st_->uses_rng || advance > 0;
+  st_->created.clear();
   return r;
 }
 

@@ -50,6 +50,7 @@ struct OutputBinding {
     kGrad,     ///< becomes capture `index`'s .grad (in place when shapes allow)
     kGradIn,   ///< gradient w.r.t. differentiable input `index` (traced backward)
     kArgGrad,  ///< becomes argument `index`'s .grad (backward inside the function)
+    kEscaped,  ///< the value of TraceResult::escaped[index], which becomes real
   } kind = kResult;
   int index = 0;
 };
@@ -63,6 +64,10 @@ struct TraceResult {
   std::vector<Capture> captures;
   std::vector<std::function<double()>> hosts;  ///< host scalars in trace order
   std::vector<int> cleared_grads;              ///< captures whose .grad ends undefined
+  /// Tensors made during the trace that something outside it still holds
+  /// (state the traced call created: an optimizer's buffers on its first step).
+  /// A replay would not recreate them; the first run makes them real instead.
+  std::vector<std::weak_ptr<TensorImpl>> escaped;
   std::vector<std::function<bool()>> guards;
   std::vector<std::string> guard_names;
   bool uses_rng = false;
