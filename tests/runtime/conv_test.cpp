@@ -379,6 +379,29 @@ TEST(Pool, MaxTiesAndNaN) {
   auto [yn, in] = max_pool2d_with_indices(x);
   EXPECT_TRUE(std::isnan(yn.item<double>()));
   EXPECT_EQ(in.item<int64_t>(), 2);
+  // Every pattern of NaNs in a 2x2 window (f32 and f64, contiguous and not):
+  // the first NaN in row-major order wins, else the first maximum.
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (int mask = 0; mask < 16; ++mask) {
+      const double vals[4] = {1.0, 3.0, 3.0, -2.0};
+      std::vector<double> v(vals, vals + 4);
+      int64_t want = 1;  // the first 3.0
+      for (int k = 3; k >= 0; --k)
+        if (mask & (1 << k)) {
+          v[static_cast<size_t>(k)] = std::nan("");
+          want = k;
+        }
+      const int64_t flat = want < 2 ? want : 2 + want;  // window index -> plane index (W = 4)
+      Tensor w = cast(from_vector(v, {1, 1, 2, 2}), dt);
+      Tensor plane = zeros({1, 1, 2, 4}, dt);
+      plane.slice(3, 0, 2).copy_(w);
+      for (const Tensor& in4 : {plane, transpose(transpose(plane, 2, 3).contiguous(), 2, 3)}) {
+        auto [y2, i2] = max_pool2d_with_indices(in4);
+        EXPECT_EQ(i2.to_vector<int64_t>()[0], flat) << "mask " << mask << " " << dt;
+        EXPECT_EQ(std::isnan(y2.to_vector<double>()[0]), mask != 0) << "mask " << mask;
+      }
+    }
+  }
 }
 
 // avg_pool2d equals the naive loop, with and without counting the padding.

@@ -149,6 +149,41 @@ TEST(Movement, Indexing) {
                   x), "");
 }
 
+// Large gather/scatter_add along every dim (lines run in parallel): equal to
+// a naive loop, repeated indices summed in index order, any thread count.
+TEST(Movement, LargeGatherScatterMatchNaiveLoops) {
+  const Dims xs{6, 50, 40}, is{6, 30, 40};
+  const int before = num_threads();
+  for (int64_t d = 0; d < 3; ++d) {
+    manual_seed(static_cast<uint64_t>(7 + d));
+    Dims ids = is;
+    ids[0] = d == 0 ? 9 : 6;
+    Tensor idx = randint(0, xs[static_cast<size_t>(d)], ids);
+    Tensor src = randn(ids, DType::f32);
+    Tensor x = randn(xs, DType::f32);
+    std::vector<float> want_s(static_cast<size_t>(numel_of(xs)), 0.f), want_g;
+    const auto iv = idx.to_vector<int64_t>();
+    const auto sv = src.to_vector<float>();
+    const auto xv = x.to_vector<float>();
+    for (int64_t i = 0; i < ids[0]; ++i)
+      for (int64_t j = 0; j < ids[1]; ++j)
+        for (int64_t k = 0; k < ids[2]; ++k) {
+          const int64_t e = (i * ids[1] + j) * ids[2] + k, v = iv[static_cast<size_t>(e)];
+          const int64_t c[3] = {d == 0 ? v : i, d == 1 ? v : j, d == 2 ? v : k};
+          const int64_t o = (c[0] * xs[1] + c[1]) * xs[2] + c[2];
+          want_s[static_cast<size_t>(o)] += sv[static_cast<size_t>(e)];
+          want_g.push_back(xv[static_cast<size_t>(o)]);
+        }
+    for (int n : {1, 2, 3}) {
+      set_num_threads(n);
+      EXPECT_EQ(scatter_add(zeros(xs, DType::f32), d, idx, src).to_vector<float>(), want_s)
+          << "dim " << d << " threads " << n;
+      EXPECT_EQ(gather(x, d, idx).to_vector<float>(), want_g) << "dim " << d;
+    }
+  }
+  set_num_threads(before);
+}
+
 // tril/triu keep the right triangle.
 TEST(Movement, TrilTriu) {
   Tensor x = iota({3, 3}) + 1.0;

@@ -326,37 +326,47 @@ inline int64_t read_index(const char* p, DType t) {
                          : *reinterpret_cast<const int32_t*>(p);
 }
 
-// Calls f(out_elem_offset_along_non_dim_dims, idx_value, position) for every index element,
-// with element offsets for `a` and `b` tensors computed from the index coordinates.
+// Calls f(offset in a, offset in b) for every index element: a's offset has
+// the index value as its `dim` coordinate, b's the element's own coordinates.
+// Lines along `dim` (all other coordinates fixed) run in parallel: two lines
+// never reach the same element of a (their other coordinates differ; a is a
+// fresh dense output or only read), and each line runs in order, so
+// scatter_add sums every element's contributions in index order as before.
 template <typename F>
 void for_each_index(const Tensor& index, const Tensor& a, const Tensor& b, int64_t dim,
                     const char* op, int64_t bound, F f) {
   const Dims& sh = index.shape();
-  int64_t n = index.numel();
+  const int64_t n = index.numel();
   if (n == 0) return;
   const char* ip = static_cast<const char*>(index.data_ptr());
-  int64_t ies = static_cast<int64_t>(index.element_size());
-  for (int64_t lin = 0; lin < n; ++lin) {
-    int64_t rem = lin, ioff = 0, aoff = 0, boff = 0;
-    int64_t coord_dim = 0;
-    for (size_t d = sh.size(); d-- > 0;) {
-      int64_t c = rem % sh[d];
-      rem /= sh[d];
-      ioff += c * index.strides()[d];
-      if (static_cast<int64_t>(d) == dim) {
-        coord_dim = c;
-      } else {
-        aoff += c * a.strides()[d];
+  const int64_t ies = static_cast<int64_t>(index.element_size());
+  const int64_t rank = index.dim();
+  const int64_t len = rank == 0 ? 1 : sh[static_cast<size_t>(dim)];
+  const int64_t is = rank == 0 ? 0 : index.strides()[static_cast<size_t>(dim)];
+  const int64_t bs = rank == 0 ? 0 : b.strides()[static_cast<size_t>(dim)];
+  const int64_t as = a.dim() == 0 ? 0 : a.strides()[static_cast<size_t>(dim)];
+  auto lines = [&](int64_t l0, int64_t l1) {
+    for (int64_t line = l0; line < l1; ++line) {
+      int64_t rem = line, ioff = 0, aoff = 0, boff = 0;
+      for (int64_t d = rank; d-- > 0;) {
+        if (d == dim) continue;
+        const size_t u = static_cast<size_t>(d);
+        const int64_t c = rem % sh[u];
+        rem /= sh[u];
+        ioff += c * index.strides()[u];
+        aoff += c * a.strides()[u];
+        boff += c * b.strides()[u];
       }
-      boff += c * b.strides()[d];
+      for (int64_t k = 0; k < len; ++k, ioff += is, boff += bs) {
+        int64_t v = read_index(ip + ioff * ies, index.dtype());
+        KILN_CHECK(v >= -bound && v < bound, "[", op, "] index ", v,
+                   " is out of bounds for dimension ", dim, " with size ", bound);
+        if (v < 0) v += bound;
+        f(aoff + v * as, boff);
+      }
     }
-    (void)coord_dim;
-    int64_t v = read_index(ip + ioff * ies, index.dtype());
-    KILN_CHECK(v >= -bound && v < bound, "[", op, "] index ", v, " is out of bounds for dimension ",
-               dim, " with size ", bound);
-    if (v < 0) v += bound;
-    f(aoff + v * (a.dim() == 0 ? 0 : a.strides()[dim]), boff);
-  }
+  };
+  parallel_for(0, n / len, std::max<int64_t>(1, kDefaultGrain / len), lines);
 }
 
 void check_gather_shapes(const Tensor& x, const Tensor& idx, int64_t d, const char* op,
@@ -462,7 +472,7 @@ void kernel_scatter_add(std::span<const Tensor> in, const Attrs& a, std::span<Te
     using C = compute_t<T>;
     T* op = static_cast<T*>(o.data_ptr());
     const T* sp = static_cast<const T*>(src.data_ptr());
-    // Sequential on purpose: two index entries may hit the same output element.
+    // Index entries of one line may hit the same output element: lines run in order.
     for_each_index(in[1], o, src, d, "scatter_add", bound, [&](int64_t oo, int64_t so) {
       if constexpr (std::is_same_v<T, bool>) op[oo] = op[oo] || sp[so];
       else op[oo] = static_cast<T>(static_cast<C>(op[oo]) + static_cast<C>(sp[so]));
