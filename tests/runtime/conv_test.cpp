@@ -139,6 +139,34 @@ TEST(Conv, MatchesReference) {
   }
 }
 
+// Images run in parallel and weight gradients sum in fixed blocks of images:
+// a batch of 37 (uneven blocks, grouped, padded) matches the naive loops, and
+// 1, 2 or 3 threads give the same bits.
+TEST(Conv, BatchesRunInParallelDeterministically) {
+  const ConvCase c = conv_case({37, 4, 9, 8}, {6, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2);
+  auto [x0, w0] = conv_inputs(c, 0, 91, DType::f32);
+  const V xv = x0.to_vector<double>(), wv = w0.to_vector<double>();
+  const int before = num_threads();
+  std::vector<V> runs;
+  for (int n : {1, 2, 3}) {
+    set_num_threads(n);
+    Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
+    Tensor y = conv2d(x, w, {}, c.o);
+    Tensor gy = randn_t(y.shape(), 92, DType::f32);
+    y.backward(gy);
+    if (runs.empty()) {
+      const V gyv = gy.to_vector<double>();
+      ConvRef r = ref_conv(c, xv, wv, &gyv);
+      expect_near(y.to_vector<double>(), r.y, 1e-5, "forward");
+      expect_near(x.grad().to_vector<double>(), r.gx, 1e-5, "grad input");
+      expect_near(w.grad().to_vector<double>(), r.gw, 1e-5, "grad weight");
+    }
+    for (const Tensor& t : {y, x.grad(), w.grad()}) runs.push_back(t.to_vector<double>());
+  }
+  set_num_threads(before);
+  for (size_t i = 3; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 3]) << i;
+}
+
 // Bias, unbatched [C, H, W] input, f16/bf16 and an empty batch.
 TEST(Conv, BiasUnbatchedDtypesAndEmptyBatch) {
   const ConvCase& c = kConvCases[1];

@@ -140,58 +140,87 @@ void col2im(const T* col, const ConvGeom& g, T* x) {
 }
 
 // ---- the three kernels, in the compute type T (float or double) ----
+// Images run in parallel (parallel_gemms: one core per image, BLAS
+// single-threaded); each range of images has its own im2col buffer.
+
+// Images per task: about a million multiply-adds of GEMM work.
+int64_t image_grain(const ConvGeom& g) {
+  const int64_t macs = std::max<int64_t>(1, g.O * g.kdim() * g.L());
+  return std::max<int64_t>(1, (int64_t{1} << 20) / macs);
+}
+
+// The GEMM operand of one image's group planes at xg: the planes themselves
+// for a direct (1x1, unit stride, no padding) conv, else their im2col in col.
+template <typename T>
+const T* image_cols(const T* xg, const ConvGeom& g, std::vector<T>& col) {
+  if (g.direct()) return xg;
+  im2col(xg, g, col.data());
+  return col.data();
+}
+
 template <typename T>
 void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
-  std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
-  for (int64_t n = 0; n < g.N; ++n) {
-    for (int64_t gr = 0; gr < g.groups; ++gr) {
-      const T* xg = x + (n * g.C + gr * g.Cg) * g.H * g.W;
-      const T* b = xg;
-      if (!g.direct()) {
-        im2col(xg, g, col.data());
-        b = col.data();
+  parallel_gemms(g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
+    std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t gr = 0; gr < g.groups; ++gr) {
+        const T* b = image_cols(x + (n * g.C + gr * g.Cg) * g.H * g.W, g, col);
+        gemm<T>(false, false, Og, L, K, w + gr * Og * K, K, b, L, y + (n * g.O + gr * Og) * L, L,
+                false, "conv2d");
       }
-      gemm<T>(false, false, Og, L, K, w + gr * Og * K, K, b, L, y + (n * g.O + gr * Og) * L, L,
-              false, "conv2d");
     }
-  }
+  });
 }
 
 template <typename T>
 void conv_grad_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
-  std::fill(gx, gx + g.N * g.C * g.H * g.W, T(0));
-  std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
-  for (int64_t n = 0; n < g.N; ++n) {
-    for (int64_t gr = 0; gr < g.groups; ++gr) {
-      T* xg = gx + (n * g.C + gr * g.Cg) * g.H * g.W;
-      const T* gyg = gy + (n * g.O + gr * Og) * L;
-      // col = W_g^T @ grad_g; a direct conv writes straight into the planes.
-      T* c = g.direct() ? xg : col.data();
-      gemm<T>(true, false, K, L, Og, w + gr * Og * K, K, gyg, L, c, L, false, "conv2d_grad_input");
-      if (!g.direct()) col2im(col.data(), g, xg);
+  parallel_gemms(g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
+    std::fill(gx + n0 * g.C * g.H * g.W, gx + n1 * g.C * g.H * g.W, T(0));
+    std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t gr = 0; gr < g.groups; ++gr) {
+        T* xg = gx + (n * g.C + gr * g.Cg) * g.H * g.W;
+        const T* gyg = gy + (n * g.O + gr * Og) * L;
+        // col = W_g^T @ grad_g; a direct conv writes straight into the planes.
+        T* c = g.direct() ? xg : col.data();
+        gemm<T>(true, false, K, L, Og, w + gr * Og * K, K, gyg, L, c, L, false,
+                "conv2d_grad_input");
+        if (!g.direct()) col2im(col.data(), g, xg);
+      }
     }
-  }
+  });
 }
 
 template <typename T>
 void conv_grad_weight(const T* x, const T* gy, T* gw, const ConvGeom& g) {
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
-  std::fill(gw, gw + g.O * K, T(0));
-  std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
-  for (int64_t n = 0; n < g.N; ++n) {
-    for (int64_t gr = 0; gr < g.groups; ++gr) {
-      const T* xg = x + (n * g.C + gr * g.Cg) * g.H * g.W;
-      const T* b = xg;
-      if (!g.direct()) {
-        im2col(xg, g, col.data());
-        b = col.data();
+  // gW = sum over images of grad_n @ col_n^T: fixed blocks of images (set by
+  // N alone, so results do not depend on the threads) sum into their own
+  // partial gW, added up in block order.
+  const int64_t blocks = std::clamp<int64_t>(g.N, 1, 16);
+  const int64_t wsize = g.O * K;
+  std::vector<T> part(static_cast<size_t>(std::max<int64_t>(blocks - 1, 0) * wsize));
+  auto dst = [&](int64_t blk) { return blk == 0 ? gw : part.data() + (blk - 1) * wsize; };
+  parallel_gemms(blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      T* out = dst(blk);
+      std::fill(out, out + wsize, T(0));
+      for (int64_t n = g.N * blk / blocks; n < g.N * (blk + 1) / blocks; ++n) {
+        for (int64_t gr = 0; gr < g.groups; ++gr) {
+          const T* b = image_cols(x + (n * g.C + gr * g.Cg) * g.H * g.W, g, col);
+          // gW_g += grad_g @ col^T, summed over the block's images.
+          gemm<T>(false, true, Og, K, L, gy + (n * g.O + gr * Og) * L, L, b, L, out + gr * Og * K,
+                  K, true, "conv2d_grad_weight");
+        }
       }
-      // gW_g += grad_g @ col^T, summed over images.
-      gemm<T>(false, true, Og, K, L, gy + (n * g.O + gr * Og) * L, L, b, L, gw + gr * Og * K, K,
-              true, "conv2d_grad_weight");
     }
+  });
+  for (int64_t blk = 1; blk < blocks; ++blk) {
+    const T* p = dst(blk);
+    for (int64_t i = 0; i < wsize; ++i) gw[i] += p[i];
   }
 }
 

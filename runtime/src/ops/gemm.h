@@ -1,6 +1,7 @@
 // Internal: the CBLAS GEMM wrapper shared by matmul and convolution, plus a
-// raw contiguous-copy helper. Never call gemm() from inside parallel_for:
-// OpenBLAS runs its own threads (kiln sizes them like its pool).
+// raw contiguous-copy helper. Never call gemm() from inside parallel_for
+// (OpenBLAS runs its own threads, sized like kiln's pool) except through
+// parallel_gemms, which makes BLAS single-threaded meanwhile.
 #pragma once
 
 #include <cblas.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <type_traits>
 
 #include "kiln/error.h"
@@ -43,6 +45,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
                 static_cast<int>(ldc));
   }
 }
+
+/// Runs body(b, e) over ranges (at least `grain` long) of [0, n) independent
+/// items that each call gemm() (the images of a convolution) over kiln's pool,
+/// OpenBLAS single-threaded meanwhile: each core runs whole small GEMMs and the
+/// work around them instead of every core synchronizing inside each GEMM.
+/// Serial, BLAS threads as usual, when n < 2, with one thread, inside a
+/// parallel region, or while another call runs this.
+void parallel_gemms(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
 /// x as a contiguous tensor of dtype dt (x itself when it already is), without autograd.
 inline Tensor contiguous_raw(const Tensor& x, DType dt) {
