@@ -54,6 +54,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 /// parallel region, or while another call runs this.
 void parallel_gemms(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
+/// Runs `call` (one small gemm) with OpenBLAS single-threaded when this caller
+/// may change that: below kSingleThreadMacs multiply-adds the threads' handoff
+/// costs more than they save (the 10-class layer of an MLP: 1.7x faster).
+void single_threaded_gemm(const std::function<void()>& call);
+inline constexpr int64_t kSingleThreadMacs = int64_t{1} << 22;
+
 /// x as a contiguous tensor of dtype dt (x itself when it already is), without autograd.
 inline Tensor contiguous_raw(const Tensor& x, DType dt) {
   if (x.dtype() == dt && x.is_contiguous()) return x;

@@ -132,9 +132,17 @@ void matmul_blas(Tensor a, Tensor b, T* y, const MatmulGeom& g) {
   bool fold = B > 1 && !ta;
   for (size_t i = 0; fold && i < B; ++i)
     fold = ob.boff[i] == 0 && oa.boff[i] == static_cast<int64_t>(i) * g.M * lda;
-  if (fold) {
-    gemm<T>(false, tb, static_cast<int64_t>(B) * g.M, g.N, g.K, ap, lda, bp, ldb, y, g.N, false,
-            "matmul");
+  if (fold || B == 1) {
+    // One GEMM (batch rows folded into M); a small one runs single-threaded.
+    const int64_t M = fold ? static_cast<int64_t>(B) * g.M : g.M;
+    auto one = [&] {
+      gemm<T>(ta, tb, M, g.N, g.K, ap + oa.boff[0], lda, bp + ob.boff[0], ldb, y, g.N, false,
+              "matmul");
+    };
+    if (M * g.N * g.K <= kSingleThreadMacs)
+      single_threaded_gemm(one);
+    else
+      one();
     return;
   }
   for (size_t i = 0; i < B; ++i)
