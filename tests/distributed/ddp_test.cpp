@@ -515,7 +515,9 @@ TEST_P(DDPBackends, AllReduceRunsWhileBackwardRuns) {
       EXPECT_LT(works[0]->start_time(), works[0]->end_time());
       EXPECT_LE(works[0]->end_time(), in_backward);
       EXPECT_LT(in_backward, ddp.last_backward_end());
-      EXPECT_LT(works[1]->start_time(), ddp.last_backward_end());
+      // Bucket 1 was launched during backward (seen_launched == 2 above). When
+      // its transfer begins on the comm thread races with the few microseconds
+      // of backward left after the first layer's hook: not asserted.
       for (auto& w : works) EXPECT_TRUE(w->is_completed());
     }
     EXPECT_GE(fwd_bwd.stats().compiled_calls, 2);
