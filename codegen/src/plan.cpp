@@ -227,12 +227,13 @@ void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& o
   p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts));
 }
 
+namespace {
+
 // A symbolic tensor the traced call stored outside the function becomes a
 // real one holding `value` (a copy: the value may alias an input or another
 // output). Every holder sees it: the handle's impl itself changes. A traced
 // history is cut: it is a leaf from now on (requires_grad kept only if it was
 // a leaf already).
-namespace {
 void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
   if (!impl || impl->storage) return;  // gone, or made real already
   Tensor v = value.clone();
@@ -247,6 +248,7 @@ void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
   }
   if (impl->autograd) impl->autograd->grad = Tensor();
 }
+
 }  // namespace
 
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
