@@ -2,10 +2,10 @@
 # Sets up, builds and runs the whole test suite: the Release build, then the
 # Debug+ASan+UBSan build (KILN_SKIP_SANITIZE=1 skips the second).
 # The Release run includes libFuzzer smoke tests (30 s safetensors loader, 20 s
-# IR parser; they first compile an instrumented runtime with clang, ~2 min),
+# IR parser; they first compile an instrumented runtime with clang at -O0),
 # run in the background while the sanitizer build compiles (libFuzzer uses one
 # core); KILN_FUZZ=0 skips them, and scripts/fuzz.sh runs longer campaigns.
-# Whole suite: ~13 min on 2 cores from a fresh clone.
+# Whole suite: ~12 min on 2 cores from a fresh clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
