@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/thread_group.h"
 #include "kiln/functional.h"
 #include "runtime/test_util.h"
 
@@ -27,18 +28,11 @@ using kiln::testing::expect_error;
 using namespace std::chrono_literals;
 
 ProcessGroupOptions fast_options(Millis timeout = 5000ms) {
-  ProcessGroupOptions o;
-  o.timeout = timeout;
-  o.host = "127.0.0.1";
-  o.debug = 0;
-  return o;
+  return testing::loopback_options(timeout);
 }
 
 std::shared_ptr<Store> client(uint16_t port) {
-  TCPStoreOptions o;
-  o.port = port;
-  o.timeout = 5000ms;
-  return std::make_shared<TCPStore>(o);
+  return testing::store_client(port, 5000ms);
 }
 
 std::string unique_prefix() {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../../distributed/src/shm/shm_world.h"  // the chunk size
+#include "distributed/thread_group.h"
 #include "distributed/wait_child.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/process_group.h"
@@ -36,19 +37,11 @@ using kiln::testing::expect_error;
 using namespace std::chrono_literals;
 
 ProcessGroupOptions options(int shm, Millis timeout = 10000ms) {
-  ProcessGroupOptions o;
-  o.timeout = timeout;
-  o.host = "127.0.0.1";
-  o.debug = 0;
-  o.shm = shm;
-  return o;
+  return testing::loopback_options(timeout, shm);
 }
 
 std::shared_ptr<Store> client(uint16_t port) {
-  TCPStoreOptions o;
-  o.port = port;
-  o.timeout = 10000ms;
-  return std::make_shared<TCPStore>(o);
+  return testing::store_client(port, 10000ms);
 }
 
 std::string unique_prefix(const char* what) {

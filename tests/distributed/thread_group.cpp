@@ -427,16 +427,26 @@ void run_gloo_ranks(int size, const std::function<void(int, dist::ProcessGroup&)
   static std::atomic<int> job{0};
   const std::string prefix = str("ddp_test", job++);
   on_threads(size, [&](int r) {
-    dist::TCPStoreOptions co;
-    co.port = server.port();
-    co.timeout = timeout;
-    dist::ProcessGroupOptions po;
-    po.timeout = timeout;
-    po.host = "127.0.0.1";
-    po.debug = 0;
-    auto pg = dist::make_gloo_group(std::make_shared<dist::TCPStore>(co), r, size, po, prefix);
+    auto pg = dist::make_gloo_group(store_client(server.port(), timeout), r, size,
+                                    loopback_options(timeout), prefix);
     fn(r, *pg);
   });
+}
+
+dist::ProcessGroupOptions loopback_options(std::chrono::milliseconds timeout, int shm) {
+  dist::ProcessGroupOptions o;
+  o.timeout = timeout;
+  o.host = "127.0.0.1";
+  o.debug = 0;
+  o.shm = shm;
+  return o;
+}
+
+std::shared_ptr<dist::Store> store_client(uint16_t port, std::chrono::milliseconds timeout) {
+  dist::TCPStoreOptions o;
+  o.port = port;
+  o.timeout = timeout;
+  return std::make_shared<dist::TCPStore>(o);
 }
 
 }  // namespace kiln::testing

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/distributed/process_group.h"
+#include "kiln/distributed/store.h"
 
 namespace kiln::testing {
 
@@ -23,6 +24,13 @@ std::vector<std::shared_ptr<dist::ProcessGroup>> make_thread_groups(
 
 /// Group options for tests: a 30 s timeout, so a stuck test fails instead of hanging.
 dist::ProcessGroupOptions test_group_options();
+
+/// Options of a Gloo group on loopback: `timeout`, host 127.0.0.1, no debug
+/// checks, `shm` as ProcessGroupOptions::shm (-1 = automatic).
+dist::ProcessGroupOptions loopback_options(std::chrono::milliseconds timeout, int shm = -1);
+
+/// A client of the TCP store listening on 127.0.0.1:`port`.
+std::shared_ptr<dist::Store> store_client(uint16_t port, std::chrono::milliseconds timeout);
 
 /// Runs fn(rank, group) on `size` threads, one per rank, and joins them; the
 /// first exception thrown by any rank is rethrown here. A rank that stops early
