@@ -381,8 +381,8 @@ TEST(FusedExecutor, StateUpdatesWriteIntoTheirDestinations) {
 }
 
 // A destination whose old value is still needed is not overwritten: read by a
-// later step, returned as another output, aliased by an unfused view, or
-// shared with another input.
+// later step, returned as another output, aliased by an unfused view that is
+// returned too, or shared with another input.
 TEST(FusedExecutor, DestinationsStillNeededAreNotOverwritten) {
   const char* later_read = R"(graph(%0: f32[16, 16] "w", %1: f32[16, 16] "x") {
   %2 = neg(%0) : f32[16, 16]
