@@ -63,6 +63,16 @@ struct CompiledFunction::Impl {
                                     const Body& body);
   std::vector<Tensor> run_checked(Plan& p, const std::vector<Tensor>& args,
                                   std::vector<double>& spec, const Body& body);
+  // From now on this signature runs the plain function; `why` is the warning's reason.
+  void go_eager(const std::vector<Tensor>& args, const std::vector<double>& statics,
+                const std::string& why) {
+    auto p = std::make_shared<Plan>();
+    fill_signature(*p, args, statics, opts);
+    p->eager = true;
+    plans.push_back(p);
+    std::cerr << "[kiln] warning: " << opts.name << ": " << why
+              << " — running this signature eagerly from now on\n";
+  }
   void note_run(const RunResult& r) {
     stats.last_peak_bytes = r.peak_bytes;
     stats.last_kernel_launches = r.stats.kernel_launches;
@@ -234,12 +244,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     }
   } catch (const ir::TraceFallback& e) {
     tr.abort();
-    auto p = std::make_shared<Plan>();
-    fill_signature(*p, args, statics, opts);
-    p->eager = true;
-    plans.push_back(p);
-    std::cerr << "[kiln] warning: " << opts.name << ": " << e.what()
-              << " — running this signature eagerly from now on\n";
+    go_eager(args, statics, e.what());
     ++stats.eager_calls;
     return body(args, spec);
   } catch (...) {
@@ -304,14 +309,10 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     const bool again =
         std::find(escaped_keys.begin(), escaped_keys.end(), key) != escaped_keys.end();
     if (again) {
-      auto e = std::make_shared<Plan>();
-      fill_signature(*e, args, statics, opts);
-      e->eager = true;
-      plans.push_back(e);
-      std::cerr << "[kiln] warning: " << opts.name << ": every traced call stores new tensors "
-                << "outside the function (" << plan->escaped.size()
-                << " this time: state created per call, or a traced value kept in a member); "
-                   "running this signature eagerly from now on\n";
+      go_eager(
+          args, statics,
+          str("every traced call stores new tensors outside the function (", plan->escaped.size(),
+              " this time: state created per call, or a traced value kept in a member)"));
     } else {
       escaped_keys.push_back(key);
     }
