@@ -159,6 +159,55 @@ TEST(Linalg, MatmulBatched) {
   check_matmul(big_a, big_b, 1e-4, "larger batched");
 }
 
+// The kernel writes into a strided output view, as the executor asks when it
+// places a product straight into a later cat's or reshape's buffer: unit
+// column stride (ldc), unit row stride (written transposed), permuted batch
+// dims, and layouts BLAS cannot write (through a temporary); the rest of the
+// buffer stays untouched.
+TEST(Linalg, MatmulKernelWritesStridedOutputs) {
+  // out.permute(perm) is a buffer wider by 3 in its last dim, written from column 1 on.
+  struct Case {
+    Dims a, b, perm;
+    DType dt;
+  };
+  const Case cases[] = {
+      {{5, 7}, {7, 3}, {0, 1}, DType::f32},                    // ldc = 6
+      {{5, 7}, {7, 3}, {1, 0}, DType::f32},                    // transposed, ldc = 8
+      {{4, 5, 7}, {4, 7, 3}, {1, 0, 2}, DType::f64},           // batch dim moved inside
+      {{2, 3, 5, 7}, {2, 3, 7, 4}, {0, 3, 1, 2}, DType::f32},  // items transposed
+      {{6, 5, 7}, {7, 3}, {0, 1, 2}, DType::f32},              // batch folded into rows
+      {{5, 7}, {7, 3}, {0, 1}, DType::i64},                    // integers: a temporary
+      {{5, 7}, {7, 3}, {0, 1}, DType::f16},                    // f16: through f32
+  };
+  const OpInfo& mm = op_info(OpId::matmul);
+  uint64_t seed = 40;
+  for (const Case& c : cases) {
+    const std::string what = str(c.dt, " ", c.a, " @ ", c.b, " perm ", c.perm);
+    Tensor a = cast(randn_t(c.a, seed++), c.dt), b = cast(randn_t(c.b, seed++), c.dt);
+    Tensor want = matmul(a, b);
+    Dims bs(c.perm.size()), inv(c.perm.size());
+    for (size_t i = 0; i < c.perm.size(); ++i) {
+      bs[i] = want.size(c.perm[i]);
+      inv[static_cast<size_t>(c.perm[i])] = static_cast<int64_t>(i);
+    }
+    bs.back() += 3;
+    Tensor buf = full(bs, 7, c.dt);
+    Tensor y = buf.narrow(-1, 1, bs.back() - 3).permute(inv);
+    ASSERT_EQ(y.shape(), want.shape()) << what;
+    ASSERT_FALSE(y.is_contiguous()) << what;
+    std::array<Tensor, 1> out{y};
+    std::array<Tensor, 2> in{a, b};
+    mm.kernel(in, Attrs(), out);
+    const double tol = c.dt == DType::f16 ? 1e-2 : 1e-5;
+    V got = y.contiguous().to_vector<double>(), ref = want.to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], ref[i], tol * (1 + std::abs(ref[i]))) << what << " at " << i;
+    for (int64_t k : {int64_t{0}, bs.back() - 2, bs.back() - 1})
+      for (double v : buf.narrow(-1, k, 1).contiguous().to_vector<double>())
+        EXPECT_EQ(v, 7) << what << " column " << k;
+  }
+}
+
 // f16/bf16 compute through f32; integers use exact integer arithmetic.
 TEST(Linalg, MatmulDtypes) {
   for (DType dt : {DType::f16, DType::bf16})

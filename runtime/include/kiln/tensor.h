@@ -197,6 +197,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 Tensor make_tensor(const Dims& shape, DType dtype, Device device = Device::cpu());
 /// Creates a view of t's storage with the given geometry (internal; no autograd).
 Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64_t offset);
+/// Strides that view a (shape, strides) layout as new_shape without copying, in
+/// `out`; false when only a copy can (reshape's rule).
+bool view_strides(const Dims& shape, const Dims& strides, const Dims& new_shape, Dims& out);
 /// Tensor from a Scalar as a 0-d "wrapped number" (f64, i64 or bool).
 Tensor scalar_tensor(const Scalar& s);
 /// Tensor from a Scalar as a 0-d tensor of the given dtype (not wrapped).

@@ -109,10 +109,39 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool& trans
   return false;
 }
 
+// Whether BLAS can write y's [M, N] matrices in place: unit column stride
+// (row-major, ldc = row stride), or unit row stride (written as the transpose,
+// C^T = B^T A^T). Contiguous outputs are the first kind.
+// An output without a matrix dim (a 1-D operand) must be contiguous.
+bool blas_output(const Tensor& y, const MatmulGeom& g, bool& trans, int64_t& ldc) {
+  const int64_t M = g.M, N = g.N;
+  if (y.dim() != static_cast<int64_t>(g.batch.size()) + 2) {
+    trans = false;
+    ldc = N;
+    return y.is_contiguous();
+  }
+  const int64_t rs = y.strides()[y.dim() - 2], cs = y.strides()[y.dim() - 1];
+  if ((N == 1 || cs == 1) && (M == 1 || rs >= N)) {
+    trans = false;
+    ldc = M == 1 ? N : rs;
+    return true;
+  }
+  if ((M == 1 || rs == 1) && (N == 1 || cs >= M)) {
+    trans = true;
+    ldc = N == 1 ? M : cs;
+    return true;
+  }
+  return false;
+}
+
+// y = a @ b for f32/f64. y may be a strided view that blas_output accepts
+// (the executor writes a product straight into a later cat's or reshape's
+// buffer); its batch dims are the broadcast batch.
 template <typename T>
-void matmul_blas(Tensor a, Tensor b, T* y, const MatmulGeom& g) {
-  bool ta = false, tb = false;
-  int64_t lda = 1, ldb = 1;
+void matmul_blas(Tensor a, Tensor b, const Tensor& y, const MatmulGeom& g) {
+  bool ta = false, tb = false, ty = false;
+  int64_t lda = 1, ldb = 1, ldc = 1;
+  KILN_ASSERT(blas_output(y, g, ty, ldc), "matmul output not BLAS-writable");
   Operand oa = operand(a, true, g.batch);
   if (!blas_layout(g.M, g.K, oa.rs, oa.cs, ta, lda)) {
     a = contiguous_raw(a, a.dtype());  // e.g. expanded or sliced with a step
@@ -125,29 +154,41 @@ void matmul_blas(Tensor a, Tensor b, T* y, const MatmulGeom& g) {
     ob = operand(b, false, g.batch);
     KILN_ASSERT(blas_layout(g.K, g.N, ob.rs, ob.cs, tb, ldb), "contiguous b not BLAS-compatible");
   }
+  Operand oy;
+  if (y.dim() == static_cast<int64_t>(g.batch.size()) + 2) {
+    oy = operand(y, true, g.batch);
+  } else {
+    for (size_t i = 0; i < oa.boff.size(); ++i)
+      oy.boff.push_back(static_cast<int64_t>(i) * g.M * g.N);
+  }
   const T* ap = static_cast<const T*>(a.data_ptr());
   const T* bp = static_cast<const T*>(b.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  // C^T = op(B)^T op(A)^T: the operands swap and each transpose flag flips.
+  auto product = [&](int64_t M, const T* ai, const T* bi, T* yi) {
+    if (ty)
+      gemm<T>(!tb, !ta, g.N, M, g.K, bi, ldb, ai, lda, yi, ldc, false, "matmul");
+    else
+      gemm<T>(ta, tb, M, g.N, g.K, ai, lda, bi, ldb, yi, ldc, false, "matmul");
+  };
   const size_t B = oa.boff.size();
-  // [batch.., M, K] @ [K, N] with a's rows evenly spaced: one GEMM with M' = batch * M.
-  bool fold = B > 1 && !ta;
-  for (size_t i = 0; fold && i < B; ++i)
-    fold = ob.boff[i] == 0 && oa.boff[i] == static_cast<int64_t>(i) * g.M * lda;
+  // [batch.., M, K] @ [K, N] with a's and y's rows evenly spaced: one GEMM with M' = batch * M.
+  bool fold = B > 1 && !ta && !ty;
+  for (size_t i = 0; fold && i < B; ++i) {
+    const int64_t r = static_cast<int64_t>(i) * g.M;
+    fold = ob.boff[i] == 0 && oa.boff[i] == r * lda && oy.boff[i] == r * ldc;
+  }
   if (fold || B == 1) {
     // One GEMM (batch rows folded into M); a small one runs single-threaded.
     const int64_t M = fold ? static_cast<int64_t>(B) * g.M : g.M;
-    auto one = [&] {
-      gemm<T>(ta, tb, M, g.N, g.K, ap + oa.boff[0], lda, bp + ob.boff[0], ldb, y, g.N, false,
-              "matmul");
-    };
+    auto one = [&] { product(M, ap + oa.boff[0], bp + ob.boff[0], yp + oy.boff[0]); };
     if (M * g.N * g.K <= kSingleThreadMacs)
       single_threaded_gemm(one);
     else
       one();
     return;
   }
-  for (size_t i = 0; i < B; ++i)
-    gemm<T>(ta, tb, g.M, g.N, g.K, ap + oa.boff[i], lda, bp + ob.boff[i], ldb,
-            y + static_cast<int64_t>(i) * g.M * g.N, g.N, false, "matmul");
+  for (size_t i = 0; i < B; ++i) product(g.M, ap + oa.boff[i], bp + ob.boff[i], yp + oy.boff[i]);
 }
 
 template <typename T>
@@ -177,22 +218,33 @@ void matmul_int(const Tensor& a0, const Tensor& b0, T* y, const MatmulGeom& g) {
   });
 }
 
-void kernel_matmul(std::span<const Tensor> in, const Attrs&, std::span<Tensor> out) {
+void kernel_matmul(std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) {
   const Tensor& y = out[0];
   if (y.numel() == 0) return;
   MatmulGeom g = geometry(in[0], in[1]);
   const DType dt = in[0].dtype();
+  bool ty = false;
+  int64_t ldc = 0;
+  if (!y.is_contiguous() &&
+      !((dt == DType::f32 || dt == DType::f64) && blas_output(y, g, ty, ldc))) {
+    // A strided output no kernel below writes directly: through a temporary.
+    Tensor tmp = make_tensor(y.shape(), y.dtype());
+    std::array<Tensor, 1> o{tmp};
+    kernel_matmul(in, attrs, o);
+    copy_into(y, tmp);
+    return;
+  }
   if (dt == DType::f16 || dt == DType::bf16) {
     Tensor y32 = make_tensor(y.shape(), DType::f32);
-    matmul_blas<float>(contiguous_raw(in[0], DType::f32), contiguous_raw(in[1], DType::f32),
-                       y32.data<float>(), g);
+    matmul_blas<float>(contiguous_raw(in[0], DType::f32), contiguous_raw(in[1], DType::f32), y32,
+                       g);
     copy_into(y, y32);
     return;
   }
   visit_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      matmul_blas<T>(in[0], in[1], static_cast<T*>(y.data_ptr()), g);
+      matmul_blas<T>(in[0], in[1], y, g);
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       matmul_int<T>(in[0], in[1], static_cast<T*>(y.data_ptr()), g);
     } else {

@@ -9,37 +9,8 @@
 #include "ops/registry.h"
 
 namespace kiln {
-namespace ops {
-namespace {
 
-// ---------------- reshape ----------------
-// Resolves one -1 and checks the element count.
-Dims infer_shape(const Dims& shape, int64_t numel, const Dims& from, const char* op) {
-  Dims out = shape;
-  int64_t known = 1;
-  int64_t infer_at = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      KILN_CHECK(infer_at < 0, "[", op, "] only one dimension can be -1, got shape ", shape);
-      infer_at = static_cast<int64_t>(i);
-    } else {
-      KILN_CHECK(out[i] >= 0, "[", op, "] invalid dimension ", out[i], " in shape ", shape);
-      known *= out[i];
-    }
-  }
-  if (infer_at >= 0) {
-    KILN_CHECK(known != 0 && numel % known == 0, "[", op, "] shape ", shape,
-               " is invalid for input of shape ", from, " (", numel, " elements)");
-    out[static_cast<size_t>(infer_at)] = numel / known;
-  } else {
-    KILN_CHECK(known == numel, "[", op, "] shape ", shape, " is invalid for input of shape ",
-               from, " (", numel, " elements)");
-  }
-  return out;
-}
-
-// Strides for viewing (shape, strides) as new_shape without a copy, if possible
-// (PyTorch's computeStride: split and merge runs of contiguous dims).
+// PyTorch's computeStride: split and merge runs of contiguous dims.
 bool view_strides(const Dims& shape, const Dims& strides, const Dims& new_shape, Dims& out) {
   out = Dims(new_shape.size(), 0);
   if (numel_of(shape) == 0) {
@@ -66,6 +37,35 @@ bool view_strides(const Dims& shape, const Dims& strides, const Dims& new_shape,
     }
   }
   return view_d == -1;
+}
+
+namespace ops {
+namespace {
+
+// ---------------- reshape ----------------
+// Resolves one -1 and checks the element count.
+Dims infer_shape(const Dims& shape, int64_t numel, const Dims& from, const char* op) {
+  Dims out = shape;
+  int64_t known = 1;
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      KILN_CHECK(infer_at < 0, "[", op, "] only one dimension can be -1, got shape ", shape);
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(out[i] >= 0, "[", op, "] invalid dimension ", out[i], " in shape ", shape);
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    KILN_CHECK(known != 0 && numel % known == 0, "[", op, "] shape ", shape,
+               " is invalid for input of shape ", from, " (", numel, " elements)");
+    out[static_cast<size_t>(infer_at)] = numel / known;
+  } else {
+    KILN_CHECK(known == numel, "[", op, "] shape ", shape, " is invalid for input of shape ", from,
+               " (", numel, " elements)");
+  }
+  return out;
 }
 
 void infer_reshape(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
