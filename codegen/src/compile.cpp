@@ -77,6 +77,7 @@ struct CompiledFunction::Impl {
     stats.last_peak_bytes = r.peak_bytes;
     stats.last_kernel_launches = r.stats.kernel_launches;
     stats.last_in_place = r.stats.in_place;
+    stats.last_placed = r.stats.placed;
   }
 };
 

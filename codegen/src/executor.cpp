@@ -29,6 +29,7 @@
 #include "kiln/kernel_cache.h"
 #include "kiln/thread_pool.h"
 #include "lower.h"
+#include "placement.h"
 
 namespace kiln {
 
@@ -48,6 +49,8 @@ struct Executor::Step {
   std::vector<int> free_after;    // slots whose last use is this step
   std::vector<int> overwritable;  // dying slots one kernel here may write in place
   std::vector<int> dying_inputs;  // graph-input slots read last here, by one instance
+  int place = -1;                 // a matmul: its placement (placements_), if any
+  int host_slot = -1;             // a matmul with a placement: the host's output slot
 };
 
 Executor::~Executor() = default;
@@ -227,6 +230,18 @@ void Executor::build_schedule() {
       }
     }
     steps_.push_back(std::move(st));
+  }
+  // Matmuls computed straight into a later cat's or reshape's buffer.
+  if (opts_.in_place) {
+    auto placements = detail::plan_placements(
+        g, [&](const ir::Node* n) { return plan_.group_of[g.position(n)] >= 0; });
+    for (Step& st : steps_) {
+      auto it = st.node ? placements.find(st.node) : placements.end();
+      if (it == placements.end()) continue;
+      st.place = static_cast<int>(placements_.size());
+      st.host_slot = slot.at(it->second.host->output());
+      placements_.push_back(std::move(it->second));
+    }
   }
   size_t scheduled = 0;
   for (const auto& units : order) scheduled += units.size();
@@ -528,6 +543,25 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
   };
   Liveness mem(args.stats != nullptr);
   RunStats st;
+  // Host buffers (by the host's output slot) allocated by their first placed
+  // matmul, until the host step takes them.
+  std::vector<Tensor> hosted(placements_.empty() ? 0 : static_cast<size_t>(num_slots_));
+  // The view of its host's buffer a placed matmul writes, or undefined.
+  auto placed_output = [&](const Step& step) -> Tensor {
+    if (step.place < 0) return {};
+    const detail::Placement& p = placements_[static_cast<size_t>(step.place)];
+    const std::optional<detail::Layout> l = detail::placed_layout(p, syms);
+    if (!l) return {};
+    Tensor& h = hosted[static_cast<size_t>(step.host_slot)];
+    if (!h.defined()) {
+      const ir::Value* hv = p.host->output();
+      const Dims shape = ir::eval_shape(hv->shape, syms);
+      const Tensor* fd = free_dest_for(step.host_slot, hv->dtype, shape);
+      h = !fd ? empty(shape, hv->dtype) : fd->shape() == shape ? *fd : fd->reshape(shape);
+      mem.hold(h);
+    }
+    return as_strided(h, l->shape, l->strides, h.offset() + l->offset);
+  };
   fire(0);
   std::vector<Tensor> ins;
   std::vector<Launch> launches;
@@ -563,7 +597,30 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
       const Tensor* d = nullptr;
       if (ov && !info.has(kView) && !info.has(kCollective) && info.kernel)
         d = free_dest_for(step.out[0], ov->dtype, ir::eval_shape(ov->shape, syms));
-      if (d) {
+      Tensor host;
+      if (!hosted.empty() && !step.out.empty())
+        host = std::move(hosted[static_cast<size_t>(step.out[0])]);
+      if (host.defined() && n.is_op(OpId::cat)) {
+        // Copy in only the inputs no matmul has already written in place.
+        const int64_t dim = wrap_dim(attrs.i("dim"), host.dim(), "cat");
+        int64_t at = 0;
+        for (const Tensor& t : ins) {
+          if (t.dim() != host.dim()) continue;  // an empty 1-D input, which cat skips
+          Dims shape = host.shape();
+          shape[static_cast<size_t>(dim)] = t.size(dim);
+          Tensor part =
+              as_strided(host, shape, host.strides(), host.offset() + at * host.stride(dim));
+          if (t.impl()->storage != part.impl()->storage || t.offset() != part.offset() ||
+              t.strides() != part.strides())
+            part.copy_(t);
+          at += t.size(dim);
+        }
+        outs.push_back(host);
+      } else if (Tensor placed = d ? Tensor() : placed_output(step); placed.defined()) {
+        outs.push_back(placed);
+        info.kernel(ins, attrs, outs);
+        ++st.placed;
+      } else if (d) {
         // The eager kernel, writing its one output into the destination.
         std::vector<TensorMeta> metas;
         info.infer(ins, attrs, metas);
@@ -578,6 +635,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         mem.hold(outs[k]);
         slots[static_cast<size_t>(step.out[k])] = std::move(outs[k]);
       }
+      mem.drop(host);  // the host's buffer now lives in its slot (or its views')
       ++st.nodes_run;
     } else {
       launches.assign(step.groups.size(), Launch{});

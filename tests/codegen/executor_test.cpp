@@ -104,6 +104,85 @@ TEST(Executor, SymbolicGraphRunsAtEverySize) {
   }
 }
 
+// Runs g on `in` with in-place planning on (placements) and off; the results
+// must agree. Returns the run with placements and its stats.
+std::vector<Tensor> run_placed(const std::shared_ptr<const ir::Graph>& g, std::vector<Tensor> in,
+                               RunStats& st) {
+  RunArgs a;
+  a.inputs = in;
+  const auto plain = Executor(g, {.in_place = false}).run(a);
+  a.stats = &st;
+  auto out = Executor(g).run(a);
+  EXPECT_EQ(out.size(), plain.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].shape(), plain[i].shape()) << "output " << i;
+    EXPECT_TRUE(allclose(out[i], plain[i], 1e-5, 1e-6)) << "output " << i;
+  }
+  return out;
+}
+
+// Attention's head merge: the product is written straight in the merged
+// layout, so both reshapes of the permuted heads are views of one buffer
+// (a symbolic batch checks the layouts follow the run's sizes).
+TEST(Executor, MatmulWritesIntoTheReshapeThatMergesHeads) {
+  auto g = parse_shared(
+      R"(graph(%0: f32[s0, 3, 4, 5] "a", %1: f32[s0, 3, 5, 6] "b", %2: f32[18, 7] "w") syms=1 {
+  %3 = matmul(%0, %1) : f32[s0, 3, 4, 6]
+  %4 = permute(%3) {dims=[0, 2, 1, 3]} : f32[s0, 4, 3, 6]
+  %5 = reshape(%4) {shape=[s0, 4, 18]} : f32[s0, 4, 18]
+  %6 = matmul(%5, %2) : f32[s0, 4, 7]
+  %7 = reshape(%4) {shape=[4*s0, 18]} : f32[4*s0, 18]
+  return %6 "proj", %7 "merged"
+})");
+  for (int64_t n : {1, 3}) {
+    RunStats st;
+    auto out = run_placed(g, {randn({n, 3, 4, 5}), randn({n, 3, 5, 6}), randn({18, 7})}, st);
+    EXPECT_EQ(st.placed, 1) << n;
+    EXPECT_TRUE(out[1].is_contiguous()) << n;
+  }
+}
+
+// Three products (one written transposed per item) land in their parts of a
+// cat; its fourth input, a graph input, is copied in as usual.
+TEST(Executor, MatmulsWriteIntoTheirPartsOfACat) {
+  auto g = parse_shared(
+      R"(graph(%0: f32[2, 3, 4, 5] "a", %1: f32[2, 3, 5, 4] "b", %2: f32[2, 4, 7] "c") {
+  %3 = matmul(%0, %1) : f32[2, 3, 4, 4]
+  %4 = permute(%3) {dims=[0, 2, 1, 3]} : f32[2, 4, 3, 4]
+  %5 = reshape(%4) {shape=[2, 4, 12]} : f32[2, 4, 12]
+  %6 = permute(%1) {dims=[0, 1, 3, 2]} : f32[2, 3, 4, 5]
+  %7 = permute(%0) {dims=[0, 1, 3, 2]} : f32[2, 3, 5, 4]
+  %8 = neg(%7) : f32[2, 3, 5, 4]
+  %9 = matmul(%6, %8) : f32[2, 3, 4, 4]
+  %10 = permute(%9) {dims=[0, 3, 1, 2]} : f32[2, 4, 3, 4]
+  %11 = reshape(%10) {shape=[2, 4, 12]} : f32[2, 4, 12]
+  %12 = matmul(%0, %1) : f32[2, 3, 4, 4]
+  %13 = permute(%12) {dims=[0, 2, 1, 3]} : f32[2, 4, 3, 4]
+  %14 = reshape(%13) {shape=[2, 4, 12]} : f32[2, 4, 12]
+  %15 = cat(%5, %2, %11, %14) {dim=2} : f32[2, 4, 43]
+  return %15 "cat"
+})");
+  RunStats st;
+  auto out = run_placed(g, {randn({2, 3, 4, 5}), randn({2, 3, 5, 4}), randn({2, 4, 7})}, st);
+  EXPECT_EQ(st.placed, 3);
+  EXPECT_TRUE(out[0].is_contiguous());
+}
+
+// Values a caller receives are never parts of a shared buffer: a product that
+// is also a graph output is computed on its own.
+TEST(Executor, GraphOutputsAreNotPlaced) {
+  auto g = parse_shared(R"(graph(%0: f32[2, 4, 5] "a", %1: f32[2, 5, 3] "b") {
+  %2 = matmul(%0, %1) : f32[2, 4, 3]
+  %3 = permute(%2) {dims=[1, 0, 2]} : f32[4, 2, 3]
+  %4 = reshape(%3) {shape=[4, 6]} : f32[4, 6]
+  return %4 "merged", %2 "product"
+})");
+  RunStats st;
+  auto out = run_placed(g, {randn({2, 4, 5}), randn({2, 5, 3})}, st);
+  EXPECT_EQ(st.placed, 0);
+  EXPECT_TRUE(out[1].is_contiguous());
+}
+
 // Inputs that do not match the graph's dtypes or shapes raise kiln::Error naming the input.
 TEST(Executor, MismatchedInputsAreErrors) {
   auto g = parse_shared(R"(graph(%0: f32[2] "arg0") {

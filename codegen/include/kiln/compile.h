@@ -91,6 +91,8 @@ struct CompileStats {
   int fused_kernels = 0;             ///< fused kernels in the last plan (forward + backward)
   int64_t last_kernel_launches = 0;  ///< kernel launches of the last compiled call
   int64_t last_in_place = 0;         ///< kernel outputs written over a dying input, last call
+  int64_t last_placed =
+      0;  ///< matmul outputs written into a later cat's/reshape's buffer, last call
 };
 
 namespace detail {

@@ -3,7 +3,8 @@
 // independent launches of the same kernel become one multi-tensor launch.
 // Every step shares the bookkeeping: symbol binding, random-offset rebasing,
 // freeing each buffer after its last use, in-place reuse of dying buffers by
-// pointwise kernels, peak memory, and callbacks as soon as an output exists.
+// pointwise kernels, matmuls computed straight into a later cat's or reshape's
+// buffer (placement.h), peak memory, and callbacks as soon as an output exists.
 #pragma once
 
 #include <functional>
@@ -18,6 +19,10 @@
 
 namespace kiln {
 
+namespace detail {
+struct Placement;
+}
+
 /// Figures of one run.
 struct RunStats {
   int64_t peak_bytes = 0;       ///< most bytes of intermediate/output buffers alive at once
@@ -25,6 +30,7 @@ struct RunStats {
   int64_t kernels_run = 0;      ///< fused kernel instances run
   int64_t kernel_launches = 0;  ///< thread-pool launches of fused kernels (batched ones count once)
   int64_t in_place = 0;         ///< kernel outputs written over a dying input buffer
+  int64_t placed = 0;           ///< matmul outputs written into a later cat's/reshape's buffer
 };
 
 /// Called with (graph output index, value) as soon as that output is computed.
@@ -93,6 +99,7 @@ class Executor {
   passes::FusionPlan plan_;
   std::vector<Group> groups_;
   std::vector<Step> steps_;
+  std::vector<detail::Placement> placements_;    // see placement.h
   std::vector<std::pair<int, int>> sym_source_;  // symbol -> (input, dim)
   std::vector<int> output_slots_;
   std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
