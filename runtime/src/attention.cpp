@@ -17,8 +17,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // as PyTorch's _safe_softmax in the math backend (since 2.5). Shifting such rows
 // by 0 instead of -inf keeps every intermediate finite, so the backward pass is
 // NaN-free too. Any other row has a sum >= 1, so the guarded division is exact.
+// The shift's gradient cancels exactly, so the max is detached (as in softmax):
+// the backward saves no tie mask and makes no pass through amax.
 Tensor safe_softmax_last(const Tensor& s) {
-  Tensor m = amax(s, {-1}, true);
+  Tensor m = amax(s, {-1}, true).detach();
   m = where(eq(m, -kInf), 0.0, m);
   Tensor e = exp(s - m);
   Tensor denom = sum(e, {-1}, true);
