@@ -23,6 +23,7 @@
 #include <iostream>
 #include <unordered_map>
 
+#include "column_sums.h"
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
@@ -199,7 +200,11 @@ void Executor::build_schedule() {
             (best < 0 || first_pos[static_cast<size_t>(u)] < first_pos[static_cast<size_t>(best)]))
           best = u;
     std::vector<int> batch{best};
-    if (best < ng && opts_.horizontal)
+    auto column_sums = [&](int u) {
+      const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
+      return std::find(cs.begin(), cs.end(), 1) != cs.end();
+    };
+    if (best < ng && opts_.horizontal && !column_sums(best))
       for (int u : ready)
         if (u != best && u < ng && kid(u) == kid(best)) batch.push_back(u);
     std::sort(batch.begin(), batch.end(), [&](int a, int b) {
@@ -407,6 +412,8 @@ struct Launch {
   std::vector<int64_t> sizes;
   std::vector<Tensor> keep;  // contiguous copies of strided inputs
   int64_t items = 0;
+  std::vector<detail::ColumnPartial> sums;  // column sums (then launched alone, in blocks)
+  int64_t blocks = 0;
 };
 
 }  // namespace
@@ -658,6 +665,19 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
           const ir::Value* v = lg.args[lg.num_inputs + j];
           const Dims shape = ir::eval_shape(v->shape, syms);
           Tensor o;
+          if (lg.column_sum[j]) {
+            // The sum's value, and the f64 partials the kernel writes instead.
+            const int sl = grp.arg_slot[lg.num_inputs + j];
+            const Tensor* fd = free_dest_for(sl, v->dtype, shape);
+            o = !fd ? empty(shape, v->dtype) : fd->shape() == shape ? *fd : fd->reshape(shape);
+            if (l.blocks == 0) l.blocks = detail::column_blocks(l.items, numel_of(l.sizes));
+            Tensor part = detail::column_partials(l.blocks, l.sizes.back());
+            l.ptrs[lg.num_inputs + j] = part.data_ptr();
+            l.sums.push_back({lg.num_inputs + j, o, std::move(part)});
+            mem.hold(o);
+            slots[static_cast<size_t>(sl)] = std::move(o);
+            continue;
+          }
           if (const int sl = dest_input(step, grp, j, shape, v->dtype, claimed); sl >= 0) {
             const Tensor& d = *dest_of_slot[static_cast<size_t>(sl)];
             o = d.shape() == shape ? d : d.reshape(shape);
@@ -700,7 +720,10 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         ++st.kernels_run;
       }
       const kir::LoadedKernel& kernel = *groups_[static_cast<size_t>(step.groups.front())].kernel;
-      if (launches.size() == 1) {
+      if (launches.size() == 1 && !launches[0].sums.empty()) {
+        const Launch& l = launches[0];
+        detail::launch_with_column_sums(kernel, l.ptrs, l.sizes.data(), l.items, l.blocks, l.sums);
+      } else if (launches.size() == 1) {
         kernel.launch(launches[0].ptrs.data(), launches[0].sizes.data());
       } else {
         // One launch over the concatenated work items of every instance.

@@ -166,7 +166,8 @@ std::string to_string(const Kernel& k) {
     s += str("  r", i, " = ", op_name(r.op), " ", dtype_name(r.dtype), " %", r.expr, " phase ",
              r.phase, "\n");
   }
-  for (const Store& st : k.stores) s += str("  store arg", st.arg, " %", st.expr, "\n");
+  for (const Store& st : k.stores)
+    s += str("  ", st.accumulate ? "accumulate" : "store", " arg", st.arg, " %", st.expr, "\n");
   return s;
 }
 
@@ -215,13 +216,23 @@ void verify_op(const Kernel& k, size_t i, const Expr& e) {
 void verify(const Kernel& k) {
   KIR_CHECK(k.rank >= 1, "rank must be >= 1, got ", k.rank);
   const auto rank = static_cast<size_t>(k.rank);
+  std::vector<char> accumulated(k.args.size(), 0);
+  for (const Store& s : k.stores)
+    if (s.accumulate && s.arg >= 0 && static_cast<size_t>(s.arg) < k.args.size())
+      accumulated[static_cast<size_t>(s.arg)] = 1;
   for (size_t i = 0; i < k.args.size(); ++i) {
     const Arg& a = k.args[i];
     KIR_CHECK(a.dense.size() == rank, "arg", i, " has ", a.dense.size(), " dims, the kernel ",
               rank);
-    if (a.is_output)
+    if (a.is_output && accumulated[i]) {
+      KIR_CHECK(a.dtype == DType::f64 && a.dense.back(), "column-sum arg", i,
+                " must be f64 and dense along the inner dim");
+      for (size_t d = 0; d + 1 < rank; ++d)
+        KIR_CHECK(!a.dense[d], "column-sum arg", i, " is dense along row dim ", d);
+    } else if (a.is_output) {
       for (size_t d = 0; d + 1 < rank; ++d)
         KIR_CHECK(a.dense[d], "output arg", i, " is broadcast along dim ", d);
+    }
   }
   const size_t n = k.exprs.size();
   for (size_t i = 0; i < n; ++i) {
@@ -287,7 +298,7 @@ void verify(const Kernel& k) {
     const Arg& a = k.args[static_cast<size_t>(s.arg)];
     KIR_CHECK(k.exprs[static_cast<size_t>(s.expr)].dtype == a.dtype, "store ", i, ": a ",
               k.exprs[static_cast<size_t>(s.expr)].dtype, " value into a ", a.dtype, " arg");
-    if (detail::row_arg(k, s.arg)) {
+    if (!s.accumulate && detail::row_arg(k, s.arg)) {
       KIR_CHECK(k.has_reductions(), "store ", i, ": pointwise kernels cannot store to arg", s.arg,
                 ", which is broadcast along the inner dim");
       KIR_CHECK(!an.inner[static_cast<size_t>(s.expr)], "store ", i, ": row output arg", s.arg,
@@ -578,8 +589,15 @@ class Interpreter {
   }
 
   void store(const Store& st, int64_t j) {
-    write(k_.args[static_cast<size_t>(st.arg)].dtype, ptrs_[st.arg], offset(st.arg, j),
-          v_[static_cast<size_t>(st.expr)]);
+    const DType t = k_.args[static_cast<size_t>(st.arg)].dtype;
+    const int64_t off = offset(st.arg, j);
+    if (st.accumulate) {  // f64 (verified): the column's sum so far plus this value
+      write(t, ptrs_[st.arg], off,
+            put<double>(get<double>(read(t, ptrs_[st.arg], off)) +
+                        get<double>(v_[static_cast<size_t>(st.expr)])));
+      return;
+    }
+    write(t, ptrs_[st.arg], off, v_[static_cast<size_t>(st.expr)]);
   }
 
   void run_pointwise(int64_t begin, int64_t end) {

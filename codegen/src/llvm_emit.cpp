@@ -434,11 +434,14 @@ class Emitter : public detail::IrText {
     }
   }
 
-  // An unused output of e's dtype that only the final loop writes, or -1.
+  // An unused output of e's dtype that only the final loop writes (a plain
+  // store, dense along the row), or -1.
   int scratch_output(int e, const std::vector<char>& used_arg) const {
     for (size_t i = 0; i < k_.stores.size(); ++i) {
       const Store& s = k_.stores[i];
-      if (an_.store_after[i] != -1 || used_arg[static_cast<size_t>(s.arg)]) continue;
+      // A column sum's partials are not row storage: they hold the sums so far.
+      if (an_.store_after[i] != -1 || s.accumulate || used_arg[static_cast<size_t>(s.arg)])
+        continue;
       if (k_.args[static_cast<size_t>(s.arg)].dtype == k_.exprs[static_cast<size_t>(e)].dtype)
         return s.arg;
     }
@@ -579,7 +582,15 @@ class Emitter : public detail::IrText {
         return v;
     }
   }
-  void store(const Store& s) { store_value(s.arg, value(s.expr)); }
+  void store(const Store& s) {
+    if (!s.accumulate) return store_value(s.arg, value(s.expr));
+    // A column sum (f64): this launch's partial for the element's column.
+    const std::string v = value(s.expr), p = address(s.arg);
+    const std::string md = metadata(static_cast<size_t>(s.arg));
+    const std::string old = emit(str("load double, ptr ", p, md));
+    const std::string sum = emit(str("fadd double ", old, ", ", v));
+    line(str("store double ", sum, ", ptr ", p, md));
+  }
   void store_value(int arg, std::string v) {
     const DType t = k_.args[static_cast<size_t>(arg)].dtype;
     switch (t) {

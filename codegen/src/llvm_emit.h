@@ -16,6 +16,6 @@ std::string emit_llvm(const Kernel& k, const std::string& symbol);
 
 /// Bumped whenever the emitted code changes meaning, so old disk cache entries
 /// are never reused (the key also hashes the emitted text itself).
-inline constexpr int kEmitVersion = 3;
+inline constexpr int kEmitVersion = 4;
 
 }  // namespace kiln::kir

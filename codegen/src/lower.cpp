@@ -12,8 +12,11 @@
 //   reduction over size-1 dims only is the identity (sum: a cast to its dtype).
 // Each group output is stored once; outputs broadcast along the inner dim are
 // row stores (the kernel IR places them after the phase that makes them).
+// Column sums (fuse.cpp, rule 9) are accumulating stores of the summed value,
+// in f64, into per-launch partials.
 #include "lower.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -239,12 +242,22 @@ LoweredGroup lower(const passes::FusionGroup& g, bool reassociate) {
                 " expression for a ", t, " value");
     expr[out] = e;
   }
+  lg.column_sum.assign(g.outputs.size(), 0);
   for (size_t j = 0; j < g.outputs.size(); ++j) {
     const Value* v = g.outputs[j];
     const int arg = static_cast<int>(k.args.size());
-    k.args.push_back({v->dtype, true, g.out_dense[j]});
     lg.args.push_back(v);
-    k.stores.push_back({arg, expr.at(v)});
+    const auto cs = std::find_if(g.column_sums.begin(), g.column_sums.end(),
+                                 [&](const Node* n) { return n->output() == v; });
+    if (cs == g.column_sums.end()) {
+      k.args.push_back({v->dtype, true, g.out_dense[j]});
+      k.stores.push_back({arg, expr.at(v)});
+      continue;
+    }
+    // A column sum: f64 partials the executor adds up into v (as eager's sums).
+    lg.column_sum[j] = 1;
+    k.args.push_back({DType::f64, true, g.out_dense[j]});
+    k.stores.push_back({arg, b.as(expr.at((*cs)->inputs[0]), DType::f64), true});
   }
   lg.in_place.resize(g.outputs.size());
   if (!k.has_reductions()) {

@@ -24,6 +24,9 @@ struct LoweredGroup {
   /// over in place (pointwise kernels only; same dtype, dense everywhere, and
   /// read by the stored value, so each element is loaded before it is stored).
   std::vector<std::vector<int>> in_place;
+  /// Per output: 1 if it is a column sum, whose kernel argument holds f64
+  /// partials (one row per launch block) the executor adds up into the value.
+  std::vector<char> column_sum;
 };
 
 /// Lowers `g`. Every node's scalar semantics follow its eager kernel: operands

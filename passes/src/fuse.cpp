@@ -44,6 +44,13 @@
 //    ready callback (DDP) fires, before any update runs; and the updates, which
 //    only write graph outputs, can wait for each other in the executor and run
 //    as one multi-tensor launch.
+// 9. Column sums (a bias or layer-norm weight gradient: a sum over every row
+//    dim of a value a group computes, keeping its inner dims) stay out of the
+//    greedy growth (rule 3) and are attached to their producer's group after
+//    it: the kernel adds each element into its column's partial sum, so the
+//    value is not read back, and not stored at all when nothing else reads it.
+//    A pointwise group's coalesced dim is split where the rows end; a row
+//    kernel's rows must be exactly the reduced dims.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
@@ -497,6 +504,70 @@ struct Planner {
   }
 };
 
+// Rule 9 for one unfused sum node; true if it joined its producer's group.
+bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
+  const Value* v = n->inputs[0];
+  if (!v->producer || !is_floating(v->dtype) || half_precision(v->dtype) ||
+      n->output()->dtype != v->dtype)
+    return false;
+  const int gi = plan.group_of[static_cast<size_t>(ctx.at(v->producer))];
+  if (gi < 0) return false;
+  FusionGroup& grp = plan.groups[static_cast<size_t>(gi)];
+  const auto it = std::find(grp.outputs.begin(), grp.outputs.end(), v);
+  if (it == grp.outputs.end()) return false;
+  const auto oi = static_cast<size_t>(it - grp.outputs.begin());
+  for (bool d : grp.out_dense[oi])
+    if (!d) return false;
+  // v's buffer is the iteration space: its non-unit dims are the groups' sizes in order.
+  std::vector<SymInt> flat;
+  for (const auto& d : grp.dims) flat.insert(flat.end(), d.begin(), d.end());
+  if (non_unit(v->shape) != flat) return false;
+  // The sum reduces a leading run of those dims and keeps the rest.
+  const std::vector<int64_t> ds = reduced_dims(*n);
+  size_t p = 0, seen = 0;
+  for (int64_t k = 0; k < v->rank(); ++k) {
+    if (is_unit(v->shape[static_cast<size_t>(k)])) continue;
+    if (std::binary_search(ds.begin(), ds.end(), k)) {
+      if (p != seen) return false;
+      ++p;
+    }
+    ++seen;
+  }
+  if (p == 0 || p == flat.size()) return false;
+  size_t d = 0, acc = 0;
+  while (acc + grp.dims[d].size() <= p) acc += grp.dims[d++].size();
+  // The kept dims must end up as the one inner dim (a split adds a dim before it).
+  if (d + 1 != grp.dims.size()) return false;
+  if (acc < p) {
+    // The rows end inside kernel dim d: split it (pointwise groups only; a row
+    // kernel's inner dim is what its reductions reduce).
+    if (grp.reduces()) return false;
+    const auto cut = static_cast<std::ptrdiff_t>(p - acc);
+    std::vector<SymInt> tail(grp.dims[d].begin() + cut, grp.dims[d].end());
+    grp.dims[d].resize(static_cast<size_t>(cut));
+    grp.dims.insert(grp.dims.begin() + static_cast<std::ptrdiff_t>(d) + 1, std::move(tail));
+    for (auto* pats : {&grp.in_dense, &grp.out_dense})
+      for (auto& pat : *pats)
+        pat.insert(pat.begin() + static_cast<std::ptrdiff_t>(d) + 1, bool(pat[d]));
+  }
+  grp.column_sums.push_back(n);
+  grp.outputs.push_back(n->output());
+  std::vector<bool> pat(grp.dims.size(), false);
+  pat.back() = true;
+  grp.out_dense.push_back(std::move(pat));
+  plan.group_of[static_cast<size_t>(ctx.at(n))] = gi;
+  // Stored only if something else still reads it.
+  bool read = ctx.graph_outputs.count(v) > 0;
+  for (const Node* u : v->users) read = read || plan.group_of[static_cast<size_t>(ctx.at(u))] != gi;
+  if (!read) {
+    const auto k = static_cast<size_t>(std::find(grp.outputs.begin(), grp.outputs.end(), v) -
+                                       grp.outputs.begin());
+    grp.outputs.erase(grp.outputs.begin() + static_cast<std::ptrdiff_t>(k));
+    grp.out_dense.erase(grp.out_dense.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+  return true;
+}
+
 std::string dims_text(const FusionGroup& grp) {
   std::string s = "[";
   for (size_t d = 0; d < grp.dims.size(); ++d) {
@@ -541,6 +612,10 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
     for (const Node* n : nodes) plan.group_of[static_cast<size_t>(ctx.at(n))] = id;
     plan.groups.push_back(std::move(*grp));
   }
+  if (opts.column_sums && opts.reductions)
+    for (const Node* n : g.nodes())
+      if (n->is_op(OpId::sum) && plan.group_of[static_cast<size_t>(ctx.at(n))] < 0)
+        attach_column_sum(ctx, plan, n);
   return plan;
 }
 
@@ -557,6 +632,7 @@ std::string to_string(const FusionPlan& plan, const ir::Graph& g) {
     s += str("group ", i, " ", kind_name(grp.kind), " ", dims_text(grp), ":");
     for (size_t k = 0; k < grp.nodes.size(); ++k)
       s += str(k ? ", " : " ", op_name(grp.nodes[k]->op), " ", name(grp.nodes[k]->output()));
+    for (const Node* n : grp.column_sums) s += str(", sum ", name(n->output()), " (column)");
     s += " ; in";
     for (const Value* v : grp.inputs) s += str(" ", name(v));
     s += " ; out";

@@ -298,6 +298,48 @@ TEST(FusedExecutor, EpilogueRunsInPlace) {
   EXPECT_LE(s1.peak_bytes, s0.peak_bytes);
 }
 
+// Column sums run inside their producer's kernel (fuse.cpp rule 9): a bias
+// gradient summed over a symbolic batch and a second dim, f32 and f64, from a
+// pointwise chain and from a row kernel (a softmax then summed over the batch,
+// whose exp the row kernel keeps in scratch storage: not in the partials).
+// Results match the unfused executor at every size and do not depend on the
+// thread count.
+TEST(FusedExecutor, ColumnSumsRunInTheirProducersKernel) {
+  auto g = parse_shared(R"(graph(%0: f32[s0, 3, 40] "x", %1: f64[s0, 24] "d") syms=1 {
+  %2 = tanh(%0) : f32[s0, 3, 40]
+  %3 = mul(%2, %2) : f32[s0, 3, 40]
+  %4 = sum(%3) {dims=[0, 1], keepdim=false} : f32[40]
+  %5 = sum(%2) {dims=[0], keepdim=true} : f32[1, 3, 40]
+  %6 = exp(%1) : f64[s0, 24]
+  %7 = sum(%6) {dims=[1], keepdim=true} : f64[s0, 1]
+  %8 = div(%6, %7) : f64[s0, 24]
+  %9 = sum(%8) {dims=[0], keepdim=false} : f64[24]
+  return %4 "sq", %5 "keep", %9 "soft", %3 "also_stored"
+})");
+  const Executor fused(g, {.fuse = true}), plain(g);
+  const std::string text = fused.kernels_text();
+  size_t accumulates = 0;
+  for (size_t at = text.find("accumulate"); at != std::string::npos;
+       at = text.find("accumulate", at + 1))
+    ++accumulates;
+  // %5 keeps two dims of the pointwise space as columns: it stays unfused.
+  EXPECT_EQ(accumulates, 2u) << text;
+  for (int64_t n : {0, 1, 5, 700}) {
+    std::vector<Tensor> in{randn({n, 3, 40}), randn({n, 24}, DType::f64)};
+    std::vector<Tensor> want, got, one;
+    run_graph(plain, in, &want);
+    run_graph(fused, in, &got);
+    set_num_threads(1);
+    run_graph(fused, in, &one);
+    set_num_threads(2);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].shape(), want[i].shape());
+      expect_close(want[i], got[i], str("output ", i, " at batch ", n), 1e-5);
+      EXPECT_TRUE(equal(got[i], one[i])) << "output " << i << " depends on the threads";
+    }
+  }
+}
+
 // Independent instances of one kernel (here four exp+mul updates of different
 // sizes) launch once; the results are those of separate launches.
 TEST(FusedExecutor, IdenticalKernelsLaunchTogether) {

@@ -291,6 +291,62 @@ TEST_F(KernelIr, ArbitraryRangeSplits) {
   }
 }
 
+// Column sums: accumulating stores add every element of the launched range
+// into its column's f64 partial, compiled as in the interpreter, from pointwise
+// kernels and from the final loop of a row kernel; ranges split anywhere add
+// up to the whole (layer_norm's weight-gradient product, dy * xhat).
+TEST_F(KernelIr, ColumnSumsAccumulateIntoTheirColumns) {
+  const auto f = DType::f32, d = DType::f64;
+  Builder pw(2, "colsum");
+  int xa = pw.in(f, {true, true}), ya = pw.out(f, {true, true}), ca = pw.out(d, {false, true});
+  int e = pw.op(OpId::exp, f, pw.load(xa));
+  pw.store(ya, e);
+  pw.k.stores.push_back(Store{ca, pw.op(OpId::cast, d, e), true});
+  Kernel ln = layer_norm_kernel();  // plus the column sums of its output
+  const int cast = static_cast<int>(ln.exprs.size());
+  ln.exprs.push_back(Expr::make_op(OpId::cast, d, ln.stores.front().expr));
+  ln.args.push_back(Arg{d, true, {false, true}});
+  ln.stores.push_back(Store{static_cast<int>(ln.args.size()) - 1, cast, true});
+  EXPECT_NE(to_string(pw.k).find("accumulate arg2 %"), std::string::npos) << to_string(pw.k);
+  for (const Kernel& k : {pw.k, ln}) {
+    for (std::vector<int64_t> sizes : {std::vector<int64_t>{7, 13}, {33, 100}, {1, 5}}) {
+      const std::string what = str(k.name, " ", sizes[0], "x", sizes[1]);
+      std::mt19937 rng(3);
+      auto whole = testing::make_buffers(k, sizes, rng, uniform);
+      if (k.name == "layer_norm") whole[1].set(0, static_cast<double>(sizes[1]));  // its row size
+      auto split = whole, ref = whole;
+      auto lk = get_kernel(k);
+      auto pw_ = testing::pointers(whole), ps = testing::pointers(split),
+           pr = testing::pointers(ref);
+      const int64_t n = work_items(k, sizes.data());
+      (*lk)(0, n, pw_.data(), sizes.data());
+      interpret(k, 0, n, pr.data(), sizes.data());
+      for (int64_t b = 0; b < n;) {
+        const int64_t e2 = std::min<int64_t>(n, b + 1 + static_cast<int64_t>(rng() % 5));
+        (*lk)(b, e2, ps.data(), sizes.data());
+        b = e2;
+      }
+      const size_t c = k.args.size() - 1;
+      // The stored value, summed over rows in double: the column sums.
+      const size_t stored = static_cast<size_t>(k.stores.front().arg);
+      for (int64_t j = 0; j < sizes[1]; ++j) {
+        double want = 0;
+        for (int64_t r = 0; r < sizes[0]; ++r) want += ref[stored].get(r * sizes[1] + j);
+        EXPECT_NEAR(ref[c].get(j), want, 1e-12 * (1 + std::fabs(want))) << what << " col " << j;
+        EXPECT_NEAR(whole[c].get(j), want, 1e-5 * (1 + std::fabs(want))) << what << " col " << j;
+        EXPECT_NEAR(split[c].get(j), want, 1e-5 * (1 + std::fabs(want))) << what << " col " << j;
+      }
+    }
+  }
+  // Column-sum arguments must be f64 and broadcast along the rows.
+  Kernel bad = pw.k;
+  bad.args[2].dense = {true, true};
+  EXPECT_THROW(verify(bad), Error);
+  bad = pw.k;
+  bad.args[2].dtype = DType::f32;
+  EXPECT_THROW(verify(bad), Error);
+}
+
 // One compiled kernel serves every size (sizes are run-time arguments), and
 // the cache returns the same code for each.
 TEST_F(KernelIr, OneKernelManySizes) {

@@ -136,8 +136,8 @@ TEST(Fuse, LayerNormForwardIsOneGroup) {
             "rsqrt %12, mul %13, mul %14, add %15 ; in %0 %1 %2 ; out %15\n");
 }
 
-// layer_norm forward + backward: the row-wise backward joins the forward's group; the
-// column sums (weight/bias gradients) and the full loss sum are separate.
+// layer_norm forward + backward: the row-wise backward joins the forward's group, and
+// so do the column sums (weight/bias gradients); the full loss sum is separate.
 TEST(Fuse, LayerNormBackwardIsFewGroups) {
   std::unique_ptr<ir::Graph> g = ir::parse(trim_leading_newline(kLayerNormTrain));
   FusionPlan plan = plan_fusion(*g);
@@ -148,13 +148,14 @@ TEST(Fuse, LayerNormBackwardIsFewGroups) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node* n = nodes[i];
     if (n->is_constant() || plan.group_of[i] >= 0) continue;
-    // Only the column sums and what reshapes/copies them stay unfused.
-    EXPECT_TRUE(n->is_op(OpId::sum) || n->is_op(OpId::reshape) || n->is_op(OpId::copy))
+    // Only what reshapes/copies the column sums stays unfused.
+    EXPECT_TRUE(n->is_op(OpId::reshape) || n->is_op(OpId::copy))
         << "node " << i << " (" << op_name(n->op) << ") is unfused";
     unfused_compute += n->is_op(OpId::sum);
   }
-  EXPECT_EQ(unfused_compute, 2u);
+  EXPECT_EQ(unfused_compute, 0u);
   EXPECT_EQ(plan.groups[0].kind, GroupKind::kReduction);
+  EXPECT_EQ(plan.groups[0].column_sums.size(), 2u) << to_string(plan, *g);
   EXPECT_GE(plan.groups[0].nodes.size(), 30u);
 }
 
@@ -215,8 +216,11 @@ graph(%0: f16[4, 8] "x", %1: f32[4, 8] "y") {
             "");
 }
 
-// A reduction over a leading dim (column sum) stays unfused; its producer is a group.
-TEST(Fuse, ColumnReductionIsNotFused) {
+// A reduction over the leading dims (a column sum) joins its producer's group
+// (rule 9): the summed value is not stored when nothing else reads it, and a
+// pointwise group's coalesced dim splits where the rows end. Summing a dim
+// that is not leading, or keeping a row dim, stays unfused.
+TEST(Fuse, ColumnSumsJoinTheirProducer) {
   EXPECT_EQ(plan_text(R"(
 graph(%0: f32[4, 8] "x") {
   %1 = exp(%0) : f32[4, 8]
@@ -225,8 +229,26 @@ graph(%0: f32[4, 8] "x") {
   return %3 "out0"
 }
 )"),
-            "group 0 pointwise [4*8]: exp %1 ; in %0 ; out %1\n"
+            "group 0 pointwise [4, 8]: exp %1, sum %2 (column) ; in %0 ; out %2\n"
             "group 1 pointwise [8]: neg %3 ; in %2 ; out %3\n");
+  // Read elsewhere too: still stored.
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[2, 3, 8] "x") {
+  %1 = exp(%0) : f32[2, 3, 8]
+  %2 = sum(%1) {dims=[0, 1], keepdim=true} : f32[1, 1, 8]
+  return %2 "s", %1 "e"
+}
+)"),
+            "group 0 pointwise [2*3, 8]: exp %1, sum %2 (column) ; in %0 ; out %1 %2\n");
+  // Not a leading run of dims: unfused.
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[2, 3, 8] "x") {
+  %1 = exp(%0) : f32[2, 3, 8]
+  %2 = sum(%1) {dims=[1], keepdim=false} : f32[2, 8]
+  return %2 "s"
+}
+)"),
+            "group 0 pointwise [2*3*8]: exp %1 ; in %0 ; out %1\n");
 }
 
 // Reductions over different dims of one space cannot share a kernel.
@@ -363,8 +385,9 @@ TEST(Fuse, RandomGraphPlansAreValid) {
     for (size_t k = 0; k < plan.groups.size(); ++k) {
       const FusionGroup& grp = plan.groups[k];
       std::unordered_set<const ir::Node*> in(grp.nodes.begin(), grp.nodes.end());
+      in.insert(grp.column_sums.begin(), grp.column_sums.end());
       std::unordered_set<const ir::Value*> outs(grp.outputs.begin(), grp.outputs.end());
-      for (const ir::Node* n : grp.nodes)
+      for (const ir::Node* n : in)
         for (const ir::Value* v : n->outputs) {
           bool external = g->is_output(v);
           for (const ir::Node* u : v->users) external = external || !in.count(u);
@@ -374,9 +397,12 @@ TEST(Fuse, RandomGraphPlansAreValid) {
         EXPECT_TRUE(!v->producer || !in.count(v->producer)) << "seed " << seed;
       EXPECT_EQ(grp.in_dense.size(), grp.inputs.size());
       EXPECT_EQ(grp.out_dense.size(), grp.outputs.size());
-      for (const auto& p : grp.out_dense) {
+      // Column sums come last, broadcast along every row dim; the rest are dense.
+      const size_t plain = grp.outputs.size() - grp.column_sums.size();
+      for (size_t o = 0; o < grp.out_dense.size(); ++o) {
+        const auto& p = grp.out_dense[o];
         ASSERT_EQ(p.size(), grp.dims.size());
-        for (size_t d = 0; d + 1 < p.size(); ++d) EXPECT_TRUE(p[d]) << "seed " << seed;
+        for (size_t d = 0; d + 1 < p.size(); ++d) EXPECT_EQ(p[d], o < plain) << "seed " << seed;
       }
       ++grouped;
     }

@@ -113,10 +113,15 @@ struct Reduction {
 
 /// A store of expression `expr` into output argument `arg`. Elementwise stores
 /// run in the final loop; row stores (the arg is broadcast along the inner dim)
-/// run once per row after the reductions they need.
+/// run once per row after the reductions they need. An accumulating store is a
+/// column sum (a bias gradient): `arg` is f64, broadcast along every row dim and
+/// dense along the inner dim, and each element of the launch's range adds its
+/// f64 value to its column, in index order. The caller gives each launch its
+/// own zeroed buffer and adds the launches' buffers in a fixed order.
 struct Store {
   int arg = -1;
   int expr = -1;
+  bool accumulate = false;
 };
 
 /// A loop-nest kernel.

@@ -17,6 +17,7 @@ struct FusionOptions {
   bool enabled = true;       ///< false: no groups (everything runs unfused)
   bool reductions = true;    ///< fuse sum/max/min over trailing dims into groups
   int max_group_nodes = 96;  ///< bound on one kernel's size (compile time)
+  bool column_sums = true;   ///< sums over every row dim join their producer's kernel
 };
 
 /// What a group becomes.
@@ -38,6 +39,10 @@ struct FusionGroup {
   std::vector<std::vector<ir::SymInt>> dims;
   std::vector<std::vector<bool>> in_dense;   ///< per input, per dim: dense (else broadcast)
   std::vector<std::vector<bool>> out_dense;  ///< per output, per dim
+  /// Sums over every row dim of a value the group computes (bias gradients, rule
+  /// 9): the kernel adds each element into its column. Their outputs are the
+  /// last entries of `outputs`, broadcast along every row dim.
+  std::vector<const ir::Node*> column_sums;
   bool reduces() const { return kind == GroupKind::kReduction; }
 };
 
