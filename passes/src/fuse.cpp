@@ -22,10 +22,11 @@
 //    each value's row-major buffer is a dense/broadcast view of S. All
 //    reductions of a group reduce the same dims of S; those must be S's last
 //    dims and coalesce into one inner dim for every buffer (the kernel IR
-//    reduces the inner dim only). Column sums (a reduced dim before a kept one)
-//    therefore stay unfused. Outputs of a pointwise group are dense in S;
-//    outputs of a reduction group are dense along the rows (element or row
-//    values), so no two work items store to one address.
+//    reduces the inner dim only). Column sums (a reduced dim before a kept
+//    one) therefore do not grow groups; rule 9 attaches them. Outputs of a
+//    pointwise group are dense in S; outputs of a reduction group are dense
+//    along the rows (element or row values), so no two work items store to
+//    one address (a column sum's partials are per launch block).
 // 4. No recomputation: a node is in at most one group; a value with users
 //    outside its group becomes a group output (stored once), never inlined into
 //    two kernels. 0-d constants are the exception: every kernel inlines them as
