@@ -184,6 +184,11 @@ void Executor::build_schedule() {
   for (size_t u = 0; u < nu; ++u)
     if (live[u] && indeg[u] == 0) ready.push_back(static_cast<int>(u));
   auto kid = [&](int u) { return u < ng ? groups_[static_cast<size_t>(u)].kernel_id : -1; };
+  // A kernel with column sums launches alone (its blocks own the partials).
+  auto column_sums = [&](int u) {
+    const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
+    return std::find(cs.begin(), cs.end(), 1) != cs.end();
+  };
   std::vector<std::vector<int>> order;  // units per step
   while (!ready.empty()) {
     std::vector<int> ready_of(kernels.size(), 0);
@@ -200,10 +205,6 @@ void Executor::build_schedule() {
             (best < 0 || first_pos[static_cast<size_t>(u)] < first_pos[static_cast<size_t>(best)]))
           best = u;
     std::vector<int> batch{best};
-    auto column_sums = [&](int u) {
-      const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
-      return std::find(cs.begin(), cs.end(), 1) != cs.end();
-    };
     if (best < ng && opts_.horizontal && !column_sums(best))
       for (int u : ready)
         if (u != best && u < ng && kid(u) == kid(best)) batch.push_back(u);
@@ -406,6 +407,11 @@ bool exclusive(const Tensor& t, DType dt, int64_t numel) {
          t.offset() == 0 && t.is_contiguous();
 }
 
+// t (contiguous, with shape's element count) viewed with `shape`.
+Tensor shaped(const Tensor& t, const Dims& shape) {
+  return t.shape() == shape ? t : t.reshape(shape);
+}
+
 // One kernel instance ready to launch.
 struct Launch {
   std::vector<void*> ptrs;
@@ -525,6 +531,11 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     const Tensor* d = free_dest[static_cast<size_t>(sl)];
     return d && d->dtype() == dt && d->numel() == numel_of(shape) ? d : nullptr;
   };
+  // Output slot `sl`'s free destination viewed with `shape`, else a new tensor.
+  auto dest_or_new = [&](int sl, DType dt, const Dims& shape) {
+    const Tensor* d = free_dest_for(sl, dt, shape);
+    return d ? shaped(*d, shape) : empty(shape, dt);
+  };
   // The graph input a kernel output may overwrite as its destination, or -1.
   auto dest_input = [&](const Step& step, const Group& grp, size_t j, const Dims& shape, DType dt,
                         const std::vector<int>& claimed) {
@@ -562,9 +573,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     Tensor& h = hosted[static_cast<size_t>(step.host_slot)];
     if (!h.defined()) {
       const ir::Value* hv = p.host->output();
-      const Dims shape = ir::eval_shape(hv->shape, syms);
-      const Tensor* fd = free_dest_for(step.host_slot, hv->dtype, shape);
-      h = !fd ? empty(shape, hv->dtype) : fd->shape() == shape ? *fd : fd->reshape(shape);
+      h = dest_or_new(step.host_slot, hv->dtype, ir::eval_shape(hv->shape, syms));
       mem.hold(h);
     }
     return as_strided(h, l->shape, l->strides, h.offset() + l->offset);
@@ -631,7 +640,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         // The eager kernel, writing its one output into the destination.
         std::vector<TensorMeta> metas;
         info.infer(ins, attrs, metas);
-        outs.push_back(d->shape() == metas[0].shape ? *d : d->reshape(metas[0].shape));
+        outs.push_back(shaped(*d, metas[0].shape));
         info.kernel(ins, attrs, outs);
         ++st.in_place;
       } else {
@@ -668,8 +677,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
           if (lg.column_sum[j]) {
             // The sum's value, and the f64 partials the kernel writes instead.
             const int sl = grp.arg_slot[lg.num_inputs + j];
-            const Tensor* fd = free_dest_for(sl, v->dtype, shape);
-            o = !fd ? empty(shape, v->dtype) : fd->shape() == shape ? *fd : fd->reshape(shape);
+            o = dest_or_new(sl, v->dtype, shape);
             if (l.blocks == 0) l.blocks = detail::column_blocks(l.items, numel_of(l.sizes));
             Tensor part = detail::column_partials(l.blocks, l.sizes.back());
             l.ptrs[lg.num_inputs + j] = part.data_ptr();
@@ -680,7 +688,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
           }
           if (const int sl = dest_input(step, grp, j, shape, v->dtype, claimed); sl >= 0) {
             const Tensor& d = *dest_of_slot[static_cast<size_t>(sl)];
-            o = d.shape() == shape ? d : d.reshape(shape);
+            o = shaped(d, shape);
             claimed.push_back(sl);
             ++st.in_place;
           }
@@ -692,14 +700,14 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
               continue;
             const Tensor& t = slots[static_cast<size_t>(sl)];
             if (!exclusive(t, v->dtype, numel_of(shape))) continue;
-            o = t.shape() == shape ? t : t.reshape(shape);
+            o = shaped(t, shape);
             claimed.push_back(sl);
             ++st.in_place;
             break;
           }
           if (!o.defined())
             if (const Tensor* d = free_dest_for(grp.arg_slot[lg.num_inputs + j], v->dtype, shape)) {
-              o = d->shape() == shape ? *d : d->reshape(shape);
+              o = shaped(*d, shape);
               ++st.in_place;
             }
           if (!o.defined()) o = empty(shape, v->dtype);
