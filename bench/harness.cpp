@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fashion_mnist.h"
@@ -76,14 +77,21 @@ double stream_triad_gbs(size_t n, int reps) {
   return 3.0 * static_cast<double>(n * sizeof(float)) / (ms * 1e6);
 }
 
+// The hardware's sgemm rate: OpenBLAS on its own threads, one per pool thread
+// (kiln keeps OpenBLAS single-threaded and splits GEMMs over its pool). Its
+// idle workers spin ~0.1 s after the last call (2^28 cycles) before they sleep;
+// the pause keeps that spin off the cores of whatever is timed next.
 double sgemm_gflops(int n, int reps) {
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a), c(a.size());
+  openblas_set_num_threads(num_threads());
   double ms = time_ms(
       [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
                     n, 0.0f, c.data(), n);
       },
       reps);
+  openblas_set_num_threads(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
   return 2.0 * n * static_cast<double>(n) * n / (ms * 1e6);
 }
 

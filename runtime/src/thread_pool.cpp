@@ -148,7 +148,8 @@ void mark_forked() {
 Pool& pool() {
   static Pool* p = [] {
     int n = default_threads();
-    openblas_set_num_threads(n);
+    // The pool owns the cores; large GEMMs are split over it (ops/gemm.h).
+    openblas_set_num_threads(1);
     pthread_atfork(nullptr, nullptr, mark_forked);
     return new Pool(n);  // leaked: workers must outlive static tensors
   }();
@@ -169,7 +170,7 @@ int num_threads() {
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "[set_num_threads] need at least 1 thread, got ", n);
   pool().resize(n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1);
 }
 
 bool in_parallel_region() {

@@ -208,6 +208,47 @@ TEST(Linalg, MatmulKernelWritesStridedOutputs) {
   }
 }
 
+// Products above 2^22 multiply-adds are split over the pool by rows or by
+// columns of C (OpenBLAS itself runs single-threaded), and many batch items
+// run whole on each core. On 2 threads and on 1, every split agrees with a
+// naive product (the bits may differ: BLAS's edge tiles fall elsewhere).
+TEST(Linalg, LargeMatmulsSplitOverThePool) {
+  struct Case {
+    Dims a, b;
+    int ka, kb;  // layout() kinds: 0 contiguous, 1 transposed view
+    DType dt;
+  };
+  const Case cases[] = {
+      {{300, 200}, {200, 100}, 0, 0, DType::f32},        // rows; 300 is no multiple of 16
+      {{300, 200}, {200, 100}, 1, 1, DType::f64},        // rows, both transposed
+      {{40, 300}, {300, 500}, 0, 1, DType::f32},         // columns (C wider than tall)
+      {{3, 200, 150}, {3, 150, 160}, 1, 0, DType::f32},  // few large items, each split
+      {{20, 64, 64}, {20, 64, 64}, 0, 1, DType::f64},    // many items, whole per core
+      {{5, 60, 300}, {300, 300}, 0, 0, DType::f32},      // batch folded into rows, split
+  };
+  const int threads = num_threads();
+  uint64_t seed = 90;
+  for (const Case& c : cases) {
+    const std::string what = str(c.dt, " ", c.a, " @ ", c.b, " kinds ", c.ka, c.kb);
+    Tensor a = layout(c.a, c.ka, seed++, c.dt), b = layout(c.b, c.kb, seed++, c.dt);
+    for (int t : {2, 1}) {
+      set_num_threads(t);
+      check_matmul(a, b, c.dt == DType::f32 ? 1e-4 : 1e-10, str(what, " on ", t, " threads"));
+    }
+    set_num_threads(threads);
+  }
+  // An output BLAS writes transposed (unit row stride), split by rows of C.
+  Tensor a = randn_t({300, 200}, 7, DType::f32), b = randn_t({200, 100}, 8, DType::f32);
+  Tensor buf = zeros({100, 300}, DType::f32);
+  std::array<Tensor, 1> out{buf.permute({1, 0})};
+  std::array<Tensor, 2> in{a, b};
+  op_info(OpId::matmul).kernel(in, Attrs(), out);
+  const V got = buf.permute({1, 0}).contiguous().to_vector<double>();
+  const V want = matmul(a, b).to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << "transposed output at " << i;
+}
+
 // f16/bf16 compute through f32; integers use exact integer arithmetic.
 TEST(Linalg, MatmulDtypes) {
   for (DType dt : {DType::f16, DType::bf16})

@@ -14,7 +14,7 @@ struct EnvVar {
 
 /// Every KILN_* variable kiln reads, in one list.
 inline constexpr EnvVar kRegistry[] = {
-    {"KILN_NUM_THREADS", "number of cores", "threads of the intra-op pool (and OpenBLAS)"},
+    {"KILN_NUM_THREADS", "number of cores", "threads of the intra-op pool (OpenBLAS stays single-threaded)"},
     {"KILN_EAGER", "0", "1 runs kiln::compile'd functions as the plain eager function"},
     {"KILN_CHECK_COMPILED", "0",
      "1 runs eager beside compiled on every call and reports the first differing output"},

@@ -9,8 +9,8 @@ namespace kiln {
 
 /// Number of threads parallel_for may use (including the caller).
 int num_threads();
-/// Resizes the pool (n >= 1); also sets OpenBLAS's thread count so the two never
-/// oversubscribe the cores.
+/// Resizes the pool (n >= 1). OpenBLAS stays single-threaded: large GEMMs are
+/// split over this pool instead, so the two never oversubscribe the cores.
 void set_num_threads(int n);
 /// True on a pool worker (nested parallel_for calls then run inline).
 bool in_parallel_region();

@@ -1,7 +1,9 @@
 // Internal: the CBLAS GEMM wrapper shared by matmul and convolution, plus a
-// raw contiguous-copy helper. Never call gemm() from inside parallel_for
-// (OpenBLAS runs its own threads, sized like kiln's pool) except through
-// parallel_gemms, which makes BLAS single-threaded meanwhile.
+// raw contiguous-copy helper. OpenBLAS always runs single-threaded (the pool
+// sets it so): kiln's pool owns the cores, and gemm() splits a large product
+// over it. OpenBLAS's own workers would spin for ~0.1 s after every threaded
+// call, sharing a core with the fused kernel that runs next (it took 2x as
+// long) and with the next GEMM's half.
 #pragma once
 
 #include <cblas.h>
@@ -17,21 +19,16 @@
 
 namespace kiln::ops {
 
-/// Row-major C (m x n) = op(A) op(B), or C += ... when `accumulate`; T is
-/// float or double. Empty sizes are handled here (BLAS rejects k == 0 layouts).
+/// Below this many multiply-adds a GEMM runs on one core: splitting it costs
+/// more in handoffs than it saves (the 10-class layer of an MLP).
+inline constexpr int64_t kSplitMacs = int64_t{1} << 22;
+
+namespace detail {
+// One CBLAS call (the sizes are checked by gemm()).
 template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc, bool accumulate, const char* op) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < m; ++i)
-        std::memset(c + i * ldc, 0, static_cast<size_t>(n) * sizeof(T));
-    return;
-  }
-  KILN_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX, "[", op, "] a matrix dimension (", m,
-             " x ", k, " times ", k, " x ", n, ") exceeds the BLAS limit of ", INT_MAX);
   const CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE B = tb ? CblasTrans : CblasNoTrans;
   const T beta = accumulate ? T(1) : T(0);
@@ -45,20 +42,63 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
                 static_cast<int>(ldc));
   }
 }
+}  // namespace detail
+
+/// Row-major C (m x n) = op(A) op(B), or C += ... when `accumulate`; T is
+/// float or double. Empty sizes are handled here (BLAS rejects k == 0 layouts).
+/// Above kSplitMacs, outside a parallel region, C is split into one block of
+/// rows (or of columns, when C is wider than tall) per pool thread. Each block
+/// repacks the other operand, so the split side is the one whose repacked
+/// operand is smaller. Like OpenBLAS's own threading, the last bits of a
+/// result may depend on the thread count (its edge tiles fall elsewhere).
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T* c, int64_t ldc, bool accumulate, const char* op) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i)
+        std::memset(c + i * ldc, 0, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  KILN_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT_MAX, "[", op, "] a matrix dimension (", m,
+             " x ", k, " times ", k, " x ", n, ") exceeds the BLAS limit of ", INT_MAX);
+  const int64_t parts = num_threads();
+  if (parts == 1 || in_parallel_region() || m * n * k <= kSplitMacs) {
+    detail::blas_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+    return;
+  }
+  const bool rows = n <= m;
+  const int64_t len = rows ? m : n;
+  // Block starts on multiples of 16 (whole register tiles of the BLAS kernels).
+  auto start = [&](int64_t p) { return p == parts ? len : (len * p / parts) / 16 * 16; };
+  parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t s = start(p), e = start(p + 1);
+      if (rows)
+        detail::blas_gemm(ta, tb, e - s, n, k, ta ? a + s : a + s * lda, lda, b, ldb, c + s * ldc,
+                          ldc, accumulate);
+      else
+        detail::blas_gemm(ta, tb, m, e - s, k, a, lda, tb ? b + s * ldb : b + s, ldb, c + s, ldc,
+                          accumulate);
+    }
+  });
+}
 
 /// Runs body(b, e) over ranges (at least `grain` long) of [0, n) independent
-/// items that each call gemm() (the images of a convolution) over kiln's pool,
-/// OpenBLAS single-threaded meanwhile: each core runs whole small GEMMs and the
-/// work around them instead of every core synchronizing inside each GEMM.
-/// Serial, BLAS threads as usual, when n < 2, with one thread, inside a
-/// parallel region, or while another call runs this.
-void parallel_gemms(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
-
-/// Runs `call` (one small gemm) with OpenBLAS single-threaded when this caller
-/// may change that: below kSingleThreadMacs multiply-adds the threads' handoff
-/// costs more than they save (the 10-class layer of an MLP: 1.7x faster).
-void single_threaded_gemm(const std::function<void()>& call);
-inline constexpr int64_t kSingleThreadMacs = int64_t{1} << 22;
+/// items that each call gemm() (the images of a convolution) over kiln's pool:
+/// each core runs whole small GEMMs and the work around them instead of every
+/// core synchronizing inside each GEMM. Serial when n < 2 (the one item's
+/// gemm() then splits itself).
+inline void parallel_gemms(int64_t n, int64_t grain,
+                           const std::function<void(int64_t, int64_t)>& body) {
+  if (n < 2) {
+    body(0, n);
+    return;
+  }
+  parallel_for(0, n, grain, body);
+}
 
 /// x as a contiguous tensor of dtype dt (x itself when it already is), without autograd.
 inline Tensor contiguous_raw(const Tensor& x, DType dt) {

@@ -179,16 +179,22 @@ void matmul_blas(Tensor a, Tensor b, const Tensor& y, const MatmulGeom& g) {
     fold = ob.boff[i] == 0 && oa.boff[i] == r * lda && oy.boff[i] == r * ldc;
   }
   if (fold || B == 1) {
-    // One GEMM (batch rows folded into M); a small one runs single-threaded.
+    // One GEMM (batch rows folded into M), split over the pool when large.
     const int64_t M = fold ? static_cast<int64_t>(B) * g.M : g.M;
-    auto one = [&] { product(M, ap + oa.boff[0], bp + ob.boff[0], yp + oy.boff[0]); };
-    if (M * g.N * g.K <= kSingleThreadMacs)
-      single_threaded_gemm(one);
-    else
-      one();
+    product(M, ap + oa.boff[0], bp + ob.boff[0], yp + oy.boff[0]);
     return;
   }
-  for (size_t i = 0; i < B; ++i) product(g.M, ap + oa.boff[i], bp + ob.boff[i], yp + oy.boff[i]);
+  auto items = [&](int64_t i0, int64_t i1) {
+    for (auto i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i)
+      product(g.M, ap + oa.boff[i], bp + ob.boff[i], yp + oy.boff[i]);
+  };
+  // Many items (attention's heads): whole GEMMs per core, about a million
+  // multiply-adds per task. A few large ones: one after another, each split.
+  const int64_t macs = std::max<int64_t>(1, g.M * g.N * g.K), n = static_cast<int64_t>(B);
+  if (macs <= kSplitMacs || n >= 2 * num_threads())
+    parallel_gemms(n, std::max<int64_t>(1, (int64_t{1} << 20) / macs), items);
+  else
+    items(0, n);
 }
 
 template <typename T>
