@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -42,6 +43,30 @@ TEST(ThreadPool, NestedCallsRunInline) {
       parallel_for(0, 100, 1, [&](int64_t bb, int64_t ee) { sum += ee - bb; });
   });
   EXPECT_EQ(sum.load(), 800);
+}
+
+// Idle workers poll for the next job (KILN_POOL_SPIN_US) before sleeping:
+// jobs posted while they poll complete exactly; resizing ends the polling at
+// once instead of waiting it out; a negative value is an error that leaves
+// the pool working.
+TEST(ThreadPool, PollingWorkersFinishJobsAndStopPromptly) {
+  const int prev = num_threads();
+  ::setenv("KILN_POOL_SPIN_US", "-5", 1);
+  EXPECT_THROW(set_num_threads(2), Error);
+  ::setenv("KILN_POOL_SPIN_US", "1000000", 1);  // 1 s, the cap
+  set_num_threads(2);
+  for (int it = 0; it < 2000; ++it) {
+    std::vector<int> hits(64, 0);
+    parallel_for(0, 64, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    for (int h : hits) ASSERT_EQ(h, 1) << "job " << it;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  set_num_threads(1);  // the worker is polling: stop() must not wait the second out
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  ::unsetenv("KILN_POOL_SPIN_US");
+  set_num_threads(prev);
 }
 
 // Many tiny jobs back to back on an oversubscribed pool: workers that wake up

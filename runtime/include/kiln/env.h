@@ -14,18 +14,24 @@ struct EnvVar {
 
 /// Every KILN_* variable kiln reads, in one list.
 inline constexpr EnvVar kRegistry[] = {
-    {"KILN_NUM_THREADS", "number of cores", "threads of the intra-op pool (OpenBLAS stays single-threaded)"},
+    {"KILN_NUM_THREADS", "number of cores",
+     "threads of the intra-op pool (OpenBLAS stays single-threaded)"},
+    {"KILN_POOL_SPIN_US", "1000",
+     "microseconds an idle pool worker polls for the next job before sleeping (0: sleep at "
+     "once; no polling when the pool has more threads than the machine has cores)"},
     {"KILN_EAGER", "0", "1 runs kiln::compile'd functions as the plain eager function"},
     {"KILN_CHECK_COMPILED", "0",
      "1 runs eager beside compiled on every call and reports the first differing output"},
-    {"KILN_LOG", "", "comma list of log topics: recompiles (each re-trace and the guard that failed)"},
+    {"KILN_LOG", "",
+     "comma list of log topics: recompiles (each re-trace and the guard that failed)"},
     {"KILN_DUMP", "",
      "directory: write traced and optimized graphs (.kir text and .dot), and under kernels/ each "
      "compiled kernel's kernel IR, LLVM IR (plain and optimized) and assembly"},
     {"KILN_CACHE_DIR", "$XDG_CACHE_HOME/kiln or ~/.cache/kiln",
      "directory of the on-disk kernel cache (compiled kernels as object files); off disables it"},
     {"KILN_DEBUG", "0", "2 prints the IR after every pass"},
-    {"KILN_VERIFY", "0", "1 verifies the IR before and after every pass (always on in Debug builds)"},
+    {"KILN_VERIFY", "0",
+     "1 verifies the IR before and after every pass (always on in Debug builds)"},
     {"KILN_TIME_PASSES", "0", "1 prints the time each pass took"},
     {"KILN_DISABLE_PASSES", "", "comma list of pass names to skip"},
     {"KILN_RECOMPILE_LIMIT", "8", "recompiles of one function before a loud warning"},
