@@ -4,7 +4,7 @@
 // An idle worker polls for the next job for KILN_POOL_SPIN_US before it
 // sleeps, as OpenMP runtimes do: a training step posts a job every few hundred
 // microseconds, and a sleeping worker woke tens of microseconds late for each
-// (the MLP step took 1.06x as long, a split GEMM waits for its second half).
+// (a split GEMM waits for its second half; the MLP step took up to 1.1x as long).
 #include "kiln/thread_pool.h"
 
 #include <cblas.h>
@@ -156,7 +156,7 @@ class Pool {
   int size_ = 1;
   bool quit_ = false;
   uint64_t generation_ = 0;
-  std::atomic<uint64_t> posted_{0};  // generation_, readable without mu_
+  std::atomic<uint64_t> posted_{0};  // changes on each new job and on quit; read without mu_
   int spin_us_ = 0;
   int active_ = 0;     // workers inside work() for the current job
   bool open_ = false;  // the current job still takes workers
