@@ -3,6 +3,7 @@
 #include "placement.h"
 
 #include "kiln/functional.h"
+#include "ops/blas_layout.h"
 
 namespace kiln::detail {
 
@@ -68,14 +69,13 @@ Dims permutation(const ir::Node& n) {
   return p;
 }
 
-// Whether BLAS writes a [.., M, N] layout in place (unit row or column stride).
+// Whether BLAS writes a [.., M, N] layout in place, as the matmul kernel decides.
 bool blas_writable(const Layout& l) {
   const size_t r = l.shape.size();
-  if (r < 2) return false;
-  const int64_t M = l.shape[r - 2], N = l.shape[r - 1];
-  const int64_t rs = l.strides[r - 2], cs = l.strides[r - 1];
-  return ((N == 1 || cs == 1) && (M == 1 || rs >= N)) ||
-         ((M == 1 || rs == 1) && (N == 1 || cs >= M));
+  bool trans = false;
+  int64_t ld = 0;
+  return r >= 2 && ops::blas_layout(l.shape[r - 2], l.shape[r - 1], l.strides[r - 2],
+                                    l.strides[r - 1], trans, ld);
 }
 
 // Whether a contiguous matmul output reaches the host as views only (then

@@ -3,6 +3,7 @@
 // batch dims broadcast. f32/f64 run on CBLAS, reading transposed views
 // through BLAS's transpose flags instead of copying; f16/bf16 compute in f32;
 // integers use a plain loop.
+#include "ops/blas_layout.h"
 #include "ops/gemm.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
@@ -93,45 +94,17 @@ Operand operand(const Tensor& t, bool is_a, const Dims& batch) {
   return o;
 }
 
-// Whether BLAS can read a rows x cols matrix with strides (rs, cs) as is:
-// row-major (trans = false) or as the transpose of a row-major matrix.
-bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, bool& trans, int64_t& ld) {
-  if ((cols == 1 || cs == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
-    trans = false;
-    ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
-    return true;
-  }
-  if ((rows == 1 || rs == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
-    trans = true;
-    ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
-    return true;
-  }
-  return false;
-}
-
 // Whether BLAS can write y's [M, N] matrices in place: unit column stride
 // (row-major, ldc = row stride), or unit row stride (written as the transpose,
 // C^T = B^T A^T). Contiguous outputs are the first kind.
 // An output without a matrix dim (a 1-D operand) must be contiguous.
 bool blas_output(const Tensor& y, const MatmulGeom& g, bool& trans, int64_t& ldc) {
-  const int64_t M = g.M, N = g.N;
   if (y.dim() != static_cast<int64_t>(g.batch.size()) + 2) {
     trans = false;
-    ldc = N;
+    ldc = g.N;
     return y.is_contiguous();
   }
-  const int64_t rs = y.strides()[y.dim() - 2], cs = y.strides()[y.dim() - 1];
-  if ((N == 1 || cs == 1) && (M == 1 || rs >= N)) {
-    trans = false;
-    ldc = M == 1 ? N : rs;
-    return true;
-  }
-  if ((M == 1 || rs == 1) && (N == 1 || cs >= M)) {
-    trans = true;
-    ldc = N == 1 ? M : cs;
-    return true;
-  }
-  return false;
+  return blas_layout(g.M, g.N, y.strides()[y.dim() - 2], y.strides()[y.dim() - 1], trans, ldc);
 }
 
 // y = a @ b for f32/f64. y may be a strided view that blas_output accepts
