@@ -140,8 +140,9 @@ void col2im(const T* col, const ConvGeom& g, T* x) {
 }
 
 // ---- the three kernels, in the compute type T (float or double) ----
-// Images run in parallel (parallel_gemms: one core per image, BLAS
-// single-threaded); each range of images has its own im2col buffer.
+// Images run in parallel, whole GEMMs per core (inside parallel_for gemm()
+// does not split); each range of images has its own im2col buffer. A single
+// image runs inline, and its GEMMs split over the pool.
 
 // Images per task: about a million multiply-adds of GEMM work.
 int64_t image_grain(const ConvGeom& g) {
@@ -161,7 +162,7 @@ const T* image_cols(const T* xg, const ConvGeom& g, std::vector<T>& col) {
 template <typename T>
 void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
-  parallel_gemms(g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
+  parallel_for(0, g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
     std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
     for (int64_t n = n0; n < n1; ++n) {
       for (int64_t gr = 0; gr < g.groups; ++gr) {
@@ -176,7 +177,7 @@ void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
 template <typename T>
 void conv_grad_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
-  parallel_gemms(g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
+  parallel_for(0, g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
     std::fill(gx + n0 * g.C * g.H * g.W, gx + n1 * g.C * g.H * g.W, T(0));
     std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
     for (int64_t n = n0; n < n1; ++n) {
@@ -203,7 +204,7 @@ void conv_grad_weight(const T* x, const T* gy, T* gw, const ConvGeom& g) {
   const int64_t wsize = g.O * K;
   std::vector<T> part(static_cast<size_t>(std::max<int64_t>(blocks - 1, 0) * wsize));
   auto dst = [&](int64_t blk) { return blk == 0 ? gw : part.data() + (blk - 1) * wsize; };
-  parallel_gemms(blocks, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
     for (int64_t blk = b0; blk < b1; ++blk) {
       T* out = dst(blk);

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <functional>
 #include <type_traits>
 
 #include "kiln/error.h"
@@ -84,20 +83,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
                           accumulate);
     }
   });
-}
-
-/// Runs body(b, e) over ranges (at least `grain` long) of [0, n) independent
-/// items that each call gemm() (the images of a convolution) over kiln's pool:
-/// each core runs whole small GEMMs and the work around them instead of every
-/// core synchronizing inside each GEMM. Serial when n < 2 (the one item's
-/// gemm() then splits itself).
-inline void parallel_gemms(int64_t n, int64_t grain,
-                           const std::function<void(int64_t, int64_t)>& body) {
-  if (n < 2) {
-    body(0, n);
-    return;
-  }
-  parallel_for(0, n, grain, body);
 }
 
 /// x as a contiguous tensor of dtype dt (x itself when it already is), without autograd.

@@ -165,7 +165,7 @@ void matmul_blas(Tensor a, Tensor b, const Tensor& y, const MatmulGeom& g) {
   // multiply-adds per task. A few large ones: one after another, each split.
   const int64_t macs = std::max<int64_t>(1, g.M * g.N * g.K), n = static_cast<int64_t>(B);
   if (macs <= kSplitMacs || n >= 2 * num_threads())
-    parallel_gemms(n, std::max<int64_t>(1, (int64_t{1} << 20) / macs), items);
+    parallel_for(0, n, std::max<int64_t>(1, (int64_t{1} << 20) / macs), items);
   else
     items(0, n);
 }
