@@ -2,21 +2,27 @@
 // host TargetMachine: with a generic PassBuilder, TargetTransformInfo knows no
 // vector widths and loops are not vectorized (see ../shared/NOTES.md, 1.3).
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Analysis/TargetTransformInfo.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include <mutex>
@@ -47,15 +53,61 @@ void init_llvm() {
   });
 }
 
-llvm::orc::JITTargetMachineBuilder host_builder() {
-  init_llvm();
-  auto jtmb = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU");
+// Position-independent, small code model: what JITLink links, so object files
+// written to the disk cache load back into any process.
+llvm::orc::JITTargetMachineBuilder configured(llvm::orc::JITTargetMachineBuilder jtmb) {
   jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  // Position-independent, small code model: what JITLink links, so object files
-  // written to the disk cache load back into any process.
   jtmb.setRelocationModel(llvm::Reloc::PIC_);
   jtmb.setCodeModel(llvm::CodeModel::Small);
   return jtmb;
+}
+
+llvm::orc::JITTargetMachineBuilder host_builder() {
+  init_llvm();
+  return configured(
+      unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host CPU"));
+}
+
+// The process's triple with another CPU's name and default features.
+llvm::orc::JITTargetMachineBuilder named_builder(const std::string& cpu) {
+  init_llvm();
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, err);
+  KILN_CHECK(target != nullptr, "[llvm] no target for ", triple, ": ", err);
+  // Checked before a TargetMachine exists: LLVM would print a warning and go on.
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(triple, "", ""));
+  KILN_CHECK(sti && sti->isCPUStringValid(cpu), "[llvm] unknown CPU '", cpu, "' for ", triple);
+  llvm::orc::JITTargetMachineBuilder jtmb{llvm::Triple(triple)};
+  jtmb.setCPU(cpu);
+  return configured(std::move(jtmb));
+}
+
+// The widest fixed vector register the target's cost model uses, read from
+// the TargetTransformInfo of a function without attributes, like every kernel.
+int vector_register_bits(llvm::TargetMachine& tm) {
+  llvm::LLVMContext ctx;
+  llvm::Module m("kiln_probe", ctx);
+  m.setDataLayout(tm.createDataLayout());
+  auto* fn = llvm::Function::Create(llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), false),
+                                    llvm::Function::ExternalLinkage, "kiln_probe", m);
+  return static_cast<int>(tm.getTargetTransformInfo(*fn)
+                              .getRegisterBitWidth(llvm::TargetTransformInfo::RGK_FixedWidthVector)
+                              .getFixedValue());
+}
+
+CpuInfo describe(llvm::orc::JITTargetMachineBuilder jtmb) {
+  auto tm = unwrap(jtmb.createTargetMachine(), "creating the target machine");
+  const llvm::MCSubtargetInfo& sti = *tm->getMCSubtargetInfo();
+  CpuInfo c;
+  c.triple = jtmb.getTargetTriple().str();
+  c.cpu = jtmb.getCPU();
+  c.features = jtmb.getFeatures().getString();
+  c.avx2 = sti.checkFeatures("+avx2");
+  c.fma = sti.checkFeatures("+fma");
+  c.avx512f = sti.checkFeatures("+avx512f");
+  c.vector_bits = vector_register_bits(*tm);
+  return c;
 }
 
 }  // namespace
@@ -69,19 +121,12 @@ std::string llvm_version() {
 }
 
 CpuInfo host_cpu() {
-  auto jtmb = host_builder();
-  CpuInfo c;
-  c.triple = jtmb.getTargetTriple().str();
-  c.cpu = jtmb.getCPU();
-  c.features = jtmb.getFeatures().getString();
-  auto has = [&](const char* f) {
-    return c.features.find(str("+", f, ",")) != std::string::npos ||
-           c.features.ends_with(str("+", f));
-  };
-  c.avx2 = has("avx2");
-  c.fma = has("fma");
-  c.avx512f = has("avx512f");
-  return c;
+  static const CpuInfo host = describe(host_builder());  // detection costs milliseconds
+  return host;
+}
+
+CpuInfo named_cpu(const std::string& cpu) {
+  return describe(named_builder(cpu));
 }
 
 struct LlvmJit::Impl {
@@ -89,13 +134,26 @@ struct LlvmJit::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::unique_ptr<llvm::TargetMachine> tm;
   int next_dylib = 0;
+  std::string foreign_cpu;  // set when the target is not the host: no code may run
+
+  void init(llvm::orc::JITTargetMachineBuilder jtmb) {
+    tm = unwrap(jtmb.createTargetMachine(), "creating the target machine");
+    jit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(),
+                 "creating the JIT");
+  }
+  void check_runnable() const {
+    KILN_CHECK(foreign_cpu.empty(), "[llvm] this JIT targets CPU '", foreign_cpu,
+               "', not the host: it only writes object files");
+  }
 };
 
 LlvmJit::LlvmJit() : impl_(std::make_unique<Impl>()) {
-  auto jtmb = host_builder();
-  impl_->tm = unwrap(jtmb.createTargetMachine(), "creating the target machine");
-  impl_->jit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create(),
-                      "creating the JIT");
+  impl_->init(host_builder());
+}
+
+LlvmJit::LlvmJit(const std::string& cpu) : impl_(std::make_unique<Impl>()) {
+  impl_->init(named_builder(cpu));
+  impl_->foreign_cpu = cpu;
 }
 
 LlvmJit::~LlvmJit() = default;
@@ -107,6 +165,17 @@ namespace {
 std::unique_ptr<llvm::Module> optimized_module(const std::string& ir_text, llvm::LLVMContext& ctx,
                                                llvm::TargetMachine& tm,
                                                const llvm::DataLayout& dl) {
+  // Remarks are dropped: every inner loop asks for a vector width (llvm_emit),
+  // and loops that cannot vectorize (in-order f64 sums, libm calls) would print
+  // one "loop not vectorized" remark each. Warnings and errors are printed.
+  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo* di, void*) {
+    if (di->getSeverity() == llvm::DS_Remark || di->getSeverity() == llvm::DS_Note) return;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    llvm::DiagnosticPrinterRawOStream printer(os);
+    di->print(printer);
+    llvm::errs() << "kiln: [llvm] " << os.str() << "\n";
+  });
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> m =
       llvm::parseIR(llvm::MemoryBufferRef(ir_text, "kiln_kernel"), diag, ctx);
@@ -183,6 +252,7 @@ static void* add_and_lookup(llvm::orc::LLJIT& jit, int& next_dylib, const std::s
 
 void* LlvmJit::compile(const std::string& ir_text, const std::string& symbol,
                        CompileOutputs* outputs) {
+  impl_->check_runnable();
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto ctx = std::make_unique<llvm::LLVMContext>();
   auto m = optimized_module(ir_text, *ctx, *impl_->tm, impl_->jit->getDataLayout());
@@ -201,6 +271,7 @@ std::string LlvmJit::compile_to_object(const std::string& ir_text, CompileOutput
 }
 
 void* LlvmJit::load_object(const std::string& object, const std::string& symbol) {
+  impl_->check_runnable();
   std::lock_guard<std::mutex> lock(impl_->mu);
   return add_and_lookup(*impl_->jit, impl_->next_dylib, symbol, [&](llvm::orc::JITDylib& jd) {
     return impl_->jit->addObjectFile(

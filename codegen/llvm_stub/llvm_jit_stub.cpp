@@ -18,12 +18,18 @@ bool available() {
 CpuInfo host_cpu() {
   unavailable();
 }
+CpuInfo named_cpu(const std::string&) {
+  unavailable();
+}
 std::string llvm_version() {
   return "";
 }
 
 struct LlvmJit::Impl {};
 LlvmJit::LlvmJit() {
+  unavailable();
+}
+LlvmJit::LlvmJit(const std::string&) {
   unavailable();
 }
 LlvmJit::~LlvmJit() = default;

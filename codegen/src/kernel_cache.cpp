@@ -93,6 +93,7 @@ struct Cache {
   std::once_flag jit_once;
   jit::LlvmJit* jit = nullptr;  // leaked: kernels stay callable until exit
   std::string target;           // host + versions, part of every key
+  int vector_bits = 0;          // the host's vector width, for emit_llvm
   bool warned = false;
 };
 
@@ -106,6 +107,7 @@ jit::LlvmJit& the_jit(Cache& c) {
     const jit::CpuInfo cpu = jit::host_cpu();
     c.target = str(cpu.triple, "\n", cpu.cpu, "\n", cpu.features, "\nllvm ", jit::llvm_version(),
                    "\nkiln ", KILN_VERSION, "\nemit ", kEmitVersion, "\n");
+    c.vector_bits = cpu.vector_bits;
     c.jit = new jit::LlvmJit();
   });
   return *c.jit;
@@ -260,7 +262,7 @@ std::shared_ptr<const LoadedKernel> get_kernel(const Kernel& k, KernelSource* so
   jit::LlvmJit& jit = the_jit(c);
   const std::string symbol =
       str(sanitize(k.name), "_", hex64(XXH3_64bits(text.data(), text.size())));
-  const std::string ir = emit_llvm(k, symbol);
+  const std::string ir = emit_llvm(k, symbol, c.vector_bits);
   XXH3_state_t* st = XXH3_createState();
   XXH3_128bits_reset(st);
   for (const std::string* part : std::initializer_list<const std::string*>{&ir, &text, &c.target}) {

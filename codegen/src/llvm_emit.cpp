@@ -59,11 +59,31 @@ std::string literal(DType t, double v) {
   return detail::ir_literal(t, v);
 }
 
+// Lanes per vector for the inner loops: the register width over the widest
+// element a loop computes or accesses, LLVM's own bound, except that f16/bf16
+// count as the float they compute in, and the double arithmetic inside the f32
+// math functions (pow, erf, log1p, sin, cos) does not count. LLVM's bound would
+// count it and run those f32 loops at half width on 256-bit hosts (znver3:
+// <4 x float>); at full width their float parts run twice as wide and the
+// double parts as fast as before.
+int loop_lanes(const Kernel& k, const detail::Analysis& an, int vector_bits) {
+  auto bits = [](DType t) {
+    return t == DType::f16 || t == DType::bf16 ? 32 : static_cast<int>(dtype_size(t)) * 8;
+  };
+  int widest = 8;
+  for (size_t i = 0; i < k.exprs.size(); ++i)
+    if (an.inner[i]) widest = std::max(widest, bits(k.exprs[i].dtype));
+  for (const Arg& a : k.args)
+    if (a.dense.back()) widest = std::max(widest, bits(a.dtype));
+  return vector_bits / widest;
+}
+
 class Emitter : public detail::IrText {
  public:
-  Emitter(const Kernel& k, std::string symbol)
+  Emitter(const Kernel& k, std::string symbol, int vector_bits)
       : k_(k),
         an_(detail::analyze(k)),
+        lanes_(loop_lanes(k, an_, vector_bits)),
         sym_(std::move(symbol)),
         row_(k.exprs.size()),
         loop_(k.exprs.size()),
@@ -201,7 +221,7 @@ class Emitter : public detail::IrText {
     for (const Store& s : k_.stores) store(s);
     line("%j.next = add nuw nsw i64 %j, 1");
     const std::string more = emit(str("icmp ult i64 %j.next, ", ce));
-    line(str("br i1 ", more, ", label %body, label %latch"));
+    line(str("br i1 ", more, ", label %body, label %latch", loop_md()));
     end_loop();
     block("latch");
     line("%flat.next = add i64 %flat, %n");
@@ -257,7 +277,7 @@ class Emitter : public detail::IrText {
   void loop_back(const std::string& body, const std::string& exit) {
     line(str("%j.next", body, " = add nuw nsw i64 ", j_, ", 1"));
     const std::string more = emit(str("icmp slt i64 %j.next", body, ", ", size(k_.rank - 1)));
-    line(str("br i1 ", more, ", label %", body, ", label %", exit));
+    line(str("br i1 ", more, ", label %", body, ", label %", exit, loop_md()));
   }
 
   // One loop over the row computing phase p's reductions. Reassociated f32
@@ -331,7 +351,7 @@ class Emitter : public detail::IrText {
       if (saved_[e] >= 0 && first_loop_[e] == p) store_value(saved_[e], value(static_cast<int>(e)));
     line(str("%j.next", body, " = add nuw nsw i64 ", j_, ", 1"));
     const std::string more = emit(str("icmp slt i64 %j.next", body, ", ", cend));
-    line(str("br i1 ", more, ", label %", body, ", label %", done));
+    line(str("br i1 ", more, ", label %", body, ", label %", done, loop_md()));
     end_loop();
     block(done);
     for (size_t i = 0; i < rs.size(); ++i) {
@@ -372,6 +392,13 @@ class Emitter : public detail::IrText {
     for (size_t i = 0; i < need.size(); ++i)
       if (need[i] && !an_.inner[i]) value(static_cast<int>(i));
   }
+  // The back edge's loop ID: each inner loop asks for lanes_ lanes (module()).
+  std::string loop_md() {
+    if (lanes_ <= 1) return "";
+    return str(", !llvm.loop !", loop_md_base() + 1 + num_loops_++);
+  }
+  size_t loop_md_base() const { return 1 + 3 * k_.args.size(); }  // after the alias scopes
+
   void begin_loop(int id = 0) {
     in_loop_ = true;
     loop_id_ = id;
@@ -648,6 +675,8 @@ class Emitter : public detail::IrText {
 
   const Kernel& k_;
   detail::Analysis an_;
+  int lanes_;  // vectorization width every inner loop asks for (<= 1: none)
+  size_t num_loops_ = 0;
   std::string sym_;
   std::string cur_;  // the current block
   bool in_loop_ = false;
@@ -709,13 +738,18 @@ std::string Emitter::module() const {
       m += "}\n";
     }
   }
+  // One distinct ID per inner loop, all asking for the same width.
+  const size_t w = loop_md_base();
+  if (num_loops_ > 0) m += str("!", w, " = !{!\"llvm.loop.vectorize.width\", i32 ", lanes_, "}\n");
+  for (size_t l = 0; l < num_loops_; ++l)
+    m += str("!", w + 1 + l, " = distinct !{!", w + 1 + l, ", !", w, "}\n");
   return m;
 }
 
 }  // namespace
 
-std::string emit_llvm(const Kernel& k, const std::string& symbol) {
-  return Emitter(k, symbol).run();
+std::string emit_llvm(const Kernel& k, const std::string& symbol, int vector_bits) {
+  return Emitter(k, symbol, vector_bits).run();
 }
 
 }  // namespace kiln::kir

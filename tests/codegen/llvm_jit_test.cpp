@@ -49,7 +49,7 @@ TEST(LlvmJit, DetectsTheHostCpu) {
 }
 
 // IR text compiles to a callable function with correct results, and the
-// optimized IR and assembly show vector instructions (AVX2 hosts: 8 floats).
+// optimized IR and assembly show vector instructions at the host's width.
 TEST(LlvmJit, CompilesAndVectorizesALoop) {
   SKIP_WITHOUT_LLVM();
   LlvmJit jit;
@@ -63,10 +63,15 @@ TEST(LlvmJit, CompilesAndVectorizesALoop) {
   }
   fn(x.data(), y.data(), 2.0f, static_cast<long>(x.size()));
   for (size_t i = 0; i < y.size(); ++i) ASSERT_FLOAT_EQ(y[i], 2.0f * static_cast<float>(i) + 1.0f);
-  const bool avx2 = host_cpu().avx2;
-  EXPECT_NE(out.optimized_ir.find(avx2 ? "<8 x float>" : "x float>"), std::string::npos)
+  // A plain float loop: LLVM's own choice is the full width, as kiln's kernels ask.
+  const int bits = host_cpu().vector_bits;
+  EXPECT_NE(out.optimized_ir.find(str("<", bits / 32, " x float>")), std::string::npos)
       << out.optimized_ir;
-  EXPECT_NE(out.assembly.find(avx2 ? "ymm" : "xmm"), std::string::npos) << out.assembly;
+  EXPECT_NE(out.assembly.find(bits >= 512   ? "zmm"
+                              : bits >= 256 ? "ymm"
+                                            : "xmm"),
+            std::string::npos)
+      << out.assembly;
   // The same symbol name compiles again in its own JITDylib.
   EXPECT_NE(jit.compile(kSaxpy, "saxpy"), nullptr);
 }

@@ -56,4 +56,9 @@ void clear_memory_cache();
 /// The disk cache directory in use ("" = disk cache disabled: KILN_CACHE_DIR=off).
 std::string cache_dir();
 
+/// The optimized LLVM IR that `k` compiles to for the named x86-64 CPU
+/// (jit::named_cpu: "znver3", "skylake-avx512"...), as get_kernel would emit it
+/// there. Nothing runs; tests check other hosts' code with it.
+std::string optimized_ir_for_cpu(const Kernel& k, const std::string& cpu);
+
 }  // namespace kiln::kir

@@ -16,12 +16,18 @@ struct CpuInfo {
   bool avx2 = false;
   bool fma = false;
   bool avx512f = false;
+  /// Widest vector register LLVM's cost model uses on this CPU, in bits (128,
+  /// 256 or 512; 512 only where AVX-512 is present and not tuned down to 256).
+  int vector_bits = 0;
 };
 
 /// True if kiln was built with the LLVM backend.
 bool available();
 /// The host CPU (kiln::Error if the backend is unavailable).
 CpuInfo host_cpu();
+/// A named x86-64 CPU ("znver3", "skylake-avx512", ...) with its default
+/// features, for compiling (never running) code for another host in tests.
+CpuInfo named_cpu(const std::string& cpu);
 /// "19.1.7" — the LLVM version the backend was built with ("" without LLVM).
 std::string llvm_version();
 
@@ -36,6 +42,9 @@ struct CompileOutputs {
 class LlvmJit {
  public:
   LlvmJit();
+  /// A JIT for another CPU (named_cpu): compile_to_object only, since its code
+  /// may not run here; compile() and load_object() are refused.
+  explicit LlvmJit(const std::string& cpu);
   ~LlvmJit();
   LlvmJit(const LlvmJit&) = delete;
   LlvmJit& operator=(const LlvmJit&) = delete;
