@@ -255,6 +255,14 @@ void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
   }
   KILN_CHECK(result.shape() == self.shape(), "[", op, "] the result of shape ", result.shape(),
              " cannot be written in place into a tensor of shape ", self.shape());
+  if (!self.is_symbolic())  // an expanded view: one element would take several results
+    for (size_t d = 0; d < self.shape().size(); ++d)
+      KILN_CHECK(self.shape()[d] <= 1 || self.strides()[d] != 0, "[", op,
+                 "] unsupported operation: more than one element of the written-to tensor "
+                 "(shape ",
+                 self.shape(), ", strides ", self.strides(),
+                 ") refers to a single "
+                 "memory location; clone() it before writing in place");
   if (self.is_symbolic() || result.is_symbolic()) {
     Recorder* rec = current_recorder();
     KILN_CHECK(rec != nullptr, "[", op, "] in-place write with a symbolic tensor outside tracing");

@@ -51,7 +51,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
              mask.dtype());
   broadcast_shapes(mask.shape(), x.shape(), "masked_fill");
   // A non-wrapped 0-d value of x's dtype: the fill never changes the result dtype.
-  return where(mask, scalar_tensor(value, x.dtype()), x);
+  return where(mask, scalar_tensor(value, x.dtype(), "masked_fill"), x);
 }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {

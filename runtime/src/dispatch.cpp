@@ -50,6 +50,20 @@ Tensor host_scalar(const std::function<double()>& fn) {
   return scalar_tensor(Scalar(fn()));
 }
 
+namespace {
+// Every shape an op produces is addressable (kMaxNumel); the error names the
+// op, the result and its inputs' shapes.
+void check_result(const OpInfo& info, const Dims& shape, std::span<const Tensor> inputs) {
+  try {
+    check_shape(shape, info.name, "result shape");
+  } catch (const Error& e) {
+    std::vector<Dims> in;
+    for (const Tensor& t : inputs) in.push_back(t.shape());
+    throw Error(str(e.what(), in.empty() ? "" : " (input shapes ", in, in.empty() ? "" : ")"));
+  }
+}
+}  // namespace
+
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0) {
@@ -61,6 +75,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attr
 
   std::vector<TensorMeta> metas;
   info.infer(inputs, attrs, metas);
+  for (const TensorMeta& m : metas) check_result(info, m.shape, inputs);
 
   std::vector<Tensor> outs;
   if (Recorder* rec = t_recorder) {

@@ -128,9 +128,19 @@ KILN_INST(uint8_t)
 KILN_INST(bool)
 #undef KILN_INST
 
+void check_shape(const Dims& shape, const char* op, const char* what) {
+  int64_t n = 1;  // product of the dims so far, zero-size dims counted as 1
+  for (int64_t s : shape) {
+    KILN_CHECK(s >= 0, "[", op, "] negative dimension ", s, " in ", what, " ", shape);
+    KILN_CHECK(s <= kMaxNumel / n, "[", op, "] ", what, " ", shape,
+               " is too large: kiln addresses at most 2^60 elements per tensor");
+    n *= std::max<int64_t>(s, 1);
+  }
+}
+
 Tensor make_tensor(const Dims& shape, DType dtype, Device device) {
   KILN_CHECK(device.is_cpu(), "[empty] device ", device, " is not available in this build");
-  for (int64_t s : shape) KILN_CHECK(s >= 0, "[empty] negative dimension in shape ", shape);
+  check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   auto st = std::make_shared<StorageImpl>();
   size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
@@ -158,7 +168,8 @@ Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64
   return Tensor(std::move(impl));
 }
 
-Tensor scalar_tensor(const Scalar& s, DType dtype) {
+Tensor scalar_tensor(const Scalar& s, DType dtype, const char* op) {
+  check_scalar_fits(s, dtype, op);
   Tensor t = make_tensor({}, dtype);
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -77,7 +77,7 @@ Tensor& Tensor::mul_(const Scalar& s) { return inplace(*this, *this * s, "mul_")
 Tensor& Tensor::div_(const Scalar& s) { return inplace(*this, *this / s, "div_"); }
 Tensor& Tensor::zero_() { return fill_(0); }
 Tensor& Tensor::fill_(const Scalar& v) {
-  return commit(*this, kiln::expand(scalar_tensor(v, dtype()), shape()), "fill_");
+  return commit(*this, kiln::expand(scalar_tensor(v, dtype(), "fill_"), shape()), "fill_");
 }
 Tensor& Tensor::clamp_(const Scalar& lo, const Scalar& hi) {
   return inplace(*this, kiln::clamp(*this, lo, hi), "clamp_");

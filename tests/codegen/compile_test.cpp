@@ -253,6 +253,33 @@ TEST(Compile, BatchNormRunningStatsAreWrittenBack) {
   EXPECT_TRUE(equal(bn_c->buffers()[2], bn_e->buffers()[2]));
 }
 
+// Captured state overwritten from an overlapping view of itself (w.copy_(w.t()))
+// matches eager: the write-back reads the whole source before writing; and an
+// in-place write into an expanded real tensor is refused as eagerly.
+TEST(Compile, OverlappingCopyOfCapturedStateMatchesEager) {
+  Tensor wc = arange(0, 9).to(DType::f32).reshape({3, 3}), we = wc.clone();
+  auto step = [](Tensor& w, const Tensor& x) {
+    NoGradGuard ng;
+    w.copy_(w.t() * 2);
+    w.copy_(w.t());
+    return matmul(w, x);
+  };
+  auto f = compile([&](const Tensor& x) { return step(wc, x); });
+  for (int s = 0; s < 4; ++s) {
+    Tensor x = randn({3, 2});
+    EXPECT_TRUE(allclose(f(x), step(we, x), 1e-6, 1e-6)) << "call " << s;
+    EXPECT_TRUE(equal(wc, we)) << "call " << s;
+  }
+  Tensor e = ones({1}).expand({4});
+  auto g = compile([&](const Tensor& x) {
+    NoGradGuard ng;
+    e.add_(x);
+    return x;
+  });
+  testing::expect_error([&] { g(ones({4})); }, {"[add_]", "more than one element"});
+  testing::expect_error([&] { g(ones({4})); }, {"[add_]", "more than one element"});
+}
+
 // item() while tracing raises an error naming the read and this file.
 TEST(CompileErrors, ValueReadNamesTheCallSite) {
   auto f = compile([](const Tensor& x) { return x * x.sum().item<double>(); }, {.warmup = 0});

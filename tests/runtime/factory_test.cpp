@@ -89,7 +89,7 @@ TEST(Factory, FullErrors) {
   EXPECT_ERROR_HAS(full({2}, int64_t{1} << 40, DType::i32), "[full]", "1099511627776", "i32");
   EXPECT_ERROR_HAS(full({2}, std::nan(""), DType::i64), "[full]", "nan", "i64");
   EXPECT_ERROR_HAS(full({2}, 1e6, DType::f16), "[full]", "f16");
-  EXPECT_ERROR_HAS(full({int64_t{1} << 40, int64_t{1} << 40}, 0), "[full]", "too many");
+  EXPECT_ERROR_HAS(full({int64_t{1} << 40, int64_t{1} << 40}, 0), "[full]", "too large");
   EXPECT_ERROR_HAS(empty({-3}), "[empty]", "-3");
 }
 

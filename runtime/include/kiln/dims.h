@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "kiln/error.h"
+
 namespace kiln {
 
 /// Small vector of int64_t (shape, strides, dim lists) with 6 inline slots.
@@ -134,7 +136,33 @@ inline std::ostream& operator<<(std::ostream& os, const Dims& d) {
   return os << ']';
 }
 
-/// Number of elements of a shape (1 for a scalar).
+/// The most elements a shape may address: with zero-size dims counted as 1, the
+/// product of its dims is at most 2^60, so its element count, contiguous strides
+/// and byte count in any dtype (at most 8 bytes) never overflow int64.
+inline constexpr int64_t kMaxNumel = int64_t{1} << 60;
+
+/// a + b for sizes and offsets; kiln::Error naming `op` if it overflows int64.
+inline int64_t checked_add(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw_error(str("[", op, "] size arithmetic overflows: ", a, " + ", b));
+  return r;
+}
+
+/// a * b for sizes and offsets; kiln::Error naming `op` if it overflows int64.
+inline int64_t checked_mul(int64_t a, int64_t b, const char* op) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw_error(str("[", op, "] size arithmetic overflows: ", a, " * ", b));
+  return r;
+}
+
+/// Shape `shape` is one kiln can address (no negative dim, kMaxNumel); else
+/// kiln::Error "[op] <what> ...". Every shape an op produces passes here.
+void check_shape(const Dims& shape, const char* op, const char* what = "shape");
+
+/// Number of elements of a shape (1 for a scalar). For shapes that passed
+/// check_shape (every tensor's); compute user-given shapes with check_shape first.
 inline int64_t numel_of(const Dims& shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;

@@ -19,11 +19,12 @@ Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
-/// Values start, start+step, ... < end. The dtype is i64 unless a bound is floating.
+/// Values start, start+step, ... < end (finite bounds, nonzero step). The dtype
+/// is i64 unless a bound is floating.
 Tensor arange(const Scalar& end);
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1);
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DType dtype);
-/// `steps` evenly spaced values from start to end inclusive.
+/// `steps` evenly spaced values from start to end inclusive (finite ends).
 Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::f32);
 /// n x m identity (m = n by default).
 Tensor eye(int64_t n, int64_t m = -1, DType dtype = DType::f32);
@@ -44,7 +45,8 @@ Tensor rand(const Dims& shape, DType dtype = DType::f32);
 Tensor randn(const Dims& shape, DType dtype = DType::f32);
 /// Integers uniform in [low, high).
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = DType::i64);
-/// 1 with probability p (elementwise), else 0; same dtype as p.
+/// 1 with probability p (elementwise), else 0; same dtype as p. Every p must
+/// be in [0, 1] (checked eagerly; a traced call cannot read values).
 Tensor bernoulli(const Tensor& p);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
@@ -174,10 +176,13 @@ Tensor copy(const Tensor& x);
 Tensor pad(const Tensor& x, const Dims& pads, double value = 0.0);
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim = 0);
-/// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather).
+/// out[i][j] = x[index[i][j]][j] for dim 0 (torch.gather). Indices (i64/i32)
+/// must lie in [0, x.size(dim)): negative ones are errors, as in PyTorch.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// The entries of x at the 0-d/1-D `index` along dim; indices in [0, size).
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
-/// A copy of x with src added at `index` along dim (torch.scatter_add).
+/// A copy of x with src added at `index` along dim (torch.scatter_add);
+/// indices in [0, x.size(dim)).
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
@@ -201,7 +206,8 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
-/// Rows of `weight` picked by integer `indices` (any shape).
+/// Rows of `weight` picked by integer `indices` (any shape), each in
+/// [0, num_embeddings): negative indices are errors, as in PyTorch.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
 /// How losses combine per-element values.
@@ -213,10 +219,13 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::Mean;
 };
-/// logits [N, C] (or [N, C, d...]) and class indices [N] (or [N, d...]).
+/// logits [N, C] (or [N, C, d...]) and class indices [N] (or [N, d...]) in
+/// [0, C), or equal to ignore_index (skipped); any other value, negative ones
+/// included, is an error. Class-probability targets have the logits' shape.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& opts = {});
-/// Negative log-likelihood of log-probabilities [N, C] at class indices [N].
+/// Negative log-likelihood of log-probabilities [N, C] at class indices [N]
+/// (in [0, C) or ignore_index, as cross_entropy).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 const CrossEntropyOptions& opts = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean);

@@ -202,8 +202,13 @@ Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64
 bool view_strides(const Dims& shape, const Dims& strides, const Dims& new_shape, Dims& out);
 /// Tensor from a Scalar as a 0-d "wrapped number" (f64, i64 or bool).
 Tensor scalar_tensor(const Scalar& s);
-/// Tensor from a Scalar as a 0-d tensor of the given dtype (not wrapped).
-Tensor scalar_tensor(const Scalar& s, DType dtype);
+/// Tensor from a Scalar as a 0-d tensor of the given dtype (not wrapped);
+/// kiln::Error naming `op` if the value does not fit it (check_scalar_fits).
+Tensor scalar_tensor(const Scalar& s, DType dtype, const char* op = "scalar_tensor");
+/// kiln::Error "[op] value v cannot be converted to dt without overflow" unless
+/// s fits dt: integers in range (floats truncate; NaN/inf refused), floats
+/// within the dtype's finite range (inf and NaN pass), as PyTorch checks.
+void check_scalar_fits(const Scalar& s, DType dt, const char* op);
 
 /// Reads element i (row-major over t's shape) converted to double (helper for tests/printing).
 double element_as_double(const Tensor& t, int64_t i);

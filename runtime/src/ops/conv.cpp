@@ -42,21 +42,27 @@ ConvGeom conv_geom(const Dims& xs, const Dims& ws, const Attrs& at, const char* 
   for (int64_t s : xs) KILN_CHECK(s >= 0, "[", op, "] invalid input shape ", xs);
   KILN_CHECK(ws[0] >= 0 && ws[1] >= 0 && ws[2] > 0 && ws[3] > 0, "[", op, "] invalid weight shape ",
              ws, " (kernel sizes must be positive)");
-  KILN_CHECK(xs[1] == ws[1] * groups, "[", op, "] input of shape ", xs, " has ", xs[1],
-             " channels, but weight of shape ", ws, " with groups=", groups, " expects ",
-             ws[1] * groups);
+  const int64_t channels = checked_mul(ws[1], groups, op);
+  KILN_CHECK(xs[1] == channels, "[", op, "] input of shape ", xs, " has ", xs[1],
+             " channels, but weight of shape ", ws, " with groups=", groups, " expects ", channels);
   KILN_CHECK(ws[0] % groups == 0, "[", op, "] weight of shape ", ws, " has ", ws[0],
              " output channels, not divisible by groups=", groups);
   ConvGeom g{xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], 0,
              0,     st[0], st[1], pd[0], pd[1], dl[0], dl[1], groups};
-  const int64_t nh = g.H + 2 * g.ph - g.dh * (g.kH - 1) - 1;
-  const int64_t nw = g.W + 2 * g.pw - g.dw * (g.kW - 1) - 1;
-  KILN_CHECK(nh >= 0 && nw >= 0, "[", op, "] input of shape ", xs, " (", g.H + 2 * g.ph, " x ",
-             g.W + 2 * g.pw, " after padding) is smaller than the kernel of weight shape ", ws,
-             " (", g.dh * (g.kH - 1) + 1, " x ", g.dw * (g.kW - 1) + 1,
+  // Padded extent and kernel span per spatial dim, overflow-checked (huge padding).
+  auto padded = [&](int64_t n, int64_t p) { return checked_add(n, checked_mul(2, p, op), op); };
+  auto span = [&](int64_t d, int64_t k) { return checked_add(checked_mul(d, k - 1, op), 1, op); };
+  const int64_t ph = padded(g.H, g.ph), pw = padded(g.W, g.pw);
+  const int64_t kh = span(g.dh, g.kH), kw = span(g.dw, g.kW);
+  const int64_t nh = ph - kh, nw = pw - kw;
+  KILN_CHECK(nh >= 0 && nw >= 0, "[", op, "] input of shape ", xs, " (", ph, " x ", pw,
+             " after padding) is smaller than the kernel of weight shape ", ws, " (", kh, " x ", kw,
              " with dilation): the output would be empty");
   g.Ho = nh / g.sh + 1;
   g.Wo = nw / g.sw + 1;
+  // The output and each image's im2col buffer [Cg*kH*kW, Ho*Wo] must be addressable.
+  check_shape({g.N, g.O, g.Ho, g.Wo}, op, "output shape");
+  check_shape({g.Cg, g.kH, g.kW, g.Ho, g.Wo}, op, "im2col buffer");
   return g;
 }
 

@@ -135,8 +135,40 @@ void copy_typed(const Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
+namespace {
+// The bytes [lo, hi) a tensor's elements span in its storage.
+std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  int64_t lo = t.offset() * es, hi = lo + es;
+  for (size_t d = 0; d < t.shape().size(); ++d) {
+    const int64_t reach = (t.shape()[d] - 1) * t.strides()[d] * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+
+// True if writing dst element by element could overwrite a src element before
+// it is read: they share storage, their extents meet, and src is not the very
+// same elements in the same layout (an exact in-place copy is safe).
+bool overlaps(const Tensor& dst, const Tensor& src) {
+  const auto* ds = dst.impl()->storage.get();
+  if (!ds || ds != src.impl()->storage.get() || src.numel() == 0) return false;
+  const auto [dlo, dhi] = byte_extent(dst);
+  const auto [slo, shi] = byte_extent(src);
+  if (dhi <= slo || shi <= dlo) return false;
+  return !(src.dtype() == dst.dtype() && src.offset() == dst.offset() &&
+           src.shape() == dst.shape() && src.strides() == dst.strides());
+}
+}  // namespace
+
 void copy_into(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
+  if (overlaps(dst, src)) {  // w.copy_(w.t()), a[1:].copy_(a[:-1]): read everything first
+    Tensor tmp = make_tensor(src.shape(), src.dtype());
+    copy_into(tmp, src);
+    copy_into(dst, tmp);
+    return;
+  }
   visit_dtype(src.dtype(), [&](auto s) {
     visit_dtype(dst.dtype(), [&](auto d) { copy_typed<decltype(s), decltype(d)>(dst, src); });
   });

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <numbers>
 
+#include "kiln/autograd.h"
 #include "kiln/random.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
@@ -33,25 +34,9 @@ namespace kiln {
 namespace ops {
 namespace {
 
-// Largest tensor a factory will allocate: keeps byte counts far from overflow.
-constexpr int64_t kMaxBytes = int64_t{1} << 60;
 // Elements per parallel chunk of the random kernels: Philox costs far more than
 // a store, so chunks smaller than the elementwise grain already pay off.
 constexpr int64_t kRandGrain = 4096;
-
-// Validates a shape: non-negative dims and a representable byte size.
-void check_shape(const Dims& shape, DType dt, const char* op) {
-  for (int64_t s : shape)
-    KILN_CHECK(s >= 0, "[", op, "] negative dimension ", s, " in shape ", shape);
-  for (int64_t s : shape)
-    if (s == 0) return;
-  int64_t n = 1;
-  for (int64_t s : shape) {
-    bool ovf = __builtin_mul_overflow(n, s, &n);
-    KILN_CHECK(!ovf && n <= kMaxBytes / static_cast<int64_t>(dtype_size(dt)), "[", op,
-               "] shape ", shape, " has too many elements to allocate");
-  }
-}
 
 // Missing attrs come from hand-built IR, so they are user errors, not asserts.
 void require(const Attrs& at, const char* op, std::initializer_list<const char*> names) {
@@ -78,30 +63,40 @@ double float_max(DType dt) {
   }
 }
 
+}  // namespace
+}  // namespace ops
+
+void check_scalar_fits(const Scalar& s, DType dt, const char* op) {
+  if (is_integral(dt)) {
+    double lo, hi;
+    ops::int_range(dt, lo, hi);
+    if (!s.is_floating()) {
+      const int64_t iv = s.to_int();
+      const double d = static_cast<double>(iv);
+      KILN_CHECK(dt == DType::i64 || (d >= lo && d <= hi), "[", op, "] value ", iv,
+                 " cannot be converted to ", dt, " without overflow");
+    } else {
+      const double v = s.to_double(), t = std::trunc(v);
+      const bool ok = std::isfinite(v) && t >= lo && (dt == DType::i64 ? t < hi : t <= hi);
+      KILN_CHECK(ok, "[", op, "] value ", v, " cannot be converted to ", dt, " without overflow");
+    }
+  } else if (is_floating(dt)) {
+    const double v = s.to_double();
+    KILN_CHECK(!std::isfinite(v) || std::fabs(v) <= ops::float_max(dt), "[", op, "] value ", v,
+               " cannot be converted to ", dt, " without overflow");
+  }
+}
+
+namespace ops {
+namespace {
+
 // ---------------- full ----------------
 void infer_full(std::span<const Tensor>, const Attrs& at, std::vector<TensorMeta>& out) {
   require(at, "full", {"shape", "value", "dtype"});
   DType dt = at.dtype("dtype");
   const Dims& shape = at.dims("shape");
-  check_shape(shape, dt, "full");
-  double v = at.f("value");
-  if (is_integral(dt)) {
-    double lo, hi;
-    int_range(dt, lo, hi);
-    if (at.has("ivalue")) {
-      int64_t iv = at.i("ivalue");
-      double d = static_cast<double>(iv);
-      bool ok = dt == DType::i64 || (d >= lo && d <= hi);
-      KILN_CHECK(ok, "[full] value ", iv, " cannot be converted to ", dt, " without overflow");
-    } else {
-      double t = std::trunc(v);
-      bool ok = std::isfinite(v) && t >= lo && (dt == DType::i64 ? t < hi : t <= hi);
-      KILN_CHECK(ok, "[full] value ", v, " cannot be converted to ", dt, " without overflow");
-    }
-  } else if (is_floating(dt)) {
-    KILN_CHECK(!std::isfinite(v) || std::fabs(v) <= float_max(dt), "[full] value ", v,
-               " cannot be converted to ", dt, " without overflow");
-  }
+  check_shape(shape, "full");
+  check_scalar_fits(at.has("ivalue") ? Scalar(at.i("ivalue")) : Scalar(at.f("value")), dt, "full");
   out.push_back({dt, shape});
 }
 
@@ -207,7 +202,7 @@ ArangeSpec arange_spec(const Attrs& at) {
   sp.n = static_cast<int64_t>(size_d);
   sp.start = start;
   sp.step = step;
-  check_shape({sp.n}, dt, "arange");
+  check_shape({sp.n}, "arange");
   return sp;
 }
 
@@ -252,7 +247,7 @@ void infer_random(std::span<const Tensor>, const Attrs& at, std::vector<TensorMe
   require(at, op, {"shape", "dtype", "seed", "offset"});
   DType dt = at.dtype("dtype");
   KILN_CHECK(is_floating(dt), "[", op, "] expects a floating dtype, got ", dt);
-  check_shape(at.dims("shape"), dt, op);
+  check_shape(at.dims("shape"), op);
   out.push_back({dt, at.dims("shape")});
 }
 
@@ -335,7 +330,7 @@ Tensor call_factory(OpId op, const Attrs& at) {
 
 Tensor random_tensor(bool normal, const Dims& shape, DType dtype, const char* name) {
   KILN_CHECK(is_floating(dtype), "[", name, "] expects a floating dtype, got ", dtype);
-  check_shape(shape, dtype, name);
+  check_shape(shape, name);
   uint64_t words = static_cast<uint64_t>(numel_of(shape) * words_per_element(normal, dtype));
   uint64_t seed, offset;
   {
@@ -367,7 +362,7 @@ void register_factory(OpTable& t) {
 Tensor empty(const Dims& shape, DType dtype) {
   // While tracing, an uninitialised buffer must still be a recorded op.
   if (current_recorder()) return full(shape, 0, dtype);
-  ops::check_shape(shape, dtype, "empty");
+  check_shape(shape, "empty");
   return make_tensor(shape, dtype);
 }
 
@@ -407,6 +402,10 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, DType 
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   KILN_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got ", steps);
+  KILN_CHECK(std::isfinite(start) && std::isfinite(end),
+             "[linspace] start and end must be "
+             "finite, got ",
+             start, " and ", end);
   if (steps <= 1) return full({steps}, start, dtype);
   // PyTorch's symmetric form: the first half counts up from start, the second
   // down from end, so both endpoints are exact.
@@ -429,7 +428,7 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Dims& shape) {
   const int64_t nv = static_cast<int64_t>(values.size());
   Dims sh = shape.empty() ? Dims{nv} : shape;
-  ops::check_shape(sh, dtype_v<T>, "from_vector");
+  check_shape(sh, "from_vector");
   KILN_CHECK(numel_of(sh) == nv, "[from_vector] ", nv, " values cannot fill shape ", sh, " (",
              numel_of(sh), " elements)");
   Tensor t = make_tensor(sh, dtype_v<T>);
@@ -453,7 +452,7 @@ template Tensor from_vector<bool>(const std::vector<bool>&, const Dims&);
 
 Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(void*)> deleter) {
   // On error the deleter is not called: the caller still owns the memory.
-  ops::check_shape(shape, dtype, "from_blob");
+  check_shape(shape, "from_blob");
   int64_t n = numel_of(shape);
   KILN_CHECK(data != nullptr || n == 0, "[from_blob] data is null for shape ", shape);
   auto st = std::make_shared<StorageImpl>();
@@ -504,7 +503,7 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
               (static_cast<double>(low) >= lo && static_cast<double>(high - 1) <= hi);
     KILN_CHECK(ok, "[randint] range [", low, ", ", high, ") does not fit dtype ", dtype);
   }
-  ops::check_shape(shape, dtype, "randint");
+  check_shape(shape, "randint");
   const int64_t r = static_cast<int64_t>(range);
   // floor(u * r) + low; u * r can round up to r when r > 2^53, hence the clamp.
   Tensor k = cast(rand(shape, DType::f64) * static_cast<double>(r), DType::i64);
@@ -515,7 +514,16 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
 Tensor bernoulli(const Tensor& p) {
   KILN_CHECK(is_floating(p.dtype()), "[bernoulli] p must be a floating tensor, got dtype ",
              p.dtype());
-  // u < p with u uniform in [0, 1): p <= 0 never fires, p >= 1 always does.
+  if (!p.is_symbolic()) {  // while tracing, values are unknown (README: Known limits)
+    NoGradGuard ng;
+    Tensor bad = reshape(logical_not(logical_and(ge(p, 0.0), le(p, 1.0))), {-1});  // NaN too
+    if (p.numel() > 0 && sum(bad).item<int64_t>() > 0) {
+      const int64_t i = argmax(cast(bad, DType::i32)).item<int64_t>();
+      throw Error(str("[bernoulli] p must hold probabilities in [0, 1], got ",
+                      element_as_double(p, i), " at flat index ", i, " (shape ", p.shape(), ")"));
+    }
+  }
+  // u < p with u uniform in [0, 1).
   return cast(lt(rand_like(p), p), p.dtype());
 }
 

@@ -54,7 +54,7 @@ Dims infer_shape(const Dims& shape, int64_t numel, const Dims& from, const char*
       infer_at = static_cast<int64_t>(i);
     } else {
       KILN_CHECK(out[i] >= 0, "[", op, "] invalid dimension ", out[i], " in shape ", shape);
-      known *= out[i];
+      known = checked_mul(known, out[i], op);
     }
   }
   if (infer_at >= 0) {
@@ -168,7 +168,7 @@ void infer_slice(std::span<const Tensor> in, const Attrs& a, std::vector<TensorM
   KILN_CHECK(0 <= start && start <= end && end <= size, "[slice] range [", start, ", ", end,
              ") is invalid for dimension ", d, " of size ", size);
   Dims shape = in[0].shape();
-  shape[d] = (end - start + step - 1) / step;
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;  // no overflow for any step
   out.push_back({in[0].dtype(), shape});
 }
 void kernel_slice(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> out) {
@@ -176,8 +176,9 @@ void kernel_slice(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> 
   int64_t d = wrap_dim(a.i("dim"), x.dim(), "slice");
   int64_t start = a.i("start"), end = a.i("end"), step = a.i("step");
   Dims shape = x.shape(), st = x.strides();
-  shape[d] = (end - start + step - 1) / step;
-  st[d] *= step;
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;
+  // A step past the end leaves one element: its stride is never used.
+  st[d] = shape[d] > 1 ? st[d] * step : st[d];
   out[0] = as_strided(x, shape, st, x.offset() + start * x.strides()[d]);
 }
 void vjp_slice(const VjpArgs& a, std::vector<Tensor>& gi) {
@@ -219,7 +220,7 @@ Dims padded_shape(const Tensor& x, const Dims& pads) {
   size_t rank = shape.size();
   for (size_t k = 0; k < pads.size() / 2; ++k) {
     size_t d = rank - 1 - k;
-    int64_t n = shape[d] + pads[2 * k] + pads[2 * k + 1];
+    int64_t n = checked_add(checked_add(shape[d], pads[2 * k], "pad"), pads[2 * k + 1], "pad");
     KILN_CHECK(n >= 0, "[pad] pads ", pads, " give a negative size ", n, " for dim ", d,
                " of shape ", x.shape());
     shape[d] = n;
@@ -284,7 +285,7 @@ void infer_cat(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMet
       KILN_CHECK(k == d || t.shape()[k] == ref->shape()[k], "[cat] sizes must match except in "
                  "dimension ", d, ": tensor ", i, " has shape ", t.shape(), ", expected ",
                  ref->shape());
-    shape[d] += t.shape()[d];
+    shape[d] = checked_add(shape[d], t.shape()[d], "cat");
   }
   out.push_back({result_type(in), shape});
 }
@@ -359,9 +360,8 @@ void for_each_index(const Tensor& index, const Tensor& a, const Tensor& b, int64
       }
       for (int64_t k = 0; k < len; ++k, ioff += is, boff += bs) {
         int64_t v = read_index(ip + ioff * ies, index.dtype());
-        KILN_CHECK(v >= -bound && v < bound, "[", op, "] index ", v,
-                   " is out of bounds for dimension ", dim, " with size ", bound);
-        if (v < 0) v += bound;
+        KILN_CHECK(v >= 0 && v < bound, "[", op, "] index ", v, " is out of bounds for dimension ",
+                   dim, " with size ", bound);
         f(aoff + v * as, boff);
       }
     }
@@ -421,9 +421,8 @@ void kernel_index_select(std::span<const Tensor> in, const Attrs& a, std::span<T
   std::vector<int64_t> iv = idx.to_vector<int64_t>();
   int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
   for (int64_t& v : iv) {
-    KILN_CHECK(v >= -size && v < size, "[index_select] index ", v,
-               " is out of bounds for dimension ", d, " with size ", size);
-    if (v < 0) v += size;
+    KILN_CHECK(v >= 0 && v < size, "[index_select] index ", v, " is out of bounds for dimension ",
+               d, " with size ", size);
   }
   if (x.dim() == 0) {
     copy_into(out[0], x);

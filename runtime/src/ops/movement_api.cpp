@@ -53,8 +53,8 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   int64_t d = wrap_dim(dim, x.dim(), "narrow");
   int64_t n = x.shape()[d];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "[narrow] start ", start,
-             " + length ", length, " exceeds dimension ", d, " of size ", n);
+  KILN_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "[narrow] start ",
+             start, " + length ", length, " exceeds dimension ", d, " of size ", n);
   return dispatch1(OpId::slice, {x}, Attrs().set("dim", d).set("start", start)
                                          .set("end", start + length).set("step", int64_t{1}));
 }

@@ -44,10 +44,12 @@ PoolGeom pool_geom(const Dims& xs, const Attrs& at, const char* op, bool dilated
   KILN_CHECK(s[0] > 0 && s[1] > 0, "[", op, "] stride must be positive, got ", s);
   KILN_CHECK(p[0] >= 0 && p[1] >= 0, "[", op, "] padding must be non-negative, got ", p);
   KILN_CHECK(d[0] > 0 && d[1] > 0, "[", op, "] dilation must be positive, got ", d);
-  const int64_t ekh = d[0] * (k[0] - 1) + 1, ekw = d[1] * (k[1] - 1) + 1;
+  // Overflow-checked: the attributes may be anything a user passes.
+  const int64_t ekh = checked_add(checked_mul(d[0], k[0] - 1, op), 1, op),
+                ekw = checked_add(checked_mul(d[1], k[1] - 1, op), 1, op);
   KILN_CHECK(p[0] <= ekh / 2 && p[1] <= ekw / 2, "[", op, "] padding ", p,
              " should be at most half of the effective kernel size [", ekh, ", ", ekw, "]");
-  const int64_t nh = g.H + 2 * p[0] - ekh, nw = g.W + 2 * p[1] - ekw;
+  const int64_t nh = g.H - (ekh - 2 * p[0]), nw = g.W - (ekw - 2 * p[1]);  // 2p <= ekh
   KILN_CHECK(nh >= 0 && nw >= 0, "[", op, "] input of shape ", xs, " is too small for kernel ", k,
              " with padding ", p, " and dilation ", d, ": the output would be empty");
   g.kH = k[0];

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <unordered_set>
 
@@ -251,6 +252,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   }
 
   std::unordered_map<const TensorImpl*, StateDict> new_state;
+  const std::vector<std::string> nonneg = nonnegative_state();
   for (auto& [id, entries] : saved_state) {
     auto it = id_map.find(id);
     KILN_CHECK(it != id_map.end(), where, "state of parameter ", id,
@@ -262,7 +264,10 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       if (k == "step") {
         KILN_CHECK(t.numel() == 1, where, "'state.", id, ".step' must hold one value, got shape ",
                    t.shape());
-        v = scalar_tensor(element_as_double(t, 0), DType::f64);
+        const double step = element_as_double(t, 0);
+        KILN_CHECK(step >= 0 && step == std::trunc(step) && step < 0x1p53, where, "'state.", id,
+                   ".step' must be a whole number of steps >= 0, got ", step);
+        v = scalar_tensor(step, DType::f64);
       } else {
         KILN_CHECK(t.shape() == p.shape(), where, "'state.", id, ".", k, "' has shape ", t.shape(),
                    " but parameter ", id, " has shape ", p.shape());
@@ -270,6 +275,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
                    "; expected a floating tensor");
         // A private copy in the parameter's dtype (PyTorch casts state to the param too).
         v = t.dtype() == p.dtype() ? t.clone() : t.to(p.dtype()).contiguous();
+        if (std::ranges::find(nonneg, k) != nonneg.end()) {
+          const double lo = v.numel() ? amin(v).item<double>() : 0.0;
+          KILN_CHECK(lo >= 0, where, "'state.", id, ".", k, "' is an average of squares but holds ",
+                     std::isnan(lo) ? "NaN" : str(lo), "; it must be >= 0");
+        }
       }
       st.set(k, v);
     }

@@ -294,3 +294,47 @@ TEST(OptimErrors, BadParameters) {
   expect_error([&] { ok.options(3); }, {"[SGD]", "no parameter group 3"});
   expect_error([&] { ok.param_groups()[0].get("betas"); }, {"no hyperparameter named 'betas'"});
 }
+
+// Loaded state is refused when it could not have come from training: a step
+// count that is negative, NaN or fractional, or a negative/NaN average of
+// squares (Adam's exp_avg_sq and max_exp_avg_sq, RMSprop's square_avg).
+TEST(OptimStateDict, ImpossibleStateIsRefused) {
+  TwoParams p;
+  Adam src(std::vector<ParamGroup>{{{p.w1}, {}}, {{p.w2}, {}}}, {.amsgrad = true});
+  p.backward();
+  src.step();
+  const StateDict good = src.state_dict();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto load_with = [&](const std::string& key, const Tensor& value) {
+    StateDict sd = good;
+    sd.set(key, value);
+    Adam dst(std::vector<ParamGroup>{{{copy_param(p.w1)}, {}}, {{copy_param(p.w2)}, {}}},
+             {.amsgrad = true});
+    dst.load_state_dict(sd);
+  };
+  for (double step : {-1.0, nan, 2.5, 1e300})
+    expect_error([&] { load_with("state.0.step", scalar_tensor(step, DType::f64)); },
+                 {"[Adam]", "'state.0.step' must be a whole number of steps >= 0"});
+  load_with("state.0.step", scalar_tensor(7.0, DType::f64));  // any whole count is fine
+  expect_error(
+      [&] {
+        load_with("state.0.exp_avg_sq", from_vector<double>({1, -0.5, 2}));
+      },
+      {"[Adam]", "'state.0.exp_avg_sq' is an average of squares but holds -0.5"});
+  expect_error(
+      [&] {
+        load_with("state.1.max_exp_avg_sq", from_vector<double>({nan, 1}));
+      },
+      {"[Adam]", "'state.1.max_exp_avg_sq'", "holds NaN"});
+  load_with("state.0.exp_avg", from_vector<double>({-1, -2, -3}));  // first moments may be < 0
+
+  Tensor w = vec({1.0, 2.0});
+  RMSprop rms({w}, {});
+  sum(w * w).backward();
+  rms.step();
+  StateDict sd = rms.state_dict();
+  sd.set("state.0.square_avg", from_vector<double>({-1, 0}));
+  RMSprop fresh({copy_param(w)}, {});
+  expect_error([&] { fresh.load_state_dict(sd); },
+               {"[RMSprop]", "'state.0.square_avg' is an average of squares"});
+}

@@ -44,6 +44,9 @@ class Adam : public Optimizer {
   /// For AdamW: same state and checks, different name and weight-decay rule.
   Adam(std::string name, Hyperparams defaults, bool decoupled);
   void check_group(const ParamGroup& group) const override;
+  std::vector<std::string> nonnegative_state() const override {
+    return {"exp_avg_sq", "max_exp_avg_sq"};
+  }
 
  private:
   bool decoupled_ = false;

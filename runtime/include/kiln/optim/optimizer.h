@@ -72,6 +72,8 @@ class Optimizer {
   void init_groups(std::vector<ParamGroup> groups);
   /// Throws kiln::Error for invalid hyperparameters of a group (all keys present).
   virtual void check_group(const ParamGroup& group) const = 0;
+  /// State keys that hold averages of squares: load_state_dict refuses negative or NaN values.
+  virtual std::vector<std::string> nonnegative_state() const { return {}; }
   /// Mutable state of p, created empty on first use.
   StateDict& mutable_state(const Tensor& p) { return state_[p.impl()]; }
   /// While tracing, guards the compiled step on group gi's hyperparameters

@@ -29,6 +29,7 @@ class RMSprop : public Optimizer {
 
  protected:
   void check_group(const ParamGroup& group) const override;
+  std::vector<std::string> nonnegative_state() const override { return {"square_avg"}; }
 };
 
 }  // namespace kiln::optim
