@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -12,21 +13,22 @@ namespace kiln {
 
 /// Ordered map from names ("fc1.weight", "state.0.exp_avg") to tensors.
 /// Keeps insertion order; set() on an existing name replaces its tensor.
+/// Lookups and set() are O(1) (a hash index beside the ordered items); erase() is O(n).
 class StateDict {
  public:
   using Item = std::pair<std::string, Tensor>;
 
   /// Adds or replaces an entry.
   void set(const std::string& name, const Tensor& t) {
-    for (auto& [k, v] : items_)
-      if (k == name) {
-        v = t;
-        return;
-      }
+    auto [it, fresh] = index_.try_emplace(name, items_.size());
+    if (!fresh) {
+      items_[it->second].second = t;
+      return;
+    }
     items_.emplace_back(name, t);
   }
   /// True if `name` is present.
-  bool contains(const std::string& name) const { return find(name) != nullptr; }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
   /// The tensor of `name`; kiln::Error naming the key when absent.
   const Tensor& at(const std::string& name) const {
     const Tensor* t = find(name);
@@ -35,21 +37,23 @@ class StateDict {
   }
   /// Pointer to the tensor of `name`, or null.
   const Tensor* find(const std::string& name) const {
-    for (auto& [k, v] : items_)
-      if (k == name) return &v;
-    return nullptr;
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &items_[it->second].second;
   }
   /// Removes `name` if present; returns whether it was.
   bool erase(const std::string& name) {
-    for (auto it = items_.begin(); it != items_.end(); ++it)
-      if (it->first == name) {
-        items_.erase(it);
-        return true;
-      }
-    return false;
+    auto it = index_.find(name);
+    if (it == index_.end()) return false;
+    const size_t at = it->second;
+    index_.erase(it);
+    items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(at));
+    for (size_t i = at; i < items_.size(); ++i) index_[items_[i].first] = i;
+    return true;
   }
+  /// The names in insertion order.
   std::vector<std::string> keys() const {
     std::vector<std::string> k;
+    k.reserve(items_.size());
     for (auto& [n, _] : items_) k.push_back(n);
     return k;
   }
@@ -61,6 +65,7 @@ class StateDict {
 
  private:
   std::vector<Item> items_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in items_
 };
 
 }  // namespace kiln

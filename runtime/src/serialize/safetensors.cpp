@@ -1,13 +1,16 @@
 // safetensors checkpoints for kiln tensors: atomic saves (temp file, fsync,
-// rename, fsync of the directory) and loads that validate the whole header
-// before reading any tensor bytes, with bounded reads only.
+// rename, fsync of the directory; a killed save's temp file is removed by the
+// next save, the target's mode and symlinks are kept) and loads that validate
+// the whole header before reading any tensor bytes, with bounded reads only.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -124,10 +127,66 @@ void read_exact(int fd, uint64_t offset, void* dst, uint64_t n, const std::strin
   }
 }
 
+// Temp files are named "<target>.tmp.<pid>.<16 hex digits>" and held under an
+// exclusive flock() while written: one that nobody holds locked belongs to a
+// save that died (killed, power loss) and is removed by the next save.
+bool is_temp_name(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  const size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string::npos || rest.size() - dot - 1 != 16) return false;
+  for (size_t i = 0; i < rest.size(); ++i)
+    if (i != dot && !(i < dot ? std::isdigit(static_cast<unsigned char>(rest[i]))
+                              : std::isxdigit(static_cast<unsigned char>(rest[i]))))
+      return false;
+  return true;
+}
+
+// Removes the temp files of earlier saves to `target` whose writers are gone.
+// Best effort: a file that cannot be opened, locked or removed stays.
+void remove_stale_temps(const std::string& target) {
+  const std::filesystem::path t(target);
+  const std::string dir = t.has_parent_path() ? t.parent_path().string() : ".";
+  const std::string prefix = t.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_temp_name(name, prefix)) continue;
+    const std::string path = e.path().string();
+    Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat held {};
+    struct stat now {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &held) != 0 || !S_ISREG(held.st_mode)) continue;
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a live save holds it
+    if (::lstat(path.c_str(), &now) == 0 && now.st_ino == held.st_ino && now.st_dev == held.st_dev)
+      ::unlink(path.c_str());
+  }
+}
+
+// The file a save to `path` replaces: a symlink is followed (the link stays,
+// its target gets the new contents), also when the target does not exist yet.
+std::string resolve_links(const std::string& path, const std::string& where) {
+  std::filesystem::path p(path);
+  for (int hops = 0; hops < 40; ++hops) {  // Linux's own limit (ELOOP)
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p.string();
+    std::error_code ec;
+    std::filesystem::path to = std::filesystem::read_symlink(p, ec);
+    KILN_CHECK(!ec, where, ": cannot read symbolic link '", p.string(), "': ", ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  throw_error(str(where, ": too many levels of symbolic links"));
+}
+
 // A temporary file next to the target; removed unless commit() renamed it.
+// It gets an existing target's permission bits (and, where allowed, owner and
+// group), and is never more accessible than the target while it is written.
 class TempFile {
  public:
   TempFile(const std::string& target, const std::string& where) : where_(where) {
+    struct stat old {};
+    const bool replaces = ::stat(target.c_str(), &old) == 0 && S_ISREG(old.st_mode);
+    const mode_t mode = replaces ? (old.st_mode & 07777) : 0666;  // the umask applies too
     static std::atomic<uint64_t> counter{0};
     std::random_device rd;
     for (int attempt = 0; attempt < 16; ++attempt) {
@@ -138,16 +197,26 @@ class TempFile {
       char hex[17];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
       path_ = target + ".tmp." + std::to_string(::getpid()) + "." + hex;
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0 || errno != EEXIST) break;
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+      if (fd_ < 0 && errno == EEXIST) continue;
+      if (fd_ < 0 || !lost_to_cleanup()) break;
+      // Another save's cleanup took the new file for a stale one: use another name.
+      ::close(fd_);
+      fd_ = -1;
     }
     KILN_CHECK(fd_ >= 0, where, ": cannot create temporary file '", path_, "': ", errno_text());
+    if (replaces) {
+      // Best effort: only root may give a file away, and only to groups it is in.
+      [[maybe_unused]] const int owned = ::fchown(fd_, old.st_uid, old.st_gid);
+      KILN_CHECK(::fchmod(fd_, old.st_mode & 07777) == 0, where, ": cannot set the mode of '",
+                 path_, "': ", errno_text());
+    }
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
   ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(path_.c_str());
+    if (fd_ >= 0) ::close(fd_);
   }
 
   // Appends n bytes (write loop; EINTR and short writes handled).
@@ -166,18 +235,28 @@ class TempFile {
     }
   }
 
-  // fsync, close and rename over `target`; the temp file is gone afterwards.
+  // fsync, rename over `target` and close; the temp file is gone afterwards.
+  // The rename comes before the close, which would drop the lock.
   void commit(const std::string& target) {
     KILN_CHECK(::fsync(fd_) == 0, where_, ": fsync of '", path_, "' failed: ", errno_text());
-    int fd = fd_;
-    fd_ = -1;
-    KILN_CHECK(::close(fd) == 0, where_, ": closing '", path_, "' failed: ", errno_text());
     KILN_CHECK(::rename(path_.c_str(), target.c_str()) == 0, where_, ": renaming '", path_,
                "' to the target failed: ", errno_text());
     committed_ = true;
+    int fd = fd_;
+    fd_ = -1;
+    KILN_CHECK(::close(fd) == 0, where_, ": closing '", target, "' failed: ", errno_text());
   }
 
  private:
+  // Locks the new file (see remove_stale_temps). True if another save's cleanup
+  // got to it first (holds its lock or has unlinked it). A file system without
+  // locks (ENOLCK) keeps the file unlocked: its stale temps are never removed.
+  bool lost_to_cleanup() {
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) return errno == EWOULDBLOCK;
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 && st.st_nlink == 0;
+  }
+
   std::string where_;
   std::string path_;
   int fd_ = -1;
@@ -214,14 +293,16 @@ void save_safetensors(const std::string& path, const StateDict& tensors,
                       const SafetensorsMetadata& metadata) {
   const std::string where = "[save] " + path;
   Prepared p = prepare(tensors, metadata, where);
-  TempFile tmp(path, where);
+  const std::string target = resolve_links(path, where);
+  remove_stale_temps(target);
+  TempFile tmp(target, where);
   tmp.write(p.header.data(), p.header.size());
   for (const Tensor& t : p.tensors) {
     Tensor c = contiguous_data(t);  // one strided tensor copied at a time
     tmp.write(c.data_ptr(), static_cast<uint64_t>(c.numel()) * c.element_size());
   }
-  tmp.commit(path);
-  sync_directory(path, where);
+  tmp.commit(target);
+  sync_directory(target, where);
 }
 
 StateDict parse_safetensors(std::string_view bytes, const std::string& name_for_errors,

@@ -1,9 +1,10 @@
-// safetensors header: parsing with nlohmann::json plus every check the
-// reference implementation makes (and a few more: duplicate keys, unknown
-// fields), and building the header the Python package would write.
+// safetensors header: parsing with nlohmann::json (one linear SAX pass) plus
+// every check the reference implementation makes (and a few more: duplicate
+// keys, unknown fields), and building the header the Python package would write.
 #include "serialize/safetensors_format.h"
 
 #include <algorithm>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_set>
@@ -127,34 +128,124 @@ std::map<std::string, std::string> parse_metadata(const json& v, const std::stri
   return out;
 }
 
-// Parses with a callback that rejects duplicate keys (nlohmann would keep the
-// last one) and nesting deeper than the format's {name: {shape: [d]}}.
-json parse_json(std::string_view text, const std::string& where) {
-  std::vector<std::unordered_set<std::string>> open_objects;
-  auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
-    KILN_CHECK(depth <= 3, where, ": header is nested deeper than the format allows");
-    if (ev == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (ev == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      KILN_CHECK(!open_objects.empty() && open_objects.back().insert(key).second, where,
-                 ": duplicate key '", key, "' in the header");
+// Limits of the streaming reader: the format nests {name: {shape: [d]}}, and
+// its arrays (shape, data_offsets) are short; deeper or longer input is hostile.
+constexpr int kMaxOpen = 4;  // containers open at once (a shape entry's array is the 4th)
+constexpr size_t kMaxArray = 1024;
+
+// A SAX handler for nlohmann's parser that reads the header in one linear pass:
+// each top-level member is built as a small JSON value and handed to `member`
+// as soon as it is complete, then dropped. It rejects duplicate keys (nlohmann
+// would keep the last one) and nesting deeper than the format's. (nlohmann's
+// callback parser scans the whole parent object after every nested object,
+// which made the parse quadratic in the number of tensors.)
+class HeaderReader {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+  using Member = std::function<void(const std::string& key, json& value)>;
+
+  HeaderReader(const std::string& where, Member member)
+      : where_(where), member_(std::move(member)) {}
+
+  /// The top-level value's JSON type name ("object" when the header is valid).
+  const char* top_type() const { return top_type_; }
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool b) { return value(json(b)); }
+  bool number_integer(number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(number_unsigned_t v) { return value(json(v)); }
+  bool number_float(number_float_t v, const string_t&) { return value(json(v)); }
+  bool string(string_t& s) { return value(json(std::move(s))); }
+  bool binary(binary_t&) { return value(json(nullptr)); }  // not produced for JSON text
+  bool start_object(size_t) { return open(json::object()); }
+  bool start_array(size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(string_t& k) {
+    check_depth();
+    if (!top_object_) return true;
+    if (open_ == 1) {
+      KILN_CHECK(keys_.insert(k).second, where_, ": duplicate key '", k, "' in the header");
+      key_ = k;
+    } else {
+      json& obj = *stack_.back();
+      KILN_CHECK(!obj.contains(k), where_, ": duplicate key '", k, "' in the header");
+      slot_ = &obj[k];
     }
     return true;
-  };
-  // nlohmann's lexer takes a NUL byte for the end of input; JSON allows none
-  // (not even in strings, where control characters must be escaped).
-  size_t nul = text.find('\0');
-  KILN_CHECK(nul == std::string_view::npos, where,
-             ": header is not valid JSON: NUL byte at header offset ", nul);
-  try {
-    return json::parse(text.begin(), text.end(), cb);
-  } catch (const json::exception& e) {
-    throw_error(str(where, ": header is not valid JSON: ", e.what()));
   }
-}
+
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
+    throw_error(str(where_, ": header is not valid JSON: ", e.what()));
+  }
+
+ private:
+  void check_depth() const {
+    KILN_CHECK(open_ < kMaxOpen, where_, ": header is nested deeper than the format allows");
+  }
+
+  // Stores `v` in the innermost open container (or reports a completed member);
+  // returns where it went (null when not stored).
+  json* place(json&& v) {
+    if (open_ == 0) {
+      top_type_ = v.type_name();
+      top_object_ = v.is_object();
+      return nullptr;
+    }
+    if (!top_object_) return nullptr;
+    if (open_ == 1) {
+      item_ = std::move(v);
+      return &item_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      KILN_CHECK(parent.size() < kMaxArray, where_, ": tensor '", key_,
+                 "': an array in the header holds more than ", kMaxArray, " elements");
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+
+  bool value(json&& v) {
+    check_depth();
+    if (place(std::move(v)) == &item_) member_(key_, item_);
+    return true;
+  }
+
+  bool open(json&& container) {
+    check_depth();
+    json* at = place(std::move(container));
+    if (at) stack_.push_back(at);
+    ++open_;
+    return true;
+  }
+
+  bool close() {
+    --open_;
+    if (!top_object_ || open_ == 0) return true;
+    stack_.pop_back();
+    if (open_ == 1) member_(key_, item_);
+    return true;
+  }
+
+  const std::string& where_;
+  Member member_;
+  int open_ = 0;                          // containers open now
+  const char* top_type_ = "";             // of the top-level value
+  bool top_object_ = false;               // the top-level value is an object
+  std::unordered_set<std::string> keys_;  // top-level keys seen
+  std::string key_;                       // the current top-level key
+  json item_;                             // the current top-level member's value
+  std::vector<json*> stack_;              // open containers inside item_
+  json* slot_ = nullptr;                  // where the next value of an open object goes
+};
 
 // Serializes one JSON value; throws kiln::Error on invalid UTF-8 in strings.
 template <typename J>
@@ -193,15 +284,30 @@ uint64_t header_length(const unsigned char prefix[8], uint64_t file_size,
 }
 
 Header parse_header(std::string_view text, uint64_t data_len, const std::string& where) {
-  json j = parse_json(text, where);
-  KILN_CHECK(j.is_object(), where, ": header is not a JSON object (got ", j.type_name(), ")");
+  // nlohmann's lexer takes a NUL byte for the end of input; JSON allows none
+  // (not even in strings, where control characters must be escaped).
+  size_t nul = text.find('\0');
+  KILN_CHECK(nul == std::string_view::npos, where,
+             ": header is not valid JSON: NUL byte at header offset ", nul);
   Header h;
-  for (const auto& [key, val] : j.items()) {
-    if (key == "__metadata__")
-      h.metadata = parse_metadata(val, where);
-    else
-      h.entries.push_back(parse_entry(key, val, data_len, where));
-  }
+  // Members are checked as they complete; the first problem is reported once
+  // the whole text has parsed, so invalid JSON is named as such first.
+  std::exception_ptr problem;
+  HeaderReader reader(where, [&](const std::string& key, json& val) {
+    if (problem) return;
+    try {
+      if (key == "__metadata__")
+        h.metadata = parse_metadata(val, where);
+      else
+        h.entries.push_back(parse_entry(key, val, data_len, where));
+    } catch (const Error&) {
+      problem = std::current_exception();
+    }
+  });
+  json::sax_parse(text.begin(), text.end(), &reader);
+  KILN_CHECK(std::string_view(reader.top_type()) == "object", where,
+             ": header is not a JSON object (got ", reader.top_type(), ")");
+  if (problem) std::rethrow_exception(problem);
   // The reference implementation requires the tensors to tile the buffer
   // exactly: sorted by offsets, each begins where the previous one ended.
   std::sort(h.entries.begin(), h.entries.end(), [](const Entry& a, const Entry& b) {

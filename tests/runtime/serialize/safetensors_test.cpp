@@ -367,7 +367,8 @@ TEST_F(SafetensorsAtomic, FailureWithoutPreviousFileLeavesNothing) {
 }
 
 // A process killed mid-save never leaves a truncated file at the target (the
-// orphaned temp file, named <target>.tmp.<pid>.<random>, is all that remains).
+// orphaned temp file, named <target>.tmp.<pid>.<random>, is all that remains),
+// and the next save to that target removes the orphan.
 TEST_F(SafetensorsAtomic, CrashMidwayLeavesTargetUnchanged) {
   // "fast" (plain fork): the child must write into this process's scratch dir;
   // the "threadsafe" style re-runs the test body, making a directory of its own.
@@ -395,6 +396,10 @@ TEST_F(SafetensorsAtomic, CrashMidwayLeavesTargetUnchanged) {
   EXPECT_EQ(names[0], "ckpt.safetensors");
   EXPECT_EQ(names[1].rfind("ckpt.safetensors.tmp.", 0), 0u) << names[1];
   EXPECT_LT(std::filesystem::file_size(dir.path() / names[1]), 8u + 4096 * 4 * 2);
+
+  save_safetensors(path, new_sd);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"ckpt.safetensors"}) << "stale temp file kept";
+  expect_same(load_safetensors(path), in_file_order(new_sd));
 }
 
 }  // namespace
