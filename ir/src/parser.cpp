@@ -437,6 +437,9 @@ class Parser {
       } while (accept(','));
     }
     expect(']');
+    if (t.wrapped && !t.shape.empty())
+      fail(t.at,
+           "'wrapped' marks a number (a 0-d tensor), not a tensor of shape " + to_string(t.shape));
     return t;
   }
 
@@ -611,6 +614,8 @@ class Parser {
     Attrs a;
     for (auto& [k, v] : attrs) a.set(intern_attr_name(k), std::move(v));
     Node* n = g_->add_op(op, std::move(ins), std::move(a), std::move(outs));
+    n->line = static_cast<uint32_t>(optok.line);
+    n->column = static_cast<uint32_t>(optok.col);
     for (const PendingSym& s : syms)
       n->sym_attrs.push_back({intern_attr_name(s.name), s.index, s.expr, s.reciprocal});
     for (size_t i = 0; i < lhs.size(); ++i) {
@@ -658,6 +663,8 @@ class Parser {
     }
     t.impl()->wrapped_number = ty.wrapped;
     Node* n = g_->add_constant(t);
+    n->line = static_cast<uint32_t>(kw.line);
+    n->column = static_cast<uint32_t>(kw.col);
     n->sym_attrs = std::move(syms);
     define(lhs[0], n->output());
   }

@@ -84,7 +84,10 @@ class Verifier {
   }
   template <typename... A>
   [[noreturn]] void fail_node(size_t p, const A&... a) const {
-    fail("node #", p, " (", describe(nodes_[p]), "): ", a...);
+    const Node* n = nodes_[p];
+    if (n->line > 0)
+      fail("line ", n->line, ", column ", n->column, ": node #", p, " (", describe(n), "): ", a...);
+    fail("node #", p, " (", describe(n), "): ", a...);
   }
 
   // ---- graph level ----
@@ -122,6 +125,9 @@ class Verifier {
       if (!def_.emplace(v, -1).second) fail(where(), " is listed twice among the inputs");
       std::string bad = shape_problem(v->shape);
       if (!bad.empty()) fail(where(), " ", type_str(v->dtype, v->shape), ": ", bad);
+      if (v->wrapped_number && !v->shape.empty())
+        fail(where(), " ", type_str(v->dtype, v->shape),
+             " is marked as a wrapped number, which is 0-d");
     }
     // A symbol is bound at run time from the first input dim that is exactly it.
     for (int s = 0; s < g_.num_syms; ++s) {
@@ -267,6 +273,9 @@ class Verifier {
       std::string bad = shape_problem(o->shape);
       if (!bad.empty())
         fail_node(p, "output ", k, " ", vname(o), " ", type_str(o->dtype, o->shape), ": ", bad);
+      if (o->wrapped_number && !o->shape.empty())
+        fail_node(p, "output ", k, " ", vname(o), " ", type_str(o->dtype, o->shape),
+                  " is marked as a wrapped number, which is 0-d");
     }
     for (const SymAttr& a : n->sym_attrs) {
       if (a.name == nullptr) fail_node(p, "symbolic attribute entry without a name");

@@ -386,6 +386,8 @@ TEST(IrText, MalformedInputsRaiseErrorsWithPosition) {
       "graph() syms=1 {\n  %1 = constant f32[s0] [1.0]\n  return\n}",
       body("  %1 = constant wrapped f64[] 1.0 {valu=s0}"),
       "graph() syms=1 {\n  %0 = full() {value=2.0*s0} : f32[]\n  return\n}",
+      "graph(%0: wrapped f32[3] \"x\") {\n  return\n}",
+      body("  %1 = relu(%0) : wrapped f32[2]"),
   };
   const BadCase cases[] = {
       {nullptr, 1, "expected 'graph', found end of input"},
@@ -426,6 +428,8 @@ TEST(IrText, MalformedInputsRaiseErrorsWithPosition) {
       {nullptr, 2, "a constant needs a static shape"},
       {nullptr, 2, "expected 'value'"},
       {nullptr, 2, "only 1.0*(...) may multiply a size expression"},
+      {nullptr, 1, "'wrapped' marks a number (a 0-d tensor), not a tensor of shape [3]"},
+      {nullptr, 2, "'wrapped' marks a number"},
   };
   static_assert(std::size(cases) == std::size(cases_src));
   for (size_t i = 0; i < std::size(cases); ++i) {

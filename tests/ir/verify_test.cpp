@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/functional.h"
+#include "kiln/ir/text.h"
 #include "runtime/test_util.h"
 
 namespace kiln::ir {
@@ -103,6 +104,42 @@ TEST(Verify, MissingAttributeIsReported) {
   expect_verify_error(g, {"node #0", "reshape", "rule rejects", "shape"});
 }
 
+// A missing or mistyped attribute is a user error (not "internal error ...
+// please report it"); in a parsed graph it names the node's line and column.
+TEST(Verify, AttributeErrorsOfParsedGraphsNameLineAndColumn) {
+  auto check = [](const std::string& stmt, const char* says) {
+    SCOPED_TRACE(stmt);
+    auto g = parse("graph(%0: f32[2, 3] \"x\") {\n" + stmt + "\n  return %1 \"y\"\n}\n");
+    expect_verify_error(*g, {"[verify] line 2, column 8: node #0 (%1 = ", says});
+  };
+  check("  %1 = permute(%0) : f32[3, 2]", "missing attribute 'dims'");
+  check("  %1 = sum(%0) {dims=1, keepdim=false} : f32[]",
+        "attribute 'dims' is an integer, expected a list");
+  check("  %1 = sum(%0) {dims=[0], keepdim=1} : f32[3]",
+        "attribute 'keepdim' is an integer, expected a bool");
+  check("  %1 = cast(%0) {dtype=1.5} : f64[2, 3]",
+        "attribute 'dtype' is a float, expected a dtype");
+  check("  %1 = reshape(%0) : f32[6]", "missing attribute 'shape'");
+}
+
+// No op's rule reports missing attributes (or any other bad input) as a kiln bug.
+TEST(Verify, NoRuleFailsInternallyWithoutAttributes) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const auto op = static_cast<OpId>(i);
+    const int arity = op_info(op).arity >= 0 ? op_info(op).arity : 2;
+    Graph g;
+    std::vector<Value*> ins;
+    for (int k = 0; k < arity; ++k) ins.push_back(g.add_input(DType::f32, {2, 3}, str("in", k)));
+    g.add_op(op, ins, {}, {{DType::f32, {2, 3}}});
+    try {
+      verify(g);
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("internal error"), std::string::npos)
+          << op_name(op) << ": " << e.what();
+    }
+  }
+}
+
 TEST(Verify, WrappedNumberReachesTheRule) {
   // Stand-in inputs keep wrapped_number: i64 tensor * wrapped f64 scalar gives f32.
   Graph g;
@@ -114,6 +151,8 @@ TEST(Verify, WrappedNumberReachesTheRule) {
   EXPECT_NO_THROW(verify(g));
   s->wrapped_number = false;  // a real f64 0-d tensor: i64 * f64 gives f64
   expect_verify_error(g, {"node #0", "dtype f32", "rule gives f64"});
+  x->wrapped_number = true;  // a wrapped number is 0-d
+  expect_verify_error(g, {"graph input 0", "is marked as a wrapped number, which is 0-d"});
 }
 
 TEST(Verify, UseBeforeDefinition) {

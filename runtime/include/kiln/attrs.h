@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -17,6 +18,13 @@ namespace kiln {
 
 /// One attribute value.
 using AttrValue = std::variant<int64_t, double, bool, DType, Dims>;
+
+/// A missing or mistyped attribute. A user error: IR text and direct dispatch()
+/// calls can cause it (the IR parser reports it with line and column).
+class AttrError : public Error {
+ public:
+  using Error::Error;
+};
 
 /// Named attributes of one op call. Names are string literals (static storage).
 class Attrs {
@@ -58,12 +66,30 @@ class Attrs {
       if (std::strcmp(k, name) == 0) return &v;
     return nullptr;
   }
+  // How messages name an alternative ("attribute 'dims' is an integer, expected a list").
+  template <typename T>
+  static const char* kind() {
+    if constexpr (std::is_same_v<T, int64_t>)
+      return "an integer";
+    else if constexpr (std::is_same_v<T, double>)
+      return "a float";
+    else if constexpr (std::is_same_v<T, bool>)
+      return "a bool";
+    else if constexpr (std::is_same_v<T, DType>)
+      return "a dtype";
+    else
+      return "a list";
+  }
   template <typename T>
   const T& get(const char* name) const {
     const AttrValue* v = find(name);
-    KILN_ASSERT(v != nullptr, "missing attribute ", name);
+    if (v == nullptr) throw AttrError(str("missing attribute '", name, "'"));
     const T* p = std::get_if<T>(v);
-    KILN_ASSERT(p != nullptr, "attribute ", name, " has another type");
+    if (p == nullptr)
+      throw AttrError(
+          str("attribute '", name, "' is ",
+              std::visit([](const auto& x) { return kind<std::decay_t<decltype(x)>>(); }, *v),
+              ", expected ", kind<T>()));
     return *p;
   }
   std::vector<std::pair<const char*, AttrValue>> items_;

@@ -124,6 +124,9 @@ class Node {
   Attrs attrs;
   std::vector<SymAttr> sym_attrs;  ///< symbolic entries of attrs (see SymAttr)
   Tensor constant;                 ///< kConstant: the data (real, contiguous)
+  /// Where IR text defined the node (1-based; 0 = not parsed from text): the
+  /// verifier's messages point there.
+  uint32_t line = 0, column = 0;
 
   bool is_op(OpId o) const { return kind == NodeKind::kOp && op == o; }
   bool is_constant() const { return kind == NodeKind::kConstant; }
