@@ -16,6 +16,14 @@
 // later ops could not succeed anyway; they now fail at once with the first
 // error. The group's log of recent collectives is printed once at that point.
 //
+// Signatures. Before a collective moves its payload, the ranks compare what
+// each issued (op, dtype, element count, reduce op, root, sequence number):
+// over TCP each rank first sends its fixed-size signature to every other rank
+// (signature_check.h), over shared memory each step's descriptor holds it.
+// Ranks that disagree all fail that collective with the same message naming
+// them, instead of Gloo aborting the process on mismatched sizes or
+// reducing garbage for same-size mismatches; the group becomes unusable.
+//
 // Shared memory. When every rank runs on this host (and KILN_SHM is not 0),
 // the collectives move their bytes through a shared-memory segment instead
 // (src/shm/): each lane then also owns a shm::Channel, used in the same lane
@@ -52,6 +60,7 @@
 #include "process_group_impl.h"
 #include "reduce_kernels.h"
 #include "shm/shm_world.h"
+#include "signature_check.h"
 
 namespace kiln::dist {
 
@@ -59,19 +68,22 @@ namespace gloo_backend {
 
 namespace {
 
+using detail::CollectiveKind;
 using detail::OpInfo;
+using detail::Signature;
 using detail::WorkImpl;
 using CtxPtr = std::shared_ptr<::gloo::Context>;
 using BufPtr = std::shared_ptr<::gloo::transport::UnboundBuffer>;
 
 // What a collective runs with on its lane: the lane's Gloo context, the op's
-// tag (its sequence number), the lane's shm channel (null: TCP) and the
-// deadline of the op (it started at most timeout ago).
+// tag (its sequence number), the lane's shm channel (null: TCP), the deadline
+// of the op (it started at most timeout ago) and its signature.
 struct LaneRun {
   const CtxPtr& ctx;
   uint32_t tag;
   shm::Channel* shm;
   Clock::time_point deadline;
+  const Signature& sig;
 };
 using RunFn = std::function<void(const LaneRun&)>;
 
@@ -132,6 +144,7 @@ struct Task {
   uint32_t tag = 0;
   BufPtr p2p;  // send/recv: the posted buffer (aborted when the group is destroyed)
   bool is_send = false;
+  Signature sig;  // collectives: compared across ranks before the payload moves
 };
 
 // A worker thread with its own context and FIFO queue.
@@ -172,7 +185,7 @@ class GlooGroup final : public ProcessGroup {
  private:
   void rendezvous();
   CtxPtr connect(const std::string& name);
-  WorkPtr collective(OpInfo info, std::vector<Tensor> results, RunFn run);
+  WorkPtr collective(OpInfo info, Signature sig, std::vector<Tensor> results, RunFn run);
   WorkPtr point_to_point(const char* op, Tensor t, int peer, int tag, bool is_send);
   void run_lane(Lane& lane);
   bool execute(Lane& lane, Task& t);  // true on success
@@ -376,9 +389,13 @@ bool GlooGroup::execute(Lane& lane, Task& t) {
   t.work->mark_started();
   std::string why;
   try {
-    t.run(LaneRun{lane.ctx, t.tag, lane.shm, Clock::now() + opts_.timeout});
+    const auto deadline = Clock::now() + opts_.timeout;
+    if (!t.p2p && !lane.shm && size_ > 1) check_signatures(lane.ctx, t.tag, t.sig, deadline);
+    t.run(LaneRun{lane.ctx, t.tag, lane.shm, deadline, t.sig});
     t.work->mark_done();
     return true;
+  } catch (const detail::MismatchError& e) {
+    why = e.what();
   } catch (const Error& e) {
     // Kiln's own (e.g. an aborted wait): the group stays usable, unless the
     // error left a shared-memory channel mid-collective.
@@ -416,9 +433,10 @@ void GlooGroup::check_root(const char* op, int root) const {
              "group of size ", size_);
 }
 
-WorkPtr GlooGroup::collective(OpInfo info, std::vector<Tensor> results, RunFn run) {
+WorkPtr GlooGroup::collective(OpInfo info, Signature sig, std::vector<Tensor> results, RunFn run) {
   std::lock_guard lock(issue_mu_);
   info.seq = next_seq_++;
+  sig.seq = info.seq;
   if (debug_) {
     auto print = [&] {
       detail::print_log(*log_, where_, kiln::str("KILN_DIST_DEBUG: waiting for ", info.str()));
@@ -436,7 +454,8 @@ WorkPtr GlooGroup::collective(OpInfo info, std::vector<Tensor> results, RunFn ru
   Lane& lane = *lanes_[work->info().seq % lanes_.size()];
   {
     std::lock_guard l(lane.mu);
-    lane.queue.push_back(Task{work, std::move(run), uint32_t(work->info().seq), nullptr, false});
+    lane.queue.push_back(
+        Task{work, std::move(run), uint32_t(work->info().seq), nullptr, false, sig});
   }
   lane.cv.notify_one();
   return work;
@@ -446,9 +465,11 @@ WorkPtr GlooGroup::all_reduce(Tensor t, ReduceOp op) {
   detail::check_cpu_tensor("all_reduce", t);
   detail::check_reducible("all_reduce", t.dtype(), op);
   Millis timeout = opts_.timeout;
+  Signature sig = detail::make_signature(CollectiveKind::kAllReduce, 0, t.dtype(),
+                                         uint64_t(t.numel()), int(op));
   return collective(
-      tensor_op("all_reduce", t, to_string(op)), {t}, [t, op, timeout](const LaneRun& run) {
-        if (run.shm) return run.shm->all_reduce({span_of(t)}, t.dtype(), op, run.tag, run.deadline);
+      tensor_op("all_reduce", t, to_string(op)), sig, {t}, [t, op, timeout](const LaneRun& run) {
+        if (run.shm) return run.shm->all_reduce({span_of(t)}, t.dtype(), op, run.sig, run.deadline);
         allreduce_raw(run.ctx, run.tag, timeout, t.data_ptr(), size_t(t.numel()), t.dtype(), op);
       });
 }
@@ -467,12 +488,15 @@ WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
   info.numel = total;
   info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
   Millis timeout = opts_.timeout;
-  return collective(std::move(info), ts, [ts, op, total, timeout](const LaneRun& run) {
+  // The same signature as all_reduce of the flat buffer: that is what moves.
+  Signature sig = detail::make_signature(CollectiveKind::kAllReduce, 0, ts[0].dtype(),
+                                         uint64_t(total), int(op));
+  return collective(std::move(info), sig, ts, [ts, op, total, timeout](const LaneRun& run) {
     DType dt = ts[0].dtype();
     if (run.shm) {  // straight from and into the tensors: no flat copy
       std::vector<shm::Span> spans;
       for (const auto& t : ts) spans.push_back(span_of(t));
-      return run.shm->all_reduce(spans, dt, op, run.tag, run.deadline);
+      return run.shm->all_reduce(spans, dt, op, run.sig, run.deadline);
     }
     Tensor flat = empty({total}, dt);
     std::byte* p = bytes_of(flat);
@@ -491,11 +515,13 @@ WorkPtr GlooGroup::broadcast(Tensor t, int root) {
   detail::check_cpu_tensor("broadcast", t);
   check_root("broadcast", root);
   Millis timeout = opts_.timeout;
-  return collective(tensor_op("broadcast", t, kiln::str("root=", root)), {t},
+  Signature sig = detail::make_signature(CollectiveKind::kBroadcast, 0, t.dtype(),
+                                         uint64_t(t.numel()), -1, root);
+  return collective(tensor_op("broadcast", t, kiln::str("root=", root)), sig, {t},
                     [t, root, timeout](const LaneRun& run) {
-                      if (t.numel() == 0) return;
                       if (run.shm)
-                        return run.shm->broadcast(span_of(t), root, run.tag, run.deadline);
+                        return run.shm->broadcast(span_of(t), root, run.sig, run.deadline);
+                      if (t.numel() == 0) return;
                       ::gloo::BroadcastOptions o(run.ctx);
                       with_element(t.element_size(), [&](auto e) {
                         using T = decltype(e);
@@ -513,12 +539,14 @@ WorkPtr GlooGroup::reduce(Tensor t, int root, ReduceOp op) {
   detail::check_reducible("reduce", t.dtype(), op);
   check_root("reduce", root);
   Millis timeout = opts_.timeout;
-  return collective(tensor_op("reduce", t, kiln::str(to_string(op), " root=", root)), {t},
+  Signature sig = detail::make_signature(CollectiveKind::kReduce, 0, t.dtype(), uint64_t(t.numel()),
+                                         int(op), root);
+  return collective(tensor_op("reduce", t, kiln::str(to_string(op), " root=", root)), sig, {t},
                     [t, root, op, timeout](const LaneRun& run) {
-                      if (t.numel() == 0) return;
                       if (run.shm)
-                        return run.shm->reduce(span_of(t), t.dtype(), op, root, run.tag,
+                        return run.shm->reduce(span_of(t), t.dtype(), op, root, run.sig,
                                                run.deadline);
+                      if (t.numel() == 0) return;
                       size_t n = size_t(t.numel());
                       bool is_root = run.ctx->rank == root;
                       // Gloo uses the output as scratch on every rank: non-roots keep `t` intact.
@@ -550,14 +578,17 @@ WorkPtr GlooGroup::all_gather(std::vector<Tensor> outs, Tensor in) {
                " but the input is ", in.dtype(), in.shape());
   }
   Millis timeout = opts_.timeout;
-  return collective(tensor_op("all_gather", in), outs, [outs, in, timeout](const LaneRun& run) {
+  Signature sig =
+      detail::make_signature(CollectiveKind::kAllGather, 0, in.dtype(), uint64_t(in.numel()));
+  OpInfo info = tensor_op("all_gather", in);
+  return collective(std::move(info), sig, outs, [outs, in, timeout](const LaneRun& run) {
     size_t n = size_t(in.numel()), b = nbytes(in);
-    if (n == 0) return;
     if (run.shm) {
       std::vector<shm::Span> spans;
       for (const auto& o : outs) spans.push_back(span_of(o));
-      return run.shm->all_gather(spans, span_of(in), run.tag, run.deadline);
+      return run.shm->all_gather(spans, span_of(in), run.sig, run.deadline);
     }
+    if (n == 0) return;
     Tensor flat = empty({int64_t(n) * run.ctx->size}, in.dtype());
     ::gloo::AllgatherOptions o(run.ctx);
     with_element(in.element_size(), [&](auto e) {
@@ -585,11 +616,13 @@ WorkPtr GlooGroup::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
              in.dtype(), in.shape(), " and output ", out.dtype(), out.shape());
   OpInfo info = tensor_op("reduce_scatter", in, to_string(op));
   Millis timeout = opts_.timeout;
-  return collective(std::move(info), {out}, [out, in, op, timeout](const LaneRun& run) {
-    if (in.numel() == 0) return;
+  Signature sig = detail::make_signature(CollectiveKind::kReduceScatter, 0, in.dtype(),
+                                         uint64_t(in.numel()), int(op));
+  return collective(std::move(info), sig, {out}, [out, in, op, timeout](const LaneRun& run) {
     if (run.shm)
-      return run.shm->reduce_scatter(span_of(out), span_of(in), in.dtype(), op, run.tag,
+      return run.shm->reduce_scatter(span_of(out), span_of(in), in.dtype(), op, run.sig,
                                      run.deadline);
+    if (in.numel() == 0) return;
     Tensor tmp = in.clone();
     allreduce_raw(run.ctx, run.tag, timeout, tmp.data_ptr(), size_t(tmp.numel()), tmp.dtype(), op);
     std::memcpy(bytes_of(out), bytes_of(tmp) + size_t(run.ctx->rank) * nbytes(out), nbytes(out));
@@ -600,8 +633,9 @@ WorkPtr GlooGroup::barrier() {
   OpInfo info;
   info.op = "barrier";
   Millis timeout = opts_.timeout;
-  return collective(std::move(info), {}, [timeout](const LaneRun& run) {
-    if (run.shm) return run.shm->barrier(run.tag, run.deadline);
+  Signature sig = detail::barrier_signature(0);
+  return collective(std::move(info), sig, {}, [timeout](const LaneRun& run) {
+    if (run.shm) return run.shm->barrier(run.sig, run.deadline);
     ::gloo::BarrierOptions o(run.ctx);
     o.setTag(run.tag);
     o.setTimeout(timeout);
@@ -660,7 +694,7 @@ WorkPtr GlooGroup::point_to_point(const char* op, Tensor t, int peer, int tag, b
   };
   {
     std::lock_guard l(p2p_->mu);
-    p2p_->queue.push_back(Task{work, std::move(wait), 0, buf, is_send});
+    p2p_->queue.push_back(Task{work, std::move(wait), 0, buf, is_send, {}});
   }
   p2p_->cv.notify_one();
   return work;

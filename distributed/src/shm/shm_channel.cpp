@@ -48,30 +48,6 @@ void futex_wake(uint32_t* addr) {
   ::syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-enum Kind : uint32_t { kAllReduce = 1, kReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-
-const char* kind_name(uint32_t k) {
-  switch (k) {
-    case kAllReduce:
-      return "all_reduce";
-    case kReduce:
-      return "reduce";
-    case kBroadcast:
-      return "broadcast";
-    case kAllGather:
-      return "all_gather";
-    case kReduceScatter:
-      return "reduce_scatter";
-    case kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
-
-uint32_t code_of(DType dt, ReduceOp op, int root = -1) {
-  return uint32_t(dt) | (uint32_t(op) << 8) | (uint32_t(root + 1) << 16);
-}
-
 // Copies `bytes` between the flat byte range [off, off + bytes) of `spans`
 // and `buf` (to the spans if kToSpans).
 template <bool kToSpans>
@@ -122,25 +98,22 @@ void reduce_into(void* out, const std::vector<const std::byte*>& p, int own, siz
 
 // What a rank does in a step; peers compare it with their own.
 struct Channel::Desc {
-  uint64_t seq;
-  uint32_t kind;
-  uint32_t code;
-  uint64_t elems;
+  detail::Signature sig;  // sig.where: the symmetric buffer, if any
   uint64_t step;
-  uint64_t where;  // symmetric buffer: (id + 1) << 40 | byte offset; else 0
 };
 
 // Offsets in a rank's control block (kControlBytes).
 namespace {
 constexpr size_t kWaitersAt = 64, kDescAt = 128;
-static_assert(kDescAt + 2 * 48 <= kControlBytes);
 // A symmetric all-reduce reduces and hands out its share in blocks this big,
 // so the copies to the peers read what the reduction just wrote, from cache.
 constexpr size_t kBlockBytes = 64 << 10;
 }  // namespace
 
 Channel::Channel(World& world, std::byte* base, int lane)
-    : world_(world), base_(base), lane_(lane) {}
+    : world_(world), base_(base), lane_(lane) {
+  static_assert(kDescAt + 2 * sizeof(Desc) <= kControlBytes);
+}
 
 uint32_t* Channel::counter(int r) const {
   return reinterpret_cast<uint32_t*>(base_ + kControlBytes * size_t(r));
@@ -173,7 +146,7 @@ void Channel::wait_for(int r, uint32_t target, Clock::time_point deadline, const
     cpu_relax();
   }
   std::atomic_ref<uint32_t> w(*waiters(r));
-  const std::string doing = kiln::str(what, " in ", kind_name(op_kind_), " #", op_seq_);
+  const std::string doing = kiln::str(what, " in ", detail::short_name(op_));
   for (;;) {
     if (reached(c.load(std::memory_order_acquire), target)) return;
     try {
@@ -199,42 +172,27 @@ void Channel::wait_all(uint32_t target, Clock::time_point deadline, const char* 
   for (int r = 0; r < world_.size_; ++r) wait_for(r, target, deadline, what);
 }
 
-void Channel::begin_step(uint64_t seq, uint32_t kind, uint32_t code, uint64_t elems,
-                         Clock::time_point deadline, uint64_t where) {
-  op_kind_ = kind;
-  op_seq_ = seq;
+void Channel::begin_step(const Signature& sig, Clock::time_point deadline, uint64_t where) {
+  op_ = sig;
   // Slot and descriptor step%2 were last used in step-2: every rank must be done with it.
   if (step_ >= 2) wait_all(3 * (step_ - 2) + 3, deadline, "finish an earlier step");
-  *desc(world_.rank_, step_) = Desc{seq, kind, code, elems, step_, where};
+  Desc* d = desc(world_.rank_, step_);
+  d->sig = sig;
+  d->sig.where = where;
+  d->step = step_;
 }
 
-void Channel::check_peer_matches(int r) const {
-  const Desc& mine = *desc(world_.rank_, step_);
-  const Desc& theirs = *desc(r, step_);
-  if (std::memcmp(&mine, &theirs, sizeof mine) == 0) return;
-  auto text = [](const Desc& d) {
-    std::string s = kiln::str(kind_name(d.kind), " #", d.seq);
-    if (d.kind != kBarrier) {
-      s += kiln::str(" (", dtype_name(DType(d.code & 0xff)), ", ", d.elems, " elements");
-      if (d.kind == kAllReduce || d.kind == kReduce || d.kind == kReduceScatter)
-        s += kiln::str(", ", to_string(ReduceOp((d.code >> 8) & 0xff)));
-      if (d.kind == kBroadcast || d.kind == kReduce)
-        s += kiln::str(", root=", int(d.code >> 16) - 1);
-      if (d.where != 0)
-        s += kiln::str(", comm buffer #", (d.where >> 40) - 1, " at byte ",
-                       d.where & ((1ull << 40) - 1));
-      s += ")";
-    }
-    return s;
-  };
-  throw TransportError(kiln::str("ranks issued different collectives: rank ", world_.rank_,
-                                 " issued ", text(mine), " but rank ", r, " issued ", text(theirs),
-                                 " (peer: rank ", r, ")"));
-}
-
+// Every rank holds the same descriptors, so every rank throws the same message.
 void Channel::check_peers_match() const {
+  const Signature& mine = desc(world_.rank_, step_)->sig;
+  bool agree = true;
   for (int r = 0; r < world_.size_; ++r)
-    if (r != world_.rank_) check_peer_matches(r);
+    agree = agree && std::memcmp(&desc(r, step_)->sig, &mine, sizeof mine) == 0;
+  if (agree) return;
+  std::vector<Signature> all(size_t(world_.size_));
+  for (int r = 0; r < world_.size_; ++r) all[size_t(r)] = desc(r, step_)->sig;
+  std::string msg = detail::mismatch_message(all);
+  if (!msg.empty()) throw detail::MismatchError(msg);
 }
 
 std::pair<size_t, size_t> Channel::share(size_t len, size_t elem, int r) const {
@@ -245,17 +203,18 @@ std::pair<size_t, size_t> Channel::share(size_t len, size_t elem, int r) const {
 }
 
 void Channel::reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op, int root,
-                            uint64_t seq, Clock::time_point deadline, uint32_t kind) {
+                            const Signature& sig, Clock::time_point deadline) {
   const size_t elem = dtype_size(dt);
   size_t total_bytes = 0;
   for (const Span& s : data) total_bytes += s.bytes;
   const size_t total = total_bytes / elem;
   const size_t per_step = world_.chunk_ / elem;
   const int me = world_.rank_;
+  if (total == 0) return sync_step(sig, deadline);
   std::vector<const std::byte*> parts(size_t(world_.size_));
   for (size_t off = 0; off < total; off += per_step) {
     const size_t len = std::min(per_step, total - off);
-    begin_step(seq, kind, code_of(dt, op, root), total, deadline);
+    begin_step(sig, deadline);
     copy_spans<false>(data, off * elem, slot(me, step_), len * elem);
     publish(1);
     wait_all(3 * step_ + 1, deadline, "contribute its input");
@@ -276,25 +235,25 @@ void Channel::reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op
   }
 }
 
-void Channel::all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, uint64_t seq,
+void Channel::all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, const Signature& sig,
                          Clock::time_point deadline) {
   if (data.size() == 1 && data[0].bytes > 0) {
     size_t offset = 0;
     if (auto buf = world_.find_symmetric(data[0].data, data[0].bytes, offset))
-      return all_reduce_symmetric(*buf, offset, data[0].bytes / dtype_size(dt), dt, op, seq,
+      return all_reduce_symmetric(*buf, offset, data[0].bytes / dtype_size(dt), dt, op, sig,
                                   deadline);
   }
-  reduce_chunks(data, dt, op, -1, seq, deadline, kAllReduce);
+  reduce_chunks(data, dt, op, -1, sig, deadline);
 }
 
 // One step, no staging: once every rank's buffer holds its input, rank r
 // reduces share r across all buffers (into its own) and copies it into the
 // others'; once every rank did, every buffer holds the result.
 void Channel::all_reduce_symmetric(const SymBuffer& buf, size_t offset, size_t n, DType dt,
-                                   ReduceOp op, uint64_t seq, Clock::time_point deadline) {
+                                   ReduceOp op, const Signature& sig, Clock::time_point deadline) {
   const size_t elem = dtype_size(dt);
   const int me = world_.rank_;
-  begin_step(seq, kAllReduce, code_of(dt, op), n, deadline, ((buf.id + 1) << 40) | offset);
+  begin_step(sig, deadline, ((buf.id + 1) << 40) | offset);
   publish(1);
   wait_all(3 * step_ + 1, deadline, "contribute its input");
   check_peers_match();
@@ -316,35 +275,38 @@ void Channel::all_reduce_symmetric(const SymBuffer& buf, size_t offset, size_t n
   ++step_;
 }
 
-void Channel::reduce(Span data, DType dt, ReduceOp op, int root, uint64_t seq,
+void Channel::reduce(Span data, DType dt, ReduceOp op, int root, const Signature& sig,
                      Clock::time_point deadline) {
-  reduce_chunks({data}, dt, op, root, seq, deadline, kReduce);
+  reduce_chunks({data}, dt, op, root, sig, deadline);
 }
 
-void Channel::broadcast(Span data, int root, uint64_t seq, Clock::time_point deadline) {
+// Every rank, the root included, waits until all entered the step and
+// compares their descriptors: a rank naming another root is caught on every
+// rank (were only the root's descriptor checked, two self-declared roots
+// would each keep their own data).
+void Channel::broadcast(Span data, int root, const Signature& sig, Clock::time_point deadline) {
   const int me = world_.rank_;
+  if (data.bytes == 0) return sync_step(sig, deadline);
   for (size_t off = 0; off < data.bytes; off += world_.chunk_) {
     const size_t len = std::min(world_.chunk_, data.bytes - off);
-    begin_step(seq, kBroadcast, code_of(DType::u8, ReduceOp::kSum, root), data.bytes, deadline);
-    if (me == root) {
-      std::memcpy(slot(me, step_), data.data + off, len);
-      publish(1);
-    } else {
-      wait_for(root, 3 * step_ + 1, deadline, "send its data");
-      check_peer_matches(root);
-      std::memcpy(data.data + off, slot(root, step_), len);
-    }
+    begin_step(sig, deadline);
+    if (me == root) std::memcpy(slot(me, step_), data.data + off, len);
+    publish(1);
+    wait_all(3 * step_ + 1, deadline, me == root ? "enter the broadcast" : "send its data");
+    check_peers_match();
+    if (me != root) std::memcpy(data.data + off, slot(root, step_), len);
     publish(3);
     ++step_;
   }
 }
 
-void Channel::all_gather(const std::vector<Span>& outs, Span in, uint64_t seq,
+void Channel::all_gather(const std::vector<Span>& outs, Span in, const Signature& sig,
                          Clock::time_point deadline) {
   const int me = world_.rank_;
+  if (in.bytes == 0) return sync_step(sig, deadline);
   for (size_t off = 0; off < in.bytes; off += world_.chunk_) {
     const size_t len = std::min(world_.chunk_, in.bytes - off);
-    begin_step(seq, kAllGather, code_of(DType::u8, ReduceOp::kSum), in.bytes, deadline);
+    begin_step(sig, deadline);
     std::memcpy(slot(me, step_), in.data + off, len);
     publish(1);
     wait_all(3 * step_ + 1, deadline, "contribute its input");
@@ -356,17 +318,18 @@ void Channel::all_gather(const std::vector<Span>& outs, Span in, uint64_t seq,
   }
 }
 
-void Channel::reduce_scatter(Span out, Span in, DType dt, ReduceOp op, uint64_t seq,
+void Channel::reduce_scatter(Span out, Span in, DType dt, ReduceOp op, const Signature& sig,
                              Clock::time_point deadline) {
   const size_t elem = dtype_size(dt);
   const size_t m = out.bytes / elem;  // elements per block
   const size_t n = size_t(world_.size_);
   const size_t per_step = world_.chunk_ / elem / n;  // elements of each block per step
   const int me = world_.rank_;
+  if (m == 0) return sync_step(sig, deadline);
   std::vector<const std::byte*> parts(n);
   for (size_t off = 0; off < m; off += per_step) {
     const size_t len = std::min(per_step, m - off);
-    begin_step(seq, kReduceScatter, code_of(dt, op), m, deadline);
+    begin_step(sig, deadline);
     std::byte* mine = slot(me, step_);
     for (size_t q = 0; q < n; ++q)
       std::memcpy(mine + q * per_step * elem, in.data + (q * m + off) * elem, len * elem);
@@ -381,8 +344,15 @@ void Channel::reduce_scatter(Span out, Span in, DType dt, ReduceOp op, uint64_t 
   }
 }
 
-void Channel::barrier(uint64_t seq, Clock::time_point deadline) {
-  begin_step(seq, kBarrier, 0, 0, deadline);
+void Channel::barrier(const Signature& sig, Clock::time_point deadline) {
+  sync_step(sig, deadline);
+}
+
+// A step that moves no data: a collective of zero elements still checks that
+// every rank issued it alike (a peer with data would otherwise wait out the
+// timeout).
+void Channel::sync_step(const Signature& sig, Clock::time_point deadline) {
+  begin_step(sig, deadline);
   publish(1);
   wait_all(3 * step_ + 1, deadline, "enter the barrier");
   check_peers_match();

@@ -11,7 +11,9 @@
 // Each worker lane of the group owns one Channel: per rank a counter (also the
 // futex word), an op descriptor and two chunk-sized slots (double buffering).
 // A collective is a sequence of steps, counted per lane alike on every rank
-// (lanes run their collectives in the same order everywhere). Within step s a
+// (lanes run their collectives in the same order everywhere). Each step
+// records the collective's signature; every rank compares all of them once
+// every rank entered the step, before it reads any peer's data. Within step s a
 // rank's counter goes to 3s+1 (its slot holds its input), 3s+2 (its share of
 // the reduction is done), 3s+3 (it has read everything it needs of step s);
 // it writes slot s%2 again at step s+2 only once every counter reached 3s+3.
@@ -32,12 +34,13 @@
 #include <utility>
 #include <vector>
 
+#include "../collective_signature.h"  // also reached from tests by path
 #include "kiln/distributed/process_group.h"
 
 namespace kiln::dist::shm {
 
-/// A failure of the transport (a peer left, exited or timed out, or ranks
-/// issued different collectives): the group becomes unusable.
+/// A failure of the transport (a peer left, exited or timed out): the group
+/// becomes unusable.
 struct TransportError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -60,26 +63,32 @@ struct SymBuffer {
 };
 
 /// One lane's share of the segment; used by that lane's worker thread only.
+/// Every collective takes the op's signature (detail::Signature): each step
+/// records it, and once all ranks entered the step every rank compares all of
+/// them, throwing detail::MismatchError naming the ranks that disagree.
 class Channel {
  public:
+  using Signature = detail::Signature;
   Channel(World& world, std::byte* base, int lane);
   /// Reduces the concatenation of `data` (one dtype) in place on every rank.
   /// A single span inside a symmetric buffer (on every rank alike) is reduced
   /// without staging: each rank reduces its share across the ranks' buffers
   /// and writes it into all of them.
-  void all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, uint64_t seq,
+  void all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, const Signature& sig,
                   Clock::time_point deadline);
   /// As all_reduce, but only `root` receives the result.
-  void reduce(Span data, DType dt, ReduceOp op, int root, uint64_t seq, Clock::time_point deadline);
+  void reduce(Span data, DType dt, ReduceOp op, int root, const Signature& sig,
+              Clock::time_point deadline);
   /// Copies root's `data` into `data` on every rank.
-  void broadcast(Span data, int root, uint64_t seq, Clock::time_point deadline);
+  void broadcast(Span data, int root, const Signature& sig, Clock::time_point deadline);
   /// outs[r] receives rank r's `in`.
-  void all_gather(const std::vector<Span>& outs, Span in, uint64_t seq, Clock::time_point deadline);
+  void all_gather(const std::vector<Span>& outs, Span in, const Signature& sig,
+                  Clock::time_point deadline);
   /// `out` receives the reduction of block rank() of every rank's `in`.
-  void reduce_scatter(Span out, Span in, DType dt, ReduceOp op, uint64_t seq,
+  void reduce_scatter(Span out, Span in, DType dt, ReduceOp op, const Signature& sig,
                       Clock::time_point deadline);
   /// Returns once every rank entered it.
-  void barrier(uint64_t seq, Clock::time_point deadline);
+  void barrier(const Signature& sig, Clock::time_point deadline);
 
  private:
   struct Desc;
@@ -89,28 +98,28 @@ class Channel {
   std::byte* slot(int r, uint32_t step) const;
   // Starts step `step_`: waits until this rank may overwrite its slot, then
   // records what it is doing (checked by the peers).
-  void begin_step(uint64_t seq, uint32_t kind, uint32_t code, uint64_t elems,
-                  Clock::time_point deadline, uint64_t where = 0);
+  void begin_step(const Signature& sig, Clock::time_point deadline, uint64_t where = 0);
   void publish(uint32_t phase);  // phase 1..3 of the current step
   // Wait until rank r's counter (every rank's) reaches `target`.
   void wait_for(int r, uint32_t target, Clock::time_point deadline, const char* what);
   void wait_all(uint32_t target, Clock::time_point deadline, const char* what);
-  void check_peer_matches(int r) const;  // rank r's descriptor of this step equals ours
+  // Every rank's descriptor of this step equals ours (all reached phase 1).
   void check_peers_match() const;
+  // One step without data: only the signatures are compared.
+  void sync_step(const Signature& sig, Clock::time_point deadline);
   // Elements [begin, end) of a `len`-element chunk that rank r reduces.
   std::pair<size_t, size_t> share(size_t len, size_t elem, int r) const;
   // The chunked all-reduce core: only `root` (or everyone, root < 0) copies out.
   void all_reduce_symmetric(const SymBuffer& buf, size_t offset, size_t n, DType dt, ReduceOp op,
-                            uint64_t seq, Clock::time_point deadline);
-  void reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op, int root, uint64_t seq,
-                     Clock::time_point deadline, uint32_t kind);
+                            const Signature& sig, Clock::time_point deadline);
+  void reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op, int root,
+                     const Signature& sig, Clock::time_point deadline);
 
   World& world_;
   std::byte* base_;
   int lane_;
   uint32_t step_ = 0;  // steps this lane completed
-  uint32_t op_kind_ = 0;
-  uint64_t op_seq_ = 0;  // for error messages
+  Signature op_;       // the collective running (for error messages)
 };
 
 /// The segment shared by the ranks of one group, mapped in this rank.
