@@ -120,12 +120,25 @@ std::string shape_str(const Tensor& t);
 /// `prefix` and compares it with every other rank's. kiln::Error naming both
 /// ranks and both signatures on a mismatch, or naming the ranks that did not
 /// issue it within `timeout` (after calling `on_timeout`, e.g. to print the
-/// log). Blocks until all ranks issued it.
+/// log), or saying the store went away. Blocks until all ranks issued it.
 void debug_check(Store& store, const std::string& prefix, int rank, int size, const OpInfo& info,
                  Millis timeout, const std::function<void()>& on_timeout);
 
+/// A string's bytes as a store value, and back.
+inline Bytes to_bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+inline std::string from_bytes(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+
 /// The ranks (of 0..size-1) whose key `prefix + rank` is not set, probing each
-/// briefly (used after a store wait timed out).
+/// briefly (used after a store wait timed out). A store failure other than a
+/// timeout propagates (the store is gone: no rank can be named).
 std::vector<int> missing_ranks(Store& store, const std::string& prefix, int size);
+
+/// "lost the store (<e>); without kilnrun, rank 0 of the job serves it, so rank
+/// 0 has exited ..." (or kilnrun's launcher stopped, under kilnrun).
+std::string store_lost(const Error& e);
 
 }  // namespace kiln::dist::detail

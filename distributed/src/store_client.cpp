@@ -331,8 +331,8 @@ Bytes TCPStore::get(const std::string& key) {
   std::string what = kiln::str("get(", quote(key), ")");
   Reply r = impl_->request(what, std::move(w), t);
   if (r.status == p::kTimeout)
-    kiln::throw_error(kiln::str("[store] ", what, " timed out after ", t.count(),
-                                " ms waiting for ", impl_->addr));
+    throw StoreTimeout(kiln::str("[store] ", what, " timed out after ", t.count(),
+                                 " ms waiting for ", impl_->addr));
   return std::move(r.payload);
 }
 
@@ -359,9 +359,9 @@ void TCPStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   std::vector<std::string> missing;
   uint32_t n = rd.u32();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) missing.push_back(rd.str(p::kMaxKey));
-  kiln::throw_error(kiln::str("[store] ", what, " timed out after ", timeout.count(),
-                              " ms waiting for ", impl_->addr,
-                              "; missing keys: ", quote_list(missing)));
+  throw StoreTimeout(kiln::str("[store] ", what, " timed out after ", timeout.count(),
+                               " ms waiting for ", impl_->addr,
+                               "; missing keys: ", quote_list(missing)));
 }
 
 Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {

@@ -229,6 +229,50 @@ TEST(InitProcessGroup, PeerProcessExits) {
   });
 }
 
+// KILN_DIST_DEBUG without kilnrun, where rank 0 serves the store: rank 0
+// exits without issuing the collective rank 1 waits in. Rank 1's error says
+// the store went away with rank 0; it used to list every rank (itself too)
+// as not having issued it, after a store timeout per rank.
+TEST(InitProcessGroup, DebugCheckWhenTheStoreHostExitsFirst) {
+  uint16_t port = free_port();
+  run_processes(2, [&](int rank) {
+    set_env("KILN_DIST_DEBUG", "1");
+    ::unsetenv("KILN_USE_AGENT_STORE");
+    ::unsetenv("KILN_STORE_TOKEN");
+    ::unsetenv("KILN_RESTART_COUNT");
+    InitOptions o;
+    o.init_method = kiln::str("tcp://127.0.0.1:", port);
+    o.rank = rank;
+    o.world_size = 2;
+    o.timeout = 3000ms;
+    init_process_group(o);
+    CHILD_CHECK(sum_of_ones_ok(2));
+    if (rank == 0) {
+      // Once rank 1 has published collective #1 for the check, leave without it.
+      TCPStoreOptions co;
+      co.port = port;
+      co.timeout = 3000ms;
+      TCPStore peek(co);
+      peek.wait({"pg/r0/i0/default/debug/1/1"}, 3000ms);
+      ::_exit(0);
+    }
+    std::string msg;
+    try {
+      default_group()->all_reduce(ones({4}));
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    if (msg.find("lost the store") == std::string::npos ||
+        msg.find("rank 0 of the job serves it") == std::string::npos ||
+        msg.find("rank(s) [") != std::string::npos)
+      std::fprintf(stderr, "unexpected: '%s'\n", msg.c_str());
+    CHILD_CHECK(msg.find("[all_reduce] KILN_DIST_DEBUG: rank 1") != std::string::npos);
+    CHILD_CHECK(msg.find("lost the store") != std::string::npos);
+    CHILD_CHECK(msg.find("rank 0 of the job serves it") != std::string::npos);
+    CHILD_CHECK(msg.find("rank(s) [") == std::string::npos);
+  });
+}
+
 // Malformed URLs, missing or bad variables and an unknown backend are clear
 // errors raised before any network traffic; the group API needs init first.
 TEST(InitProcessGroup, ErrorsBeforeAnyNetwork) {

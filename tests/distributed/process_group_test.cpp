@@ -343,6 +343,33 @@ TEST(ProcessGroupGloo, RankThatNeverJoins) {
   EXPECT_LT(Clock::now() - t0, 4s);
 }
 
+// Ranks given different world sizes are told each rank's size at once, not
+// "Gloo rendezvous failed ... missing keys" after the timeout.
+TEST(ProcessGroupGloo, WorldSizeDisagreementNamesEachRanksSize) {
+  TCPStoreServer server(loopback_server());
+  const std::string prefix = unique_prefix();
+  std::vector<std::string> errors(2);
+  auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        make_gloo_group(client(server.port()), r, r == 0 ? 2 : 3, fast_options(10000ms), prefix);
+      } catch (const Error& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_LT(Clock::now() - t0, 5s);  // not the 10 s timeout
+  for (int r = 0; r < 2; ++r) {
+    const std::string& m = errors[size_t(r)];
+    for (const char* part :
+         {"[process_group]", "different world sizes", "rank 0 announced 2", "rank 1 announced 3"})
+      EXPECT_NE(m.find(part), std::string::npos) << "rank " << r << ": " << m;
+  }
+}
+
 // KILN_DIST_DEBUG: mismatched sizes or ops are reported on every rank naming
 // both ranks (and the group stays usable); a rank that never issues the
 // collective is named after the timeout. The env var turns the check on.

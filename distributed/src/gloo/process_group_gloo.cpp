@@ -41,6 +41,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -264,21 +265,51 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGr
   p2p_->thread = std::thread([this] { run_lane(*p2p_); });
 }
 
-// Every rank announces itself first, so a rank that never comes is named
-// (connectFullMesh itself would only report a store key).
+// Every rank announces itself, with the world size it was given, first: a
+// rank that never comes is named, and ranks given different sizes are told
+// each rank's size (connectFullMesh itself would only report a store key).
 void GlooGroup::rendezvous() {
   const std::string join = prefix_ + "/join/";
-  store_->set(join + std::to_string(rank_), Bytes{1});
+  store_->set(join + std::to_string(rank_), detail::to_bytes(std::to_string(size_)));
+  auto announced = [&](int r) {
+    std::string v = detail::from_bytes(store_->get(join + std::to_string(r)));
+    return v.empty() ? std::string("?") : v;
+  };
+  auto disagree = [&](const std::string& who_said_what) {
+    kiln::throw_error(kiln::str("[process_group] ", where_,
+                                ": the ranks were given different world sizes: ", who_said_what,
+                                " (check WORLD_SIZE or InitOptions::world_size on every rank)"));
+  };
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(join + std::to_string(r));
   try {
+    // Rank 0 exists in every world: a rank given a larger size than rank 0
+    // learns it now instead of waiting for ranks that never come.
+    if (rank_ != 0) {
+      store_->wait({keys[0]}, opts_.timeout);
+      if (std::string s0 = announced(0); s0 != std::to_string(size_))
+        disagree(kiln::str("rank 0 announced ", s0, ", rank ", rank_, " announced ", size_));
+    }
     store_->wait(keys, opts_.timeout);
-  } catch (const Error&) {
+  } catch (const StoreTimeout&) {
     auto missing = detail::missing_ranks(*store_, join, size_);
-    if (missing.empty()) throw;  // the store itself failed
+    std::string sizes;
+    for (int r = 0; r < size_; ++r)
+      if (std::find(missing.begin(), missing.end(), r) == missing.end())
+        sizes += kiln::str(sizes.empty() ? "" : ", ", "rank ", r, ": ", announced(r));
     kiln::throw_error(kiln::str("[process_group] ", where_, ": rank(s) ", missing,
-                                " did not join within ", opts_.timeout.count(), " ms"));
+                                " did not join within ", opts_.timeout.count(),
+                                " ms (world sizes announced by the ranks that joined: ", sizes,
+                                ")"));
   }
+  std::string list;
+  bool agree = true;
+  for (int r = 0; r < size_; ++r) {
+    std::string s = r == rank_ ? std::to_string(size_) : announced(r);
+    agree = agree && s == std::to_string(size_);
+    list += kiln::str(r ? ", " : "", "rank ", r, " announced ", s);
+  }
+  if (!agree) disagree(list);
   ::gloo::transport::tcp::attr attr;
   if (!opts_.host.empty()) {
     attr.hostname = opts_.host;

@@ -10,10 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "kiln/error.h"
+
 namespace kiln::dist {
 
 using Bytes = std::vector<uint8_t>;
 using Millis = std::chrono::milliseconds;
+
+/// Thrown by get() and wait() when the store answered that a key was still
+/// missing at the timeout. Every other failure (the store unreachable or gone)
+/// is a plain kiln::Error, so callers can tell "a rank did not come" from
+/// "the store went away".
+class StoreTimeout : public Error {
+ public:
+  using Error::Error;
+};
 
 /// The key-value interface the process groups use (a TCP client today).
 class Store {
@@ -21,11 +32,11 @@ class Store {
   virtual ~Store() = default;
   /// Sets key to value (overwrites).
   virtual void set(const std::string& key, const Bytes& value) = 0;
-  /// The value of key, waiting up to timeout() for it to be set.
+  /// The value of key, waiting up to timeout() for it to be set (StoreTimeout).
   virtual Bytes get(const std::string& key) = 0;
   /// Adds delta to the integer stored at key (0 if absent); returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
-  /// Waits until every key is set; kiln::Error naming the missing keys on timeout.
+  /// Waits until every key is set; StoreTimeout naming the missing keys on timeout.
   virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
   /// Sets key to `desired` if its value equals `expected` (empty expected: key
   /// absent); returns the value after the call.
