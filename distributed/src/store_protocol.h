@@ -134,9 +134,10 @@ class Writer {
     const auto* b = static_cast<const uint8_t*>(p);
     buf_.insert(buf_.end(), b, b + n);
   }
-  /// The finished message (fills in payload_len).
-  std::vector<uint8_t> take() {
-    put_u32(buf_.data() + 8, uint32_t(buf_.size() - payload_start_));
+  /// The finished message (fills in payload_len). `external` more payload
+  /// bytes follow that the caller sends from elsewhere (a stored value).
+  std::vector<uint8_t> take(size_t external = 0) {
+    put_u32(buf_.data() + 8, uint32_t(buf_.size() - payload_start_ + external));
     return std::move(buf_);
   }
 

@@ -4,6 +4,14 @@
 // Requests that must wait (get of a missing key, wait(keys)) are parked on
 // their connection and answered when a write makes the keys present, or with
 // a TIMEOUT reply at their deadline.
+//
+// Bounds against hostile or broken clients: connections that have not said
+// hello are capped (the oldest is closed for a new one, so they cannot use
+// up the descriptors authenticated clients need) and closed after
+// hello_timeout; a reply holds the stored value by reference, so clients that
+// never read their replies pin one copy of a value, not one copy each; and a
+// condition that repeats (a flood of bad connections, accept failing for
+// lack of descriptors) is logged once, not once per connection or retry.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -11,7 +19,9 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,6 +94,9 @@ bool token_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// Stored values are immutable and shared with the replies still sending them.
+using Value = std::shared_ptr<const Bytes>;
+
 struct Conn {
   int fd = -1;
   std::string peer;
@@ -91,8 +104,10 @@ struct Conn {
   bool loopback = false;
   Clock::time_point hello_deadline;
   std::vector<uint8_t> in;
-  std::vector<uint8_t> out;
-  size_t out_off = 0;
+  std::vector<uint8_t> out;  // the reply being sent: header (and small payload)
+  Value out_value;           // then these bytes, if set (a stored value)
+  size_t out_off = 0;        // bytes of out + *out_value sent so far
+  bool sending() const { return !out.empty(); }
   bool dead = false;
   // A parked get/wait: its keys and deadline.
   bool parked = false;
@@ -109,6 +124,51 @@ struct Conn {
   }
 };
 
+// The kind of a log line: its text with digit runs folded ("no hello within
+// # ms"), so repeats of one condition share a kind whatever their numbers.
+std::string log_kind(const std::string& text) {
+  std::string k;
+  for (char c : text) {
+    bool digit = c >= '0' && c <= '9';
+    if (!digit)
+      k += c;
+    else if (k.empty() || k.back() != '#')
+      k += '#';
+  }
+  return k;
+}
+
+// Prints each kind of line at most once per kLogEvery; the next line of that
+// kind says how many were suppressed meanwhile.
+class LogLimiter {
+ public:
+  void print(const std::string& line) {
+    State& st = kinds_[log_kind(line)];
+    auto now = Clock::now();
+    if (st.printed && now - st.last < kLogEvery) {
+      ++st.suppressed;
+      return;
+    }
+    std::string out = "[kiln store] " + line;
+    if (st.suppressed)
+      out +=
+          kiln::str(" (and ", st.suppressed, " more like it in the last ",
+                    std::chrono::duration_cast<std::chrono::seconds>(now - st.last).count(), " s)");
+    out += "\n";
+    std::fputs(out.c_str(), stderr);
+    st = State{true, now, 0};
+  }
+
+ private:
+  static constexpr auto kLogEvery = std::chrono::seconds(10);
+  struct State {
+    bool printed = false;
+    Clock::time_point last;
+    uint64_t suppressed = 0;
+  };
+  std::unordered_map<std::string, State> kinds_;
+};
+
 }  // namespace
 
 struct TCPStoreServer::Impl {
@@ -120,17 +180,21 @@ struct TCPStoreServer::Impl {
   std::mutex stop_mu;  // stop() may be called from several threads
   bool stopped = false;
   std::vector<std::unique_ptr<Conn>> conns;
-  std::unordered_map<std::string, Bytes> data;
+  std::unordered_map<std::string, Value> data;
   Clock::time_point accept_paused_until{};
+  bool accept_failing = false;  // logged once until an accept succeeds again
+  size_t max_unauthed = 64;     // from opts and the descriptor limit
+  LogLimiter log;
 
   void run();
   void accept_all();
+  bool evict_oldest_unauthed(const char* why);
   void on_readable(Conn& c);
   void on_writable(Conn& c);
   void check_header(Conn& c);
   void process(Conn& c);
   void handle(Conn& c, const p::Header& h, const uint8_t* token, const uint8_t* payload);
-  void reply(Conn& c, p::Writer w);
+  void reply(Conn& c, p::Writer w, Value value = nullptr);
   bool try_answer_parked(Conn& c, bool timed_out);
   void wake_parked();
   void reject(Conn& c, const std::string& reason);
@@ -139,8 +203,7 @@ struct TCPStoreServer::Impl {
 
 void TCPStoreServer::Impl::reject(Conn& c, const std::string& reason) {
   if (c.dead) return;
-  std::string line = kiln::str("[kiln store] rejected ", c.peer, ": ", reason, "\n");
-  std::fputs(line.c_str(), stderr);
+  log.print(kiln::str("rejected ", c.peer, ": ", reason));
   // Best effort: tell the peer why (never blocks; it may be lost).
   p::Writer w(p::kError);
   w.raw(reason.data(), reason.size());
@@ -156,6 +219,21 @@ void TCPStoreServer::Impl::close_conn(Conn& c) {
   c.dead = true;
   c.in = {};
   c.out = {};
+  c.out_value.reset();
+}
+
+// Closes the connection that has waited longest for its hello; false if
+// every connection said hello.
+bool TCPStoreServer::Impl::evict_oldest_unauthed(const char* why) {
+  Conn* oldest = nullptr;
+  for (auto& c : conns)
+    if (!c->dead && !c->authed && (!oldest || c->hello_deadline < oldest->hello_deadline))
+      oldest = c.get();
+  if (!oldest) return false;
+  log.print(kiln::str("closing connections that have not sent a hello (", why,
+                      "): the oldest goes for each new one, e.g. ", oldest->peer));
+  close_conn(*oldest);
+  return true;
 }
 
 void TCPStoreServer::Impl::accept_all() {
@@ -167,12 +245,25 @@ void TCPStoreServer::Impl::accept_all() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors: stop polling the listener briefly instead of spinning.
-        std::fprintf(stderr, "[kiln store] accept failed: %s\n", std::strerror(errno));
+        // Out of descriptors: a connection still owing its hello makes room;
+        // else stop polling the listener briefly instead of spinning.
+        if ((errno == EMFILE || errno == ENFILE) && evict_oldest_unauthed("out of descriptors"))
+          continue;
+        if (!accept_failing)
+          std::fprintf(stderr,
+                       "[kiln store] cannot accept connections: %s; retrying every 100 ms "
+                       "(logged once)\n",
+                       std::strerror(errno));
+        accept_failing = true;
         accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
       }
       return;
     }
+    if (accept_failing) std::fputs("[kiln store] accepting connections again\n", stderr);
+    accept_failing = false;
+    size_t unauthed = 0;
+    for (auto& c : conns) unauthed += !c->dead && !c->authed;
+    if (unauthed >= max_unauthed) evict_oldest_unauthed(kiln::str("over ", max_unauthed).c_str());
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_unique<Conn>();
@@ -180,7 +271,18 @@ void TCPStoreServer::Impl::accept_all() {
     c->peer = peer_name(ss);
     c->loopback = is_loopback(ss);
     c->hello_deadline = Clock::now() + opts.hello_timeout;
+    Conn& conn = *c;
     conns.push_back(std::move(c));
+    // A client sends its hello right after connecting: read it now, so it is
+    // authenticated before a flood of new connections could evict it.
+    try {
+      on_readable(conn);
+      process(conn);
+    } catch (const Reject& r) {
+      reject(conn, r.reason);
+    } catch (const std::exception& e) {
+      reject(conn, kiln::str("internal error: ", e.what()));
+    }
   }
 }
 
@@ -256,9 +358,20 @@ void TCPStoreServer::Impl::on_readable(Conn& c) {
 }
 
 void TCPStoreServer::Impl::on_writable(Conn& c) {
-  while (c.out_off < c.out.size()) {
-    ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
-                       MSG_NOSIGNAL | MSG_DONTWAIT);
+  const size_t total = c.out.size() + (c.out_value ? c.out_value->size() : 0);
+  while (c.out_off < total) {
+    iovec iov[2];
+    int n_iov = 0;
+    if (c.out_off < c.out.size())
+      iov[n_iov++] = {c.out.data() + c.out_off, c.out.size() - c.out_off};
+    if (c.out_value && !c.out_value->empty()) {
+      size_t skip = c.out_off > c.out.size() ? c.out_off - c.out.size() : 0;
+      iov[n_iov++] = {const_cast<uint8_t*>(c.out_value->data()) + skip, c.out_value->size() - skip};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = size_t(n_iov);
+    ssize_t n = ::sendmsg(c.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -268,11 +381,13 @@ void TCPStoreServer::Impl::on_writable(Conn& c) {
     c.out_off += size_t(n);
   }
   c.out.clear();
+  c.out_value.reset();
   c.out_off = 0;
 }
 
-void TCPStoreServer::Impl::reply(Conn& c, p::Writer w) {
-  c.out = w.take();
+void TCPStoreServer::Impl::reply(Conn& c, p::Writer w, Value value) {
+  c.out = w.take(value ? value->size() : 0);
+  c.out_value = std::move(value);
   c.out_off = 0;
   on_writable(c);
 }
@@ -290,12 +405,7 @@ bool TCPStoreServer::Impl::try_answer_parked(Conn& c, bool timed_out) {
     for (const auto& k : missing) w.str(k);
     reply(c, std::move(w));
   } else {
-    p::Writer w(p::kOk);
-    if (c.park_op == p::kGet) {
-      const Bytes& v = data[c.park_keys[0]];
-      w.raw(v.data(), v.size());
-    }
-    reply(c, std::move(w));
+    reply(c, p::Writer(p::kOk), c.park_op == p::kGet ? data[c.park_keys[0]] : nullptr);
   }
   c.park_keys.clear();
   return true;
@@ -333,7 +443,7 @@ void TCPStoreServer::Impl::handle(Conn& c, const p::Header& h, const uint8_t* to
       std::string key = r.str(p::kMaxKey);
       Bytes value = r.bytes(p::kMaxValue);
       done();
-      data[key] = std::move(value);
+      data[key] = std::make_shared<const Bytes>(std::move(value));
       reply(c, p::Writer(p::kOk));
       wake_parked();
       return;
@@ -365,9 +475,10 @@ void TCPStoreServer::Impl::handle(Conn& c, const p::Header& h, const uint8_t* to
       int64_t cur = 0;
       auto it = data.find(key);
       if (it != data.end()) {
-        const char* b = reinterpret_cast<const char*>(it->second.data());
-        auto [ptr, ec] = std::from_chars(b, b + it->second.size(), cur);
-        if (ec != std::errc() || ptr != b + it->second.size() || it->second.empty()) {
+        const Bytes& v = *it->second;
+        const char* b = reinterpret_cast<const char*>(v.data());
+        auto [ptr, ec] = std::from_chars(b, b + v.size(), cur);
+        if (ec != std::errc() || ptr != b + v.size() || v.empty()) {
           std::string msg = "the value at the key is not an integer";
           p::Writer w(p::kError);
           w.raw(msg.data(), msg.size());
@@ -385,7 +496,7 @@ void TCPStoreServer::Impl::handle(Conn& c, const p::Header& h, const uint8_t* to
       }
       // Stored as decimal text so get() of a counter is readable.
       std::string text = std::to_string(next);
-      data[key] = Bytes(text.begin(), text.end());
+      data[key] = std::make_shared<const Bytes>(text.begin(), text.end());
       p::Writer w(p::kOk);
       w.u64(uint64_t(next));
       reply(c, std::move(w));
@@ -399,15 +510,10 @@ void TCPStoreServer::Impl::handle(Conn& c, const p::Header& h, const uint8_t* to
       done();
       auto it = data.find(key);
       // Empty `expected` matches an absent key (and an empty value).
-      bool match = it == data.end() ? expected.empty() : it->second == expected;
-      p::Writer w(p::kOk);
-      if (match) {
-        w.raw(desired.data(), desired.size());
-        data[key] = std::move(desired);
-      } else if (it != data.end()) {
-        w.raw(it->second.data(), it->second.size());
-      }
-      reply(c, std::move(w));
+      bool match = it == data.end() ? expected.empty() : *it->second == expected;
+      Value now = it == data.end() ? nullptr : it->second;
+      if (match) now = data[key] = std::make_shared<const Bytes>(std::move(desired));
+      reply(c, p::Writer(p::kOk), now);
       if (match) wake_parked();
       return;
     }
@@ -433,7 +539,7 @@ void TCPStoreServer::Impl::handle(Conn& c, const p::Header& h, const uint8_t* to
 
 // Handles buffered requests while the connection is free to answer them.
 void TCPStoreServer::Impl::process(Conn& c) {
-  while (!c.dead && !c.parked && c.out.empty()) {
+  while (!c.dead && !c.parked && !c.sending()) {
     size_t n = c.complete_message();
     if (!n) return;
     p::Header h = p::decode_header(c.in.data());
@@ -484,7 +590,7 @@ void TCPStoreServer::Impl::run() {
       short ev = 0;
       // Read only while no complete message waits its turn (backpressure).
       if (!c->complete_message()) ev |= POLLIN;
-      if (!c->out.empty()) ev |= POLLOUT;
+      if (c->sending()) ev |= POLLOUT;
       fds.push_back({c->fd, ev, 0});
     }
     int rc = ::poll(fds.data(), fds.size(), timeout);
@@ -515,7 +621,7 @@ void TCPStoreServer::Impl::run() {
     }
     // A write may have unparked others that have requests buffered.
     for (auto& c : conns) {
-      if (c->dead || c->parked || !c->out.empty()) continue;
+      if (c->dead || c->parked || c->sending()) continue;
       try {
         process(*c);
       } catch (const Reject& r) {
@@ -559,6 +665,13 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions opts) : impl_(std::make_uni
   ::getsockname(m.listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
   m.port = ntohs(bound.sin_port);
 
+  // Connections owing their hello hold at most a quarter of the descriptors.
+  KILN_CHECK(m.opts.max_unauthenticated >= 1, "[store] max_unauthenticated must be >= 1; got ",
+             m.opts.max_unauthenticated);
+  m.max_unauthed = size_t(m.opts.max_unauthenticated);
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    m.max_unauthed = std::clamp<size_t>(size_t(lim.rlim_cur / 4), 1, m.max_unauthed);
   m.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (m.wake_fd < 0) {
     int err = errno;

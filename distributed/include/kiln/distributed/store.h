@@ -58,6 +58,9 @@ struct TCPStoreServerOptions {
   std::string token;             ///< empty: only loopback clients are accepted
   /// A connection that has not sent its first (token) message by then is closed.
   Millis hello_timeout{10000};
+  /// At most this many connections (and a quarter of the descriptor limit)
+  /// may wait for their hello; a new one closes the oldest.
+  int max_unauthenticated = 64;
 };
 
 /// The store server: a thread serving any number of clients. Malformed or
@@ -82,8 +85,8 @@ class TCPStoreServer {
 struct TCPStoreOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
-  std::string token;              ///< must match the server's
-  Millis timeout{300000};         ///< connect (with retries), get and round trips
+  std::string token;       ///< must match the server's
+  Millis timeout{300000};  ///< connect (with retries), get and round trips
 };
 
 /// A store client over TCP (length-prefixed messages).
