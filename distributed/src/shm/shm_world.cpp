@@ -12,15 +12,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
-#include "kiln/env.h"
 #include "kiln/error.h"
+#include "shm_registry.h"
 
 namespace kiln::dist::shm {
 
@@ -55,29 +54,6 @@ std::string host_id() {
                    read_link("/proc/self/ns/pid"), "|", read_link("/proc/self/ns/mnt"));
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-// "/kiln.<token hash>.<readable prefix>.<prefix hash>.<pid>": unique per job
-// (token), group (prefix) and creating process.
-std::string segment_name(const std::string& prefix) {
-  std::string readable;
-  for (char c : prefix.substr(0, 80))
-    readable += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '_';
-  char hex[64];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(prefix)));
-  char tok[32];
-  std::snprintf(tok, sizeof tok, "%08llx",
-                static_cast<unsigned long long>(fnv1a(env::get("KILN_STORE_TOKEN")) >> 32));
-  return kiln::str("/kiln.", tok, ".", readable, ".", hex, ".", ::getpid());
-}
-
 Bytes to_bytes(const std::string& s) {
   return Bytes(s.begin(), s.end());
 }
@@ -86,7 +62,8 @@ std::string from_bytes(const Bytes& b) {
 }
 
 // Creates, sizes (pages reserved now: a full /dev/shm is an error here, not a
-// SIGBUS later) and maps the segment. nullptr and `why` on failure.
+// SIGBUS later) and maps the segment. nullptr and `why` on failure. The name
+// is tracked (unlinked on SIGTERM) until detail::unlink_segment.
 std::byte* create_segment(const std::string& name, size_t bytes, std::string& why) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {  // left by a crashed process with the same pid: ours now
@@ -97,6 +74,7 @@ std::byte* create_segment(const std::string& name, size_t bytes, std::string& wh
     why = kiln::str("shm_open(", name, "): ", std::strerror(errno));
     return nullptr;
   }
+  detail::track_segment(name);
   int err = ::ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
   if (err == 0) err = ::posix_fallocate(fd, 0, off_t(bytes));
   void* p = MAP_FAILED;
@@ -106,7 +84,7 @@ std::byte* create_segment(const std::string& name, size_t bytes, std::string& wh
   }
   ::close(fd);
   if (err != 0) {
-    ::shm_unlink(name.c_str());
+    detail::unlink_segment(name);
     why = kiln::str("cannot allocate ", bytes >> 20, " MB in /dev/shm for ", name, ": ",
                     std::strerror(err));
     return nullptr;
@@ -225,56 +203,52 @@ std::unique_ptr<World> World::connect(Store& store, const std::string& prefix, i
 
   const size_t bytes = segment_bytes(size, lanes);
   std::string name, why;
-  std::byte* mem = nullptr;
+  // Rank 0 unlinks its segment once every rank mapped it (or gave up), or on
+  // any error (a store failure included): nothing stays in /dev/shm. The
+  // mapping goes too unless the World takes it.
+  struct Cleanup {
+    std::string name;
+    std::byte* mem = nullptr;
+    size_t bytes = 0;
+    ~Cleanup() {
+      if (!name.empty()) detail::unlink_segment(name);
+      if (mem) ::munmap(mem, bytes);
+    }
+  } cleanup;
+  cleanup.bytes = bytes;
   if (rank == 0) {
-    name = segment_name(prefix);
-    mem = create_segment(name, bytes, why);
-    if (mem) {
-      *reinterpret_cast<uint64_t*>(mem) = kMagic;
+    name = detail::new_segment_name(prefix);
+    cleanup.mem = create_segment(name, bytes, why);
+    if (cleanup.mem) {
+      *reinterpret_cast<uint64_t*>(cleanup.mem) = kMagic;
+      cleanup.name = name;
     } else {
       name.clear();
     }
     store.set(base + "name", to_bytes(name));
   } else {
     name = from_bytes(store.get(base + "name"));
-    if (!name.empty()) mem = open_segment(name, bytes, why);
+    if (!name.empty()) cleanup.mem = open_segment(name, bytes, why);
   }
-  store.set(kiln::str(base, "mapped/", rank), to_bytes(mem ? "1" : "0"));
+  store.set(kiln::str(base, "mapped/", rank), to_bytes(cleanup.mem ? "1" : "0"));
   bool ok = false;
   if (rank == 0) {
-    // Unlinked once every rank mapped it (or gave up): nothing stays in /dev/shm.
-    struct Unlink {
-      std::string name;
-      ~Unlink() {
-        if (!name.empty()) ::shm_unlink(name.c_str());
-      }
-    } unlink{name};
     std::vector<std::string> mapped;
     for (int r = 0; r < size; ++r) mapped.push_back(kiln::str(base, "mapped/", r));
-    try {
-      store.wait(mapped, timeout);
-    } catch (...) {
-      if (mem) ::munmap(mem, bytes);
-      throw;
-    }
+    store.wait(mapped, timeout);
     ok = true;
     for (const auto& k : mapped) ok = ok && from_bytes(store.get(k)) == "1";
     store.set(base + "ok", to_bytes(ok ? "1" : "0"));
   } else {
-    try {
-      ok = from_bytes(store.get(base + "ok")) == "1";
-    } catch (...) {
-      if (mem) ::munmap(mem, bytes);
-      throw;
-    }
+    ok = from_bytes(store.get(base + "ok")) == "1";
   }
   if (!ok) {
-    if (mem) ::munmap(mem, bytes);
     if (!why.empty())
       std::fprintf(stderr, "[kiln.dist] rank %d: shared memory unavailable (%s); using TCP\n", rank,
                    why.c_str());
     return nullptr;
   }
+  std::byte* mem = std::exchange(cleanup.mem, nullptr);
   std::unique_ptr<World> w(new World(rank, size, lanes, mem, bytes));
   w->pids_ = pids;
   for (int r = 0; r < size; ++r) {
@@ -299,18 +273,19 @@ std::shared_ptr<SymBuffer> World::make_symmetric(Store& store, const std::string
     std::lock_guard lock(sym_mu_);
     buf->id = next_sym_++;
   }
-  // Each rank creates its own buffer; the others map it; its creator unlinks it.
-  const std::string mine = segment_name(kiln::str(key, "/r", rank_));
+  // Each rank creates its own buffer; the others map it; its creator unlinks
+  // it when all did, or on any error.
+  const std::string mine = detail::new_segment_name(kiln::str(key, "/r", rank_));
   std::string why;
   std::byte* own = create_segment(mine, buf->bytes, why);
   buf->bases[size_t(rank_)] = own;
-  store.set(kiln::str(key, "/name/", rank_), to_bytes(own ? mine : std::string()));
   struct Unlink {
     std::string name;
     ~Unlink() {
-      if (!name.empty()) ::shm_unlink(name.c_str());
+      if (!name.empty()) detail::unlink_segment(name);
     }
   } unlink{own ? mine : std::string()};
+  store.set(kiln::str(key, "/name/", rank_), to_bytes(own ? mine : std::string()));
   std::vector<std::string> names;
   for (int r = 0; r < size_; ++r) names.push_back(kiln::str(key, "/name/", r));
   store.wait(names, timeout);
