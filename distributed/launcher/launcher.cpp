@@ -6,6 +6,9 @@
 #include <sys/wait.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 
@@ -31,13 +34,31 @@ Multi-node: run the same command on every node with --nnodes, --node-rank,
 --master-addr and --master-port, and the same --token (or KILN_STORE_TOKEN);
 a single node generates its token itself.)";
 
+// A number of seconds in [lo, hi] (above lo if `open_low`). CLI11's own
+// range checks let nan and inf through, and 1e300 s overflows a deadline.
+CLI::Validator seconds_in(double lo, double hi, bool open_low) {
+  std::string range = kiln::str(open_low ? "(" : "[", lo, ", ", hi, "]");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+        bool ok = !text.empty() && end && *end == '\0' && errno == 0 && std::isfinite(v) &&
+                  (open_low ? v > lo : v >= lo) && v <= hi;
+        if (ok) return {};
+        return kiln::str("must be a number of seconds in ", range, "; got '", text, "'");
+      },
+      "SECONDS");
+}
+
 }  // namespace
 
-std::optional<int> parse_args(int argc, const char* const* argv, Options& o,
-                              std::ostream& out, std::ostream& err) {
-  CLI::App app{"kilnrun [OPTIONS] program [args...]: launch a distributed kiln job, one\n"
-               "worker process per rank (like torchrun)",
-               "kilnrun"};
+std::optional<int> parse_args(int argc, const char* const* argv, Options& o, std::ostream& out,
+                              std::ostream& err) {
+  CLI::App app{
+      "kilnrun [OPTIONS] program [args...]: launch a distributed kiln job, one\n"
+      "worker process per rank (like torchrun)",
+      "kilnrun"};
   app.add_option("--nproc-per-node", o.nproc_per_node, "worker processes on this node")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -59,12 +80,12 @@ std::optional<int> parse_args(int argc, const char* const* argv, Options& o,
       ->capture_default_str();
   app.add_option("--log-dir", o.log_dir, "also write each rank's output to DIR/rank_<r>.log");
   app.add_option("--grace-period", o.grace_seconds,
-                 "seconds between SIGTERM and SIGKILL when stopping workers")
-      ->check(CLI::NonNegativeNumber)
+                 "seconds between SIGTERM and SIGKILL when stopping workers (at most a day)")
+      ->check(seconds_in(0, 86400, false))
       ->capture_default_str();
   app.add_option("--rdzv-timeout", o.rdzv_timeout_seconds,
-                 "seconds to wait for the store and for every node's launcher")
-      ->check(CLI::PositiveNumber)
+                 "seconds to wait for the store and for every node's launcher (at most a week)")
+      ->check(seconds_in(0, 604800, true))
       ->capture_default_str();
   app.add_option("--token", o.token,
                  "store token shared by the job's launchers (default: env KILN_STORE_TOKEN)");
@@ -155,8 +176,7 @@ std::string describe_status(int status) {
   return kiln::str("ended with wait status ", status);
 }
 
-void LineBuffer::feed(std::string_view data,
-                      const std::function<void(std::string_view)>& emit) {
+void LineBuffer::feed(std::string_view data, const std::function<void(std::string_view)>& emit) {
   while (!data.empty()) {
     size_t nl = data.find('\n');
     size_t take = nl == std::string_view::npos ? data.size() : nl;

@@ -10,14 +10,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "coordinator.h"
+#include "kiln/distributed/shm_segments.h"
 #include "kiln/distributed/store.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
@@ -43,7 +51,9 @@ void write_all(int fd, std::string_view s) {
   }
 }
 
-void say(const std::string& msg) { write_all(2, g_tag + msg + "\n"); }
+void say(const std::string& msg) {
+  write_all(2, g_tag + msg + "\n");
+}
 
 // ---- signals: a self-pipe the loops read between poll() calls -------------
 // (SIGCHLD too, so a worker's exit wakes the loop at once.)
@@ -130,6 +140,7 @@ class Watchdog {
   }
   void add(pid_t group) { send(group); }
   void remove(pid_t group) { send(-group); }
+  pid_t pid() const { return pid_; }
 
  private:
   void send(int32_t v) { write_all(fd_, std::string_view(reinterpret_cast<char*>(&v), sizeof v)); }
@@ -195,11 +206,46 @@ std::string resolve_program(const std::string& name) {
   return "";
 }
 
+// The pids of this process's children (any thread's). /proc/<pid>/task/*/children
+// needs CONFIG_PROC_CHILDREN; without it every /proc/<pid>/stat is read.
+std::vector<pid_t> children_of_self() {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  bool have_children_files = false;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (dirent* t = ::readdir(tasks)) {
+      if (t->d_name[0] == '.') continue;
+      std::ifstream f(kiln::str("/proc/self/task/", t->d_name, "/children"));
+      if (!f) continue;
+      have_children_files = true;
+      for (pid_t p; f >> p;) out.push_back(p);
+    }
+    ::closedir(tasks);
+  }
+  if (have_children_files) return out;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(proc)) {
+      if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+      std::ifstream f(kiln::str("/proc/", e->d_name, "/stat"));
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 1));
+      std::string state;
+      pid_t ppid = 0;
+      if (rest >> state >> ppid && ppid == self) out.push_back(pid_t(std::atol(e->d_name)));
+    }
+    ::closedir(proc);
+  }
+  return out;
+}
+
 class Group {
  public:
   Group(const Options& o, const std::string& path, const std::vector<std::string>& base_env,
         const std::vector<int>& log_fds, int restart, Watchdog& watchdog)
-      : workers_(static_cast<size_t>(o.nproc_per_node)), node_rank_(o.node_rank),
+      : workers_(static_cast<size_t>(o.nproc_per_node)),
+        node_rank_(o.node_rank),
         watchdog_(watchdog) {
     devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     for (int l = 0; l < o.nproc_per_node; ++l) {
@@ -218,6 +264,7 @@ class Group {
       for (int& fd : w.fd)
         if (fd >= 0) ::close(fd);
     }
+    for (pid_t p : adopted()) ::kill(p, SIGKILL);
     if (devnull_ >= 0) ::close(devnull_);
   }
 
@@ -248,25 +295,41 @@ class Group {
       if (!w.exited) return false;
     return true;
   }
+  // A worker's process group, or a process of the job that left it (setsid)
+  // and was re-parented here when its parent died, is still running.
   bool any_left() const {
     for (const auto& w : workers_)
       if (!gone(w)) return true;
-    return false;
+    return !adopted().empty();
   }
 
-  // Stops every worker and what it started: SIGTERM to each process group,
-  // SIGKILL after the grace period (or a second stop signal), every wait bounded.
+  // Stops every worker and what it started: SIGTERM to each process group and
+  // to each adopted process, SIGKILL after the grace period (or a second stop
+  // signal), every wait bounded.
   void terminate(double grace_seconds) {
+    std::set<pid_t> termed;  // adopted processes already sent SIGTERM
+    auto term_adopted = [&] {
+      for (pid_t p : adopted())
+        if (termed.insert(p).second) ::kill(p, SIGTERM);
+    };
     signal_all(SIGTERM);
+    term_adopted();
     int stops = g_stop_count;
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(grace_seconds));
-    while (any_left() && Clock::now() < deadline && g_stop_count == stops) pump(20ms);
+    while (any_left() && Clock::now() < deadline && g_stop_count == stops) {
+      pump(20ms);
+      term_adopted();  // orphans appear as their parents exit
+    }
     if (any_left()) {
       say("sending SIGKILL to the workers still running");
-      signal_all(SIGKILL);
       auto kill_deadline = Clock::now() + kKillWait;
-      while (any_left() && Clock::now() < kill_deadline) pump(20ms);
+      do {
+        // Killing an adopted process re-parents its own children here: repeat.
+        signal_all(SIGKILL);
+        for (pid_t p : adopted()) ::kill(p, SIGKILL);
+        pump(20ms);
+      } while (any_left() && Clock::now() < kill_deadline);
       if (any_left()) say("some worker processes did not die after SIGKILL");
     }
     drain();
@@ -307,7 +370,7 @@ class Group {
     pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid == 0) {
-      ::setpgid(0, 0);  // its own group: teardown reaches grandchildren too
+      ::setpgid(0, 0);                     // its own group: teardown reaches grandchildren too
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with a SIGKILLed launcher
       if (::getppid() != parent) ::_exit(127);
       struct sigaction dfl = {};
@@ -387,6 +450,26 @@ class Group {
   // A worker is gone once it was reaped and its process group is empty.
   static bool gone(const Worker& w) {
     return w.pid <= 0 || (w.exited && ::kill(-w.pid, 0) != 0 && errno == ESRCH);
+  }
+
+  // Children of the launcher that are neither a worker nor the watchdog:
+  // descendants of the job re-parented here (the launcher is a subreaper).
+  // Zombies among them are reaped by the next reap().
+  std::vector<pid_t> adopted() const {
+    std::vector<pid_t> out;
+    for (pid_t p : children_of_self()) {
+      bool worker = p == watchdog_.pid();
+      for (const auto& w : workers_) worker = worker || w.pid == p;
+      if (!worker && !is_zombie(p)) out.push_back(p);
+    }
+    return out;
+  }
+
+  static bool is_zombie(pid_t p) {
+    std::ifstream f(kiln::str("/proc/", p, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
   }
 
   void signal_all(int sig) {
@@ -487,6 +570,44 @@ Outcome supervise(const Options& o, const std::string& path, const std::vector<s
   return {root};
 }
 
+// The per-rank logs. Neither the directory nor a log file may be a symbolic
+// link: in a shared directory (/tmp) someone else could plant one and have
+// the launcher truncate and write a file of theirs choosing.
+std::vector<int> open_logs(const Options& o) {
+  const std::string& dir = o.log_dir;
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    kiln::throw_error(kiln::str("cannot create --log-dir ", dir, ": ", std::strerror(errno)));
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) {
+    struct stat st;
+    bool link = ::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+    kiln::throw_error(link ? kiln::str("--log-dir ", dir,
+                                       " is a symbolic link; give the directory "
+                                       "it points to (kilnrun does not follow links it did not "
+                                       "create)")
+                           : kiln::str("cannot open --log-dir ", dir, ": ", std::strerror(errno)));
+  }
+  std::vector<int> fds;
+  for (int l = 0; l < o.nproc_per_node; ++l) {
+    std::string name = kiln::str("rank_", o.node_rank * o.nproc_per_node + l, ".log");
+    int fd =
+        ::openat(dfd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      int err = errno;
+      ::close(dfd);
+      for (int f : fds) ::close(f);
+      kiln::throw_error(err == ELOOP
+                            ? kiln::str(dir, "/", name,
+                                        " is a symbolic link; kilnrun does "
+                                        "not follow links it did not create")
+                            : kiln::str("cannot open ", dir, "/", name, ": ", std::strerror(err)));
+    }
+    fds.push_back(fd);
+  }
+  ::close(dfd);
+  return fds;
+}
+
 std::string random_token() {
   unsigned char raw[16];
   size_t got = 0;
@@ -505,7 +626,9 @@ std::string random_token() {
   return hex;
 }
 
-std::string store_token_from_env() { return env::get("KILN_STORE_TOKEN"); }
+std::string store_token_from_env() {
+  return env::get("KILN_STORE_TOKEN");
+}
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
@@ -554,21 +677,13 @@ int run_job(const Options& opts) {
   std::vector<std::string> base;
   for (char** e = environ; *e; ++e) base.emplace_back(*e);
   std::vector<int> log_fds;
-  if (!o.log_dir.empty()) {
-    ::mkdir(o.log_dir.c_str(), 0755);
-    for (int l = 0; l < o.nproc_per_node; ++l) {
-      std::string p = kiln::str(o.log_dir, "/rank_", o.node_rank * o.nproc_per_node + l, ".log");
-      int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      KILN_CHECK(fd >= 0, "cannot open ", p, ": ", std::strerror(errno));
-      log_fds.push_back(fd);
-    }
-  }
   struct CloseLogs {
     std::vector<int>& fds;
     ~CloseLogs() {
       for (int fd : fds) ::close(fd);
     }
   } close_logs{log_fds};
+  if (!o.log_dir.empty()) log_fds = open_logs(o);
 
   for (int restart = 0;; ++restart) {
     if (coord) {
@@ -601,6 +716,11 @@ int run_job(const Options& opts) {
       }
     }
     Outcome out = supervise(o, path, base, log_fds, restart, coord.get(), *watchdog);
+    // A worker stopped between creating a shared-memory segment and unlinking
+    // it (once its peers mapped it) leaves the name behind; the names carry
+    // the job's token, and the workers are gone now.
+    if (int n = dist::remove_job_segments(o.token); n > 0)
+      say(kiln::str("removed ", n, " shared-memory segment(s) the workers left in /dev/shm"));
     bool again = out.failure && out.failure->restartable && restart < o.max_restarts;
     if (coord && !again) coord->finish(restart);
     if (!out.failure) return 0;
@@ -611,8 +731,7 @@ int run_job(const Options& opts) {
     }
     say(kiln::str("restarting the workers (restart ", restart + 1, " of ", o.max_restarts,
                   ") after: ", out.failure->what));
-    for (int fd : log_fds)
-      write_all(fd, kiln::str("[kilnrun] restart ", restart + 1, "\n"));
+    for (int fd : log_fds) write_all(fd, kiln::str("[kilnrun] restart ", restart + 1, "\n"));
   }
 }
 

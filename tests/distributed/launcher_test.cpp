@@ -3,199 +3,26 @@
 // exit codes, teardown of workers and grandchildren, restarts, SIGTERM, and
 // two launchers forming one job. Every wait is bounded.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
-#include <optional>
-#include <thread>
+#include <string>
+#include <vector>
 
-#include "kiln/error.h"
-#include "launcher.h"
-
-#ifndef KILNRUN_PATH
-#error "KILNRUN_PATH must name the kilnrun binary (tests/distributed/CMakeLists.txt)"
-#endif
+#include "distributed/kilnrun_test_util.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
+using namespace kiln::testing::kilnrun;
 using kiln::launcher::Options;
-
-// Shell code that waits until every file exists and is non-empty, so a worker
-// fails only after the others have written their pids.
-std::string sh_wait_for(const std::string& dir, const std::vector<std::string>& names) {
-  std::string s = "for f in";
-  for (const auto& n : names) s += " " + dir + "/" + n;
-  return s + "; do while [ ! -s $f ]; do sleep 0.02; done; done; ";
-}
-
-std::string make_temp_dir() {
-  char tmpl[] = "/tmp/kilnrun_test_XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d ? d : "/tmp";
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string l; std::getline(ss, l);) out.push_back(l);
-  return out;
-}
-
-// A kilnrun process started by the test, output going to files in `dir`.
-struct Launch {
-  pid_t pid = -1;
-  std::string out_path, err_path;
-};
-
-struct Result {
-  int code = -1;
-  bool timed_out = false;
-  double seconds = 0;
-  std::string out, err;
-};
-
-Launch start(const std::vector<std::string>& args, const std::string& dir,
-             const std::string& name = "kilnrun") {
-  Launch l{-1, dir + "/" + name + ".out", dir + "/" + name + ".err"};
-  std::vector<std::string> all = {KILNRUN_PATH};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t parent = ::getpid();
-  l.pid = ::fork();
-  if (l.pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a crashed test leaves no launcher behind
-    if (::getppid() != parent) ::_exit(126);
-    int out = ::open(l.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = ::open(l.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    ::execv(argv[0], argv.data());
-    ::_exit(126);
-  }
-  EXPECT_GT(l.pid, 0);
-  return l;
-}
-
-// Waits (bounded) for the launcher; kills it on timeout.
-Result finish(const Launch& l, double timeout_s = 10, Clock::time_point t0 = Clock::now()) {
-  Result r;
-  int status = 0;
-  while (true) {
-    pid_t p = ::waitpid(l.pid, &status, WNOHANG);
-    if (p == l.pid) break;
-    if (Clock::now() - t0 > std::chrono::duration<double>(timeout_s)) {
-      r.timed_out = true;
-      ::kill(l.pid, SIGKILL);
-      ::waitpid(l.pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(l.out_path);
-  r.err = slurp(l.err_path);
-  return r;
-}
-
-Result run_kilnrun(const std::vector<std::string>& args, const std::string& dir,
-                   double timeout_s = 10) {
-  auto t0 = Clock::now();
-  return finish(start(args, dir), timeout_s, t0);
-}
-
-// A process that exists and is not a zombie.
-bool alive(pid_t pid) {
-  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
-  std::string stat = slurp(kiln::str("/proc/", pid, "/stat"));
-  size_t close = stat.rfind(')');
-  return close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'Z';
-}
-
-std::vector<pid_t> read_pids(const std::string& dir, const std::string& prefix) {
-  std::vector<pid_t> pids;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
-    std::string s = slurp(e.path());
-    if (!s.empty()) pids.push_back(static_cast<pid_t>(std::stol(s)));
-  }
-  return pids;
-}
-
-// Bounded: every pid is gone within 2 s (the launcher has already exited).
-void expect_all_dead(const std::vector<pid_t>& pids) {
-  auto deadline = Clock::now() + 2s;
-  for (pid_t p : pids) {
-    while (alive(p) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-    EXPECT_FALSE(alive(p)) << "pid " << p << " outlived the launcher";
-    if (alive(p)) ::kill(p, SIGKILL);  // do not leak it into other tests
-  }
-}
-
-bool wait_for_files(const std::vector<std::string>& paths, std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (const auto& p : paths) all = all && !slurp(p).empty();
-    if (all) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
-}
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-std::optional<int> parse(std::vector<std::string> args, Options& o, std::string* err = nullptr) {
-  args.insert(args.begin(), "kilnrun");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, errs;
-  auto rc = kiln::launcher::parse_args(static_cast<int>(argv.size()), argv.data(), o, out, errs);
-  if (err) *err = errs.str();
-  return rc;
-}
 
 // ---- library parts ---------------------------------------------------------
 
 TEST(Launcher, ParseStopsAtTheProgram) {
   Options o;
-  auto rc = parse({"--nproc-per-node", "2", "--max-restarts", "1", "sh", "-c", "echo $RANK",
-                   "--nnodes", "3"},
-                  o);
+  auto rc = parse(
+      {"--nproc-per-node", "2", "--max-restarts", "1", "sh", "-c", "echo $RANK", "--nnodes", "3"},
+      o);
   EXPECT_FALSE(rc.has_value());
   EXPECT_EQ(o.nproc_per_node, 2);
   EXPECT_EQ(o.max_restarts, 1);
@@ -234,10 +61,10 @@ TEST(Launcher, WorkerEnvironment) {
   auto env = kiln::launcher::worker_env({"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=4"}, o, 1, 2);
   std::set<std::string> got(env.begin(), env.end());
   for (const char* want :
-       {"PATH=/bin", "RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
-        "GROUP_RANK=1", "GROUP_WORLD_SIZE=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234",
-        "KILN_STORE_TOKEN=secret", "KILN_RESTART_COUNT=2", "KILN_USE_AGENT_STORE=1",
-        "OMP_NUM_THREADS=4", "KILN_NUM_THREADS=1"})
+       {"PATH=/bin", "RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1",
+        "GROUP_WORLD_SIZE=2", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234", "KILN_STORE_TOKEN=secret",
+        "KILN_RESTART_COUNT=2", "KILN_USE_AGENT_STORE=1", "OMP_NUM_THREADS=4",
+        "KILN_NUM_THREADS=1"})
     EXPECT_TRUE(got.count(want)) << want;
   EXPECT_FALSE(got.count("RANK=99"));
   EXPECT_EQ(env.size(), got.size());  // nothing duplicated
@@ -276,8 +103,8 @@ TEST(Launcher, ExitCodesOfStatuses) {
 
 // Two workers that each start a sleeping grandchild and record both pids.
 Launch start_sleepers(const std::string& dir) {
-  std::string script = kiln::str("sleep 100 & echo $! > ", dir, "/gc_$RANK; echo $$ > ", dir,
-                                 "/pid_$RANK; wait");
+  std::string script =
+      kiln::str("sleep 100 & echo $! > ", dir, "/gc_$RANK; echo $$ > ", dir, "/pid_$RANK; wait");
   return start({"--nproc-per-node", "2", "--master-port", "0", "sh", "-c", script}, dir);
 }
 
@@ -370,10 +197,10 @@ TEST(Kilnrun, FailingWorkerSetsTheExitCodeAndStopsTheOthers) {
 
 TEST(Kilnrun, KilledWorkerTearsDownTheJob) {
   std::string dir = make_temp_dir();
-  std::string script = kiln::str(
-      "sleep 100 & echo $! > ", dir, "/gc_$RANK; echo $$ > ", dir, "/pid_$RANK; ",
-      "if [ $RANK = 1 ]; then ",
-      sh_wait_for(dir, {"pid_0", "pid_2", "gc_0", "gc_1", "gc_2"}), "kill -9 $$; fi; wait");
+  std::string script = kiln::str("sleep 100 & echo $! > ", dir, "/gc_$RANK; echo $$ > ", dir,
+                                 "/pid_$RANK; ", "if [ $RANK = 1 ]; then ",
+                                 sh_wait_for(dir, {"pid_0", "pid_2", "gc_0", "gc_1", "gc_2"}),
+                                 "kill -9 $$; fi; wait");
   Result r = run_kilnrun(
       {"--nproc-per-node", "3", "--master-port", "0", "--grace-period", "2", "sh", "-c", script},
       dir);
@@ -394,9 +221,9 @@ TEST(Kilnrun, KilledWorkerTearsDownTheJob) {
 TEST(Kilnrun, GrandchildrenOfAFailedWorkerDie) {
   std::string dir = make_temp_dir();
   // Rank 0 exits 1 but leaves a background sleep behind; rank 1's sleep ignores SIGTERM.
-  std::string script = kiln::str(
-      "if [ $RANK = 1 ]; then trap '' TERM; fi; sleep 100 & echo $! > ", dir, "/gc_$RANK; ",
-      "if [ $RANK = 0 ]; then ", sh_wait_for(dir, {"gc_0", "gc_1"}), "exit 1; fi; wait");
+  std::string script = kiln::str("if [ $RANK = 1 ]; then trap '' TERM; fi; sleep 100 & echo $! > ",
+                                 dir, "/gc_$RANK; ", "if [ $RANK = 0 ]; then ",
+                                 sh_wait_for(dir, {"gc_0", "gc_1"}), "exit 1; fi; wait");
   Result r = run_kilnrun(
       {"--nproc-per-node", "2", "--master-port", "0", "--grace-period", "0.5", "sh", "-c", script},
       dir);
@@ -415,9 +242,9 @@ TEST(Kilnrun, MaxRestartsRestartsTheGroup) {
   std::string script =
       kiln::str("echo $KILN_RESTART_COUNT >> ", dir, "/count_$RANK; ",
                 "if [ $KILN_RESTART_COUNT = 0 ] && [ $RANK = 0 ]; then exit 5; fi");
-  Result r = run_kilnrun({"--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "1",
-                          "sh", "-c", script},
-                         dir);
+  Result r = run_kilnrun(
+      {"--nproc-per-node", "2", "--master-port", "0", "--max-restarts", "1", "sh", "-c", script},
+      dir);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(slurp(dir + "/count_0"), "0\n1\n");
   auto rank1 = lines_of(slurp(dir + "/count_1"));
@@ -471,10 +298,10 @@ TEST(Kilnrun, TwoLaunchersFormOneJob) {
   std::string dir = make_temp_dir();
   std::string port = std::to_string(free_port());
   auto node = [&](int rank, const std::string& script) {
-    return start({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
-                  "--master-port", port, "--rdzv-timeout", "10", "--grace-period", "2", "sh",
-                  "-c", script},
-                 dir, kiln::str("node", rank));
+    return start(
+        {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
+         "--master-port", port, "--rdzv-timeout", "10", "--grace-period", "2", "sh", "-c", script},
+        dir, kiln::str("node", rank));
   };
   std::string script = "echo R $RANK $LOCAL_RANK $WORLD_SIZE $GROUP_RANK $MASTER_PORT";
   auto t0 = Clock::now();
@@ -485,10 +312,10 @@ TEST(Kilnrun, TwoLaunchersFormOneJob) {
   ASSERT_EQ(r1.code, 0) << r1.err;
   std::set<std::string> got;
   for (const auto& l : lines_of(r0.out + r1.out)) got.insert(l);
-  EXPECT_EQ(got, (std::set<std::string>{
-                     kiln::str("[rank 0] R 0 0 4 0 ", port), kiln::str("[rank 1] R 1 1 4 0 ", port),
-                     kiln::str("[rank 2] R 2 0 4 1 ", port),
-                     kiln::str("[rank 3] R 3 1 4 1 ", port)}))
+  EXPECT_EQ(got,
+            (std::set<std::string>{
+                kiln::str("[rank 0] R 0 0 4 0 ", port), kiln::str("[rank 1] R 1 1 4 0 ", port),
+                kiln::str("[rank 2] R 2 0 4 1 ", port), kiln::str("[rank 3] R 3 1 4 1 ", port)}))
       << r0.out << r1.out;
   fs::remove_all(dir);
 }
@@ -501,10 +328,10 @@ TEST(Kilnrun, FailureOnOneNodeStopsTheOther) {
       kiln::str("echo $$ > ", dir, "/pid_$RANK; if [ $RANK = 3 ]; then ",
                 sh_wait_for(dir, {"pid_0", "pid_1", "pid_2"}), "exit 7; fi; sleep 100");
   auto node = [&](int rank) {
-    return start({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
-                  "--master-port", port, "--rdzv-timeout", "10", "--grace-period", "2", "sh",
-                  "-c", script},
-                 dir, kiln::str("node", rank));
+    return start(
+        {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
+         "--master-port", port, "--rdzv-timeout", "10", "--grace-period", "2", "sh", "-c", script},
+        dir, kiln::str("node", rank));
   };
   auto t0 = Clock::now();
   Launch n0 = node(0), n1 = node(1);
