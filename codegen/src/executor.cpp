@@ -27,6 +27,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "kiln/ir/verify.h"
 #include "kiln/kernel_cache.h"
 #include "kiln/thread_pool.h"
 #include "lower.h"
@@ -60,6 +61,13 @@ Executor::Executor(Executor&&) noexcept = default;
 Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
     : graph_(std::move(graph)), opts_(std::move(opts)) {
   const ir::Graph& g = *graph_;
+  // Every graph, in every build type: the schedule and the kernels trust the
+  // declared shapes and dtypes, and a graph may come from IR text.
+  try {
+    ir::verify(g);
+  } catch (const Error& e) {
+    throw Error(str("[executor] the graph is invalid: ", e.what()));
+  }
   plan_.group_of.assign(g.num_nodes(), -1);
   if (opts_.fuse) plan_ = passes::plan_fusion(g, opts_.fusion);
   build_schedule();
@@ -513,6 +521,12 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     const Dims want = ir::eval_shape(v->shape, syms);
     KILN_CHECK(t.dtype() == v->dtype && t.shape() == want, "[executor] input ", i, " (", v->name,
                ") is ", t.dtype(), t.shape(), ", the graph expects ", v->dtype, want);
+    // Promotion differs for wrapped numbers (C++ scalars): the graph's dtypes
+    // hold only for the kind of input it was built for.
+    KILN_CHECK(t.impl()->wrapped_number == v->wrapped_number, "[executor] input ", i, " (", v->name,
+               ") is ", t.impl()->wrapped_number ? "" : "not ",
+               "a wrapped number (a 0-d tensor made from a C++ scalar), the graph declares it ",
+               v->wrapped_number ? "wrapped" : "an ordinary tensor");
     slots[i] = t;
   }
   NoGradGuard no_grad;

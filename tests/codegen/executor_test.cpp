@@ -199,5 +199,44 @@ TEST(Executor, MismatchedInputsAreErrors) {
   testing::expect_error([&] { ex.run(a); }, "takes 1 inputs, got 0");
 }
 
+// Every graph an Executor is given is verified first, in every build type: its
+// declared shapes and attributes are what the kernels trust.
+TEST(Executor, VerifiesTheGraphItIsGiven) {
+  auto make = [](const std::string& stmt) {
+    Executor(parse_shared("graph(%0: f32[4] \"x\") {\n" + stmt + "\n  return %1 \"y\"\n}\n"));
+  };
+  testing::expect_error([&] { make("  %1 = exp(%0) : f32[1024]"); },
+                        {"[executor] the graph is invalid", "line 2, column 8",
+                         "has shape [1024] but the op's rule gives [4]"});
+  testing::expect_error([&] { make("  %1 = permute(%0) : f32[4]"); },
+                        {"line 2, column 8", "missing attribute 'dims'"});
+  testing::expect_error([&] { make("  %1 = sum(%0) {dims=[0], keepdim=1} : f32[]"); },
+                        {"line 2, column 8", "attribute 'keepdim' is an integer, expected a bool"});
+}
+
+// A graph input declared wrapped (a C++ number, which promotes differently)
+// takes only a wrapped number, and an ordinary input only an ordinary tensor.
+TEST(Executor, WrappedInputsTakeOnlyWrappedNumbers) {
+  auto g = parse_shared(R"(graph(%0: i64[3] "arg0", %1: wrapped f64[] "host0") {
+  %2 = mul(%0, %1) : f32[3]
+  return %2 "out0"
+})");
+  Executor ex(g);
+  std::vector<Tensor> plain{full({3}, 2, DType::i64), full({}, 0.5, DType::f64)};
+  RunArgs a;
+  a.inputs = plain;
+  testing::expect_error([&] { ex.run(a); }, {"[executor] input 1 (host0) is not a wrapped number",
+                                             "declares it wrapped"});
+  std::vector<Tensor> good{full({3}, 2, DType::i64), scalar_tensor(0.5)};
+  a.inputs = good;
+  const Tensor out = ex.run(a)[0];
+  EXPECT_EQ(out.dtype(), DType::f32);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(3, 1.f));
+  std::vector<Tensor> swapped{full({3}, 2, DType::i64), scalar_tensor(0.5)};
+  swapped[0].impl()->wrapped_number = true;  // as no public API makes it: a wrapped vector
+  a.inputs = swapped;
+  testing::expect_error([&] { ex.run(a); }, "input 0 (arg0) is a wrapped number");
+}
+
 }  // namespace
 }  // namespace kiln
