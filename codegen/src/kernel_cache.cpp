@@ -3,6 +3,8 @@
 // key, symbol, size, XXH64 of the object), written to a temporary name and
 // renamed, so concurrent writers (several ranks) never leave a torn entry; an
 // entry that fails validation or does not load is rebuilt and overwritten.
+// Only a directory and entries that no other user can write are used (see
+// check_dir): the cache holds code this process runs.
 //
 // Key = XXH3-128 of the emitted LLVM IR, the canonical kernel IR, the host
 // triple/CPU/features, the LLVM and kiln versions and the emitter version:
@@ -10,19 +12,20 @@
 // machine code.
 #include "kiln/kernel_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -95,6 +98,7 @@ struct Cache {
   std::string target;           // host + versions, part of every key
   int vector_bits = 0;          // the host's vector width, for emit_llvm
   bool warned = false;
+  bool warned_entry = false;
 };
 
 Cache& cache() {
@@ -118,6 +122,14 @@ void warn_once(Cache& c, const std::string& msg) {
   if (c.warned) return;
   c.warned = true;
   std::cerr << "kiln: [kernel cache] " << msg << "; compiled kernels stay in memory only\n";
+}
+
+// An entry someone else could have written is never loaded: it is rebuilt.
+void warn_entry_once(Cache& c, const std::string& msg) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.warned_entry) return;
+  c.warned_entry = true;
+  std::cerr << "kiln: [kernel cache] " << msg << "; not loaded (kernels like it are rebuilt)\n";
 }
 
 // ---- disk entries ----
@@ -170,29 +182,109 @@ std::string decode_entry(const std::string& s, const std::string& key, const std
   return object;
 }
 
-bool read_file(const fs::path& p, std::string& out) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
+// ---- who may write the cache ----
+// A disk entry is machine code this process runs, so the directory and every
+// entry must be writable by no one but this user (or root), as ssh and ccache
+// demand of the files they trust; a world-writable parent without the sticky
+// bit would let anyone swap the directory itself.
+
+// Why `st` (of `what`) may be written by someone else, or "" when it may not.
+std::string foreign_writer(const struct stat& st, const std::string& what) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    return str(what, " is owned by uid ", st.st_uid, ", not by this user (uid ", me, ") or root");
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return str(what, " is writable by ", (st.st_mode & S_IWOTH) ? "other users" : "its group",
+               " (mode ", mode, ")");
+  }
+  return "";
 }
 
-// Writes `text` to `p` atomically: a unique temporary in the same directory, then rename.
+// Creates `dir` and its missing parents as 0755 (the umask may only remove bits).
+void make_dirs(const fs::path& dir) {
+  fs::path at;
+  for (const fs::path& part : dir) {
+    at /= part;
+    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) return;  // reported by the caller
+  }
+}
+
+// Makes `dir` if needed and checks that only this user or root can change what
+// it holds; returns why not ("" when usable).
+std::string check_dir(const std::string& dir) {
+  std::error_code ec;
+  make_dirs(fs::absolute(dir, ec));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return str("cannot create ", dir, ": ", std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return str("cannot create ", dir, ": not a directory");
+  const fs::path real = fs::canonical(dir, ec);
+  if (ec) return str("cannot resolve ", dir, ": ", ec.message());
+  std::string why = foreign_writer(st, str("cache directory ", real.string()));
+  for (fs::path p = real.parent_path(); why.empty(); p = p.parent_path()) {
+    struct stat up {};
+    if (::stat(p.c_str(), &up) == 0 && (up.st_mode & S_IWOTH) && !(up.st_mode & S_ISVTX))
+      why = str("its parent ", p.string(), " is writable by everyone (and not sticky)");
+    if (p == p.root_path() || p.empty()) break;
+  }
+  if (!why.empty()) return why + "; kiln runs the code a cache holds, so it refuses this one";
+  return "";
+}
+
+enum class EntryRead : uint8_t { kAbsent, kRefused, kRead };
+
+// Reads the entry at `p` unless it is not a regular file of this user or root
+// that only they can write (checked on the opened file, so it cannot be swapped).
+EntryRead read_entry(const fs::path& p, std::string& out, std::string& why) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return EntryRead::kAbsent;
+    why = str("cannot open ", p.string(), ": ", std::strerror(errno));
+    return EntryRead::kRefused;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    why = str(p.string(), " is not a regular file");
+    return EntryRead::kRefused;
+  }
+  why = foreign_writer(st, str("entry ", p.string()));
+  if (!why.empty()) {
+    ::close(fd);
+    return EntryRead::kRefused;
+  }
+  out.assign(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  out.resize(got);  // a short read is a corrupt entry, rebuilt like one
+  ::close(fd);
+  return EntryRead::kRead;
+}
+
+// Writes `text` to `p` atomically: a unique temporary in the same directory
+// (mode 0644, so never writable by others whatever the umask), then rename.
 bool write_atomic(const fs::path& p, const std::string& text, std::string* error) {
   static std::atomic<uint64_t> counter{0};
   const fs::path tmp = p.string() + str(".tmp.", ::getpid(), ".", counter++);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (f) f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (f) f.flush();
-    if (!f) {
-      if (error) *error = str("cannot write ", tmp.string());
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return false;
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < text.size();) {
+    const ssize_t r = ::write(fd, text.data() + done, text.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    ok = r > 0;
+    if (ok) done += static_cast<size_t>(r);
+  }
+  if (fd >= 0 && ::close(fd) != 0) ok = false;
+  if (!ok) {
+    if (error) *error = str("cannot write ", tmp.string(), ": ", std::strerror(errno));
+    ::unlink(tmp.c_str());
+    return false;
   }
   std::error_code ec;
   fs::rename(tmp, p, ec);
@@ -273,15 +365,26 @@ std::shared_ptr<const LoadedKernel> get_kernel(const Kernel& k, KernelSource* so
   XXH3_freeState(st);
   const std::string key = hex64(h.high64) + hex64(h.low64);
 
-  const std::string dir = cache_dir();
+  std::string dir = cache_dir();
+  if (!dir.empty()) {
+    const std::string why = check_dir(dir);
+    if (!why.empty()) {
+      warn_once(c, why);
+      dir.clear();
+    }
+  }
   const std::string dump_dir = env::get("KILN_DUMP");
   const fs::path path = dir.empty() ? fs::path() : fs::path(dir) / (key + ".o");
   KernelFn fn = nullptr;
   KernelSource src = KernelSource::kCompiled;
   bool rebuilt = false;
   if (!dir.empty()) {
-    std::string bytes;
-    if (read_file(path, bytes)) {
+    std::string bytes, why;
+    const EntryRead got = read_entry(path, bytes, why);
+    if (got == EntryRead::kRefused) {
+      warn_entry_once(c, why);
+      rebuilt = true;
+    } else if (got == EntryRead::kRead) {
       const auto t1 = Clock::now();
       const std::string object = decode_entry(bytes, key, symbol);
       if (!object.empty()) {
@@ -311,15 +414,9 @@ std::shared_ptr<const LoadedKernel> get_kernel(const Kernel& k, KernelSource* so
       if (rebuilt) ++c.stats.disk_rebuilt;
       c.stats.compile_ms += ms_since(t0);
     }
-    if (!dir.empty()) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      std::string err;
-      if (ec)
-        warn_once(c, str("cannot create ", dir, ": ", ec.message()));
-      else if (!write_atomic(path, encode_entry(key, symbol, object), &err))
-        warn_once(c, err);
-    }
+    std::string err;
+    if (!dir.empty() && !write_atomic(path, encode_entry(key, symbol, object), &err))
+      warn_once(c, err);
   } else if (!dump_dir.empty()) {
     jit.compile_to_object(ir, &outputs);  // only for the dump's optimized IR and assembly
   }

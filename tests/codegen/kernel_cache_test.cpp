@@ -1,10 +1,12 @@
 // The kernel cache: memory hits, disk hits in a fresh memory cache, corrupt
 // entries detected and rebuilt, concurrent writers (two processes) leaving a
-// valid entry, KILN_CACHE_DIR resolution, KILN_DUMP files, vectorized code,
-// thread-pool launches and the interpreted fallback.
+// valid entry, KILN_CACHE_DIR resolution, directories and entries other users
+// can write refused, KILN_DUMP files, vectorized code, thread-pool launches
+// and the interpreted fallback.
 #include "kiln/kernel_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +34,7 @@ using testing::ScopedEnv;
   if (!jit::available()) GTEST_SKIP() << "built without LLVM 19 (kernels are interpreted)"
 
 // A fresh directory under the system temp dir, removed at the end of the test.
+// Mode 0700 whatever the umask: the cache refuses directories others can write.
 class TempDir {
  public:
   TempDir() {
@@ -39,6 +42,7 @@ class TempDir {
     path_ = fs::temp_directory_path() / kiln::str("kiln_cache_test_", ::getpid(), "_", n++);
     fs::remove_all(path_);
     fs::create_directories(path_);
+    fs::permissions(path_, fs::perms::owner_all);
   }
   ~TempDir() {
     std::error_code ec;
@@ -284,6 +288,133 @@ TEST(KernelCache, UnwritableDirectoryFallsBackToMemory) {
   auto lk = get_kernel(axpy(salt), &src);
   EXPECT_EQ(src, KernelSource::kCompiled);
   expect_axpy_works(*lk, salt);
+}
+
+// ---- who may write the cache (it holds code that runs) ----
+
+// Copies the disk entry of axpy(salt), compiled in a safe directory, into `dir`
+// (as someone who can write there could), and says where the kernel came from
+// when `dir` is the cache.
+KernelSource source_with_planted_entry(const fs::path& dir, double salt) {
+  TempDir safe;
+  {
+    ScopedEnv env("KILN_CACHE_DIR", safe.str());
+    auto lk = get_kernel(axpy(salt));
+    fs::copy_file(safe.path() / (lk->key() + ".o"), dir / (lk->key() + ".o"),
+                  fs::copy_options::overwrite_existing);
+  }
+  clear_memory_cache();
+  ScopedEnv env("KILN_CACHE_DIR", dir.string());
+  KernelSource src;
+  auto lk = get_kernel(axpy(salt), &src);
+  expect_axpy_works(*lk, salt);
+  return src;
+}
+
+void set_mode(const fs::path& p, unsigned mode) {
+  ASSERT_EQ(::chmod(p.c_str(), mode), 0) << p;
+}
+
+unsigned mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+// An entry in a directory its group or other users can write is never loaded
+// (the directory is refused: in-memory only), while the same entry in a
+// private directory is.
+TEST(KernelCache, DirectoryOthersCanWriteIsRefused) {
+  SKIP_WITHOUT_LLVM();
+  for (unsigned mode : {0770u, 0757u, 0777u}) {
+    TempDir dir;
+    set_mode(dir.path(), mode);
+    EXPECT_EQ(source_with_planted_entry(dir.path(), unique_salt()), KernelSource::kCompiled)
+        << "mode " << std::oct << mode;
+    EXPECT_EQ(entries(dir.path()).size(), 1u) << "nothing is written to a refused directory";
+  }
+  TempDir dir;
+  set_mode(dir.path(), 0755);
+  EXPECT_EQ(source_with_planted_entry(dir.path(), unique_salt()), KernelSource::kDisk);
+}
+
+// A parent directory everyone can write without the sticky bit (where anyone
+// could swap the cache directory) refuses the cache; /tmp's 01777 does not.
+TEST(KernelCache, WorldWritableParentWithoutStickyBitIsRefused) {
+  SKIP_WITHOUT_LLVM();
+  TempDir parent;
+  const fs::path dir = parent.path() / "cache";
+  fs::create_directory(dir);
+  set_mode(dir, 0700);
+  set_mode(parent.path(), 0777);
+  EXPECT_EQ(source_with_planted_entry(dir, unique_salt()), KernelSource::kCompiled);
+  set_mode(parent.path(), 01777);
+  EXPECT_EQ(source_with_planted_entry(dir, unique_salt()), KernelSource::kDisk);
+}
+
+// An entry others can write is rebuilt, not loaded; the rebuilt entry is
+// private again and loads.
+TEST(KernelCache, EntryOthersCanWriteIsRebuilt) {
+  SKIP_WITHOUT_LLVM();
+  TempDir dir;
+  ScopedEnv env("KILN_CACHE_DIR", dir.str());
+  for (unsigned mode : {0664u, 0646u}) {
+    const double salt = unique_salt();
+    auto lk = get_kernel(axpy(salt));
+    const fs::path entry = dir.path() / (lk->key() + ".o");
+    set_mode(entry, mode);
+    clear_memory_cache();
+    const KernelCacheStats before = kernel_cache_stats();
+    KernelSource src;
+    expect_axpy_works(*get_kernel(axpy(salt), &src), salt);
+    EXPECT_EQ(src, KernelSource::kCompiled) << "mode " << std::oct << mode;
+    EXPECT_EQ(kernel_cache_stats().disk_rebuilt, before.disk_rebuilt + 1);
+    EXPECT_EQ(mode_of(entry) & 022, 0u);
+    clear_memory_cache();
+    get_kernel(axpy(salt), &src);
+    EXPECT_EQ(src, KernelSource::kDisk);
+  }
+}
+
+// A directory or an entry owned by another user (neither this one nor root)
+// is refused. Needs root to give files away.
+TEST(KernelCache, DirectoryOrEntryOfAnotherUserIsRefused) {
+  SKIP_WITHOUT_LLVM();
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown)";
+  const uid_t nobody = 65534;
+  {
+    TempDir dir;
+    ASSERT_EQ(::chown(dir.path().c_str(), nobody, nobody), 0);
+    EXPECT_EQ(source_with_planted_entry(dir.path(), unique_salt()), KernelSource::kCompiled);
+  }
+  TempDir dir;
+  ScopedEnv env("KILN_CACHE_DIR", dir.str());
+  const double salt = unique_salt();
+  auto lk = get_kernel(axpy(salt));
+  ASSERT_EQ(::chown((dir.path() / (lk->key() + ".o")).c_str(), nobody, nobody), 0);
+  clear_memory_cache();
+  KernelSource src;
+  get_kernel(axpy(salt), &src);
+  EXPECT_EQ(src, KernelSource::kCompiled);
+}
+
+// A group-writable umask (002, common with per-user groups) still makes a
+// usable cache: kiln creates the directory and entries without those bits.
+TEST(KernelCache, CacheMadeUnderAGroupUmaskIsUsable) {
+  SKIP_WITHOUT_LLVM();
+  TempDir root;
+  const fs::path dir = root.path() / "new" / "cache";
+  ScopedEnv env("KILN_CACHE_DIR", dir.string());
+  const mode_t old = ::umask(002);
+  const double salt = unique_salt();
+  auto lk = get_kernel(axpy(salt));
+  ::umask(old);
+  EXPECT_EQ(mode_of(dir) & 022, 0u);
+  EXPECT_EQ(mode_of(dir / (lk->key() + ".o")) & 022, 0u);
+  clear_memory_cache();
+  KernelSource src;
+  get_kernel(axpy(salt), &src);
+  EXPECT_EQ(src, KernelSource::kDisk);
 }
 
 // KILN_DUMP writes each kernel's kernel IR, LLVM IR, optimized IR and assembly;
