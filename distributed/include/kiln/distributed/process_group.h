@@ -12,7 +12,9 @@
 //
 // Failures: argument errors (bad dtype, shape, root) and KILN_DIST_DEBUG
 // mismatches (on every rank) throw kiln::Error from the call itself; the group
-// stays usable. A transport failure or timeout fails that Work and leaves the
+// stays usable. Ranks that issue different collectives (op, dtype, element
+// count, reduce op or root; compared before any data moves, always), a
+// transport failure or a timeout fail that Work on every rank and leave the
 // group unusable: every later collective fails at once, naming the first error.
 // When a collective fails or a wait times out, the group prints its log of the
 // last 32 collectives to stderr.
@@ -74,8 +76,8 @@ struct ProcessGroupOptions {
 };
 
 /// A group of ranks. Tensors must be contiguous, on the backend's device, with the
-/// same dtype and shape on every rank (KILN_DIST_DEBUG=1 checks this and names the
-/// disagreeing ranks). In-place ops write into the given tensors, which must not
+/// same dtype and element count on every rank (checked: the error names every
+/// rank and what it issued). In-place ops write into the given tensors, which must not
 /// be touched until the Work completes. Destroying a group fails its queued ops,
 /// aborts pending send/recv and waits for running collectives (bounded by timeout).
 class ProcessGroup {
