@@ -63,35 +63,36 @@ std::optional<uint64_t> as_u64(const json& v) {
 
 Entry parse_entry(const std::string& name, const json& v, uint64_t data_len,
                   const std::string& where) {
-  const std::string at = str(where, ": tensor '", name, "'");
-  KILN_CHECK(v.is_object(), at, ": entry is not a JSON object (got ", v.type_name(), ")");
+  // Built only for a message (KILN_CHECK evaluates its arguments on failure only).
+  auto at = [&] { return str(where, ": tensor '", name, "'"); };
+  KILN_CHECK(v.is_object(), at(), ": entry is not a JSON object (got ", v.type_name(), ")");
   for (const auto& [field, _] : v.items())
-    KILN_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", at,
+    KILN_CHECK(field == "dtype" || field == "shape" || field == "data_offsets", at(),
                ": unknown field '", field, "' (expected dtype, shape, data_offsets)");
-  KILN_CHECK(v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), at,
+  KILN_CHECK(v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), at(),
              ": entry needs the fields dtype, shape and data_offsets");
 
   Entry e;
   e.name = name;
   const json& dt = v["dtype"];
-  KILN_CHECK(dt.is_string(), at, ": dtype is not a string");
+  KILN_CHECK(dt.is_string(), at(), ": dtype is not a string");
   e.dtype = parse_dtype(dt.get_ref<const std::string&>(), where, name);
   const uint64_t item = dtype_size(e.dtype);
 
   const json& sh = v["shape"];
-  KILN_CHECK(sh.is_array(), at, ": shape is not an array");
-  KILN_CHECK(sh.size() <= kMaxRank, at, ": shape has ", sh.size(), " dimensions (kiln allows ",
+  KILN_CHECK(sh.is_array(), at(), ": shape is not an array");
+  KILN_CHECK(sh.size() <= kMaxRank, at(), ": shape has ", sh.size(), " dimensions (kiln allows ",
              kMaxRank, ")");
   // numel is the byte count's factor; `span` (product of max(d, 1)) bounds the
   // strides kiln computes, so it must fit int64 too, even for empty tensors.
   uint64_t numel = 1, span = item;
   for (const json& d : sh) {
     std::optional<uint64_t> n = as_u64(d);
-    KILN_CHECK(n.has_value(), at, ": shape ", sh.dump(), " holds ", d.dump(),
+    KILN_CHECK(n.has_value(), at(), ": shape ", sh.dump(), " holds ", d.dump(),
                ", not a non-negative integer");
     KILN_CHECK(!__builtin_mul_overflow(span, std::max<uint64_t>(*n, 1), &span) &&
                    span <= static_cast<uint64_t>(INT64_MAX),
-               at, ": shape ", sh.dump(), " is too large");
+               at(), ": shape ", sh.dump(), " is too large");
     numel *= *n;  // cannot overflow: numel <= span / item
     e.shape.push_back(static_cast<int64_t>(*n));
   }
@@ -102,15 +103,15 @@ Entry parse_entry(const std::string& name, const json& v, uint64_t data_len,
     b = as_u64(off[0]);
     en = as_u64(off[1]);
   }
-  KILN_CHECK(b && en, at, ": data_offsets ", off.dump(), " is not two non-negative integers");
+  KILN_CHECK(b && en, at(), ": data_offsets ", off.dump(), " is not two non-negative integers");
   e.begin = *b;
   e.end = *en;
-  KILN_CHECK(e.begin <= e.end, at, ": data_offsets [", e.begin, ", ", e.end,
+  KILN_CHECK(e.begin <= e.end, at(), ": data_offsets [", e.begin, ", ", e.end,
              "]: end is before begin");
-  KILN_CHECK(e.end <= data_len, at, ": data_offsets [", e.begin, ", ", e.end,
+  KILN_CHECK(e.end <= data_len, at(), ": data_offsets [", e.begin, ", ", e.end,
              "] run past the end of the ", data_len, "-byte data buffer");
   const uint64_t nbytes = numel * item;
-  KILN_CHECK(e.end - e.begin == nbytes, at, ": data_offsets [", e.begin, ", ", e.end, "] hold ",
+  KILN_CHECK(e.end - e.begin == nbytes, at(), ": data_offsets [", e.begin, ", ", e.end, "] hold ",
              e.end - e.begin, " bytes but shape ", sh.dump(), " of ", dt.get<std::string>(),
              " needs ", nbytes);
   return e;
@@ -310,10 +311,22 @@ Header parse_header(std::string_view text, uint64_t data_len, const std::string&
   if (problem) std::rethrow_exception(problem);
   // The reference implementation requires the tensors to tile the buffer
   // exactly: sorted by offsets, each begins where the previous one ended.
-  std::sort(h.entries.begin(), h.entries.end(), [](const Entry& a, const Entry& b) {
+  // Files are usually written in that order already; otherwise positions are
+  // sorted (cheaper to move than entries) and the entries moved once.
+  auto before = [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin
                               : (a.end != b.end ? a.end < b.end : a.name < b.name);
-  });
+  };
+  if (!std::is_sorted(h.entries.begin(), h.entries.end(), before)) {
+    std::vector<size_t> order(h.entries.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return before(h.entries[a], h.entries[b]); });
+    std::vector<Entry> sorted;
+    sorted.reserve(order.size());
+    for (size_t i : order) sorted.push_back(std::move(h.entries[i]));
+    h.entries = std::move(sorted);
+  }
   uint64_t cursor = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : h.entries) {
