@@ -77,9 +77,11 @@ inline std::vector<std::string> ranks_in_child(
   reader.join();
   ::close(p[0]);
   if (status == -1) return {"the child did not finish in time"};
-  if (WIFSIGNALED(status))
+  if (WIFSIGNALED(status)) {
+    const char* name = sigabbrev_np(WTERMSIG(status));
     return {std::string("the child was killed by signal ") + std::to_string(WTERMSIG(status)) +
-            " (" + sigabbrev_np(WTERMSIG(status)) + ")"};
+            " (SIG" + (name ? name : "?") + ")"};
+  }
   std::vector<std::string> out;
   size_t start = 0;
   for (size_t i = 0; i < got.size(); ++i) {
