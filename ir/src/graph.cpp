@@ -26,7 +26,9 @@ SymInt SymInt::symbolic(int32_t sym, int64_t a, int64_t b) {
 int64_t SymInt::eval(std::span<const int64_t> syms) const {
   if (is_static()) return b;
   KILN_ASSERT(sym >= 0 && static_cast<size_t>(sym) < syms.size(), "symbol s", sym, " is not bound");
-  return a * syms[static_cast<size_t>(sym)] + b;
+  // Overflow-checked: the coefficients may come from hostile IR text.
+  return checked_add(checked_mul(a, syms[static_cast<size_t>(sym)], "symbolic size"), b,
+                     "symbolic size");
 }
 
 bool SymInt::operator==(const SymInt& o) const {

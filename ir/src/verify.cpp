@@ -329,11 +329,13 @@ class Verifier {
       const Value* v = n->inputs[k];
       auto impl = std::make_shared<TensorImpl>();
       impl->dtype = v->dtype;
-      impl->shape = eval_shape(v->shape, syms);
-      for (int64_t d : impl->shape)
-        if (d < 0)
-          fail_node(p, "input ", k, " ", vname(v), " ", type_str(v->dtype, v->shape),
-                    " has a negative dim", at);
+      try {  // sizes of hostile IR text may be negative, too large, or overflow
+        impl->shape = eval_shape(v->shape, syms);
+        check_shape(impl->shape, "verify", "shape");
+      } catch (const Error& e) {
+        fail_node(p, "input ", k, " ", vname(v), " ", type_str(v->dtype, v->shape),
+                  " is not a valid shape", at, ": ", e.what());
+      }
       impl->strides = contiguous_strides(impl->shape);
       impl->wrapped_number = v->wrapped_number;
       fake.emplace_back(std::move(impl));

@@ -122,6 +122,17 @@ TEST(Verify, AttributeErrorsOfParsedGraphsNameLineAndColumn) {
   check("  %1 = reshape(%0) : f32[6]", "missing attribute 'shape'");
 }
 
+// A symbolic size whose value overflows int64 at a sample is a user error
+// (hostile IR text; the sizes were computed unchecked before).
+TEST(Verify, SymbolicSizeOverflowIsAnError) {
+  auto g = parse(
+      "graph(%0: f32[s0] \"x\", %1: f32[9223372036854775807*s0] \"z\") syms=1 {\n"
+      "  %2 = neg(%1) : f32[9223372036854775807*s0]\n  return %2 \"y\"\n}\n");
+  expect_verify_error(
+      *g,
+      {"input 0 %1", "is not a valid shape at s0=", "[symbolic size] size arithmetic overflows"});
+}
+
 // No op's rule reports missing attributes (or any other bad input) as a kiln bug.
 TEST(Verify, NoRuleFailsInternallyWithoutAttributes) {
   for (int i = 0; i < kNumOps; ++i) {
