@@ -638,6 +638,8 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions opts) : impl_(std::make_uni
   m.opts = std::move(opts);
   KILN_CHECK(m.opts.token.size() <= proto::kMaxToken, "[store] server token of ",
              m.opts.token.size(), " bytes exceeds the ", proto::kMaxToken, "-byte limit");
+  KILN_CHECK(m.opts.max_unauthenticated >= 1, "[store] max_unauthenticated must be >= 1; got ",
+             m.opts.max_unauthenticated);
   std::string where = kiln::str(m.opts.host, ":", m.opts.port);
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -666,8 +668,6 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions opts) : impl_(std::make_uni
   m.port = ntohs(bound.sin_port);
 
   // Connections owing their hello hold at most a quarter of the descriptors.
-  KILN_CHECK(m.opts.max_unauthenticated >= 1, "[store] max_unauthenticated must be >= 1; got ",
-             m.opts.max_unauthenticated);
   m.max_unauthed = size_t(m.opts.max_unauthenticated);
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)

@@ -135,6 +135,21 @@ TEST(StoreLimits, IdleConnectionsDoNotLockOutClients) {
   ::rmdir(dir_tmpl);
 }
 
+// The cap itself must allow a connection.
+TEST(StoreLimits, MaxUnauthenticatedIsChecked) {
+  TCPStoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.max_unauthenticated = 0;
+  try {
+    TCPStoreServer server(so);
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_unauthenticated must be >= 1; got 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 size_t resident_bytes() {
   std::ifstream f("/proc/self/statm");
   size_t pages = 0, resident = 0;
