@@ -139,6 +139,7 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
                                            const std::vector<double>& statics,
                                            std::vector<double>& out_spec, const Body& body) {
   Impl& m = *impl_;
+  check_dynamic_options(m.opts, args);  // a usage error whether compiled or not
   // Disabled, or called inside another trace (then it simply inlines into it).
   if (!m.opts.enabled || env_flag("KILN_EAGER") || current_recorder() != nullptr) {
     ++m.stats.eager_calls;
@@ -266,25 +267,16 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   take_trace(*plan, std::move(res));
   plan->raw = raw;
 
-  // Dynamic dims: a second trace at another size of a dynamic dim generalizes
-  // the older plan into one symbolic plan that serves every size.
+  // Dynamic dims: traces at other sizes of dynamic dims generalize, once they
+  // determine every size-dependent number, into one symbolic plan.
   std::shared_ptr<ir::Graph> graph = raw;
-  if (!opts.dynamic.empty()) {
-    for (size_t i = 0; i < plans.size(); ++i) {
-      std::vector<ir::SymSample> samples;
-      if (!plans[i]->eager && same_but_dynamic(*plans[i], *plan, opts, samples)) {
-        std::string why;
-        auto g = ir::generalize(*plans[i]->raw, *raw, samples, &why);
-        if (g) {
-          graph = std::shared_ptr<ir::Graph>(std::move(g));
-          make_args_symbolic(*plan, *graph);
-          plans.erase(plans.begin() + static_cast<std::ptrdiff_t>(i));
-          ++stats.generalized;
-        } else if (log_topic("recompiles")) {
-          std::cerr << "[kiln] " << opts.name << ": cannot make the plan dynamic: " << why << "\n";
-        }
-        break;
-      }
+  if (!opts.dynamic.empty() && plan->escaped.empty()) {
+    DynamicResult d = generalize_plans(*plan, raw, args, plans, opts);
+    graph = d.graph;
+    if (d.generalized) {
+      ++stats.generalized;
+    } else if (!d.why.empty() && log_topic("recompiles")) {
+      std::cerr << "[kiln] " << opts.name << ": no symbolic plan: " << d.why << "\n";
     }
   }
   dump(dump_dir, opts.name, plan->id, "traced", *graph);

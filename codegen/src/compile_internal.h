@@ -23,6 +23,13 @@ struct ArgSig {
   bool grad_defined = false;    ///< its .grad was defined (backward inside accumulates)
 };
 
+/// A concrete trace kept to generalize dynamic dims from (see Plan::evidence).
+struct DynTrace {
+  std::shared_ptr<const ir::Graph> raw;
+  std::vector<int64_t> sizes;  ///< the size of each CompileOptions::dynamic entry
+  uint64_t structure = 0;      ///< hash of the op sequence
+};
+
 /// A differentiable input of a compiled forward: an argument or a capture.
 struct DiffInput {
   bool is_arg = true;
@@ -65,6 +72,12 @@ struct Plan {
   size_t num_fwd_outputs = 0;        ///< forward outputs before the saved values
   std::vector<int> bwd_output_diff;  ///< backward output k -> diff input number
   std::vector<int> bwd_grad_result;  ///< backward gradient input k -> result number
+  // ---- dynamic dims ----
+  std::vector<DynTrace> evidence;             ///< this plan's traces (newest first)
+  std::shared_ptr<const ir::Graph> symbolic;  ///< the generalized graph of a symbolic plan
+  /// Symbol values at which `symbolic`'s shape rules held / failed (and why): a cache.
+  mutable std::vector<std::vector<int64_t>> sizes_ok;
+  mutable std::vector<std::pair<std::vector<int64_t>, std::string>> sizes_bad;
 };
 
 /// What one run produced.
@@ -88,12 +101,32 @@ void take_trace(Plan& p, ir::TraceResult&& r);
 /// True if every guard of `p` holds for this call; else `why` (if given) names the failed one.
 bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
                  std::string* why);
-/// True if `b` is `a` traced at other sizes of dynamic dims only; fills one
-/// sample per distinct (size in a, size in b) pair.
-bool same_but_dynamic(const Plan& a, const Plan& b, const CompileOptions& opts,
-                      std::vector<ir::SymSample>& samples);
+// ---- dynamic dims (dynamic.cpp) ----
+/// Throws a usage error if CompileOptions::dynamic names an argument or dim
+/// that this call does not have.
+void check_dynamic_options(const CompileOptions& opts, const std::vector<Tensor>& args);
+/// True if `b` is `a` traced at other sizes of dynamic dims (of arguments the
+/// graph reads) only: the same guards otherwise, the same captured tensors.
+bool same_but_dynamic(const Plan& a, const Plan& b, const CompileOptions& opts);
 /// Takes the argument guards' symbolic dims from the generalized graph's inputs.
 void make_args_symbolic(Plan& p, const ir::Graph& g);
+/// What generalize_plans made of a new trace.
+struct DynamicResult {
+  std::shared_ptr<ir::Graph> graph;  ///< the graph to build the plan from
+  bool generalized = false;          ///< graph is symbolic
+  std::string why;                   ///< why not (empty if there was nothing to do)
+};
+/// A new trace `raw` of plan `p` (not yet in `plans`) with the traces of the
+/// plans it differs from only in dynamic dims: their symbolic graph when the
+/// traces determine it (p's guards made symbolic, the plans it covers removed
+/// from `plans`), else `raw`. p keeps the traces for the next attempt.
+DynamicResult generalize_plans(Plan& p, const std::shared_ptr<ir::Graph>& raw,
+                               const std::vector<Tensor>& args,
+                               std::vector<std::shared_ptr<Plan>>& plans,
+                               const CompileOptions& opts);
+/// True if a symbolic plan's shape rules hold at these symbol values (checked
+/// once per size tuple); else `why` says which rule fails.
+bool symbolic_sizes_hold(const Plan& p, const std::vector<int64_t>& syms, std::string* why);
 /// Freezes, partitions (differentiable plans), optimizes and prepares executors.
 void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& opts);
 /// Runs a plan for one call: host numbers, generator, executor, write-backs, and

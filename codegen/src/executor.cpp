@@ -76,10 +76,9 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const auto& shape = g.inputs()[i]->shape;
     for (size_t d = 0; d < shape.size(); ++d) {
-      const ir::SymInt& x = shape[d];
-      if (!x.is_static() && x.a == 1 && x.b == 0 &&
-          sym_source_[static_cast<size_t>(x.sym)].first < 0)
-        sym_source_[static_cast<size_t>(x.sym)] = {static_cast<int>(i), static_cast<int>(d)};
+      const int32_t k = shape[d].as_symbol();
+      if (k >= 0 && sym_source_[static_cast<size_t>(k)].first < 0)
+        sym_source_[static_cast<size_t>(k)] = {static_cast<int>(i), static_cast<int>(d)};
     }
   }
 }

@@ -68,8 +68,8 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
         if (x.b != n)
           return fail("argument ", i, " dim ", d, " changed (", x.b, " -> ", n, ")",
                       " (mark it dynamic with CompileOptions::dynamic if it varies)");
-      } else if (x.a == 1 && x.b == 0 && syms[static_cast<size_t>(x.sym)] < 0) {
-        syms[static_cast<size_t>(x.sym)] = n;
+      } else if (const int32_t k = x.as_symbol(); k >= 0 && syms[static_cast<size_t>(k)] < 0) {
+        syms[static_cast<size_t>(k)] = n;
       }
     }
     if (t.requires_grad() != s.requires_grad)
@@ -86,10 +86,14 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
       for (size_t d = 0; d < p.args[i].shape.size(); ++d) {
         const ir::SymInt& x = p.args[i].shape[d];
         if (x.is_static()) continue;
-        if (syms[static_cast<size_t>(x.sym)] < 0 ||
+        if (std::find(syms.begin(), syms.end(), -1) != syms.end() ||
             x.eval(syms) != args[i].size(static_cast<int64_t>(d)))
           return fail("argument ", i, " dim ", d, " is inconsistent with the other dynamic dims");
       }
+    // A size the fitted polynomials do not fit (an op's shape rule fails):
+    // re-trace rather than run.
+    if (std::string bad; !symbolic_sizes_hold(p, syms, &bad))
+      return fail("the symbolic plan does not hold at these sizes: ", bad);
   }
   if (statics != p.statics) return fail("a non-tensor argument changed value");
   if (grad_mode_enabled() != p.grad_mode)
@@ -115,45 +119,6 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
   for (size_t j = 0; j < p.guards.size(); ++j)
     if (!p.guards[j]()) return fail("guard failed: ", p.guard_names[j]);
   return true;
-}
-
-bool same_but_dynamic(const Plan& a, const Plan& b, const CompileOptions& opts,
-                      std::vector<ir::SymSample>& samples) {
-  samples.clear();
-  if (a.num_syms != 0 || a.args.size() != b.args.size() || a.statics != b.statics ||
-      a.grad_mode != b.grad_mode)
-    return false;
-  for (size_t i = 0; i < a.args.size(); ++i) {
-    const ArgSig& x = a.args[i];
-    const ArgSig& y = b.args[i];
-    if (x.dtype != y.dtype || x.shape.size() != y.shape.size() ||
-        x.requires_grad != y.requires_grad || x.wrapped_number != y.wrapped_number ||
-        x.grad_defined != y.grad_defined)
-      return false;
-    for (size_t d = 0; d < x.shape.size(); ++d) {
-      if (x.shape[d].b == y.shape[d].b) continue;
-      bool dyn = false;
-      for (const DynamicDim& dd : opts.dynamic)
-        dyn = dyn || (dd.arg == static_cast<int>(i) && dd.dim == static_cast<int>(d));
-      if (!dyn) return false;
-      ir::SymSample s{x.shape[d].b, y.shape[d].b};
-      bool seen = false;
-      for (const auto& e : samples) seen = seen || (e.first == s.first && e.second == s.second);
-      if (!seen) samples.push_back(s);
-    }
-  }
-  if (samples.empty() || a.captures.size() != b.captures.size() || a.hosts.size() != b.hosts.size())
-    return false;
-  for (size_t k = 0; k < a.captures.size(); ++k)
-    if (a.captures[k].tensor.lock() != b.captures[k].tensor.lock()) return false;
-  return true;
-}
-
-void make_args_symbolic(Plan& p, const ir::Graph& g) {
-  p.num_syms = g.num_syms;
-  for (size_t j = 0; j < p.inputs.size() && j < g.inputs().size(); ++j)
-    if (p.inputs[j].kind == ir::InputBinding::kArg)
-      p.args[static_cast<size_t>(p.inputs[j].index)].shape = g.inputs()[j]->shape;
 }
 
 namespace {

@@ -14,33 +14,158 @@
 namespace kiln::ir {
 
 // ---------------- SymInt ----------------
+namespace {
+
+int mono_degree(uint64_t m) {
+  int d = 0;
+  for (int k = 0; k < SymInt::kMaxSyms; ++k) d += mono_exponent(m, k);
+  return d;
+}
+
+// The canonical order of terms: higher degree first, then the larger exponent
+// of s0, of s1, ...
+bool mono_before(uint64_t x, uint64_t y) {
+  const int dx = mono_degree(x), dy = mono_degree(y);
+  if (dx != dy) return dx > dy;
+  for (int k = 0; k < SymInt::kMaxSyms; ++k) {
+    const int ex = mono_exponent(x, k), ey = mono_exponent(y, k);
+    if (ex != ey) return ex > ey;
+  }
+  return false;
+}
+
+uint64_t mono_mul(uint64_t x, uint64_t y) {
+  uint64_t r = 0;
+  for (int k = 0; k < SymInt::kMaxSyms; ++k) {
+    const int e = mono_exponent(x, k) + mono_exponent(y, k);
+    KILN_CHECK(e <= SymInt::kMaxExponent, "[symbolic size] s", k, " to the power ", e, " (at most ",
+               SymInt::kMaxExponent, ")");
+    r |= mono_of(k, e);
+  }
+  return r;
+}
+
+// Sorts, merges equal monomials and drops zero coefficients.
+void normalize(std::vector<SymTerm>& t) {
+  std::sort(t.begin(), t.end(),
+            [](const SymTerm& x, const SymTerm& y) { return mono_before(x.mono, y.mono); });
+  size_t out = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (out > 0 && t[out - 1].mono == t[i].mono)
+      t[out - 1].coef = checked_add(t[out - 1].coef, t[i].coef, "symbolic size");
+    else
+      t[out++] = t[i];
+  }
+  t.resize(out);
+  std::erase_if(t, [](const SymTerm& x) { return x.coef == 0; });
+}
+
+}  // namespace
+
 SymInt SymInt::symbolic(int32_t sym, int64_t a, int64_t b) {
-  SymInt s;
-  s.sym = sym;
-  s.a = a;
+  KILN_CHECK(sym >= 0 && sym < kMaxSyms, "[symbolic size] symbol s", sym, " (at most ", kMaxSyms,
+             " symbols)");
+  SymInt s = monomial(a, mono_of(sym, 1));
   s.b = b;
-  if (a == 0) s.sym = -1;
   return s;
 }
 
-int64_t SymInt::eval(std::span<const int64_t> syms) const {
-  if (is_static()) return b;
-  KILN_ASSERT(sym >= 0 && static_cast<size_t>(sym) < syms.size(), "symbol s", sym, " is not bound");
-  // Overflow-checked: the coefficients may come from hostile IR text.
-  return checked_add(checked_mul(a, syms[static_cast<size_t>(sym)], "symbolic size"), b,
-                     "symbolic size");
+SymInt SymInt::monomial(int64_t coef, uint64_t mono) {
+  if (mono == 0) return SymInt(coef);
+  SymInt s;
+  if (coef != 0) s.terms.push_back({coef, mono});
+  return s;
 }
 
-bool SymInt::operator==(const SymInt& o) const {
-  if (is_static() || o.is_static()) return is_static() && o.is_static() && b == o.b;
-  return a == o.a && b == o.b && sym == o.sym;
+int32_t SymInt::as_symbol() const {
+  if (b != 0 || terms.size() != 1 || terms[0].coef != 1) return -1;
+  const uint64_t m = terms[0].mono;
+  for (int k = 0; k < kMaxSyms; ++k)
+    if (m == mono_of(k, 1)) return k;
+  return -1;
+}
+
+int32_t SymInt::syms_used() const {
+  int32_t n = 0;
+  for (const SymTerm& t : terms)
+    for (int k = 0; k < kMaxSyms; ++k)
+      if (mono_exponent(t.mono, k) > 0) n = std::max(n, k + 1);
+  return n;
+}
+
+int64_t SymInt::eval(std::span<const int64_t> syms) const {
+  if (terms.empty()) return b;
+  // Overflow-checked: the coefficients may come from hostile IR text.
+  int64_t r = b;
+  for (const SymTerm& t : terms) {
+    int64_t v = t.coef;
+    for (int k = 0; k < kMaxSyms; ++k) {
+      const int e = mono_exponent(t.mono, k);
+      if (e == 0) continue;
+      KILN_ASSERT(static_cast<size_t>(k) < syms.size(), "symbol s", k, " is not bound");
+      for (int i = 0; i < e; ++i) v = checked_mul(v, syms[static_cast<size_t>(k)], "symbolic size");
+    }
+    r = checked_add(r, v, "symbolic size");
+  }
+  return r;
+}
+
+SymInt SymInt::operator+(const SymInt& o) const {
+  SymInt r;
+  r.b = checked_add(b, o.b, "symbolic size");
+  if (terms.empty() && o.terms.empty()) return r;
+  r.terms = terms;
+  r.terms.insert(r.terms.end(), o.terms.begin(), o.terms.end());
+  normalize(r.terms);
+  return r;
+}
+
+SymInt SymInt::operator-(const SymInt& o) const {
+  return *this + o * SymInt(-1);
+}
+
+SymInt SymInt::operator*(const SymInt& o) const {
+  SymInt r;
+  r.b = checked_mul(b, o.b, "symbolic size");
+  if (terms.empty() && o.terms.empty()) return r;
+  for (const SymTerm& x : terms) {
+    if (o.b != 0) r.terms.push_back({checked_mul(x.coef, o.b, "symbolic size"), x.mono});
+    for (const SymTerm& y : o.terms)
+      r.terms.push_back({checked_mul(x.coef, y.coef, "symbolic size"), mono_mul(x.mono, y.mono)});
+  }
+  if (b != 0)
+    for (const SymTerm& y : o.terms)
+      r.terms.push_back({checked_mul(b, y.coef, "symbolic size"), y.mono});
+  normalize(r.terms);
+  return r;
 }
 
 std::string to_string(const SymInt& s) {
   if (s.is_static()) return std::to_string(s.b);
-  std::string r = s.a == 1 ? "" : std::to_string(s.a) + "*";
-  r += 's';
-  r += std::to_string(s.sym);
+  std::string r;
+  for (size_t i = 0; i < s.terms.size(); ++i) {
+    const SymTerm& t = s.terms[i];
+    // The first term carries its sign in its coefficient ("-1*s0"); later ones
+    // are joined by '+' or '-' ("s0*s1-s1").
+    const uint64_t mag =
+        t.coef < 0 ? 0 - static_cast<uint64_t>(t.coef) : static_cast<uint64_t>(t.coef);
+    if (i == 0) {
+      if (t.coef != 1) r += std::to_string(t.coef) + "*";
+    } else {
+      r += t.coef < 0 ? '-' : '+';
+      if (mag != 1) r += std::to_string(mag) + "*";
+    }
+    bool first = true;
+    for (int k = 0; k < SymInt::kMaxSyms; ++k) {
+      const int e = mono_exponent(t.mono, k);
+      if (e == 0) continue;
+      if (!first) r += '*';
+      first = false;
+      r += 's';
+      r += std::to_string(k);
+      if (e > 1) r += '^' + std::to_string(e);
+    }
+  }
   if (s.b > 0) r += '+';
   if (s.b != 0) r += std::to_string(s.b);  // a negative b brings its own '-'
   return r;

@@ -64,9 +64,12 @@ class Hasher {
       i64(s.b);
     } else {
       word(1);
-      i64(s.a);
+      word(s.terms.size());
+      for (const SymTerm& t : s.terms) {
+        i64(t.coef);
+        word(t.mono);
+      }
       i64(s.b);
-      i64(s.sym);
     }
   }
   void shape(const SymShape& s) {

@@ -14,7 +14,9 @@
 //   attr     := NAME '=' (symattr | FLOAT | 'inf' | 'nan' | '-' FLOAT | 'true' | 'false'
 //                         | DTYPE | '[' [symint {',' symint}] ']')
 //   symattr  := symint | '1' '/' '(' symint ')' | '1.0' '*' '(' symint ')'
-//   symint   := ['-'] INT ['*' SYM [('+' | '-') INT]] | ['-'] SYM [('+' | '-') INT]
+//   symint   := ['-'] term {('+' | '-') term}        (an integer polynomial in symbols)
+//   term     := INT ['*' mono] | mono                   mono := power {'*' power}
+//   power    := SYM ['^' INT]
 //   number   := ['-'] (INT | FLOAT | 'inf' | 'nan') | 'true' | 'false'
 //   VALUE    := '%' [A-Za-z0-9_.]+       SYM := 's' [0-9]+       INT := [0-9]+
 //   FLOAT    := INT ['.' [0-9]*] [[eE] [+-] INT] with a '.' or an exponent
@@ -48,7 +50,7 @@ constexpr int64_t kMaxConstantElements = int64_t{1} << 28;
 constexpr size_t kMaxRank = 64;
 constexpr size_t kMaxAttrs = 256;
 constexpr size_t kMaxDimsAttr = size_t{1} << 20;
-constexpr int64_t kMaxSyms = int64_t{1} << 20;
+constexpr int64_t kMaxSyms = SymInt::kMaxSyms;
 
 enum class Tok : uint8_t { kEnd, kIdent, kValue, kInt, kFloat, kString, kPunct };
 
@@ -106,7 +108,7 @@ class Lexer {
     } else if (c == '"') {
       lex_string(t);
       return t;
-    } else if (std::string_view("()[]{},:=*+-/").find(c) != std::string_view::npos) {
+    } else if (std::string_view("()[]{},:=*+-/^").find(c) != std::string_view::npos) {
       ++pos_;
       t.kind = Tok::kPunct;
     } else {
@@ -248,7 +250,7 @@ class Parser {
       expect('=');
       Token at = tok_;
       int64_t n = take_int(false, at);
-      if (n > kMaxSyms) fail(at, "too many symbols");
+      if (n > kMaxSyms) fail(at, "too many symbols (at most " + std::to_string(kMaxSyms) + ")");
       g_->num_syms = static_cast<int>(n);
     }
     syms_known_ = true;
@@ -356,7 +358,9 @@ class Parser {
     int32_t s = 0;
     std::string_view d = tok_.text.substr(1);
     auto r = std::from_chars(d.data(), d.data() + d.size(), s);
-    if (r.ec != std::errc()) fail(tok_, "symbol number out of range");
+    if (r.ec != std::errc() || s >= SymInt::kMaxSyms)
+      fail(tok_, "symbol number out of range (at most " + std::to_string(SymInt::kMaxSyms) +
+                     " symbols, s0..s" + std::to_string(SymInt::kMaxSyms - 1) + ")");
     if (syms_known_) {
       if (s >= g_->num_syms) fail(tok_, undeclared(s));
     } else if (s > max_sym_) {  // in the header, before syms=N: checked after it
@@ -368,28 +372,59 @@ class Parser {
     return s;
   }
 
-  // `s<n> [+|- INT]` after the coefficient `a` was read.
-  SymInt finish_sym(int64_t a) {
-    int32_t s = take_sym();
-    int64_t b = 0;
-    if (is_punct('+') || is_punct('-')) {
-      bool neg = is_punct('-');
+  // `mono` after its coefficient was read: powers of symbols joined by '*'.
+  SymInt parse_mono(int64_t coef, const Token& at) {
+    int exps[SymInt::kMaxSyms] = {};
+    do {
+      const int32_t k = take_sym();
+      int64_t e = 1;
+      if (accept('^')) {
+        Token et = tok_;
+        e = take_int(false, et);
+        if (e < 1 || e > SymInt::kMaxExponent)
+          fail(et, "exponent " + std::to_string(e) + " out of range (1.." +
+                       std::to_string(SymInt::kMaxExponent) + ")");
+      }
+      exps[k] += static_cast<int>(e);
+      if (exps[k] > SymInt::kMaxExponent)
+        fail(at,
+             "s" + std::to_string(k) + " to a power above " + std::to_string(SymInt::kMaxExponent));
+    } while (accept('*'));
+    uint64_t mono = 0;
+    for (int k = 0; k < SymInt::kMaxSyms; ++k) mono |= mono_of(k, exps[k]);
+    return SymInt::monomial(coef, mono);
+  }
+
+  // One term with its sign already read: INT ['*' mono] | mono.
+  SymInt parse_term(bool neg, const Token& at) {
+    if (tok_.kind == Tok::kInt) {
+      const int64_t v = take_int(neg, at);
+      return accept('*') ? parse_mono(v, at) : SymInt(v);
+    }
+    if (at_sym()) return parse_mono(neg ? -1 : 1, at);
+    expected("a size (an integer or an expression like 2*s0+1 or s0*s1)");
+  }
+
+  // The `{('+' | '-') term}` rest of a symint whose first term is `acc`.
+  SymInt parse_symint_rest(SymInt acc) {
+    while (is_punct('+') || is_punct('-')) {
+      const bool neg = is_punct('-');
       Token at = tok_;
       advance();
-      b = take_int(neg, at);
+      SymInt t = parse_term(neg, at);
+      try {
+        acc = acc + t;
+      } catch (const Error&) {
+        fail(at, "size expression out of range");
+      }
     }
-    return SymInt::symbolic(s, a, b);
+    return acc;
   }
 
   SymInt parse_symint() {
     Token at = tok_;
-    bool neg = accept('-');
-    if (tok_.kind == Tok::kInt) {
-      int64_t v = take_int(neg, at);
-      return accept('*') ? finish_sym(v) : SymInt(v);
-    }
-    if (at_sym()) return finish_sym(neg ? -1 : 1);
-    expected("a size (an integer or an expression like 2*s0+1)");
+    const bool neg = accept('-');
+    return parse_symint_rest(parse_term(neg, at));
   }
 
   // symint or `1/(symint)`.
@@ -405,7 +440,7 @@ class Parser {
         reciprocal = true;
         return e;
       }
-      return accept('*') ? finish_sym(v) : SymInt(v);
+      return parse_symint_rest(accept('*') ? parse_mono(v, at) : SymInt(v));
     }
     return parse_symint();
   }
@@ -521,12 +556,7 @@ class Parser {
     bool reciprocal = false;
     if (neg) {
       // A negative size: put the sign back in front of the expression.
-      if (tok_.kind == Tok::kInt) {
-        int64_t v = take_int(true, at);
-        e = accept('*') ? finish_sym(v) : SymInt(v);
-      } else {
-        e = finish_sym(-1);
-      }
+      e = parse_symint_rest(parse_term(true, at));
     } else {
       e = parse_symattr(reciprocal);
     }

@@ -67,14 +67,32 @@ class Verifier {
     for (size_t i = 0; i < nodes_.size(); ++i) pos_[nodes_[i]] = i;
   }
 
-  void run() {
+  void run(std::span<const std::vector<int64_t>> extra_points = {}) {
     check_graph_meta();
     check_inputs();
     check_definitions();
     pick_samples();
+    for (const auto& pt : extra_points) {
+      if (pt.size() != static_cast<size_t>(g_.num_syms))
+        fail("a sample point has ", pt.size(), " symbol values, the graph has ", g_.num_syms,
+             " symbols");
+      samples_.push_back(pt);
+    }
     for (size_t p = 0; p < nodes_.size(); ++p) check_node(p);
     check_use_lists();
     check_outputs();
+  }
+
+  // Only the op rules of the symbolic nodes, at one point (a verified graph).
+  void check_rules_at(std::span<const int64_t> syms) {
+    std::ostringstream at;
+    at << " at";
+    for (size_t i = 0; i < syms.size(); ++i) at << (i ? ", s" : " s") << i << '=' << syms[i];
+    for (size_t p = 0; p < nodes_.size(); ++p) {
+      const Node* n = nodes_[p];
+      if (n->is_constant() || n->info().infer == nullptr || !node_is_symbolic(n)) continue;
+      check_rule_at(p, syms, at.str());
+    }
   }
 
  private:
@@ -93,6 +111,8 @@ class Verifier {
   // ---- graph level ----
   void check_graph_meta() {
     if (g_.num_syms < 0) fail("num_syms is negative (", g_.num_syms, ")");
+    if (g_.num_syms > SymInt::kMaxSyms)
+      fail("num_syms is ", g_.num_syms, " (at most ", SymInt::kMaxSyms, ")");
     if (g_.outputs().size() != g_.output_names().size())
       fail("graph has ", g_.outputs().size(), " outputs but ", g_.output_names().size(),
            " output names");
@@ -101,7 +121,7 @@ class Verifier {
            " uses an unknown symbol (num_syms=", g_.num_syms, ")");
   }
 
-  bool sym_ok(const SymInt& s) const { return s.is_static() || s.sym < g_.num_syms; }
+  bool sym_ok(const SymInt& s) const { return s.syms_used() <= g_.num_syms; }
 
   // Returns an empty string if all dims are fine, else what is wrong.
   std::string shape_problem(const SymShape& s) const {
@@ -133,8 +153,7 @@ class Verifier {
     for (int s = 0; s < g_.num_syms; ++s) {
       bool bound = false;
       for (const Value* v : ins)
-        for (const SymInt& d : v->shape)
-          bound |= !d.is_static() && d.sym == s && d.a == 1 && d.b == 0;
+        for (const SymInt& d : v->shape) bound |= d.as_symbol() == s;
       if (!bound) fail("symbol s", s, " is unbound: no graph input has a dim that is exactly s", s);
     }
   }
@@ -171,15 +190,44 @@ class Verifier {
   void pick_samples() {
     int64_t base = 3;
     auto need = [&](const SymInt& s) {
-      if (s.is_static() || s.a <= 0 || !sym_ok(s)) return;
-      // Smallest v with a*v + b >= 1, i.e. ceil((1 - b) / a), without overflow.
-      if (s.b < -kMaxBase) {
+      if (s.is_static() || !sym_ok(s)) return;
+      if (s.terms.size() == 1 && s.terms[0].mono == mono_of(s.syms_used() - 1, 1)) {
+        const int64_t a = s.terms[0].coef;
+        if (a <= 0) return;
+        // Smallest v with a*v + b >= 1, i.e. ceil((1 - b) / a), without overflow.
+        if (s.b < -kMaxBase) {
+          base = kMaxBase;
+          return;
+        }
+        const int64_t num = 1 - s.b;
+        const int64_t v = num <= 0 ? 0 : (num - 1) / a + 1;
+        base = std::max(base, std::min(v, kMaxBase));
+        return;
+      }
+      // A polynomial that grows with every symbol (s0*s1-6): the smallest base
+      // at which it is >= 1, by bisection. Others are not sampled for.
+      for (const SymTerm& t : s.terms)
+        if (t.coef <= 0) return;
+      auto ok = [&](int64_t b) {
+        std::vector<int64_t> pt;
+        for (int i = 0; i < g_.num_syms; ++i) pt.push_back(b + 2 * i);
+        try {
+          return s.eval(pt) >= 1;
+        } catch (const Error&) {
+          return true;  // overflows: large
+        }
+      };
+      if (ok(base)) return;
+      int64_t lo = base, hi = kMaxBase;  // !ok(lo)
+      if (!ok(hi)) {
         base = kMaxBase;
         return;
       }
-      const int64_t num = 1 - s.b;
-      const int64_t v = num <= 0 ? 0 : (num - 1) / s.a + 1;
-      base = std::max(base, std::min(v, kMaxBase));
+      while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (ok(mid) ? hi : lo) = mid;
+      }
+      base = hi;
     };
     for (const Value* v : g_.inputs())
       for (const SymInt& d : v->shape) need(d);
@@ -422,6 +470,21 @@ class Verifier {
 
 void verify(const Graph& g) {
   Verifier(g).run();
+}
+
+void verify(const Graph& g, std::span<const std::vector<int64_t>> extra_points) {
+  Verifier(g).run(extra_points);
+}
+
+std::string check_sizes_at(const Graph& g, std::span<const int64_t> syms) {
+  KILN_CHECK(syms.size() == static_cast<size_t>(g.num_syms), "[verify] ", syms.size(),
+             " symbol values for a graph with ", g.num_syms, " symbols");
+  try {
+    Verifier(g).check_rules_at(syms);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace kiln::ir

@@ -45,15 +45,13 @@ void put_str(std::string& key, const char* s) {
 }
 
 void put_symint(std::string& key, const ir::SymInt& s) {
-  // Static sizes are normalised: SymInt{a=0, sym=3, b} equals SymInt{b}.
-  if (s.is_static()) {
-    put(key, int32_t{-1});
-    put(key, s.b);
-  } else {
-    put(key, s.sym);
-    put(key, s.a);
-    put(key, s.b);
+  // SymInts are canonical polynomials: equal ones have equal terms.
+  put(key, s.terms.size());
+  for (const ir::SymTerm& t : s.terms) {
+    put(key, t.coef);
+    put(key, t.mono);
   }
+  put(key, s.b);
 }
 
 void put_attrs(std::string& key, const Attrs& attrs) {

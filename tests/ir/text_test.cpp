@@ -13,6 +13,7 @@
 #include "kiln/functional.h"
 #include "kiln/ir/graph.h"
 #include "kiln/ir/text.h"
+#include "kiln/ir/verify.h"
 #include "runtime/test_util.h"
 
 namespace kiln::ir {
@@ -144,6 +145,36 @@ TEST(IrText, RoundTripSymbolicDimsAndAttrs) {
                            "{shape=[2*s0, 392]}", "end=2*s0+1", "shape=[s1, -1*s0+5]",
                            "value=1/(32*s0)", "value=1.0*(2*s0+1)"})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+}
+
+TEST(IrText, RoundTripPolynomialSizes) {
+  // Products and powers of symbols (two dynamic dims: B*L elements, mean's
+  // 1/(B*L)) print canonically, read back equal, and any order of terms parses.
+  const SymInt b = SymInt::symbolic(0), l = SymInt::symbolic(1);
+  EXPECT_EQ(to_string(b * l), "s0*s1");
+  EXPECT_EQ(to_string(b * l * l * SymInt(3) - l + SymInt(2)), "3*s0*s1^2-s1+2");
+  EXPECT_EQ(to_string(SymInt(-1) * b * l + b), "-1*s0*s1+s0");
+  EXPECT_EQ(to_string(b * l - b * l), "0");
+  EXPECT_TRUE((b * l - b * l).is_static());
+  EXPECT_EQ((b + SymInt(1)) * (b - SymInt(1)), b * b - SymInt(1));
+  const std::vector<int64_t> at{3, 5};
+  EXPECT_EQ((b * l * l * SymInt(3) - l + SymInt(2)).eval(at), 3 * 3 * 25 - 5 + 2);
+  auto g = parse(
+      "graph(%x: f32[s0, s1] \"x\") syms=2 rng_advance=s1*s0 {\n"
+      "  %y = reshape(%x) {shape=[s1*s0]} : f32[s0*s1]\n"
+      "  %z = full() {shape=[], value=1/(s0*s1), dtype=f32} : f32[]\n"
+      "  %w = full() {shape=[s1^2-s1+s0*s0^2, 2], value=0.0, dtype=f32} : f32[s0^3+s1^2-s1, 2]\n"
+      "  return %y \"y\", %z \"z\", %w \"w\"\n"
+      "}\n");
+  const std::string text = print(*g);
+  for (const char* part :
+       {"rng_advance=s0*s1", "shape=[s0*s1]", "value=1/(s0*s1)", "f32[s0^3+s1^2-s1, 2]"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  expect_round_trip(*g);
+  verify(*g);
+  EXPECT_EQ(g->nodes()[1]->eval_attrs(at).f("value"), 1.0 / 15);
+  for (const char* bad : {"f32[s16]", "f32[s0^16]", "f32[s0^0]", "f32[s0*2]", "f32[s0^9*s0^9]"})
+    EXPECT_THROW(parse(str("graph(%x: ", bad, " \"x\") syms=1 {\n  return\n}\n")), Error) << bad;
 }
 
 TEST(IrText, SymbolicAttrPlaceholders) {

@@ -36,7 +36,14 @@ enum class Fallback {
 };
 
 /// A dimension that may change between calls without re-tracing for good:
-/// tensor argument `arg` (index among the flattened tensor arguments), dim `dim`.
+/// tensor argument `arg` (index among the flattened tensor arguments), dim `dim`
+/// (both must exist at every call: a usage error otherwise). Traces at other
+/// sizes of dynamic dims become one symbolic plan, with one symbol per dynamic
+/// dim that varied, once they determine every size-dependent number (reshape
+/// targets, mean's 1/n, sizes computed in C++) as a polynomial in those sizes
+/// with a trace to spare: a batch change alone usually takes 2 traces, batch
+/// and length changed one at a time 3. Numbers that fit no such polynomial
+/// keep one plan per size; a size at which the plan's shapes do not hold re-traces.
 struct DynamicDim {
   int arg = 0;
   int dim = 0;

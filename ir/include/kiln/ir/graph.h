@@ -25,9 +25,10 @@
 //   graph the offset is relative to the base drawn from the default generator
 //   at each call; `rng_advance` is how far one call moves that generator.
 //   Random nodes are never merged, folded or duplicated.
-// - Dimensions are static integers or affine in a symbol (a*s0+b), used for
-//   dims marked dynamic. Symbols are bound from the first graph input dim that
-//   is exactly the symbol. Attributes may hold symbolic entries (`sym_attrs`).
+// - Dimensions are static integers or integer polynomials in symbols (s0*s1,
+//   2*s0+1), one symbol per dim marked dynamic. Symbols are bound from the
+//   first graph input dim that is exactly the symbol. Attributes may hold
+//   symbolic entries (`sym_attrs`).
 #pragma once
 
 #include <cstdint>
@@ -42,25 +43,55 @@
 
 namespace kiln::ir {
 
-/// A size: the constant `b`, or `a*s + b` for symbol number `sym` (>= 0).
+/// One non-constant term of a SymInt: coef * s0^e0 * s1^e1 * ..., the exponent
+/// of symbol k in bits [4k, 4k + 4) of `mono` (so 16 symbols, exponents <= 15).
+struct SymTerm {
+  int64_t coef = 0;
+  uint64_t mono = 0;
+  bool operator==(const SymTerm&) const = default;
+};
+
+/// A size: an integer polynomial in the symbols, e.g. 7, s0, 2*s0+1, s0*s1,
+/// 3*s0^2*s1-4. Canonical (so == is equality of polynomials): `terms` holds the
+/// non-constant terms with nonzero coefficients, distinct monomials, higher
+/// degree first; `b` is the constant term. A static size has no terms and
+/// allocates nothing. Arithmetic is overflow-checked (kiln::Error).
 struct SymInt {
-  int64_t a = 0;
-  int64_t b = 0;
-  int32_t sym = -1;
+  static constexpr int kMaxSyms = 16;  ///< symbols s0..s15
+  static constexpr int kMaxExponent = 15;
+  int64_t b = 0;               ///< the constant term (a static size's value)
+  std::vector<SymTerm> terms;  ///< the other terms (empty for a static size)
 
   SymInt() = default;
   /// A static size.
   SymInt(int64_t v) : b(v) {}  // NOLINT(google-explicit-constructor)
   /// a*s_sym + b.
   static SymInt symbolic(int32_t sym, int64_t a = 1, int64_t b = 0);
-  bool is_static() const { return sym < 0 || a == 0; }
-  /// The value for the given symbol values (syms[sym]).
+  /// coef * the monomial `mono` (packed exponents, see SymTerm).
+  static SymInt monomial(int64_t coef, uint64_t mono);
+  bool is_static() const { return terms.empty(); }
+  /// k if this is exactly the symbol s_k, else -1.
+  int32_t as_symbol() const;
+  /// One more than the highest symbol number used (0 for a static size).
+  int32_t syms_used() const;
+  /// The value for the given symbol values (syms[k] is s_k).
   int64_t eval(std::span<const int64_t> syms) const;
-  bool operator==(const SymInt& o) const;
+  bool operator==(const SymInt& o) const = default;
+  SymInt operator+(const SymInt& o) const;
+  SymInt operator-(const SymInt& o) const;
+  SymInt operator*(const SymInt& o) const;
 };
+/// The exponent of symbol k in a packed monomial.
+inline int mono_exponent(uint64_t mono, int k) {
+  return static_cast<int>((mono >> (4 * k)) & 15);
+}
+/// The packed monomial s_k^e (e <= 15, k < 16).
+inline uint64_t mono_of(int k, int e) {
+  return static_cast<uint64_t>(e) << (4 * k);
+}
 using SymShape = std::vector<SymInt>;
 
-/// "7", "s0", "2*s0+1", "s0-3", "-1*s0+4" (the IR text form).
+/// "7", "s0", "2*s0+1", "s0-3", "-1*s0+4", "s0*s1^2-s1" (the IR text form).
 std::string to_string(const SymInt& s);
 /// "[s0, 784]".
 std::string to_string(const SymShape& s);
@@ -73,7 +104,7 @@ bool is_static(const SymShape& s);
 
 /// An attribute entry (or one element of a Dims attribute, or a constant's
 /// value, name "value") that depends on a symbol. `reciprocal` means the value
-/// is 1/expr (mean's 1/n with a dynamic n).
+/// is 1/expr (mean's 1/n with a dynamic n, e.g. 1/(s0*s1)).
 struct SymAttr {
   const char* name = nullptr;  ///< interned attribute name
   int32_t index = -1;          ///< element of a Dims attr; -1 for a scalar attr
