@@ -133,6 +133,7 @@ struct Row {
   double ref_ratio = 0;         // compiled / the row's hardware reference time, paired rounds
   double thread_ratio = 0;      // compiled at the pool's size / at 1 thread, paired rounds
   int64_t peak_bytes = 0;
+  int traces = 0;  // of the compiled function: 1 = no re-trace after the warm-up
 };
 
 double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
@@ -204,6 +205,7 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
   r.trace_ms = c.stats().trace_ms;
   r.passes_ms = c.stats().passes_ms;
   r.peak_bytes = c.stats().last_peak_bytes;
+  r.traces = c.stats().traces;
   return r;
 }
 
@@ -280,6 +282,59 @@ struct CnnStep {
   }
 };
 
+// A ResNet-style block: conv-BN-ReLU-conv-BN plus the input, then ReLU.
+struct ResBlock : nn::Module {
+  std::shared_ptr<nn::Conv2d> c1, c2;
+  std::shared_ptr<nn::BatchNorm2d> b1, b2;
+  explicit ResBlock(int64_t ch) : nn::Module("ResBlock") {
+    const nn::Conv2dOptions same{.padding = 1, .bias = false};
+    c1 = register_module("c1", std::make_shared<nn::Conv2d>(ch, ch, nn::Size2{3, 3}, same));
+    b1 = register_module("b1", std::make_shared<nn::BatchNorm2d>(ch));
+    c2 = register_module("c2", std::make_shared<nn::Conv2d>(ch, ch, nn::Size2{3, 3}, same));
+    b2 = register_module("b2", std::make_shared<nn::BatchNorm2d>(ch));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(b1->forward(c1->forward(x)));
+    return relu(add(b2->forward(c2->forward(h)), x));
+  }
+};
+
+// A small ResNet training step in train mode (BatchNorm batch statistics and
+// running stats), SGD with momentum driven by OneCycleLR (PyTorch's defaults:
+// lr and momentum cycle every step) whose step() runs inside the step.
+struct ResnetStep {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::SGD> opt;
+  std::unique_ptr<optim::OneCycleLR> sched;
+  Tensor x, y;
+  ResnetStep() {
+    manual_seed(5);
+    model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Conv2d>(3, 32, nn::Size2{3, 3},
+                                                  nn::Conv2dOptions{.padding = 1, .bias = false}));
+    model->push_back(std::make_shared<nn::BatchNorm2d>(32));
+    model->push_back(std::make_shared<nn::ReLU>());
+    model->push_back(std::make_shared<ResBlock>(32));
+    model->push_back(std::make_shared<ResBlock>(32));
+    model->push_back(std::make_shared<nn::AvgPool2d>(nn::Size2{32, 32}));
+    model->push_back(std::make_shared<nn::Flatten>());
+    model->push_back(std::make_shared<nn::Linear>(32, 10));
+    opt = std::make_unique<optim::SGD>(model->parameters(),
+                                       optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    sched = std::make_unique<optim::OneCycleLR>(*opt, 0.1, 100000);
+    x = randn({32, 3, 32, 32});
+    y = randint(0, 10, {32});
+  }
+  std::vector<Tensor> operator()() {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt->step();
+    sched->step();
+    return {loss.detach()};
+  }
+};
+
 using bench::MlpStep;
 
 // Cold compile (empty disk cache) and warm start (disk cache filled, memory cache
@@ -321,18 +376,20 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = str(",", argv[++i], ",");
     else {
-      std::fprintf(stderr,
-                   "usage: harness [--quick] [--json FILE] [--only NAME,...]\n"
-                   "  workloads: gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M\n"
-                   "             mlp_step_sgd transformer_fwd_bwd cnn_step_adam mlp_start\n");
+      std::fprintf(
+          stderr,
+          "usage: harness [--quick] [--json FILE] [--only NAME,...]\n"
+          "  workloads: gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M\n"
+          "             mlp_step_sgd transformer_fwd_bwd cnn_step_adam resnet_bn_onecycle\n"
+          "             mlp_start\n");
       return 2;
     }
   }
   // --only runs a subset (the hardware references always run).
-  const std::vector<std::string> names = {"gelu_tanh_16M",       "softmax_4096x1024",
-                                          "layer_norm_4096x1024", "adam_10M",
-                                          "mlp_step_sgd",         "transformer_fwd_bwd",
-                                          "cnn_step_adam",        "mlp_start"};
+  const std::vector<std::string> names = {
+      "gelu_tanh_16M", "softmax_4096x1024",  "layer_norm_4096x1024",
+      "adam_10M",      "mlp_step_sgd",       "transformer_fwd_bwd",
+      "cnn_step_adam", "resnet_bn_onecycle", "mlp_start"};
   for (size_t b = 1; b < only.size();) {
     const size_t e = only.find(',', b);
     const std::string n = only.substr(b, e - b);
@@ -436,20 +493,27 @@ int main(int argc, char** argv) {
     rows.push_back(r);
   }
 
+  if (want("resnet_bn_onecycle")) {
+    ResnetStep a, b;
+    Row r = measure(
+        "resnet_bn_onecycle", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
+    rows.push_back(r);
+  }
+
   std::printf(
       "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
       "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
       num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
-  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s\n", "workload", "eager ms",
+  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s\n", "workload", "eager ms",
               "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s", "peak MB",
-              "max|diff|");
+              "max|diff|", "traces");
   for (const Row& r : rows) {
     const double gbs = r.bytes > 0 ? r.bytes / (r.compiled_ms * 1e6) : 0;
     const double gfl = r.flops > 0 ? r.flops / (r.compiled_ms * 1e6) : 0;
-    std::printf("%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g\n",
+    std::printf("%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g %6d\n",
                 r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms,
                 r.compiled_1t_ms, r.trace_ms, r.passes_ms, gbs, gfl,
-                static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff);
+                static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff, r.traces);
   }
   auto by = [&](const char* name) -> const Row* {
     for (const Row& r : rows)

@@ -2,6 +2,7 @@
 // write-back of captured state, differentiable compiled regions, dynamic dims.
 #include "kiln/compile.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -52,7 +53,10 @@ struct CompiledFunction::Impl {
   std::vector<std::string> escaped_keys;  // signatures whose trace stored new tensors once
   int next_plan_id = 0;
   int recompiles = 0;
+  uint64_t calls = 0;  // the LRU clock of the plan limit
   bool warned_limit = false;
+  bool warned_plans = false;
+  bool warned_self_change = false;
   bool check = false;
   std::string dump_dir;
 
@@ -64,14 +68,41 @@ struct CompiledFunction::Impl {
   std::vector<Tensor> run_checked(Plan& p, const std::vector<Tensor>& args,
                                   std::vector<double>& spec, const Body& body);
   // From now on this signature runs the plain function; `why` is the warning's reason.
+  // `traced`: the plan whose captures' sharing with the arguments the eager
+  // signature also guards (aliasing conflicts).
   void go_eager(const std::vector<Tensor>& args, const std::vector<double>& statics,
-                const std::string& why) {
+                const std::string& why, const Plan* traced = nullptr) {
     auto p = std::make_shared<Plan>();
     fill_signature(*p, args, statics, opts);
+    if (traced) {
+      p->captures = traced->captures;
+      p->frozen_version.assign(p->captures.size(), ~0u);
+      p->arg_shares_capture = traced->arg_shares_capture;
+    }
     p->eager = true;
-    plans.push_back(p);
+    add_plan(p);
     std::cerr << "[kiln] warning: " << opts.name << ": " << why
               << " — running this signature eagerly from now on\n";
+  }
+  // Keeps at most opts.plan_limit plans: the least recently used goes first.
+  void add_plan(std::shared_ptr<Plan> p) {
+    p->last_used = calls;
+    plans.push_back(std::move(p));
+    while (plans.size() > static_cast<size_t>(std::max(1, opts.plan_limit))) {
+      auto lru = std::min_element(plans.begin(), plans.end() - 1, [](const auto& a, const auto& b) {
+        return a->last_used < b->last_used;
+      });
+      plans.erase(lru);
+      ++stats.evictions;
+      if (!warned_plans) {
+        warned_plans = true;
+        std::cerr << "[kiln] warning: " << opts.name << " reached its limit of " << opts.plan_limit
+                  << " plans (KILN_PLAN_LIMIT / CompileOptions::plan_limit): the least recently "
+                     "used are dropped from now on, so a signature seen again re-traces. Its "
+                     "signatures keep changing; the last re-trace: "
+                  << (stats.last_miss.empty() ? "(none)" : stats.last_miss) << "\n";
+      }
+    }
   }
   void note_run(const RunResult& r) {
     stats.last_peak_bytes = r.peak_bytes;
@@ -85,6 +116,10 @@ CompiledFunction::CompiledFunction(CompileOptions opts) : impl_(std::make_unique
   impl_->opts = std::move(opts);
   if (impl_->opts.recompile_limit < 0)
     impl_->opts.recompile_limit = static_cast<int>(env::get_int("KILN_RECOMPILE_LIMIT", 8));
+  if (impl_->opts.plan_limit < 0)
+    impl_->opts.plan_limit = static_cast<int>(env::get_int("KILN_PLAN_LIMIT", 64));
+  KILN_CHECK(impl_->opts.plan_limit >= 1, "[compile] ", impl_->opts.name,
+             ": plan_limit must be at least 1, got ", impl_->opts.plan_limit);
   impl_->check = env_flag("KILN_CHECK_COMPILED");
   impl_->dump_dir = env::get("KILN_DUMP");
 }
@@ -132,6 +167,11 @@ std::string CompiledFunction::Impl::signature_key(const std::vector<Tensor>& arg
   }
   for (double s : statics) k += str(s, ";");
   k += grad_mode_enabled() ? "G" : "N";
+  std::vector<int> alias;  // arguments passed twice or overlapping: another signature
+  std::vector<char> overlap;
+  arg_memory(args, alias, overlap);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (alias[i] >= 0 || overlap[i]) k += str("|", i, "=", alias[i], overlap[i] ? "o" : "");
   return k;
 }
 
@@ -146,8 +186,10 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
     return body(args, out_spec);
   }
   std::lock_guard<std::recursive_mutex> lock(m.mu);
+  ++m.calls;
   for (auto& p : m.plans) {
     if (!guards_pass(*p, args, statics, nullptr)) continue;
+    p->last_used = m.calls;
     if (p->eager) {
       ++m.stats.eager_calls;
       return body(args, out_spec);
@@ -165,6 +207,9 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
   for (auto& [k, c] : m.warmups)
     if (k == key) count = &c;
   if (!count) {
+    // Bounded like the plans: a function whose signatures never repeat keeps no history.
+    if (m.warmups.size() >= 4 * static_cast<size_t>(m.opts.plan_limit))
+      m.warmups.erase(m.warmups.begin());
     m.warmups.emplace_back(key, 0);
     count = &m.warmups.back().second;
   }
@@ -175,7 +220,16 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
   }
   if (!m.plans.empty()) {
     std::string why;
-    guards_pass(*m.plans.back(), args, statics, &why);
+    int64_t deepest = -1;
+    for (const auto& p : m.plans) {  // the most specific miss over the plans
+      std::string w;
+      int64_t depth = 0;
+      guards_pass(*p, args, statics, &w, &depth);
+      if (depth > deepest) {
+        deepest = depth;
+        why = w;
+      }
+    }
     m.stats.last_miss = why;
     ++m.recompiles;
     if (log_topic("recompiles"))
@@ -199,14 +253,22 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
                                                           std::vector<double>& spec,
                                                           const Body& body) {
   auto t0 = std::chrono::steady_clock::now();
+  auto plan = std::make_shared<Plan>();
+  fill_signature(*plan, args, statics, opts);
   ir::Tracer tr(opts.fallback == Fallback::eager);
   std::vector<Tensor> sym_args;
-  for (size_t i = 0; i < args.size(); ++i)
-    sym_args.push_back(tr.add_arg(args[i], static_cast<int>(i)));
+  for (size_t i = 0; i < args.size(); ++i) {
+    // The same tensor passed twice is one stand-in: writes through one argument
+    // are seen through the other, as in eager.
+    const int same = plan->arg_alias[i];
+    sym_args.push_back(same >= 0 ? sym_args[static_cast<size_t>(same)]
+                                 : tr.add_arg(args[i], static_cast<int>(i)));
+  }
   std::vector<Tensor> results, grads;
   std::vector<double> out_spec;
   std::vector<DiffInput> diff_inputs;
   std::vector<int> result_grad;  // results that get a gradient input
+  std::vector<int> released_results;  // results whose graph the function consumed
   const bool grad_mode = grad_mode_enabled();
   try {
     RecorderScope scope(&tr);
@@ -219,7 +281,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
       tr.note_results(results);  // a returned captured tensor is a differentiable input too
       std::vector<Tensor> wrt;
       for (size_t i = 0; i < args.size(); ++i)
-        if (sym_args[i].requires_grad()) {
+        if (sym_args[i].requires_grad() && plan->arg_alias[i] < 0) {
           diff_inputs.push_back({true, static_cast<int>(i)});
           wrt.push_back(sym_args[i]);
         }
@@ -232,16 +294,26 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
         }
       }
       if (!wrt.empty()) {
-        std::vector<Tensor> outs, gouts;
+        std::vector<Tensor> outs;
         for (size_t i = 0; i < results.size(); ++i) {
           if (!results[i].requires_grad()) continue;
           result_grad.push_back(static_cast<int>(i));
           outs.push_back(results[i]);
-          gouts.push_back(tr.add_grad_output(results[i], static_cast<int>(i)));
         }
-        GradOptions go;
-        go.allow_unused = true;
-        grads = kiln::grad(outs, wrt, gouts, go);
+        if (graph_released(outs)) {
+          // The function consumed its results' graph itself (kiln::grad or
+          // backward without retain_graph): as in eager, they still require
+          // grad and a backward through them raises.
+          released_results = std::move(result_grad);
+          result_grad.clear();
+        } else {
+          std::vector<Tensor> gouts;
+          for (size_t j = 0; j < outs.size(); ++j)
+            gouts.push_back(tr.add_grad_output(outs[j], result_grad[j]));
+          GradOptions go;
+          go.allow_unused = true;
+          grads = kiln::grad(outs, wrt, gouts, go);
+        }
       }
     }
   } catch (const ir::TraceFallback& e) {
@@ -257,15 +329,31 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   stats.trace_ms += ms_since(t0);
   ++stats.traces;
 
-  auto plan = std::make_shared<Plan>();
   plan->id = next_plan_id++;
-  fill_signature(*plan, args, statics, opts);
   plan->out_spec = out_spec;
   plan->diff_inputs = std::move(diff_inputs);
   plan->result_grad = std::move(result_grad);
+  plan->released_results = std::move(released_results);
   std::shared_ptr<ir::Graph> raw(res.graph->clone());
   take_trace(*plan, std::move(res));
   plan->raw = raw;
+  // Host state the traced code depends on (a guarded module flag, optimizer
+  // structure) that the function itself changed: replays run no host code but
+  // host_action's, so every call would miss the guard and re-trace.
+  for (const auto& guard : plan->guards)
+    if (const std::string changed = guard(); !changed.empty() && !warned_self_change) {
+      warned_self_change = true;
+      std::cerr << "[kiln] warning: " << opts.name << ": the function changes host state it "
+                << "depends on while it runs (" << changed << "); compiled calls do not re-run "
+                << "host code, so every call re-traces. Make that change outside the compiled "
+                   "function.\n";
+    }
+  note_capture_sharing(*plan, args);
+  if (const std::string why = aliasing_conflict(*plan, args); !why.empty()) {
+    go_eager(args, statics, why, plan.get());
+    ++stats.eager_calls;
+    return body(args, spec);
+  }
 
   // Dynamic dims: traces at other sizes of dynamic dims generalize, once they
   // determine every size-dependent number, into one symbolic plan.
@@ -315,7 +403,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     spec = plan->out_spec;
     return std::move(r.results);
   }
-  plans.push_back(plan);
+  add_plan(plan);
   ++stats.compiled_calls;
   if (check) return run_checked(*plan, args, spec, body);
   RunResult r = run_plan(*plan, args, nullptr);
@@ -329,20 +417,20 @@ std::vector<Tensor> CompiledFunction::Impl::run_checked(Plan& p, const std::vect
                                                         const Body& body) {
   // Snapshot the captured state, run compiled, restore, run eager with the
   // same host numbers and random offsets, compare everything, keep eager's state.
-  Snapshot before = snapshot(p);
+  Snapshot before = snapshot(p, args);
   const uint64_t rng = default_generator().offset;
   std::vector<double> hosts;
   RunResult c = run_plan(p, args, &hosts);
-  Snapshot after_c = snapshot(p);
-  restore(p, before);
+  Snapshot after_c = snapshot(p, args);
+  restore(p, args, before);
   default_generator().offset = rng;
   std::vector<Tensor> e;
   {
     HostScalarReplay replay(hosts);
     e = body(args, spec);
   }
-  Snapshot after_e = snapshot(p);
-  std::string report = compare_runs(p, c.results, e, after_c, after_e);
+  Snapshot after_e = snapshot(p, args);
+  std::string report = compare_runs(p, c.results, e, after_c, after_e, args);
   if (!report.empty()) {
     ++stats.check_mismatches;
     stats.last_check_report = report;

@@ -39,10 +39,18 @@ struct DiffInput {
 /// One compiled signature.
 struct Plan {
   int id = 0;
+  uint64_t last_used = 0;  ///< the call count when it last served a call (plan limit's LRU)
   // ---- guards ----
   std::vector<ArgSig> args;
   std::vector<double> statics;
   bool grad_mode = true;
+  /// Memory shared between arguments: alias[i] = j < i when arguments i and j
+  /// are the same tensor (traced as one stand-in), else -1; overlap[i] when
+  /// argument i shares memory with another argument without being it.
+  std::vector<int> arg_alias;
+  std::vector<char> arg_overlap;
+  /// Per argument: it shares memory with a captured tensor (set after the trace).
+  std::vector<char> arg_shares_capture;
   int num_syms = 0;
   bool eager = false;  ///< fallback: this signature runs the plain function
   // ---- bindings from the trace ----
@@ -52,8 +60,7 @@ struct Plan {
   std::vector<TensorImpl*> cap_raw;      ///< valid while the weak_ptr is alive
   std::vector<uint32_t> frozen_version;  ///< freeze: storage version of each capture (or ~0)
   std::vector<std::function<double()>> hosts;
-  std::vector<std::function<bool()>> guards;
-  std::vector<std::string> guard_names;
+  std::vector<std::function<std::string()>> guards;  ///< "" while each holds
   std::vector<int> cleared_grads;
   std::vector<std::weak_ptr<TensorImpl>> escaped;  ///< see ir::TraceResult::escaped
   bool uses_rng = false;
@@ -67,6 +74,9 @@ struct Plan {
   // ---- differentiable compiled forward ----
   std::vector<DiffInput> diff_inputs;
   std::vector<int> result_grad;  ///< results that take a gradient
+  /// Results that require grad although the function already ran backward
+  /// through them: a backward through them raises, as in eager.
+  std::vector<int> released_results;
   std::shared_ptr<ir::Graph> bwd_graph;
   std::shared_ptr<Executor> bwd_exec;
   size_t num_fwd_outputs = 0;        ///< forward outputs before the saved values
@@ -91,16 +101,30 @@ struct RunResult {
 struct Snapshot {
   std::vector<Tensor> data;
   std::vector<Tensor> grads;
+  std::vector<Tensor> args;  ///< arguments the plan writes (kArgWrite), by output order
 };
 
+/// Memory relations between the arguments (see Plan::arg_alias, arg_overlap).
+void arg_memory(const std::vector<Tensor>& args, std::vector<int>& alias,
+                std::vector<char>& overlap);
 /// Fills the argument/static/grad-mode part of a plan's signature.
 void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
                     const CompileOptions& opts);
 /// Moves the trace's bindings into the plan.
 void take_trace(Plan& p, ir::TraceResult&& r);
-/// True if every guard of `p` holds for this call; else `why` (if given) names the failed one.
+/// Records which arguments share memory with captured tensors (after take_trace).
+void note_capture_sharing(Plan& p, const std::vector<Tensor>& args);
+/// "" if the traced plan may run compiled, else why not: it writes a tensor
+/// that shares memory with an argument it is not (two overlapping views passed
+/// as arguments, or an argument that is also captured state). Such aliasing is
+/// what eager sees through; the traced graph would treat them as independent.
+std::string aliasing_conflict(const Plan& p, const std::vector<Tensor>& args);
+/// True if every guard of `p` holds for this call; else `why` (if given) names
+/// the failed one and `depth` how far the checks got (the deepest miss over
+/// several plans is the most specific reason: "the train flag changed" of a
+/// plan whose shapes match, not "dim 0 changed" of one whose do not).
 bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
-                 std::string* why);
+                 std::string* why, int64_t* depth = nullptr);
 // ---- dynamic dims (dynamic.cpp) ----
 /// Throws a usage error if CompileOptions::dynamic names an argument or dim
 /// that this call does not have.
@@ -132,12 +156,17 @@ void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& o
 /// Runs a plan for one call: host numbers, generator, executor, write-backs, and
 /// the autograd node of a differentiable plan. `hosts_out` receives the host numbers.
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out);
-Snapshot snapshot(const Plan& p);
-void restore(const Plan& p, const Snapshot& s);
-/// "" if compiled and eager agree within tolerance, else the first difference.
+Snapshot snapshot(const Plan& p, const std::vector<Tensor>& args);
+void restore(const Plan& p, const std::vector<Tensor>& args, const Snapshot& s);
+/// "" if compiled and eager agree within tolerance, else the first difference:
+/// which result or captured tensor (by module path when a module holds it),
+/// the node computing it, the largest absolute and relative errors. Floats
+/// compare within a tolerance scaled by each tensor's (or the arguments')
+/// magnitude and by the largest reduction the graph performs (rounding grows
+/// with the terms summed).
 std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
                          const std::vector<Tensor>& eager, const Snapshot& after_compiled,
-                         const Snapshot& after_eager);
+                         const Snapshot& after_eager, const std::vector<Tensor>& args);
 /// Writes <dir>/<name>.<plan>.<stage>.kir and .dot (nothing if dir is empty).
 void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
           const ir::Graph& g);

@@ -11,11 +11,58 @@
 #include "kiln/functional.h"
 #include "kiln/ir/dot.h"
 #include "kiln/ir/text.h"
+#include "kiln/nn/module.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/random.h"
 #include "partition.h"
 
 namespace kiln::detail {
+
+namespace {
+// Why compiled may differ where rounding does not explain it.
+constexpr const char* kBakedHint =
+    ". If the function reads C++ variables (ints, bools, doubles) that changed since it was "
+    "traced, their old values were baked in: pass them as arguments instead";
+}  // namespace
+
+namespace {
+
+// The bytes [lo, hi) of its storage a tensor's elements span.
+std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  int64_t lo = t.offset() * es, hi = lo + es;
+  for (size_t d = 0; d < t.shape().size(); ++d) {
+    const int64_t reach = (t.shape()[d] - 1) * t.strides()[d] * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+
+// True if a and b may reach the same bytes (same storage, extents that meet).
+bool share_memory(const Tensor& a, const Tensor& b) {
+  const StorageImpl* s = a.impl()->storage.get();
+  if (s == nullptr || s != b.impl()->storage.get() || a.numel() == 0 || b.numel() == 0)
+    return false;
+  const auto [alo, ahi] = byte_extent(a);
+  const auto [blo, bhi] = byte_extent(b);
+  return alo < bhi && blo < ahi;
+}
+
+}  // namespace
+
+void arg_memory(const std::vector<Tensor>& args, std::vector<int>& alias,
+                std::vector<char>& overlap) {
+  alias.assign(args.size(), -1);
+  overlap.assign(args.size(), 0);
+  for (size_t i = 0; i < args.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      if (args[i].is_same(args[j])) {
+        if (alias[i] < 0) alias[i] = alias[j] >= 0 ? alias[j] : static_cast<int>(j);
+      } else if (share_memory(args[i], args[j])) {
+        overlap[i] = overlap[j] = 1;
+      }
+    }
+}
 
 void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
                     const CompileOptions&) {
@@ -23,8 +70,50 @@ void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<
   for (const Tensor& t : args)
     p.args.push_back({t.dtype(), ir::to_sym_shape(t.shape()), t.requires_grad(),
                       t.impl()->wrapped_number, t.grad().defined()});
+  arg_memory(args, p.arg_alias, p.arg_overlap);
+  p.arg_shares_capture.assign(args.size(), 0);
   p.statics = statics;
   p.grad_mode = grad_mode_enabled();
+}
+
+void note_capture_sharing(Plan& p, const std::vector<Tensor>& args) {
+  p.arg_shares_capture.assign(args.size(), 0);
+  for (const ir::Capture& c : p.captures) {
+    std::shared_ptr<TensorImpl> impl = c.tensor.lock();
+    if (!impl) continue;
+    const Tensor t(std::move(impl));
+    for (size_t i = 0; i < args.size(); ++i)
+      if (t.is_same(args[i]) || share_memory(t, args[i])) p.arg_shares_capture[i] = 1;
+  }
+}
+
+std::string aliasing_conflict(const Plan& p, const std::vector<Tensor>& args) {
+  // What the plan writes: arguments, captured state, and .grad tensors.
+  std::vector<std::pair<Tensor, std::string>> written;
+  for (const auto& o : p.outputs) {
+    const size_t k = static_cast<size_t>(o.index);
+    if (o.kind == ir::OutputBinding::kArgWrite) {
+      written.emplace_back(args[k], str("argument ", k));
+    } else if (o.kind == ir::OutputBinding::kWrite) {
+      written.emplace_back(Tensor(p.captures[k].tensor.lock()), str("captured tensor ", k));
+    } else if (o.kind == ir::OutputBinding::kGrad || o.kind == ir::OutputBinding::kArgGrad) {
+      const Tensor owner =
+          o.kind == ir::OutputBinding::kArgGrad ? args[k] : Tensor(p.captures[k].tensor.lock());
+      if (owner.grad().defined()) written.emplace_back(owner.grad(), "a .grad");
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!p.arg_overlap[i] && !p.arg_shares_capture[i]) continue;
+    const char* other = p.arg_overlap[i] ? "another argument" : "captured state";
+    for (const auto& [w, what] : written) {
+      if (w.is_same(args[i]))
+        return str("argument ", i, " shares memory with ", other,
+                   " and the function writes it in place");
+      if (share_memory(w, args[i]))
+        return str(what, " is written in place and shares memory with argument ", i);
+    }
+  }
+  return "";
 }
 
 void take_trace(Plan& p, ir::TraceResult&& r) {
@@ -35,7 +124,6 @@ void take_trace(Plan& p, ir::TraceResult&& r) {
   p.frozen_version.assign(p.captures.size(), ~0u);
   p.hosts = std::move(r.hosts);
   p.guards = std::move(r.guards);
-  p.guard_names = std::move(r.guard_names);
   p.cleared_grads = std::move(r.cleared_grads);
   p.escaped = std::move(r.escaped);
   p.uses_rng = r.uses_rng;
@@ -45,9 +133,11 @@ void take_trace(Plan& p, ir::TraceResult&& r) {
 }
 
 bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vector<double>& statics,
-                 std::string* why) {
+                 std::string* why, int64_t* depth) {
+  int64_t stage = 0;  // how far the checks got: a later failure is a more specific miss
   auto fail = [&](auto&&... parts) {
     if (why) *why = str(parts...);
+    if (depth) *depth = stage;
     return false;
   };
   if (p.args.size() != args.size())
@@ -55,6 +145,7 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
                 ")");
   std::vector<int64_t> syms(static_cast<size_t>(p.num_syms), -1);
   for (size_t i = 0; i < args.size(); ++i) {
+    stage = 1 + static_cast<int64_t>(i);
     const ArgSig& s = p.args[i];
     const Tensor& t = args[i];
     if (t.dtype() != s.dtype)
@@ -95,10 +186,28 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
     if (std::string bad; !symbolic_sizes_hold(p, syms, &bad))
       return fail("the symbolic plan does not hold at these sizes: ", bad);
   }
+  stage = 1 << 20;
+  {
+    std::vector<int> alias;
+    std::vector<char> overlap;
+    arg_memory(args, alias, overlap);
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (alias[i] != p.arg_alias[i])
+        return fail("argument ", i, p.arg_alias[i] >= 0 ? " is no longer" : " is now",
+                    " the same tensor as argument ",
+                    p.arg_alias[i] >= 0 ? p.arg_alias[i] : alias[i]);
+      if (overlap[i] != p.arg_overlap[i])
+        return fail("argument ", i, p.arg_overlap[i] ? " no longer shares" : " now shares",
+                    " memory with another argument");
+    }
+  }
+  stage = 2 << 20;
   if (statics != p.statics) return fail("a non-tensor argument changed value");
   if (grad_mode_enabled() != p.grad_mode)
     return fail("grad mode changed (", p.grad_mode, " -> ", grad_mode_enabled(), ")");
+  std::vector<char> shares(args.size(), 0);
   for (size_t k = 0; k < p.captures.size(); ++k) {
+    stage = (3 << 20) + static_cast<int64_t>(k);
     const ir::Capture& c = p.captures[k];
     std::shared_ptr<TensorImpl> impl = c.tensor.lock();
     if (!impl)
@@ -112,12 +221,24 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
     if (t.grad().defined() != c.grad_defined)
       return fail("captured tensor ", k, " .grad became ",
                   c.grad_defined ? "undefined" : "defined");
+    for (size_t i = 0; i < args.size(); ++i)  // sharing with arguments: arg_shares_capture
+      if (t.is_same(args[i]) || share_memory(t, args[i])) {
+        if (!p.arg_shares_capture[i])
+          return fail("argument ", i, " now shares memory with captured tensor ", k);
+        shares[i] = 1;
+      }
     if (p.frozen_version[k] != ~0u && t.impl()->storage &&
         t.impl()->storage->version != p.frozen_version[k])
       return fail("frozen captured tensor ", k, " was modified in place");
   }
-  for (size_t j = 0; j < p.guards.size(); ++j)
-    if (!p.guards[j]()) return fail("guard failed: ", p.guard_names[j]);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (p.arg_shares_capture[i] && !shares[i])
+      return fail("argument ", i, " no longer shares memory with captured state");
+  stage = 4 << 20;
+  for (const auto& guard : p.guards) {
+    ++stage;
+    if (std::string changed = guard(); !changed.empty()) return fail(changed);
+  }
   return true;
 }
 
@@ -290,6 +411,8 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     const auto& b = p.outputs[o];
     if (b.kind == ir::OutputBinding::kWrite) {
       dests[o] = Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+    } else if (b.kind == ir::OutputBinding::kArgWrite) {
+      dests[o] = args[static_cast<size_t>(b.index)];
     } else if (b.kind == ir::OutputBinding::kGrad || b.kind == ir::OutputBinding::kArgGrad) {
       const Tensor target = b.kind == ir::OutputBinding::kArgGrad
                                 ? args[static_cast<size_t>(b.index)]
@@ -340,6 +463,9 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
         writes.emplace_back(Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock()),
                             outs[o]);
         break;
+      case ir::OutputBinding::kArgWrite:
+        writes.emplace_back(args[static_cast<size_t>(b.index)], outs[o]);
+        break;
       case ir::OutputBinding::kGrad:
       case ir::OutputBinding::kArgGrad:
         break;  // written by on_ready
@@ -376,6 +502,23 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     for (auto& [impl, value] : escapes) make_real(impl, value);
   }
   for (auto& [target, value] : late_grads) write_grad(target, value);
+  if (!p.released_results.empty() && grad_mode_enabled()) {
+    std::vector<Tensor> req;
+    for (int ri : p.released_results) req.push_back(r.results[static_cast<size_t>(ri)]);
+    BackwardFn fn = [](const std::vector<Tensor>&) -> std::vector<Tensor> {
+      throw GraphReleasedError(
+          "[backward] trying to backward through the graph a second time: the compiled "
+          "function already ran backward (or kiln::grad) through this result without "
+          "retain_graph=true");
+    };
+    std::vector<Tensor> diff;  // what the results depend on, so they require grad
+    for (const DiffInput& d : p.diff_inputs)
+      diff.push_back(d.is_arg ? args[static_cast<size_t>(d.index)]
+                              : Tensor(p.captures[static_cast<size_t>(d.index)].tensor.lock()));
+    std::vector<Tensor> attached = attach_function("Compiled", diff, req, std::move(fn));
+    for (size_t j = 0; j < p.released_results.size(); ++j)
+      r.results[static_cast<size_t>(p.released_results[j])] = attached[j];
+  }
   if (!p.result_grad.empty() && grad_mode_enabled()) {
     std::vector<Tensor> saved(outs.begin() + static_cast<std::ptrdiff_t>(p.num_fwd_outputs),
                               outs.end());
@@ -425,7 +568,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
   return r;
 }
 
-Snapshot snapshot(const Plan& p) {
+Snapshot snapshot(const Plan& p, const std::vector<Tensor>& args) {
   NoGradGuard ng;
   Snapshot s;
   for (const auto& c : p.captures) {
@@ -433,10 +576,13 @@ Snapshot snapshot(const Plan& p) {
     s.data.push_back(t.defined() ? t.detach().clone() : Tensor());
     s.grads.push_back(t.defined() && t.grad().defined() ? t.grad().detach().clone() : Tensor());
   }
+  for (const auto& o : p.outputs)
+    if (o.kind == ir::OutputBinding::kArgWrite)
+      s.args.push_back(args[static_cast<size_t>(o.index)].detach().clone());
   return s;
 }
 
-void restore(const Plan& p, const Snapshot& s) {
+void restore(const Plan& p, const std::vector<Tensor>& args, const Snapshot& s) {
   NoGradGuard ng;
   for (size_t k = 0; k < p.captures.size(); ++k) {
     Tensor t(p.captures[k].tensor.lock());
@@ -448,38 +594,119 @@ void restore(const Plan& p, const Snapshot& s) {
     else
       t.set_grad(s.grads[k].defined() ? s.grads[k].clone() : Tensor());
   }
+  size_t a = 0;
+  for (const auto& o : p.outputs)
+    if (o.kind == ir::OutputBinding::kArgWrite) {
+      Tensor t = args[static_cast<size_t>(o.index)];
+      t.copy_(s.args[a++]);
+    }
 }
 
 namespace {
 
-// "" if a and b agree (floats within tolerance, others exactly).
-std::string diff_tensors(const Tensor& a, const Tensor& b) {
+// The most terms any one value of the graph sums (reductions, matmul's inner
+// dim, conv's window): rounding differences grow with it.
+int64_t largest_reduction(const ir::Graph& g) {
+  int64_t n = 1;
+  for (const ir::Node* node : g.nodes()) {
+    if (node->is_constant() || node->inputs.empty()) continue;
+    const ir::SymShape& in = node->inputs[0]->shape;
+    if (!is_static(in) || !is_static(node->outputs[0]->shape)) continue;
+    const int64_t in_n = numel_of(ir::eval_shape(in, {}));
+    const int64_t out_n =
+        std::max<int64_t>(1, numel_of(ir::eval_shape(node->outputs[0]->shape, {})));
+    if (node->info().has(kReduction)) {
+      n = std::max(n, in_n / out_n);
+    } else if (node->op == OpId::matmul && !in.empty()) {
+      n = std::max(n, in.back().b);
+    } else if (node->op == OpId::conv2d && node->inputs.size() > 1) {
+      const ir::SymShape& w = node->inputs[1]->shape;
+      if (w.size() == 4) n = std::max(n, w[1].b * w[2].b * w[3].b);
+    }
+  }
+  return n;
+}
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::f16:
+      return 9.77e-4;
+    case DType::bf16:
+      return 7.81e-3;
+    case DType::f32:
+      return 1.19e-7;
+    default:
+      return 2.22e-16;
+  }
+}
+
+// "" if a and b agree, else the largest errors. Floats: |a - b| <= rel * |b| +
+// rel * sqrt(terms) * scale, scale = max(max|b|, the arguments' magnitude: a sum
+// that cancels to ~0 rounds like its terms); NaN matches NaN, an infinity
+// itself; others exactly.
+std::string diff_tensors(const Tensor& a, const Tensor& b, int64_t terms, double input_scale) {
   if (a.defined() != b.defined())
     return a.defined() ? "eager is undefined" : "compiled is undefined";
   if (!a.defined()) return "";
   if (a.dtype() != b.dtype() || a.shape() != b.shape())
     return str("compiled is ", a.dtype(), a.shape(), ", eager is ", b.dtype(), b.shape());
   std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  const bool fl = is_floating(a.dtype());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const bool both_nan = std::isnan(x[i]) && std::isnan(y[i]);
-    const double tol = fl ? 1e-5 + 1e-3 * std::abs(y[i]) : 0.0;
-    if (!both_nan && !(std::abs(x[i] - y[i]) <= tol))
-      return str("element ", i, ": compiled ", x[i], ", eager ", y[i]);
+  if (!is_floating(a.dtype())) {
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] != y[i]) return str("element ", i, ": compiled ", x[i], ", eager ", y[i]);
+    return "";
   }
-  return "";
+  double scale = input_scale;
+  for (double v : y)
+    if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+  // 64 units of roundoff per element (transcendental approximations, fused
+  // orders), and the reassociated sums' error over the tensor's magnitude.
+  const double rel = 64 * unit_roundoff(a.dtype());
+  const double abs_tol = rel * std::sqrt(static_cast<double>(terms)) * scale;
+  size_t worst = x.size();
+  double worst_excess = 0, max_abs = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (x[i] == y[i]) continue;  // equal infinities too
+    const double err = std::abs(x[i] - y[i]);
+    max_abs = std::isnan(err) ? err : std::max(max_abs, err);
+    const double excess = std::isnan(err) ? INFINITY : err / (rel * std::abs(y[i]) + abs_tol);
+    if (!(excess <= 1) && (worst == x.size() || excess > worst_excess)) {
+      worst = i;
+      worst_excess = excess;
+    }
+  }
+  if (worst == x.size()) return "";
+  return str("max abs error ", max_abs, " (", scale > 0 ? max_abs / scale : max_abs,
+             " of the tensor's largest magnitude ", scale, "); worst at element ", worst,
+             ": compiled ", x[worst], ", eager ", y[worst], " (tolerance ", abs_tol, " + ", rel,
+             " x |eager|)");
+}
+
+// "captured tensor 3 (stem.0.weight)".
+std::string capture_name(const Plan& p, size_t k) {
+  const std::string path = nn::tensor_path(Tensor(p.captures[k].tensor.lock()));
+  return path.empty() ? str("captured tensor ", k, " ", p.captures[k].dtype, p.captures[k].shape)
+                      : str("captured tensor ", k, " (", path, ")");
 }
 
 }  // namespace
 
 std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
                          const std::vector<Tensor>& eager, const Snapshot& after_compiled,
-                         const Snapshot& after_eager) {
+                         const Snapshot& after_eager, const std::vector<Tensor>& args) {
   NoGradGuard ng;
+  double input_scale = 0;
+  for (const Tensor& a : args)
+    if (a.defined() && is_floating(a.dtype()) && a.numel() > 0) {
+      const double m = amax(abs(a.detach().to(DType::f64))).item<double>();
+      if (std::isfinite(m)) input_scale = std::max(input_scale, m);
+    }
   if (compiled.size() != eager.size())
     return str("compiled returned ", compiled.size(), " results, eager ", eager.size());
+  const int64_t terms = largest_reduction(*p.graph);
   for (size_t i = 0; i < compiled.size(); ++i) {
-    std::string d = diff_tensors(compiled[i], eager[i]);
+    std::string d = diff_tensors(compiled[i], eager[i], terms, input_scale);
     if (d.empty()) continue;
     std::string node;
     for (size_t o = 0; o < p.outputs.size(); ++o)
@@ -492,13 +719,17 @@ std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
                      n->is_constant() ? "constant" : n->info().name, ")");
         }
       }
-    return str("result ", i, " differs", node, ": ", d);
+    return str("result ", i, " differs", node, ": ", d, kBakedHint);
   }
   for (size_t k = 0; k < after_compiled.data.size(); ++k) {
-    std::string d = diff_tensors(after_compiled.data[k], after_eager.data[k]);
-    if (!d.empty()) return str("captured tensor ", k, " after the call differs: ", d);
-    d = diff_tensors(after_compiled.grads[k], after_eager.grads[k]);
-    if (!d.empty()) return str("the .grad of captured tensor ", k, " differs: ", d);
+    std::string d = diff_tensors(after_compiled.data[k], after_eager.data[k], terms, input_scale);
+    if (!d.empty()) return str(capture_name(p, k), " after the call differs: ", d, kBakedHint);
+    d = diff_tensors(after_compiled.grads[k], after_eager.grads[k], terms, input_scale);
+    if (!d.empty()) return str("the .grad of ", capture_name(p, k), " differs: ", d, kBakedHint);
+  }
+  for (size_t a = 0; a < after_compiled.args.size(); ++a) {
+    std::string d = diff_tensors(after_compiled.args[a], after_eager.args[a], terms, input_scale);
+    if (!d.empty()) return str("an argument written in place differs: ", d, kBakedHint);
   }
   return "";
 }

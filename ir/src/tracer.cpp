@@ -56,14 +56,15 @@ struct Tracer::State {
   std::unordered_map<const TensorImpl*, uint64_t> version;
   // Host scalars and guards.
   std::vector<std::function<double()>> hosts;
-  std::vector<std::function<bool()>> guards;
-  std::vector<std::string> guard_names;
+  std::vector<std::function<std::string()>> guards;
   // Random generator at the start of the trace.
   uint64_t rng_offset = 0;
   uint64_t rng_seed = 0;
   bool uses_rng = false;
   int num_args = 0;
   std::vector<Tensor> arg_standins;  // symbolic stand-ins of the arguments
+  std::vector<int> arg_index;        // the argument number of each stand-in
+  std::vector<Value*> arg_input;     // the graph input of each stand-in
   std::vector<Tensor> arg_grad_at_start;
   bool grads_touched = false;  // a .grad was set or accumulated into while tracing
   std::vector<std::weak_ptr<TensorImpl>> created;  // every symbolic tensor made
@@ -111,6 +112,8 @@ Tensor Tracer::add_arg(const Tensor& real, int index) {
     t.requires_grad_(true);
   }
   st_->arg_standins.push_back(t);
+  st_->arg_index.push_back(index);
+  st_->arg_input.push_back(v);
   st_->arg_grad_at_start.push_back(t.grad());
   ++st_->num_args;
   return t;
@@ -275,9 +278,17 @@ Tensor Tracer::host_scalar(const std::function<double()>& fn) {
   return make_symbolic(v, {DType::f64, {}});
 }
 
-void Tracer::add_guard(std::function<bool()> check, std::string what) {
+void Tracer::add_guard(std::function<std::string()> check) {
   st_->guards.push_back(std::move(check));
-  st_->guard_names.push_back(std::move(what));
+}
+
+void Tracer::host_action(const std::function<void()>& fn) {
+  // Deferred like host_scalar (no graph input): every run, the first included,
+  // calls it in trace order, so an abandoned trace leaves host state untouched.
+  st_->hosts.push_back([fn] {
+    fn();
+    return 0.0;
+  });
 }
 
 void Tracer::restore() {
@@ -340,12 +351,20 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
     }
     r.result_is_input.push_back(kind);
   }
+  // Arguments the function updated in place (y = x; y.add_(1)): written back
+  // like captured state, as eager would have changed the caller's tensor.
+  for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
+    const ValueRef* ref = ref_of(st_->arg_standins[i], st_->id);
+    if (ref == nullptr || ref->value == st_->arg_input[i]) continue;
+    g.add_output(ref->value, str("write:arg", st_->arg_index[i]));
+    outs.push_back({OutputBinding::kArgWrite, st_->arg_index[i]});
+  }
   // backward() inside the function: the arguments' .grad.
   for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
     Tensor now = st_->arg_standins[i].grad();
     if (!now.defined() || now.is_same(st_->arg_grad_at_start[i])) continue;
-    g.add_output(value_of(now, "grad", i), str("grad:arg", i));
-    outs.push_back({OutputBinding::kArgGrad, static_cast<int>(i)});
+    g.add_output(value_of(now, "grad", i), str("grad:arg", st_->arg_index[i]));
+    outs.push_back({OutputBinding::kArgGrad, st_->arg_index[i]});
   }
   for (size_t j = 0; j < grads.size(); ++j) {
     if (!grads[j].defined()) continue;
@@ -404,7 +423,6 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   r.captures = std::move(st_->captures);
   r.hosts = std::move(st_->hosts);
   r.guards = std::move(st_->guards);
-  r.guard_names = std::move(st_->guard_names);
   r.uses_rng = st_->uses_rng || advance > 0;
   st_->created.clear();
   return r;

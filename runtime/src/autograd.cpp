@@ -36,7 +36,7 @@ class OpNode final : public Node {
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     const OpInfo& info = op_info(op_);
-    if (released_) throw Error(released_msg());
+    if (released_) throw GraphReleasedError(released_msg());
     std::vector<Tensor> in(saved_in_.size()), out(saved_out_.size());
     auto self = shared_from_this();
     for (size_t i = 0; i < saved_in_.size(); ++i)
@@ -67,6 +67,7 @@ class OpNode final : public Node {
     for (auto& s : saved_out_) s.reset();
     released_ = true;
   }
+  bool released() const override { return released_; }
 
   OpId op_;
   Attrs attrs_;
@@ -122,7 +123,7 @@ class FunctionNode final : public Node {
   FunctionNode(std::string name, BackwardFn fn, std::vector<TensorMeta> in_meta)
       : name_(std::move(name)), fn_(std::move(fn)), in_meta_(std::move(in_meta)) {}
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    if (!fn_) throw Error(released_msg());
+    if (!fn_) throw GraphReleasedError(released_msg());
     auto gi = fn_(grads);
     KILN_CHECK(gi.size() == in_meta_.size(), "[", name_, "] backward returned ", gi.size(),
                " gradients for ", in_meta_.size(), " inputs");
@@ -135,6 +136,7 @@ class FunctionNode final : public Node {
   }
   std::string name() const override { return name_; }
   void release() override { fn_ = nullptr; }
+  bool released() const override { return !fn_; }
 
  private:
   std::string name_;
@@ -189,7 +191,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output
 
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) const {
   (void)owner;
-  if (released_) throw Error(released_msg());
+  if (released_) throw GraphReleasedError(released_msg());
   if (data_.version() != version_) {
     throw Error(str("[", op, "] a tensor saved for backward was modified by an in-place "
                     "operation: it is at version ", data_.version(), ", expected version ",
@@ -499,6 +501,22 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     }
   }
   return task.results;
+}
+
+bool graph_released(const std::vector<Tensor>& outputs) {
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  for (const Tensor& t : outputs)
+    if (t.defined() && t.grad_fn()) stack.push_back(t.grad_fn().get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->released()) return true;
+    for (const Edge& e : n->next_edges)
+      if (e.node) stack.push_back(e.node.get());
+  }
+  return false;
 }
 
 std::vector<Tensor> attach_function(const std::string& name, const std::vector<Tensor>& inputs,

@@ -33,10 +33,32 @@ void Recorder::on_grad_change(const Tensor&) {}
 
 Tensor Recorder::on_detach(const Tensor&) { return {}; }
 
-void Recorder::add_guard(std::function<bool()>, std::string) {}
+void Recorder::add_guard(std::function<std::string()>) {}
+
+void Recorder::host_action(const std::function<void()>& fn) {
+  fn();
+}
+
+void trace_guard(std::function<std::string()> check) {
+  if (Recorder* rec = t_recorder) rec->add_guard(std::move(check));
+}
 
 void trace_guard(std::function<bool()> check, std::string what) {
-  if (Recorder* rec = t_recorder) rec->add_guard(std::move(check), std::move(what));
+  if (Recorder* rec = t_recorder)
+    rec->add_guard([check = std::move(check), what = std::move(what)] {
+      return check() ? std::string() : what + " no longer holds";
+    });
+}
+
+void host_action(const std::function<void()>& fn) {
+  if (Recorder* rec = t_recorder) return rec->host_action(fn);
+  if (HostScalarReplay* r = t_replay) {  // the compiled call already ran it
+    KILN_CHECK(r->pos_ < r->values_.size(), "[host_action] the eager run has more host steps (",
+               r->pos_ + 1, ") than the compiled call ran (", r->values_.size(), ")");
+    ++r->pos_;
+    return;
+  }
+  fn();
 }
 
 Tensor host_scalar(const std::function<double()>& fn) {

@@ -70,6 +70,10 @@ struct CompileOptions {
   std::string name = "compiled";           ///< used in logs and dumps
   std::vector<std::string> pipeline = {};  ///< pass names; empty = the standard pipeline
   int recompile_limit = -1;                ///< -1: KILN_RECOMPILE_LIMIT (default 8)
+  /// Plans (one per guarded signature, eager ones included) kept at most; past
+  /// it the least recently used plan is dropped, with one warning. -1:
+  /// KILN_PLAN_LIMIT (default 64).
+  int plan_limit = -1;
   /// Fuse elementwise chains, reductions and epilogues into generated kernels
   /// (passes/fuse.h); false (or KILN_DISABLE_PASSES=fuse) runs every node's eager kernel.
   bool fuse = true;
@@ -88,6 +92,7 @@ struct CompileStats {
   int eager_calls = 0;               ///< calls run eagerly (warm-up, disabled, fallback)
   int compiled_calls = 0;            ///< calls served by a plan
   int generalized = 0;               ///< plans turned symbolic in a dynamic dim
+  int evictions = 0;                 ///< plans dropped by the plan limit (least recently used)
   double trace_ms = 0;               ///< total time spent tracing
   double passes_ms = 0;              ///< total time in the pass pipeline and kernel compiles
   int64_t last_peak_bytes = 0;       ///< executor peak memory of the last compiled call

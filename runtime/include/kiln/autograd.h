@@ -55,6 +55,8 @@ class Node : public std::enable_shared_from_this<Node> {
   virtual std::string name() const = 0;
   /// Frees saved tensors (after backward without retain_graph).
   virtual void release() {}
+  /// True once release() ran: a backward through this node raises.
+  virtual bool released() const { return false; }
 
   std::vector<Edge> next_edges;  ///< one per forward input
   uint64_t sequence_nr = 0;      ///< creation order; later nodes run first
@@ -120,6 +122,17 @@ bool in_backward();
 /// Callbacks run in order and may queue more; kiln::Error outside backward.
 void queue_callback(std::function<void()> cb);
 }  // namespace autograd
+
+/// True if a backward from `outputs` would reach a node whose saved tensors an
+/// earlier backward freed (it would raise GraphReleasedError).
+bool graph_released(const std::vector<Tensor>& outputs);
+
+/// Backward through a graph whose saved tensors an earlier backward freed
+/// (no retain_graph): "trying to backward through the graph a second time".
+class GraphReleasedError : public Error {
+ public:
+  using Error::Error;
+};
 
 /// Options of kiln::grad.
 struct GradOptions {

@@ -36,8 +36,13 @@ class Recorder {
   /// returns a tensor standing for fn()'s value. The default bakes the value in.
   virtual Tensor host_scalar(const std::function<double()>& fn);
   /// A host-side condition the traced code depended on (a module's training
-  /// flag, an optimizer's betas); a compiled function re-traces when it turns false.
-  virtual void add_guard(std::function<bool()> check, std::string what);
+  /// flag, an optimizer's structural hyperparameters): check() returns "" while
+  /// it holds, else what changed; a compiled function re-traces when it does not hold.
+  virtual void add_guard(std::function<std::string()> check);
+  /// Host code the traced code ran for its effect on host state (a scheduler's
+  /// step): a compiled function runs fn at every call, in trace order with the
+  /// host scalars, before its graph. The default runs fn now.
+  virtual void host_action(const std::function<void()>& fn);
 };
 
 /// The recorder of the calling thread (null when not tracing).
@@ -63,9 +68,15 @@ class UntracedGuard {
 /// every call, in trace order (so fn may also advance host state, like a step count).
 Tensor host_scalar(const std::function<double()>& fn);
 
+/// Runs fn (host-side state: a scheduler's epoch and learning rates) now; while
+/// tracing, registers it to run at every call of the compiled function instead
+/// (Recorder::host_action), so the state advances once per call as in eager.
+void host_action(const std::function<void()>& fn);
+
 /// Makes eager host_scalar() calls on this thread return `values` in order
-/// instead of calling their functions (KILN_CHECK_COMPILED replays a compiled
-/// call's host numbers in the eager reference run without advancing host state twice).
+/// instead of calling their functions, and host_action() calls skip theirs
+/// (KILN_CHECK_COMPILED replays a compiled call's host numbers in the eager
+/// reference run without advancing host state twice).
 class HostScalarReplay {
  public:
   explicit HostScalarReplay(std::vector<double> values);
@@ -77,12 +88,16 @@ class HostScalarReplay {
 
  private:
   friend Tensor host_scalar(const std::function<double()>& fn);
+  friend void host_action(const std::function<void()>& fn);
   std::vector<double> values_;
   size_t pos_ = 0;
   HostScalarReplay* prev_;
 };
 
-/// While tracing, registers a guard (see Recorder::add_guard); otherwise does nothing.
+/// While tracing, registers a guard (see Recorder::add_guard); otherwise does
+/// nothing. check() returns "" while it holds, else what changed ("x changed (1 -> 2)").
+void trace_guard(std::function<std::string()> check);
+/// As above for a yes/no condition described by `what` (reported as "what no longer holds").
 void trace_guard(std::function<bool()> check, std::string what);
 
 /// Calls primitive `op` on `inputs` and returns its outputs.

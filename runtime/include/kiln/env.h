@@ -35,6 +35,8 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_TIME_PASSES", "0", "1 prints the time each pass took"},
     {"KILN_DISABLE_PASSES", "", "comma list of pass names to skip"},
     {"KILN_RECOMPILE_LIMIT", "8", "recompiles of one function before a loud warning"},
+    {"KILN_PLAN_LIMIT", "64",
+     "plans one compiled function keeps; past it the least recently used is evicted"},
     {"KILN_STORE_TOKEN", "",
      "the job's store token (kilnrun generates one; every store client must present it)"},
     {"KILN_RESTART_COUNT", "0",

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 #include <typeinfo>
+#include <unordered_set>
 
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
@@ -87,7 +89,39 @@ std::string py_float(double v) {
 }
 }  // namespace detail
 
-Module::Module(std::string name) : name_(std::move(name)) {}
+namespace {
+// Every live module, for tensor_path (diagnostics only).
+std::mutex& live_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::unordered_set<const Module*>& live_modules() {
+  static auto* live = new std::unordered_set<const Module*>;  // leaked: static modules outlive it
+  return *live;
+}
+}  // namespace
+
+Module::Module(std::string name) : name_(std::move(name)) {
+  std::lock_guard<std::mutex> lock(live_mutex());
+  live_modules().insert(this);
+}
+
+Module::~Module() {
+  std::lock_guard<std::mutex> lock(live_mutex());
+  live_modules().erase(this);
+}
+
+std::string tensor_path(const Tensor& t) {
+  if (!t.defined()) return "";
+  std::lock_guard<std::mutex> lock(live_mutex());
+  std::string best;  // the longest dotted name: the path from the outermost module
+  for (const Module* m : live_modules()) {
+    for (const auto& list : {m->named_parameters(true), m->named_buffers(true)})
+      for (const auto& [name, p] : list)
+        if (p.impl() == t.impl() && name.size() > best.size()) best = name;
+  }
+  return best;
+}
 
 std::string Module::name() const {
   return name_.empty() ? demangled_type_name(typeid(*this)) : name_;
@@ -228,8 +262,11 @@ std::vector<std::shared_ptr<Module>> Module::modules() {
 bool Module::is_training() const {
   if (current_recorder()) {
     // Modules outlive the functions compiled over them (the lambda refers to them).
-    trace_guard([this, v = training_] { return training_ == v; },
-                str(name(), ".training == ", training_ ? "true" : "false"));
+    trace_guard([this, v = training_] {
+      return training_ == v ? std::string()
+                            : str(name(), ".training changed (", v ? "true" : "false", " -> ",
+                                  training_ ? "true" : "false", "): train()/eval() switch");
+    });
   }
   return training_;
 }

@@ -65,38 +65,56 @@ void Adam::check_group(const ParamGroup& group) const {
              " (must be >= 0)");
 }
 
+std::optional<double> Adam::structural_form(const std::string& key, double value) const {
+  if (key == "beta2" || key == "eps") return std::nullopt;
+  if (key == "beta1") return std::abs(1 - value) < 0.5;  // lerp_'s formula
+  if (key == "weight_decay") return value != 0;
+  return Optimizer::structural_form(key, value);
+}
+
 void Adam::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const AdamOptions o = from_group<AdamOptions>(param_groups()[gi]);
     guard_hyperparams(gi);
-    const auto [beta1, beta2] = o.betas;
+    // Host numbers go through host_scalar: a compiled step re-reads lr and
+    // advances the step count at every call instead of baking them in. So do
+    // betas, eps and weight decay (OneCycleLR cycles beta1): only what decides
+    // the ops is guarded (structural_form). Group-wide ones are made once.
+    auto get = [this, gi](const char* key) { return param_groups()[gi].get(key); };
+    const bool small = std::abs(1 - o.betas.first) < 0.5;  // lerp_'s formula
+    const Tensor one_minus_beta1 = hyper(gi, "beta1", [](double b) { return 1 - b; });
+    const Tensor beta1_again = hyper(gi, "beta1", [](double b) { return 1.0 - (1 - b); });
+    const Tensor beta2 = hyper(gi, "beta2");
+    const Tensor one_minus_beta2 = hyper(gi, "beta2", [](double b) { return 1 - b; });
+    const Tensor eps = hyper(gi, "eps");
+    Tensor decay;  // decoupled: p *= 1 - lr * wd; else grad += wd * p
+    if (o.weight_decay != 0)
+      decay = decoupled_ ? host_scalar([get] { return 1 - get("lr") * get("weight_decay"); })
+                         : hyper(gi, "weight_decay");
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       if (o.maximize) grad = neg(grad);
       StateDict& st = mutable_state(p);
-      // Host numbers go through host_scalar: a compiled step re-reads lr and
-      // advances the step count at every call instead of baking them in.
-      auto lr = [this, gi] { return param_groups()[gi].get("lr"); };
-      const Tensor neg_step_size = host_scalar([this, p, lr, beta1] {
+      const Tensor neg_step_size = host_scalar([this, p, get] {
         const double step = increment_step(mutable_state(p));
-        return -(lr() / (1 - std::pow(beta1, step)));
+        return -(get("lr") / (1 - std::pow(get("beta1"), step)));
       });
-      const Tensor bias_correction2_sqrt = host_scalar([this, p, beta2] {
-        return std::sqrt(1 - std::pow(beta2, current_step(mutable_state(p))));
+      const Tensor bias_correction2_sqrt = host_scalar([this, p, get] {
+        return std::sqrt(1 - std::pow(get("beta2"), current_step(mutable_state(p))));
       });
       Tensor exp_avg = state_buffer(st, "exp_avg", p);
       Tensor exp_avg_sq = state_buffer(st, "exp_avg_sq", p);
       if (o.weight_decay != 0) {
         if (decoupled_)
-          p.mul_(host_scalar([lr, wd = o.weight_decay] { return 1 - lr() * wd; }));
+          p.mul_(decay);
         else
-          grad = add(grad, mul(p, o.weight_decay));
+          grad = add(grad, mul(p, decay));
       }
-      detail::lerp_(exp_avg, grad, 1 - beta1);
+      detail::lerp_(exp_avg, grad, small, one_minus_beta1, beta1_again);
       exp_avg_sq.mul_(beta2);
-      detail::addcmul_(exp_avg_sq, grad, grad, 1 - beta2);
+      detail::addcmul_(exp_avg_sq, grad, grad, one_minus_beta2);
 
       Tensor second = exp_avg_sq;
       if (o.amsgrad) {
@@ -104,7 +122,7 @@ void Adam::step() {
         max_sq.copy_(maximum(max_sq, exp_avg_sq));
         second = max_sq;
       }
-      Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
+      Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), eps);
       p.add_(div(mul(exp_avg, neg_step_size), denom));
     }
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 
 namespace kiln::optim {
@@ -63,6 +64,10 @@ void LRScheduler::initial_step() {
 }
 
 void LRScheduler::step() {
+  if (current_recorder()) {  // compiled: runs at every call (kiln::host_action)
+    host_action([this] { step(); });
+    return;
+  }
   ++step_count_;
   try {
     update_lr(std::nullopt);
@@ -73,6 +78,10 @@ void LRScheduler::step() {
 }
 
 void LRScheduler::step(int64_t epoch) {
+  if (current_recorder()) {  // compiled: runs at every call (kiln::host_action)
+    host_action([this, epoch] { step(epoch); });
+    return;
+  }
   KILN_CHECK(epoch >= 0, tag(), "step(epoch) needs epoch >= 0, got ", epoch);
   ++step_count_;
   try {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "kiln/optim/lr_scheduler.h"
 
@@ -151,6 +152,10 @@ SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRSchedul
 }
 
 void SequentialLR::step() {
+  if (current_recorder()) {  // compiled: runs at every call (kiln::host_action)
+    host_action([this] { step(); });
+    return;
+  }
   const int64_t epoch = last_epoch_ + 1;
   size_t idx =
       std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
@@ -195,6 +200,10 @@ ChainedScheduler::ChainedScheduler(Optimizer& opt,
 }
 
 void ChainedScheduler::step() {
+  if (current_recorder()) {  // compiled: runs at every call (kiln::host_action)
+    host_action([this] { step(); });
+    return;
+  }
   ++last_epoch_;
   ++step_count_;
   for (auto& s : schedulers_) s->step();
@@ -206,6 +215,10 @@ void ChainedScheduler::undo_initial_step() {
 }
 
 void ChainedScheduler::step(int64_t epoch) {
+  if (current_recorder()) {  // compiled: runs at every call (kiln::host_action)
+    host_action([this, epoch] { step(epoch); });
+    return;
+  }
   throw Error(str(tag(), "step(epoch = ", epoch, ") is not supported; call step()"));
 }
 

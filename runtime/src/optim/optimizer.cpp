@@ -59,19 +59,43 @@ Tensor state_buffer(StateDict& state, const std::string& key, const Tensor& p) {
 }
 
 // ---------------- Optimizer ----------------
+std::optional<double> Optimizer::structural_form(const std::string& key, double value) const {
+  if (key == "lr") return std::nullopt;
+  return value;
+}
+
 void Optimizer::guard_hyperparams(size_t gi) const {
   if (!current_recorder()) return;
-  Hyperparams snap;
+  struct Entry {
+    std::string key;
+    double value, form;
+  };
+  std::vector<Entry> snap;
   for (const auto& [k, v] : groups_[gi].options)
-    if (k != "lr") snap.emplace_back(k, v);
-  trace_guard(
-      [this, gi, snap, n = groups_[gi].params.size()] {
-        if (gi >= groups_.size() || groups_[gi].params.size() != n) return false;
-        for (const auto& [k, v] : snap)
-          if (!groups_[gi].has(k) || groups_[gi].get(k) != v) return false;
-        return true;
-      },
-      str(name_, " hyperparameters of group ", gi));
+    if (auto form = structural_form(k, v)) snap.push_back({k, v, *form});
+  trace_guard([this, gi, snap, n = groups_[gi].params.size()]() -> std::string {
+    if (gi >= groups_.size()) return str(name_, " parameter group ", gi, " was removed");
+    const ParamGroup& g = groups_[gi];
+    if (g.params.size() != n)
+      return str(name_, " group ", gi, " parameters changed (", n, " -> ", g.params.size(), ")");
+    for (const Entry& e : snap) {
+      if (!g.has(e.key))
+        return str(name_, " hyperparameter ", e.key, " of group ", gi, " was removed");
+      const double now = g.get(e.key);
+      const auto form = structural_form(e.key, now);
+      if (!form || *form != e.form)
+        return str(name_, " hyperparameter ", e.key, " of group ", gi, " changed from ", e.value,
+                   " (when traced) to ", now, ", which changes the update's structure");
+    }
+    return {};
+  });
+}
+
+Tensor Optimizer::hyper(size_t gi, const std::string& key, double (*f)(double)) const {
+  return host_scalar([this, gi, key, f] {
+    const double v = groups_[gi].get(key);
+    return f ? f(v) : v;
+  });
 }
 
 Optimizer::Optimizer(std::string name, Hyperparams defaults)

@@ -56,11 +56,29 @@ void RMSprop::check_group(const ParamGroup& group) const {
   KILN_CHECK(o.alpha >= 0, tag(), "invalid alpha=", o.alpha, " (must be >= 0)");
 }
 
+std::optional<double> RMSprop::structural_form(const std::string& key, double value) const {
+  if (key == "eps") return std::nullopt;
+  if (key == "alpha") return std::abs(1 - value) < 0.5;  // lerp_'s formula (centered)
+  if (key == "weight_decay") return value != 0;
+  if (key == "momentum") return value > 0;
+  return Optimizer::structural_form(key, value);
+}
+
 void RMSprop::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const RMSpropOptions o = from_group(param_groups()[gi]);
     guard_hyperparams(gi);
+    // Numbers are per-call host values (hyper), made once per group;
+    // structural_form guards the rest.
+    const Tensor wd = o.weight_decay != 0 ? hyper(gi, "weight_decay") : Tensor();
+    const Tensor alpha = hyper(gi, "alpha");
+    const Tensor one_minus_alpha = hyper(gi, "alpha", [](double a) { return 1 - a; });
+    const Tensor alpha_again =
+        o.centered ? hyper(gi, "alpha", [](double a) { return 1.0 - (1 - a); }) : Tensor();
+    const Tensor eps = hyper(gi, "eps");
+    const Tensor momentum = o.momentum > 0 ? hyper(gi, "momentum") : Tensor();
+    const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
@@ -68,22 +86,21 @@ void RMSprop::step() {
       StateDict& st = mutable_state(p);
       host_scalar([this, p] { return increment_step(mutable_state(p)); });
       Tensor square_avg = state_buffer(st, "square_avg", p);
-      if (o.weight_decay != 0) grad = add(grad, mul(p, o.weight_decay));
-      square_avg.mul_(o.alpha);
-      detail::addcmul_(square_avg, grad, grad, 1 - o.alpha);
+      if (o.weight_decay != 0) grad = add(grad, mul(p, wd));
+      square_avg.mul_(alpha);
+      detail::addcmul_(square_avg, grad, grad, one_minus_alpha);
       Tensor avg;
       if (o.centered) {
         Tensor grad_avg = state_buffer(st, "grad_avg", p);
-        detail::lerp_(grad_avg, grad, 1 - o.alpha);
+        detail::lerp_(grad_avg, grad, std::abs(1 - o.alpha) < 0.5, one_minus_alpha, alpha_again);
         avg = sqrt(sub(square_avg, mul(grad_avg, grad_avg)));
       } else {
         avg = sqrt(square_avg);
       }
-      avg = add(avg, o.eps);
-      const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
+      avg = add(avg, eps);
       if (o.momentum > 0) {
         Tensor buf = state_buffer(st, "momentum_buffer", p);
-        buf.mul_(o.momentum);
+        buf.mul_(momentum);
         detail::addcdiv_(buf, grad, avg, 1.0);
         p.add_(mul(buf, neg_lr));
       } else {

@@ -57,30 +57,45 @@ void SGD::check_group(const ParamGroup& group) const {
              o.momentum, " and dampening=", o.dampening);
 }
 
+std::optional<double> SGD::structural_form(const std::string& key, double value) const {
+  if (key == "weight_decay" || key == "momentum" || key == "dampening") return value != 0;
+  return Optimizer::structural_form(key, value);
+}
+
 void SGD::step() {
   NoGradGuard ng;
   for (size_t gi = 0; gi < param_groups().size(); ++gi) {
     const SGDOptions o = from_group(param_groups()[gi]);
     guard_hyperparams(gi);
+    // Numbers are per-call host values (hyper), so a scheduler may change
+    // them; what is zero or set decides the ops (structural_form).
+    const Tensor wd = o.weight_decay != 0 ? hyper(gi, "weight_decay") : Tensor();
+    const Tensor momentum = o.momentum != 0 ? hyper(gi, "momentum") : Tensor();
+    const Tensor keep =
+        o.dampening != 0 ? hyper(gi, "dampening", [](double v) { return 1 - v; }) : Tensor();
+    const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       Tensor d = o.maximize ? neg(grad) : grad;
-      if (o.weight_decay != 0) d = add(d, mul(p, o.weight_decay));
+      if (o.weight_decay != 0) d = add(d, mul(p, wd));
       if (o.momentum != 0) {
         StateDict& st = mutable_state(p);
         Tensor buf;
         if (const Tensor* b = st.find("momentum_buffer")) {
           buf = *b;
-          buf.mul_(o.momentum).add_(d, 1 - o.dampening);
+          buf.mul_(momentum);
+          if (o.dampening == 0)
+            buf.add_(d);
+          else
+            buf.add_(mul(d, keep));
         } else {
           buf = d.clone();  // the first step takes the gradient as is (no dampening)
           st.set("momentum_buffer", buf);
         }
-        d = o.nesterov ? add(d, mul(buf, o.momentum)) : buf;
+        d = o.nesterov ? add(d, mul(buf, momentum)) : buf;
       }
-      // -lr is read at every call, so a scheduler drives a compiled step too.
-      p.add_(mul(d, host_scalar([this, gi] { return -param_groups()[gi].get("lr"); })));
+      p.add_(mul(d, neg_lr));
     }
   }
 }

@@ -8,17 +8,23 @@
 
 namespace kiln::optim::detail {
 
-/// self += weight * (end - self), computed like torch.lerp_ (two formulas by |weight|).
-inline void lerp_(Tensor& self, const Tensor& end, double weight) {
-  if (std::abs(weight) < 0.5) {
+/// self += weight * (end - self), computed like torch.lerp_: two formulas by
+/// |weight| < 0.5 (`small`); `weight` and `one_minus` (1 - weight, rounded as
+/// torch does) are host numbers (Optimizer::hyper), so either may change per call.
+inline void lerp_(Tensor& self, const Tensor& end, bool small, const Tensor& weight,
+                  const Tensor& one_minus) {
+  if (small) {
     self.add_(mul(sub(end, self), weight));
   } else {
-    self.copy_(sub(end, mul(sub(end, self), 1.0 - weight)));
+    self.copy_(sub(end, mul(sub(end, self), one_minus)));
   }
 }
 
 /// self += value * t1 * t2 (torch.addcmul_).
 inline void addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  self.add_(mul(mul(t1, value), t2));
+}
+inline void addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Tensor& value) {
   self.add_(mul(mul(t1, value), t2));
 }
 

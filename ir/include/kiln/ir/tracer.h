@@ -45,12 +45,13 @@ struct Capture {
 /// What happens with a graph output after a run.
 struct OutputBinding {
   enum Kind : uint8_t {
-    kResult,   ///< result number `index` of the function
-    kWrite,    ///< copied into capture `index` (in-place update of state)
-    kGrad,     ///< becomes capture `index`'s .grad (in place when shapes allow)
-    kGradIn,   ///< gradient w.r.t. differentiable input `index` (traced backward)
-    kArgGrad,  ///< becomes argument `index`'s .grad (backward inside the function)
-    kEscaped,  ///< the value of TraceResult::escaped[index], which becomes real
+    kResult,    ///< result number `index` of the function
+    kWrite,     ///< copied into capture `index` (in-place update of state)
+    kGrad,      ///< becomes capture `index`'s .grad (in place when shapes allow)
+    kGradIn,    ///< gradient w.r.t. differentiable input `index` (traced backward)
+    kArgGrad,   ///< becomes argument `index`'s .grad (backward inside the function)
+    kEscaped,   ///< the value of TraceResult::escaped[index], which becomes real
+    kArgWrite,  ///< copied into argument `index` (the function updated it in place)
   } kind = kResult;
   int index = 0;
 };
@@ -68,8 +69,7 @@ struct TraceResult {
   /// (state the traced call created: an optimizer's buffers on its first step).
   /// A replay would not recreate them; the first run makes them real instead.
   std::vector<std::weak_ptr<TensorImpl>> escaped;
-  std::vector<std::function<bool()>> guards;
-  std::vector<std::string> guard_names;
+  std::vector<std::function<std::string()>> guards;  ///< "" while each holds
   bool uses_rng = false;
   /// Per result: 0 computed, 1 the argument/captured tensor itself, 2 a
   /// detached alias of one (so a result the optimizer reduced to an input is copied).
@@ -110,7 +110,8 @@ class Tracer : public Recorder {
   void on_grad_change(const Tensor& t) override;
   Tensor on_detach(const Tensor& t) override;
   Tensor host_scalar(const std::function<double()>& fn) override;
-  void add_guard(std::function<bool()> check, std::string what) override;
+  void add_guard(std::function<std::string()> check) override;
+  void host_action(const std::function<void()>& fn) override;
 
  private:
   struct State;

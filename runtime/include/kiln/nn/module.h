@@ -35,7 +35,7 @@ class Module : public std::enable_shared_from_this<Module> {
  public:
   /// `name` is what printing shows; empty = the demangled class name.
   explicit Module(std::string name = {});
-  virtual ~Module() = default;
+  virtual ~Module();
   // Parameters are shared handles: a copy would alias them silently.
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -157,5 +157,10 @@ std::string py_tuple(const Dims& d);
 /// Formats a double like Python's repr for typical hyper-parameters (1e-05, 0.1).
 std::string py_float(double v);
 }  // namespace detail
+
+/// The dotted path of parameter or buffer `t` from the outermost live module
+/// holding it ("stem.0.weight"), or "" when no module holds it (diagnostics:
+/// KILN_CHECK_COMPILED names captured tensors with it).
+std::string tensor_path(const Tensor& t);
 
 }  // namespace kiln::nn

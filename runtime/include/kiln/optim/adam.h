@@ -44,6 +44,7 @@ class Adam : public Optimizer {
   /// For AdamW: same state and checks, different name and weight-decay rule.
   Adam(std::string name, Hyperparams defaults, bool decoupled);
   void check_group(const ParamGroup& group) const override;
+  std::optional<double> structural_form(const std::string& key, double value) const override;
   std::vector<std::string> nonnegative_state() const override {
     return {"exp_avg_sq", "max_exp_avg_sq"};
   }

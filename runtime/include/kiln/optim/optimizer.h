@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -76,9 +77,19 @@ class Optimizer {
   virtual std::vector<std::string> nonnegative_state() const { return {}; }
   /// Mutable state of p, created empty on first use.
   StateDict& mutable_state(const Tensor& p) { return state_[p.impl()]; }
-  /// While tracing, guards the compiled step on group gi's hyperparameters
-  /// other than lr (lr is a host scalar read at every call). Call in step().
+  /// While tracing, guards the compiled step on the structure group gi's
+  /// hyperparameters give it (structural_form); their numbers are per-call
+  /// values read through hyper(), so a scheduler changing them (OneCycleLR's
+  /// momentum/betas) does not re-trace. Call in step().
   void guard_hyperparams(size_t gi) const;
+  /// What of hyperparameter `key` the step's tensor program depends on: the
+  /// value itself (flags such as amsgrad), whether a term exists (value != 0),
+  /// or nothing (nullopt: a number read through hyper() at every call). The
+  /// default guards every key but lr.
+  virtual std::optional<double> structural_form(const std::string& key, double value) const;
+  /// Hyperparameter `key` of group gi, mapped by f, as a 0-d host number:
+  /// the value now, or, while tracing, re-read at every compiled call.
+  Tensor hyper(size_t gi, const std::string& key, double (*f)(double) = nullptr) const;
   /// "[<name>] " prefix of error messages.
   std::string tag() const { return "[" + name_ + "] "; }
 

@@ -29,6 +29,7 @@ class RMSprop : public Optimizer {
 
  protected:
   void check_group(const ParamGroup& group) const override;
+  std::optional<double> structural_form(const std::string& key, double value) const override;
   std::vector<std::string> nonnegative_state() const override { return {"square_avg"}; }
 };
 

@@ -31,6 +31,7 @@ class SGD : public Optimizer {
 
  protected:
   void check_group(const ParamGroup& group) const override;
+  std::optional<double> structural_form(const std::string& key, double value) const override;
 };
 
 }  // namespace kiln::optim
