@@ -191,6 +191,10 @@ std::vector<Tensor> Tracer::record(OpId op, std::span<const Tensor> inputs, cons
       at.set("fixed_seed", true);  // an explicit (seed, offset): the same numbers every call
     }
   }
+  // Recomputation of a checkpoint region in the traced backward: marked, so
+  // CSE keeps it apart from the forward's identical nodes (which would undo it).
+  if (const uint64_t r = autograd::recompute_region())
+    at.set("recompute", AttrValue(static_cast<int64_t>(r)));
   std::vector<OutSpec> specs;
   for (const TensorMeta& m : out) specs.push_back({m.dtype, to_sym_shape(m.shape)});
   Node* n = st_->graph->add_op(op, std::move(ins), std::move(at), std::move(specs));

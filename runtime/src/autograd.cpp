@@ -178,29 +178,33 @@ void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
 // ---------------- SavedTensor ----------------
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
   version_ = t.version();
-  if (!is_output) {
-    data_ = t;  // inputs are held strongly: they precede this node, so no cycle
-    return;
+  if (is_output) {
+    if (auto* m = t.impl()->autograd.get()) {
+      grad_fn_ = m->grad_fn;
+      output_nr_ = m->output_nr;
+    }
   }
-  data_ = t.detach();
-  if (auto* m = t.impl()->autograd.get()) {
-    grad_fn_ = m->grad_fn;
-    output_nr_ = m->output_nr;
-  }
+  frame_ = autograd::checkpoint_save(t, is_output, slot_);
+  if (frame_) return;  // dropped: its checkpoint region recomputes it
+  // Inputs are held strongly: they precede this node, so no cycle.
+  data_ = is_output ? t.detach() : t;
 }
 
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) const {
   (void)owner;
   if (released_) throw GraphReleasedError(released_msg());
-  if (data_.version() != version_) {
+  Tensor data = data_;
+  if (frame_) {
+    data = autograd::checkpoint_unpack(*frame_, slot_, op);
+  } else if (data_.version() != version_) {
     throw Error(str("[", op, "] a tensor saved for backward was modified by an in-place "
                     "operation: it is at version ", data_.version(), ", expected version ",
                     version_));
   }
-  if (!is_output_) return data_;
+  if (!is_output_) return data;
   auto fn = grad_fn_.lock();
-  if (!fn) return data_;
-  Tensor t = data_.detach();
+  if (!fn) return data;
+  Tensor t = data.detach();
   set_history(t, fn, output_nr_);
   return t;
 }
@@ -537,56 +541,6 @@ std::vector<Tensor> attach_function(const std::string& name, const std::vector<T
     if (outs[i].defined() && is_floating(outs[i].dtype()))
       set_history(outs[i], node, static_cast<uint32_t>(i));
   return outs;
-}
-
-std::vector<Tensor> checkpoint(
-    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-    const std::vector<Tensor>& inputs) {
-  Generator rng_state = default_generator();
-  std::vector<Tensor> outs;
-  {
-    NoGradGuard ng;
-    outs = fn(inputs);
-  }
-  return attach_function(
-      "CheckpointBackward", inputs, outs,
-      [fn, inputs, rng_state](const std::vector<Tensor>& grads) -> std::vector<Tensor> {
-        std::vector<Tensor> detached;
-        std::vector<Tensor> want;
-        std::vector<size_t> want_idx;
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          Tensor d = inputs[i].detach();
-          if (inputs[i].requires_grad()) {
-            d.requires_grad_(true);
-            want.push_back(d);
-            want_idx.push_back(i);
-          }
-          detached.push_back(d);
-        }
-        // Replay the forward with the RNG as it was, so dropout masks match.
-        Generator saved = default_generator();
-        default_generator() = rng_state;
-        std::vector<Tensor> re;
-        {
-          GradModeGuard on(true);
-          re = fn(detached);
-        }
-        default_generator() = saved;
-        std::vector<Tensor> outs2, gouts;
-        for (size_t i = 0; i < re.size() && i < grads.size(); ++i) {
-          if (re[i].defined() && re[i].requires_grad() && grads[i].defined()) {
-            outs2.push_back(re[i]);
-            gouts.push_back(grads[i]);
-          }
-        }
-        std::vector<Tensor> result(inputs.size());
-        if (outs2.empty() || want.empty()) return result;
-        bool create = grad_mode_enabled();
-        auto gi = kiln::grad(outs2, want, gouts, {.retain_graph = create, .create_graph = create,
-                                                  .allow_unused = true});
-        for (size_t k = 0; k < want_idx.size(); ++k) result[want_idx[k]] = gi[k];
-        return result;
-      });
 }
 
 }  // namespace kiln

@@ -15,6 +15,14 @@ void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
 /// The edge a gradient for `t` flows into (its grad_fn slot, or its leaf accumulator).
 Edge gradient_edge(const Tensor& t);
 
+/// Inside a kiln::checkpoint region: records a save and returns its region
+/// (the data is dropped) with its slot number; null outside (or while a region
+/// recomputes, when the save fills that region's next slot instead).
+std::shared_ptr<CheckpointFrame> checkpoint_save(const Tensor& t, bool is_output, uint32_t& slot);
+/// The recomputed value of save `slot` of `frame` (re-runs the region's
+/// function on first use); kiln::Error naming `op` if it does not match.
+Tensor checkpoint_unpack(CheckpointFrame& frame, uint32_t slot, const char* op);
+
 /// Gives `self` the value of `result` in place (cast to self's dtype), bumps the
 /// version counter and moves self's autograd history to result's. `op` names
 /// the caller in errors.

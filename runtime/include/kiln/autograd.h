@@ -21,8 +21,13 @@ struct Edge {
   bool valid() const { return node != nullptr; }
 };
 
+namespace autograd {
+struct CheckpointFrame;  // a kiln::checkpoint region (runtime/src/checkpoint.cpp)
+}
+
 /// A tensor kept for backward: its data without its autograd edge (no cycle
-/// through outputs), plus the version it had when saved.
+/// through outputs), plus the version it had when saved. Saved inside a
+/// kiln::checkpoint region, it keeps no data: its region recomputes it on first use.
 class SavedTensor {
  public:
   SavedTensor() = default;
@@ -30,11 +35,17 @@ class SavedTensor {
   /// Returns the tensor, reattached to its grad_fn; errors if it was modified
   /// in place since it was saved or already released.
   Tensor unpack(const std::shared_ptr<Node>& owner, const char* op) const;
-  bool defined() const { return data_.defined(); }
-  void reset() { data_ = Tensor(); released_ = true; }
+  bool defined() const { return data_.defined() || frame_ != nullptr; }
+  void reset() {
+    data_ = Tensor();
+    frame_.reset();
+    released_ = true;
+  }
 
  private:
   Tensor data_;
+  std::shared_ptr<autograd::CheckpointFrame> frame_;  ///< set: recomputed by its region
+  uint32_t slot_ = 0;                                 ///< the save's number in its region
   std::weak_ptr<Node> grad_fn_;
   uint32_t output_nr_ = 0;
   uint32_t version_ = 0;
@@ -154,11 +165,21 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)
 std::vector<Tensor> attach_function(const std::string& name, const std::vector<Tensor>& inputs,
                                     const std::vector<Tensor>& outputs, BackwardFn backward);
 
-/// Activation checkpointing: runs fn without saving intermediates and re-runs it
-/// during backward. Same gradients as calling fn directly.
+/// Activation checkpointing (PyTorch's non-reentrant form): runs fn with grad
+/// mode as is, but every tensor autograd saves inside it is dropped and
+/// recomputed by re-running fn (same random numbers) when backward first needs
+/// one. Same gradients as calling fn directly, for inputs and for parameters
+/// fn captures; nests; works with kiln::grad and create_graph.
 std::vector<Tensor> checkpoint(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<Tensor>& inputs);
+
+namespace autograd {
+/// Nonzero while a kiln::checkpoint region recomputes on this thread: an id
+/// unique to that recomputation. The tracer marks the nodes it records then
+/// ("recompute" attribute), so passes never merge them with the forward's.
+uint64_t recompute_region();
+}  // namespace autograd
 
 /// Options of gradcheck.
 struct GradcheckOptions {
