@@ -260,6 +260,8 @@ Value* Graph::add_input(DType dtype, SymShape shape, std::string name) {
 
 Node* Graph::add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vector<OutSpec> outs,
                     Node* before) {
+  KILN_ASSERT(before == nullptr || (tag_ && before->owner_ == tag_.get()),
+              "node is not in this graph");
   auto n = std::make_unique<Node>();
   n->kind = NodeKind::kOp;
   n->op = op;
@@ -277,10 +279,15 @@ Node* Graph::add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vecto
     n->outputs.push_back(v);
   }
   Node* raw = n.get();
+  raw->owner_ = tag_.get();
   if (before == nullptr) {
+    raw->pos_ = nodes_.size();  // appending keeps every other position
     nodes_.push_back(std::move(n));
+    raw->it_ = std::prev(nodes_.end());
+    if (!order_stale_) order_.push_back(raw);
   } else {
-    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(position(before)), std::move(n));
+    raw->it_ = nodes_.insert(before->it_, std::move(n));
+    order_stale_ = true;
   }
   return raw;
 }
@@ -320,14 +327,33 @@ Node* Graph::add_constant(const Tensor& t, Node* before) {
 
 void Graph::add_output(Value* v, std::string name) {
   KILN_ASSERT(v != nullptr, "null graph output");
+  ++v->output_uses_;
   outputs_.push_back(v);
   output_names_.push_back(std::move(name));
 }
 
 void Graph::set_output(size_t i, Value* v) {
   KILN_ASSERT(i < outputs_.size(), "output index out of range");
+  KILN_ASSERT(v != nullptr, "null graph output");
+  --outputs_[i]->output_uses_;
+  ++v->output_uses_;
   outputs_[i] = v;
 }
+
+namespace {
+
+// Removes one use of v by n. Searched from the back: passes erase nodes soon
+// after their uses were added, or in reverse order (dce), so a value read by
+// thousands of nodes (a learning rate) is not scanned from its first reader.
+// Both entries of a node that reads v twice are n, so which one goes does not
+// change the list.
+void remove_use(Value* v, const Node* n) {
+  auto it = std::find(v->users.rbegin(), v->users.rend(), n);
+  KILN_ASSERT(it != v->users.rend(), "use list out of sync");
+  v->users.erase(std::next(it).base());
+}
+
+}  // namespace
 
 void Graph::replace_all_uses(Value* from, Value* to) {
   if (from == to) return;
@@ -341,30 +367,32 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   // A node using `from` twice is listed twice: its first visit rewires both
   // slots (adding `to` once per slot), the second finds nothing left to do.
   from->users.clear();
+  if (from->output_uses_ == 0) return;  // no scan of thousands of outputs per call
   for (Value*& o : outputs_)
     if (o == from) o = to;
+  to->output_uses_ += from->output_uses_;
+  from->output_uses_ = 0;
 }
 
 void Graph::set_input(Node* n, size_t i, Value* v) {
   KILN_ASSERT(i < n->inputs.size(), "input index out of range");
-  Value* old = n->inputs[i];
-  auto it = std::find(old->users.begin(), old->users.end(), n);
-  KILN_ASSERT(it != old->users.end(), "use list out of sync");
-  old->users.erase(it);
+  remove_use(n->inputs[i], n);
   n->inputs[i] = v;
   v->users.push_back(n);
 }
 
 void Graph::erase(Node* n) {
+  KILN_ASSERT(tag_ && n->owner_ == tag_.get(), "node is not in this graph");
   for (Value* o : n->outputs)
     KILN_ASSERT(num_uses(o) == 0, "erasing a node whose output %", o->id(), " is still used");
-  for (Value* in : n->inputs) {
-    auto it = std::find(in->users.begin(), in->users.end(), n);
-    KILN_ASSERT(it != in->users.end(), "use list out of sync");
-    in->users.erase(it);
-  }
+  for (Value* in : n->inputs) remove_use(in, n);
   for (Value* o : n->outputs) o->producer = nullptr;
-  nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(position(n)));
+  // Erasing the last node keeps every other position.
+  if (std::next(n->it_) != nodes_.end())
+    order_stale_ = true;
+  else if (!order_stale_)
+    order_.pop_back();
+  nodes_.erase(n->it_);
 }
 
 void Graph::erase_input(size_t i) {
@@ -375,39 +403,57 @@ void Graph::erase_input(size_t i) {
 }
 
 bool Graph::is_output(const Value* v) const {
-  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+  return v->output_uses_ > 0;
 }
 
 size_t Graph::num_uses(const Value* v) const {
-  return v->users.size() + static_cast<size_t>(std::count(outputs_.begin(), outputs_.end(), v));
+  return v->users.size() + static_cast<size_t>(v->output_uses_);
 }
 
 std::vector<Node*> Graph::nodes() const {
-  std::vector<Node*> r;
-  r.reserve(nodes_.size());
-  for (auto& n : nodes_) r.push_back(n.get());
-  return r;
+  if (order_stale_) refresh_order();
+  return order_;
+}
+
+void Graph::refresh_order() const {
+  order_.clear();
+  order_.reserve(nodes_.size());
+  for (const auto& m : nodes_) {
+    m->pos_ = order_.size();
+    order_.push_back(m.get());
+  }
+  order_stale_ = false;
 }
 
 size_t Graph::position(const Node* n) const {
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].get() == n) return i;
-  KILN_ASSERT(false, "node is not in this graph");
-  return 0;
+  KILN_ASSERT(tag_ && n->owner_ == tag_.get(), "node is not in this graph");
+  if (order_stale_) refresh_order();
+  return n->pos_;
 }
 
 std::unique_ptr<Graph> Graph::clone() const {
   auto g = std::make_unique<Graph>();
   g->num_syms = num_syms;
   g->rng_advance = rng_advance;
-  std::unordered_map<const Value*, Value*> map;
+  g->values_.reserve(values_.size());
+  // Original -> copy by value id (ids are dense, below next_value_id_): no
+  // hashing per use. The original is kept to catch a value of another graph.
+  std::vector<std::pair<const Value*, Value*>> map(static_cast<size_t>(next_value_id_));
+  auto mapped = [&](const Value* v) {
+    const auto id = static_cast<size_t>(v->id());
+    KILN_ASSERT(id < map.size() && map[id].first == v, "clone: %", v->id(),
+                " is not defined in this graph before its use");
+    return map[id].second;
+  };
   for (Value* in : inputs_) {
-    map[in] = g->add_input(in->dtype, in->shape, in->name);
-    map[in]->wrapped_number = in->wrapped_number;
+    Value* m = g->add_input(in->dtype, in->shape, in->name);
+    m->wrapped_number = in->wrapped_number;
+    map[static_cast<size_t>(in->id())] = {in, m};
   }
   for (auto& n : nodes_) {
     std::vector<Value*> ins;
-    for (Value* v : n->inputs) ins.push_back(map.at(v));
+    ins.reserve(n->inputs.size());
+    for (Value* v : n->inputs) ins.push_back(mapped(v));
     std::vector<OutSpec> outs;
     for (Value* o : n->outputs) outs.push_back({o->dtype, o->shape});
     Node* m = g->add_op(n->op, std::move(ins), n->attrs, std::move(outs));
@@ -417,10 +463,10 @@ std::unique_ptr<Graph> Graph::clone() const {
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       m->outputs[i]->name = n->outputs[i]->name;
       m->outputs[i]->wrapped_number = n->outputs[i]->wrapped_number;
-      map[n->outputs[i]] = m->outputs[i];
+      map[static_cast<size_t>(n->outputs[i]->id())] = {n->outputs[i], m->outputs[i]};
     }
   }
-  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(map.at(outputs_[i]), output_names_[i]);
+  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(mapped(outputs_[i]), output_names_[i]);
   return g;
 }
 

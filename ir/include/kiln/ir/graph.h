@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <span>
 #include <string>
@@ -138,6 +139,7 @@ class Value {
  private:
   friend class Graph;
   int id_ = 0;
+  int output_uses_ = 0;  // graph outputs that are this value (num_uses in O(1))
 };
 
 enum class NodeKind : uint8_t {
@@ -169,6 +171,11 @@ class Node {
  private:
   friend class Graph;
   int id_ = 0;
+  // The graph's list entry (O(1) insert-before and erase), the graph that owns
+  // the node, and its cached position (valid while the graph's order is fresh).
+  std::list<std::unique_ptr<Node>>::iterator it_;
+  const void* owner_ = nullptr;
+  mutable size_t pos_ = 0;
 };
 
 /// Metadata of one new node output.
@@ -219,9 +226,13 @@ class Graph {
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<std::string>& output_names() const { return output_names_; }
   /// Nodes in evaluation order (a snapshot; safe to mutate the graph while iterating).
+  /// A copy of a cached vector; the first call after an insertion before a node
+  /// or an erase rebuilds the cache (so, like position(), not concurrently then).
   std::vector<Node*> nodes() const;
   size_t num_nodes() const { return nodes_.size(); }
   /// Position of a node in the evaluation order (valid until the next insertion/erase).
+  /// O(1), after one O(n) renumbering following an insertion before a node or an
+  /// erase; not to be called concurrently with another call on a mutated graph.
   size_t position(const Node* n) const;
 
   /// Number of symbols (dynamic dims), named s0, s1, ...
@@ -235,7 +246,14 @@ class Graph {
  private:
   Value* new_value(DType dtype, SymShape shape);
   std::vector<std::unique_ptr<Value>> values_;  // owner of every Value ever created
-  std::vector<std::unique_ptr<Node>> nodes_;    // in evaluation order
+  std::list<std::unique_ptr<Node>> nodes_;      // in evaluation order
+  // Identifies this graph's nodes (a heap address survives moves of the Graph).
+  std::unique_ptr<char> tag_ = std::make_unique<char>();
+  // The order as a vector (what nodes() returns) and Node::pos_, valid unless
+  // stale: rebuilt by one walk of the list after inserts before nodes or erases.
+  mutable std::vector<Node*> order_;
+  mutable bool order_stale_ = false;
+  void refresh_order() const;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<std::string> output_names_;

@@ -1,0 +1,120 @@
+// Tests of the Graph's mutation utilities (ir/src/graph.cpp): node order with
+// insertions before nodes and erasures, cached positions, and use counts that
+// include graph outputs, checked against naive recomputation after every step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kiln/functional.h"
+#include "kiln/ir/graph.h"
+#include "kiln/ir/verify.h"
+
+namespace kiln::ir {
+namespace {
+
+Value* neg_of(Graph& g, Value* x, Node* before = nullptr) {
+  return g.add_op(OpId::neg, {x}, {}, {{x->dtype, x->shape}}, before)->output();
+}
+
+// position() agrees with the index in nodes(); num_uses/is_output agree with
+// counting users and graph outputs.
+void expect_consistent(const Graph& g) {
+  const auto nodes = g.nodes();
+  ASSERT_EQ(nodes.size(), g.num_nodes());
+  for (size_t i = 0; i < nodes.size(); ++i) EXPECT_EQ(g.position(nodes[i]), i);
+  auto check = [&](const Value* v) {
+    const auto outs = static_cast<size_t>(std::count(g.outputs().begin(), g.outputs().end(), v));
+    EXPECT_EQ(g.num_uses(v), v->users.size() + outs) << "%" << v->id();
+    EXPECT_EQ(g.is_output(v), outs > 0) << "%" << v->id();
+  };
+  for (const Value* v : g.inputs()) check(v);
+  for (const Node* n : nodes)
+    for (const Value* v : n->outputs) check(v);
+  EXPECT_NO_THROW(verify(g));
+}
+
+TEST(GraphMutation, PositionsFollowInsertionsAndErasures) {
+  Graph g;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  std::vector<Value*> chain{x};
+  for (int i = 0; i < 6; ++i) chain.push_back(neg_of(g, chain.back()));
+  g.add_output(chain.back(), "out0");
+  expect_consistent(g);
+  // Insert before the middle and before the first node, then append.
+  Node* mid = chain[3]->producer;
+  Value* side = neg_of(g, chain[2], mid);
+  Value* first = neg_of(g, x, chain[1]->producer);
+  g.add_output(side, "side");
+  g.add_output(first, "first");
+  expect_consistent(g);
+  EXPECT_EQ(g.position(side->producer) + 1, g.position(mid));
+  EXPECT_EQ(g.position(first->producer), 0u);
+  neg_of(g, chain.back());  // a dead node at the end
+  expect_consistent(g);
+  // Erase the last node (positions stay) and a node in the middle.
+  g.erase(g.nodes().back());
+  expect_consistent(g);
+  g.set_output(1, chain[2]);
+  g.erase(side->producer);
+  expect_consistent(g);
+}
+
+TEST(GraphMutation, OutputUsesFollowSetOutputAndReplaceAllUses) {
+  Graph g;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  Value* a = neg_of(g, x);
+  Value* b = neg_of(g, x);
+  g.add_output(a, "o0");
+  g.add_output(a, "o1");  // one value, two outputs
+  g.add_output(x, "o2");
+  Value* c = neg_of(g, a);
+  g.add_output(c, "o3");
+  expect_consistent(g);
+  EXPECT_EQ(g.num_uses(a), 3u);
+  g.replace_all_uses(a, b);  // both outputs and the node move to b
+  expect_consistent(g);
+  EXPECT_EQ(g.num_uses(a), 0u);
+  EXPECT_EQ(g.num_uses(b), 3u);
+  EXPECT_EQ(g.outputs()[0], b);
+  EXPECT_EQ(g.outputs()[1], b);
+  g.set_output(0, x);
+  expect_consistent(g);
+  EXPECT_EQ(g.num_uses(x), 4u);  // a, b and two outputs
+  g.erase(a->producer);
+  expect_consistent(g);
+}
+
+TEST(GraphMutation, NodesOfAnotherGraphAreRefused) {
+  Graph g, h;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  Value* y = h.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  Value* a = neg_of(g, x);
+  neg_of(h, y);
+  Node* theirs = h.nodes().front();
+  EXPECT_THROW(g.erase(theirs), InternalError);
+  EXPECT_THROW(g.position(theirs), InternalError);
+  EXPECT_THROW(g.add_op(OpId::neg, {a}, {}, {{DType::f32, to_sym_shape({4})}}, theirs),
+               InternalError);
+  expect_consistent(g);
+  expect_consistent(h);
+}
+
+TEST(GraphMutation, MovedGraphKeepsItsNodes) {
+  auto make = [] {
+    Graph g;
+    Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+    g.add_output(neg_of(g, neg_of(g, x)), "out0");
+    return g;
+  };
+  Graph g = make();
+  Node* last = g.nodes().back();
+  neg_of(g, g.inputs()[0], last);  // insert before a node of the moved graph
+  expect_consistent(g);
+  EXPECT_EQ(g.position(last), 2u);
+  Graph h = std::move(g);
+  h.erase(h.nodes()[1]);  // the dead node inserted above
+  expect_consistent(h);
+}
+
+}  // namespace
+}  // namespace kiln::ir
