@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace kiln::passes {
@@ -54,11 +56,15 @@ void put_symint(std::string& key, const ir::SymInt& s) {
   put(key, s.b);
 }
 
-void put_attrs(std::string& key, const Attrs& attrs) {
-  std::vector<const std::pair<const char*, AttrValue>*> items;
+using AttrItems = std::vector<const std::pair<const char*, AttrValue>*>;
+
+// `items` is scratch (reused across nodes).
+void put_attrs(std::string& key, const Attrs& attrs, AttrItems& items) {
+  items.clear();
   for (const auto& item : attrs.items()) items.push_back(&item);
-  std::sort(items.begin(), items.end(),
-            [](auto* a, auto* b) { return std::strcmp(a->first, b->first) < 0; });
+  if (items.size() > 1)
+    std::sort(items.begin(), items.end(),
+              [](auto* a, auto* b) { return std::strcmp(a->first, b->first) < 0; });
   put(key, items.size());
   for (const auto* item : items) {
     put_str(key, item->first);
@@ -107,15 +113,21 @@ bool commutes_exactly(const ir::Node* n) {
   return true;
 }
 
+// Scratch buffers of make_key, reused across nodes.
+struct KeyScratch {
+  AttrItems items;
+  std::vector<int> ids;
+};
+
 // The canonical key of `n`, or false if `n` must not be merged.
-bool make_key(const ir::Node* n, std::string& key) {
+bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch) {
   key.clear();
   if (n->is_constant()) {
     const Tensor& t = n->constant;
     if (!t.defined() || t.numel() > kMaxConstantElements) return false;
     key.push_back('C');
     put_value_meta(key, n->output());
-    put_attrs(key, n->attrs);
+    put_attrs(key, n->attrs, scratch.items);
     put_sym_attrs(key, n->sym_attrs);
     Tensor c = t.contiguous();
     put(key, static_cast<uint8_t>(c.dtype()));  // the data's own dtype, in case it differs
@@ -127,9 +139,10 @@ bool make_key(const ir::Node* n, std::string& key) {
   if (info.has(kRandom) || info.has(kCollective)) return false;  // each call is its own
   key.push_back('O');
   put(key, static_cast<uint16_t>(n->op));
-  put_attrs(key, n->attrs);
+  put_attrs(key, n->attrs, scratch.items);
   put_sym_attrs(key, n->sym_attrs);
-  std::vector<int> ids;
+  std::vector<int>& ids = scratch.ids;
+  ids.clear();
   for (const ir::Value* v : n->inputs) ids.push_back(v->id());
   if (commutes_exactly(n)) std::sort(ids.begin(), ids.end());
   put(key, ids.size());
@@ -139,16 +152,47 @@ bool make_key(const ir::Node* n, std::string& key) {
   return true;
 }
 
+// Copies of the keys in large chunks: one allocation per chunk, not per node,
+// and views into a chunk stay valid as more are added.
+class KeyArena {
+ public:
+  std::string_view store(std::string_view k) {
+    if (k.size() > room_) {
+      const size_t size = std::max(kChunk, k.size());
+      chunks_.push_back(std::make_unique<char[]>(size));
+      at_ = chunks_.back().get();
+      room_ = size;
+    }
+    std::memcpy(at_, k.data(), k.size());
+    std::string_view v(at_, k.size());
+    at_ += k.size();
+    room_ -= k.size();
+    return v;
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 16;
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  char* at_ = nullptr;
+  size_t room_ = 0;
+};
+
 }  // namespace
 
 bool cse(ir::Graph& g) {
   bool changed = false;
-  std::unordered_map<std::string, ir::Node*> seen;
+  KeyArena arena;
+  std::unordered_map<std::string_view, ir::Node*> seen;  // keys live in the arena
+  seen.reserve(g.num_nodes());
   std::string key;
+  KeyScratch scratch;
   for (ir::Node* n : g.nodes()) {
-    if (!make_key(n, key)) continue;
-    auto [it, inserted] = seen.try_emplace(key, n);
-    if (inserted) continue;
+    if (!make_key(n, key, scratch)) continue;
+    auto it = seen.find(std::string_view(key));
+    if (it == seen.end()) {
+      seen.emplace(arena.store(key), n);
+      continue;
+    }
     ir::Node* rep = it->second;
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       ir::Value* from = n->outputs[i];

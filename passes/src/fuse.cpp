@@ -52,11 +52,18 @@
 //    value is not read back, and not stored at all when nothing else reads it.
 //    A pointwise group's coalesced dim is split where the rows end; a row
 //    kernel's rows must be exactly the reduced dims.
+// 10. FusionOptions::max_group_span bounds the positions between a group's
+//    first and last node. In a traced training step a backward node may read
+//    a forward group's values only (the GELU derivative reads the forward
+//    input), so it could join that group hundreds of layers earlier: the
+//    forward kernel would then store a backward temporary for the whole step,
+//    and proving each such merge acyclic (rule 5) searches everything between
+//    the two, which made planning quadratic in depth. Merges within the span
+//    are unaffected.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
 #include <numeric>
-#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -153,57 +160,76 @@ bool inlined_constant(const Value* v) {
   return true;
 }
 
-// Union-find over the dims of the group's values.
-struct Dsu {
-  std::vector<int> parent;
-  int add() {
-    parent.push_back(static_cast<int>(parent.size()));
-    return parent.back();
-  }
-  int find(int x) {
-    while (parent[static_cast<size_t>(x)] != x) {
-      parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
-      x = parent[static_cast<size_t>(x)];
-    }
-    return x;
-  }
-  void unite(int a, int b) {
-    a = find(a);
-    b = find(b);
-    if (a != b) parent[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
-  }
+// Scratch arrays of analyze(), reused by every call (cleared, never shrunk):
+// a large graph runs tens of thousands of small checks.
+struct Scratch {
+  std::vector<int> parent;          // union-find over the dims of the group's values
+  std::vector<const Value*> order;  // values in first-seen order
+  std::vector<int> red, red_off;    // per non-trivial reduction: its reduced elements
+  std::vector<int64_t> a, b;        // a reshape's non-unit dims
+  std::vector<int> root_cls;
+  std::vector<const SymInt*> cls_size;
+  std::vector<int> vcls, voff;
+  std::vector<char> in_t, mine, done;
+  std::vector<std::pair<int, int>> edges;  // class order constraints
+  std::vector<int> indeg, sorted, rank_of;
+  std::vector<const Value*> ins, outs;
+  std::vector<char> pats;      // per input then output, per class position: dense
+  std::vector<size_t> starts;  // kernel dim d covers class positions [starts[d], starts[d+1])
+  std::vector<const Node*> stack;
 };
+
+int dsu_find(std::vector<int>& parent, int x) {
+  while (parent[static_cast<size_t>(x)] != x) {
+    parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    x = parent[static_cast<size_t>(x)];
+  }
+  return x;
+}
+
+void dsu_unite(std::vector<int>& parent, int a, int b) {
+  a = dsu_find(parent, a);
+  b = dsu_find(parent, b);
+  if (a != b) parent[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
+}
 
 // Facts about the graph, and scratch arrays that analyze() and acyclic()
 // reuse: an entry is valid while its stamp equals the current epoch, so the
 // many small checks of a large graph neither clear nor allocate them.
 struct Ctx {
   const ir::Graph& g;
-  std::unordered_map<const Node*, int> pos;
-  std::unordered_set<const Value*> graph_outputs;
-  std::unordered_set<const Value*> gradients;  // rule 8
+  std::vector<char> output_flag, gradient_flag;  // by value id: a graph output, a gradient (rule 8)
   mutable int epoch = 0;
   mutable std::vector<int> node_in, node_seen;                  // by position
   mutable std::vector<int> value_stamp, value_base, value_idx;  // by value id
+  mutable std::vector<int> value_input;  // by value id: listed among the group's inputs
+  mutable Scratch scratch;
   explicit Ctx(const ir::Graph& graph) : g(graph) {
+    // nodes() numbers the nodes now, so at() only reads the graph's cached positions.
     const auto nodes = g.nodes();
     int ids = 0;
     for (const Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      pos[nodes[i]] = static_cast<int>(i);
-      for (const Value* v : nodes[i]->outputs) ids = std::max(ids, v->id() + 1);
-    }
+    for (const Node* n : nodes)
+      for (const Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
+    output_flag.assign(static_cast<size_t>(ids), 0);
+    gradient_flag.assign(static_cast<size_t>(ids), 0);
     for (size_t o = 0; o < g.outputs().size(); ++o) {
-      graph_outputs.insert(g.outputs()[o]);
-      if (g.output_names()[o].rfind("grad:", 0) == 0) gradients.insert(g.outputs()[o]);
+      const auto id = static_cast<size_t>(g.outputs()[o]->id());
+      output_flag[id] = 1;
+      if (g.output_names()[o].rfind("grad:", 0) == 0) gradient_flag[id] = 1;
     }
     node_in.assign(nodes.size(), 0);
     node_seen.assign(nodes.size(), 0);
     value_stamp.assign(static_cast<size_t>(ids), 0);
     value_base.assign(static_cast<size_t>(ids), 0);
     value_idx.assign(static_cast<size_t>(ids), 0);
+    value_input.assign(static_cast<size_t>(ids), 0);
   }
-  int at(const Node* n) const { return pos.find(n)->second; }
+  int at(const Node* n) const { return static_cast<int>(g.position(n)); }
+  bool is_output(const Value* v) const { return output_flag[static_cast<size_t>(v->id())] != 0; }
+  bool is_gradient(const Value* v) const {
+    return gradient_flag[static_cast<size_t>(v->id())] != 0;
+  }
   // Starts a new epoch with `nodes` as the members.
   int mark(const std::vector<const Node*>& nodes) const {
     ++epoch;
@@ -213,21 +239,25 @@ struct Ctx {
   bool member(const Node* n) const { return node_in[static_cast<size_t>(at(n))] == epoch; }
 };
 
-// Rule 3: the iteration space of a node set, or nullopt if it has none.
-std::optional<FusionGroup> analyze(const Ctx& ctx, const std::vector<const Node*>& nodes) {
+// Rule 3: true if the node set has an iteration space; then, if `group` is
+// given, it receives the group (inputs, outputs, dims and patterns).
+bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup* group) {
   const int ep = ctx.mark(nodes);
-  Dsu dsu;
-  std::vector<const Value*> order;  // values in first-seen order
+  Scratch& s = ctx.scratch;
+  s.parent.clear();
+  s.order.clear();
+  s.red.clear();
+  s.red_off.assign(1, 0);
   // The first union-find element of v's dims (allocated on first sight).
   auto elems = [&](const Value* v) {
     const auto id = static_cast<size_t>(v->id());
     if (ctx.value_stamp[id] == ep) return ctx.value_base[id];
-    const int b = static_cast<int>(dsu.parent.size());
-    for (int64_t d = 0; d < v->rank(); ++d) dsu.add();
+    const int b = static_cast<int>(s.parent.size());
+    for (int64_t d = 0; d < v->rank(); ++d) s.parent.push_back(static_cast<int>(s.parent.size()));
     ctx.value_stamp[id] = ep;
     ctx.value_base[id] = b;
-    ctx.value_idx[id] = static_cast<int>(order.size());
-    order.push_back(v);
+    ctx.value_idx[id] = static_cast<int>(s.order.size());
+    s.order.push_back(v);
     return b;
   };
   // Ties dim a of va to dim b of vb; false if their sizes differ.
@@ -236,10 +266,9 @@ std::optional<FusionGroup> analyze(const Ctx& ctx, const std::vector<const Node*
     const SymInt& sb = vb->shape[static_cast<size_t>(b)];
     if (is_unit(sa) && is_unit(sb)) return true;
     if (!(sa == sb)) return false;
-    dsu.unite(elems(va) + static_cast<int>(a), elems(vb) + static_cast<int>(b));
+    dsu_unite(s.parent, elems(va) + static_cast<int>(a), elems(vb) + static_cast<int>(b));
     return true;
   };
-  std::vector<std::vector<int>> reduced;  // per non-trivial reduction: reduced elements
   for (const Node* n : nodes) {
     const Value* out = n->output();
     elems(out);
@@ -247,170 +276,185 @@ std::optional<FusionGroup> analyze(const Ctx& ctx, const std::vector<const Node*
     if (is_value_reduction(*n)) {
       const Value* in = n->inputs[0];
       const std::vector<int64_t> ds = reduced_dims(*n);
-      std::vector<int> red;
+      const size_t start = s.red.size();
       int64_t j = 0;
       for (int64_t k = 0; k < in->rank(); ++k) {
         const bool r = std::binary_search(ds.begin(), ds.end(), k);
         if (r) {
           if (!is_unit(in->shape[static_cast<size_t>(k)]))
-            red.push_back(elems(in) + static_cast<int>(k));
+            s.red.push_back(elems(in) + static_cast<int>(k));
           if (keepdim(*n)) ++j;
           continue;
         }
-        if (!tie(in, k, out, j++)) return std::nullopt;
+        if (!tie(in, k, out, j++)) return false;
       }
-      if (!red.empty()) reduced.push_back(std::move(red));
+      if (s.red.size() > start) s.red_off.push_back(static_cast<int>(s.red.size()));
     } else if (n->is_op(OpId::reshape)) {
       const Value* in = n->inputs[0];
-      std::vector<int64_t> a, b;
+      s.a.clear();
+      s.b.clear();
       for (int64_t k = 0; k < in->rank(); ++k)
-        if (!is_unit(in->shape[static_cast<size_t>(k)])) a.push_back(k);
+        if (!is_unit(in->shape[static_cast<size_t>(k)])) s.a.push_back(k);
       for (int64_t k = 0; k < out->rank(); ++k)
-        if (!is_unit(out->shape[static_cast<size_t>(k)])) b.push_back(k);
-      if (a.size() != b.size()) return std::nullopt;
-      for (size_t k = 0; k < a.size(); ++k)
-        if (!tie(in, a[k], out, b[k])) return std::nullopt;
+        if (!is_unit(out->shape[static_cast<size_t>(k)])) s.b.push_back(k);
+      if (s.a.size() != s.b.size()) return false;
+      for (size_t k = 0; k < s.a.size(); ++k)
+        if (!tie(in, s.a[k], out, s.b[k])) return false;
     } else {
       // Elementwise and expand: NumPy broadcasting, inputs right-aligned.
       for (const Value* in : n->inputs) {
         const int64_t off = out->rank() - in->rank();
-        if (off < 0) return std::nullopt;
+        if (off < 0) return false;
         for (int64_t k = 0; k < in->rank(); ++k) {
           if (is_unit(in->shape[static_cast<size_t>(k)])) continue;  // broadcast
-          if (!tie(in, k, out, off + k)) return std::nullopt;
+          if (!tie(in, k, out, off + k)) return false;
         }
       }
     }
   }
   // Classes of non-unit dims, numbered in first-seen order (deterministic).
-  std::vector<int> root_cls(dsu.parent.size(), -1);
-  std::vector<SymInt> cls_size;
+  s.root_cls.assign(s.parent.size(), -1);
+  s.cls_size.clear();
   // Per value (order index i): the classes of its non-unit dims, vcls[voff[i] .. voff[i+1]).
-  std::vector<int> vcls, voff{0};
-  for (const Value* v : order) {
+  s.vcls.clear();
+  s.voff.assign(1, 0);
+  for (const Value* v : s.order) {
     const int b = ctx.value_base[static_cast<size_t>(v->id())];
     for (int64_t d = 0; d < v->rank(); ++d) {
       if (is_unit(v->shape[static_cast<size_t>(d)])) continue;
-      int& c = root_cls[static_cast<size_t>(dsu.find(b + static_cast<int>(d)))];
+      int& c = s.root_cls[static_cast<size_t>(dsu_find(s.parent, b + static_cast<int>(d)))];
       if (c < 0) {
-        c = static_cast<int>(cls_size.size());
-        cls_size.push_back(v->shape[static_cast<size_t>(d)]);
+        c = static_cast<int>(s.cls_size.size());
+        s.cls_size.push_back(&v->shape[static_cast<size_t>(d)]);
       }
-      vcls.push_back(c);
+      s.vcls.push_back(c);
     }
-    voff.push_back(static_cast<int>(vcls.size()));
+    s.voff.push_back(static_cast<int>(s.vcls.size()));
   }
-  const size_t nc = cls_size.size();
+  const size_t nc = s.cls_size.size();
   // The reduced classes: equal sets for all reductions.
-  std::vector<bool> in_t(nc, false);
-  for (size_t r = 0; r < reduced.size(); ++r) {
-    std::vector<bool> mine(nc, false);
-    for (int e : reduced[r])
-      mine[static_cast<size_t>(root_cls[static_cast<size_t>(dsu.find(e))])] = true;
-    if (r == 0)
-      in_t = mine;
-    else if (mine != in_t)
-      return std::nullopt;
-  }
-  const bool reduces = !reduced.empty();
-  // Order the classes: every value's dims increase; reduced classes last.
-  std::vector<std::vector<int>> succ(nc);
-  std::vector<int> indeg(nc, 0);
-  for (size_t i = 0; i + 1 < voff.size(); ++i)
-    for (int k = voff[i]; k + 1 < voff[i + 1]; ++k) {
-      const int a = vcls[static_cast<size_t>(k)], b = vcls[static_cast<size_t>(k) + 1];
-      if (a == b) return std::nullopt;
-      succ[static_cast<size_t>(a)].push_back(b);
-      ++indeg[static_cast<size_t>(b)];
+  s.in_t.assign(nc, 0);
+  const size_t nred = s.red_off.size() - 1;
+  for (size_t r = 0; r < nred; ++r) {
+    s.mine.assign(nc, 0);
+    for (int k = s.red_off[r]; k < s.red_off[r + 1]; ++k) {
+      const int e = s.red[static_cast<size_t>(k)];
+      s.mine[static_cast<size_t>(s.root_cls[static_cast<size_t>(dsu_find(s.parent, e))])] = 1;
     }
-  std::vector<int> sorted;
-  std::vector<bool> done(nc, false);
-  while (sorted.size() < nc) {
+    if (r == 0)
+      s.in_t = s.mine;
+    else if (s.mine != s.in_t)
+      return false;
+  }
+  const bool reduces = nred > 0;
+  // Order the classes: every value's dims increase; reduced classes last.
+  s.edges.clear();
+  s.indeg.assign(nc, 0);
+  for (size_t i = 0; i + 1 < s.voff.size(); ++i)
+    for (int k = s.voff[i]; k + 1 < s.voff[i + 1]; ++k) {
+      const int a = s.vcls[static_cast<size_t>(k)], b = s.vcls[static_cast<size_t>(k) + 1];
+      if (a == b) return false;
+      s.edges.emplace_back(a, b);
+      ++s.indeg[static_cast<size_t>(b)];
+    }
+  s.sorted.clear();
+  s.done.assign(nc, 0);
+  while (s.sorted.size() < nc) {
     int pick = -1;
     for (int pass = 0; pass < 2 && pick < 0; ++pass)
       for (size_t c = 0; c < nc && pick < 0; ++c)
-        if (!done[c] && indeg[c] == 0 && (pass == 1 || !in_t[c])) pick = static_cast<int>(c);
-    if (pick < 0) return std::nullopt;  // cycle: no consistent layout
-    done[static_cast<size_t>(pick)] = true;
-    sorted.push_back(pick);
-    for (int s : succ[static_cast<size_t>(pick)]) --indeg[static_cast<size_t>(s)];
+        if (!s.done[c] && s.indeg[c] == 0 && (pass == 1 || !s.in_t[c])) pick = static_cast<int>(c);
+    if (pick < 0) return false;  // cycle: no consistent layout
+    s.done[static_cast<size_t>(pick)] = 1;
+    s.sorted.push_back(pick);
+    for (const auto& [x, y] : s.edges)
+      if (x == pick) --s.indeg[static_cast<size_t>(y)];
   }
-  std::vector<int> rank_of(nc);
-  for (size_t k = 0; k < nc; ++k) rank_of[static_cast<size_t>(sorted[k])] = static_cast<int>(k);
+  s.rank_of.assign(nc, 0);
+  for (size_t k = 0; k < nc; ++k) s.rank_of[static_cast<size_t>(s.sorted[k])] = static_cast<int>(k);
   size_t nrows = 0;
   for (size_t k = 0; k < nc; ++k) {
-    const bool t = in_t[static_cast<size_t>(sorted[k])];
-    if (t && k < nrows) return std::nullopt;
+    const bool t = s.in_t[static_cast<size_t>(s.sorted[k])];
+    if (t && k < nrows) return false;
     if (!t) {
-      if (k != nrows) return std::nullopt;  // a kept dim after a reduced one
+      if (k != nrows) return false;  // a kept dim after a reduced one
       ++nrows;
     }
   }
-
-  FusionGroup grp;
-  grp.nodes = nodes;
+  // Inputs (first-use order) and outputs (used outside the group, or graph outputs).
+  s.ins.clear();
+  s.outs.clear();
   for (const Node* n : nodes)
     for (const Value* v : n->inputs) {
       if ((v->producer && ctx.member(v->producer)) || inlined_constant(v)) continue;
-      if (std::find(grp.inputs.begin(), grp.inputs.end(), v) == grp.inputs.end())
-        grp.inputs.push_back(v);
+      int& listed = ctx.value_input[static_cast<size_t>(v->id())];
+      if (listed == ep) continue;
+      listed = ep;
+      s.ins.push_back(v);
     }
   for (const Node* n : nodes)
     for (const Value* v : n->outputs) {
-      bool external = ctx.graph_outputs.count(v) > 0;
+      bool external = ctx.is_output(v);
       for (const Node* u : v->users) external = external || !ctx.member(u);
-      if (external) grp.outputs.push_back(v);
+      if (external) s.outs.push_back(v);
     }
-  // Dense pattern over the sorted classes.
-  auto pattern = [&](const Value* v) {
-    std::vector<bool> p(nc, false);
+  // Dense pattern over the sorted classes, one row per input, then per output.
+  const size_t nrow = s.ins.size() + s.outs.size();
+  s.pats.assign(nrow * nc, 0);
+  auto pattern = [&](size_t row, const Value* v) {
     const auto i = static_cast<size_t>(ctx.value_idx[static_cast<size_t>(v->id())]);
-    for (int k = voff[i]; k < voff[i + 1]; ++k)
-      p[static_cast<size_t>(rank_of[static_cast<size_t>(vcls[static_cast<size_t>(k)])])] = true;
-    return p;
+    for (int k = s.voff[i]; k < s.voff[i + 1]; ++k)
+      s.pats[row * nc + static_cast<size_t>(
+                            s.rank_of[static_cast<size_t>(s.vcls[static_cast<size_t>(k)])])] = 1;
   };
-  std::vector<std::vector<bool>> pats;
-  for (const Value* v : grp.inputs) pats.push_back(pattern(v));
-  for (const Value* v : grp.outputs) {
-    std::vector<bool> p = pattern(v);
+  for (size_t a = 0; a < s.ins.size(); ++a) pattern(a, s.ins[a]);
+  for (size_t a = 0; a < s.outs.size(); ++a) {
+    const size_t row = s.ins.size() + a;
+    pattern(row, s.outs[a]);
     for (size_t k = 0; k < nc; ++k)
-      if (!p[k] && (k < nrows || !reduces)) return std::nullopt;  // would store twice
-    pats.push_back(std::move(p));
+      if (!s.pats[row * nc + k] && (k < nrows || !reduces)) return false;  // would store twice
   }
   // Coalesce adjacent dims with equal patterns everywhere (never across rows|inner).
-  std::vector<std::vector<size_t>> merged;  // kernel dim -> sorted class positions
+  s.starts.clear();
   for (size_t k = 0; k < nc; ++k) {
-    bool join = !merged.empty() && (k < nrows) == (merged.back().back() < nrows);
-    for (size_t a = 0; join && a < pats.size(); ++a)
-      join = pats[a][k] == pats[a][merged.back().back()];
-    if (join)
-      merged.back().push_back(k);
-    else
-      merged.push_back({k});
+    bool join = k > 0 && (k < nrows) == (k - 1 < nrows);
+    for (size_t a = 0; join && a < nrow; ++a) join = s.pats[a * nc + k] == s.pats[a * nc + k - 1];
+    if (!join) s.starts.push_back(k);
   }
-  if (reduces && (merged.empty() || merged.back().front() < nrows ||
-                  (merged.size() >= 2 && merged[merged.size() - 2].back() >= nrows)))
-    return std::nullopt;  // the reduced dims do not coalesce into one inner dim
-  if (merged.empty()) merged.push_back({});
-  for (const auto& m : merged) {
+  const size_t nd = s.starts.size();
+  if (reduces &&
+      (nd == 0 || s.starts[nd - 1] < nrows || (nd >= 2 && s.starts[nd - 1] - 1 >= nrows)))
+    return false;  // the reduced dims do not coalesce into one inner dim
+  if (group == nullptr) return true;
+
+  FusionGroup& grp = *group;
+  grp = FusionGroup{};
+  grp.nodes = nodes;
+  grp.inputs = s.ins;
+  grp.outputs = s.outs;
+  s.starts.push_back(nc);
+  if (nd == 0) grp.dims.emplace_back();
+  for (size_t d = 0; d < nd; ++d) {
     std::vector<SymInt> f;
-    for (size_t k : m) f.push_back(cls_size[static_cast<size_t>(sorted[k])]);
+    for (size_t k = s.starts[d]; k < s.starts[d + 1]; ++k)
+      f.push_back(*s.cls_size[static_cast<size_t>(s.sorted[k])]);
     grp.dims.push_back(std::move(f));
   }
-  auto kernel_pattern = [&](const std::vector<bool>& p) {
+  auto kernel_pattern = [&](size_t row) {
     std::vector<bool> r;
-    for (const auto& m : merged) r.push_back(m.empty() ? true : bool(p[m.front()]));
+    for (size_t d = 0; d < nd; ++d) r.push_back(s.pats[row * nc + s.starts[d]] != 0);
+    if (nd == 0) r.push_back(true);
     return r;
   };
-  for (size_t a = 0; a < grp.inputs.size(); ++a) grp.in_dense.push_back(kernel_pattern(pats[a]));
+  for (size_t a = 0; a < grp.inputs.size(); ++a) grp.in_dense.push_back(kernel_pattern(a));
   for (size_t a = 0; a < grp.outputs.size(); ++a)
-    grp.out_dense.push_back(kernel_pattern(pats[grp.inputs.size() + a]));
+    grp.out_dense.push_back(kernel_pattern(grp.inputs.size() + a));
   grp.kind = reduces ? GroupKind::kReduction : GroupKind::kPointwise;
   if (!reduces)
     for (const Value* v : grp.inputs)
       if (v->producer && !v->producer->is_constant() && v->producer->info().has(kOpaque))
         grp.kind = GroupKind::kEpilogue;
-  return grp;
+  return true;
 }
 
 // The planner's state: groups being grown, node -> group.
@@ -419,6 +463,8 @@ struct Planner {
   const FusionOptions& opts;
   std::vector<std::vector<const Node*>> groups;  // empty = merged away
   std::vector<int> group_of;                     // by position, -1: none yet
+  mutable std::vector<int> group_seen;           // by group: the acyclic() call that saw it
+  mutable int search = 0;
 
   int group(const Node* n) const { return group_of[static_cast<size_t>(ctx.at(n))]; }
 
@@ -429,9 +475,12 @@ struct Planner {
                int last) const {
     ctx.mark(cand);
     const int ep = ctx.epoch;
-    std::vector<char> seen_groups(groups.size(), 0);
-    for (int gi : merged) seen_groups[static_cast<size_t>(gi)] = 1;
-    std::vector<const Node*> stack;
+    // Stamps, not a fresh array per call: there are as many groups as nodes.
+    group_seen.resize(groups.size(), 0);
+    ++search;
+    for (int gi : merged) group_seen[static_cast<size_t>(gi)] = search;
+    std::vector<const Node*>& stack = ctx.scratch.stack;
+    stack.clear();
     // Pushes u unless seen; false if u is in the candidate (a path came back).
     auto visit = [&](const Node* u) {
       if (ctx.member(u)) return false;
@@ -451,8 +500,8 @@ struct Planner {
       stack.pop_back();
       if (ctx.at(u) > last) continue;
       const int gu = group(u);
-      if (gu >= 0 && !seen_groups[static_cast<size_t>(gu)]) {
-        seen_groups[static_cast<size_t>(gu)] = 1;
+      if (gu >= 0 && group_seen[static_cast<size_t>(gu)] != search) {
+        group_seen[static_cast<size_t>(gu)] = search;
         for (const Node* m : groups[static_cast<size_t>(gu)])
           if (!visit(m)) return false;
       }
@@ -471,7 +520,8 @@ struct Planner {
     if (static_cast<int>(cand.size()) > opts.max_group_nodes) return false;
     std::sort(cand.begin(), cand.end(),
               [&](const Node* a, const Node* b) { return ctx.at(a) < ctx.at(b); });
-    if (!analyze(ctx, cand)) return false;
+    if (ctx.at(n) - ctx.at(cand.front()) > opts.max_group_span) return false;  // rule 10
+    if (!analyze(ctx, cand, nullptr)) return false;
     if (!merged.empty() && !acyclic(cand, merged, ctx.at(n))) return false;
     int target;
     if (merged.empty()) {
@@ -489,7 +539,7 @@ struct Planner {
   void add(const Node* n) {
     std::vector<int> prods;
     for (const Value* v : n->inputs) {
-      const int gi = v->producer && !ctx.gradients.count(v) ? group(v->producer) : -1;
+      const int gi = v->producer && !ctx.is_gradient(v) ? group(v->producer) : -1;
       if (gi >= 0 && std::find(prods.begin(), prods.end(), gi) == prods.end()) prods.push_back(gi);
     }
     if (!prods.empty() && try_group(n, prods)) return;
@@ -558,7 +608,7 @@ bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
   grp.out_dense.push_back(std::move(pat));
   plan.group_of[static_cast<size_t>(ctx.at(n))] = gi;
   // Stored only if something else still reads it.
-  bool read = ctx.graph_outputs.count(v) > 0;
+  bool read = ctx.is_output(v);
   for (const Node* u : v->users) read = read || plan.group_of[static_cast<size_t>(ctx.at(u))] != gi;
   if (!read) {
     const auto k = static_cast<size_t>(std::find(grp.outputs.begin(), grp.outputs.end(), v) -
@@ -600,18 +650,18 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
   plan.group_of.assign(g.num_nodes(), -1);
   if (!opts.enabled || pass_disabled("fuse")) return plan;
   Ctx ctx(g);
-  Planner p{ctx, opts, {}, std::vector<int>(g.num_nodes(), -1)};
+  Planner p{ctx, opts, {}, std::vector<int>(g.num_nodes(), -1), {}, 0};
   for (const Node* n : g.nodes())
     if (fusible(*n, opts)) p.add(n);
   for (const auto& nodes : p.groups) {
     if (nodes.empty()) continue;
     if (std::none_of(nodes.begin(), nodes.end(), [](const Node* n) { return computes(*n); }))
       continue;  // rule 7
-    std::optional<FusionGroup> grp = analyze(ctx, nodes);
-    KILN_ASSERT(grp.has_value(), "fuse: a group lost its iteration space");
+    FusionGroup grp;
+    KILN_ASSERT(analyze(ctx, nodes, &grp), "fuse: a group lost its iteration space");
     const int id = static_cast<int>(plan.groups.size());
     for (const Node* n : nodes) plan.group_of[static_cast<size_t>(ctx.at(n))] = id;
-    plan.groups.push_back(std::move(*grp));
+    plan.groups.push_back(std::move(grp));
   }
   if (opts.column_sums && opts.reductions)
     for (const Node* n : g.nodes())

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include "kiln/env.h"
@@ -97,7 +98,41 @@ void print_times(const PipelineStats& stats) {
   std::fprintf(stderr, "%-16s %9.3f ms\n", "total", total);
 }
 
+// Process-wide totals for pass_totals(): one lock per pipeline run.
+std::mutex totals_mu;
+std::vector<PassTotal> totals;
+
+void add_to_totals(const PipelineStats& stats, double verify_ms, int verifies) {
+  std::lock_guard<std::mutex> lock(totals_mu);
+  auto slot = [](const std::string& name) -> PassTotal& {
+    for (PassTotal& t : totals)
+      if (t.pass == name) return t;
+    totals.push_back({name, 0, 0});
+    return totals.back();
+  };
+  for (const auto& e : stats.runs) {
+    PassTotal& t = slot(e.pass);
+    ++t.runs;
+    t.ms += e.ms;
+  }
+  if (verifies > 0) {
+    PassTotal& t = slot("verify");
+    t.runs += verifies;
+    t.ms += verify_ms;
+  }
+}
+
 }  // namespace
+
+std::vector<PassTotal> pass_totals() {
+  std::lock_guard<std::mutex> lock(totals_mu);
+  return totals;
+}
+
+void reset_pass_totals() {
+  std::lock_guard<std::mutex> lock(totals_mu);
+  totals.clear();
+}
 
 std::span<const PassInfo> registered_passes() { return kPasses; }
 
@@ -134,13 +169,21 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
   const bool dump = env::get_int("KILN_DEBUG", 0) >= 2;
   const bool time = env::get_int("KILN_TIME_PASSES", 0) >= 1;
 
-  if (opts.verify) {
+  double verify_ms = 0;
+  int verifies = 0;
+  // Verifies g, timed into verify_ms; `what` prefixes the error.
+  auto checked = [&](const std::string& what) {
+    auto t0 = std::chrono::steady_clock::now();
     try {
       ir::verify(g);
     } catch (const Error& e) {
-      throw Error(str("[pass manager] the graph is invalid before the first pass: ", e.what()));
+      throw Error(str(what, e.what()));
     }
-  }
+    verify_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++verifies;
+  };
+  if (opts.verify) checked("[pass manager] the graph is invalid before the first pass: ");
   PipelineStats stats;
   const int iterations = opts.fixpoint ? std::max(opts.max_iterations, 1) : 1;
   for (int it = 0; it < iterations; ++it) {
@@ -157,17 +200,12 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
         if (text.empty() || text.back() != '\n') text += '\n';
         std::fprintf(stderr, "=== after %s ===\n%s", p->name, text.c_str());
       }
-      if (opts.verify) {
-        try {
-          ir::verify(g);
-        } catch (const Error& e) {
-          throw Error(str("[pass ", p->name, "] broke the graph: ", e.what()));
-        }
-      }
+      if (opts.verify) checked(str("[pass ", p->name, "] broke the graph: "));
     }
     if (!any_changed) break;
   }
   if (time) print_times(stats);
+  add_to_totals(stats, verify_ms, verifies);
   return stats;
 }
 

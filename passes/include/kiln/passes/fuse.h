@@ -17,6 +17,8 @@ struct FusionOptions {
   bool enabled = true;       ///< false: no groups (everything runs unfused)
   bool reductions = true;    ///< fuse sum/max/min over trailing dims into groups
   int max_group_nodes = 96;  ///< bound on one kernel's size (compile time)
+  /// Bound on the positions between a group's first and last node (rule 10).
+  int max_group_span = 384;
   bool column_sums = true;   ///< sums over every row dim join their producer's kernel
 };
 

@@ -48,6 +48,18 @@ struct PipelineStats {
   std::vector<Entry> runs;  ///< in execution order
 };
 
+/// Time spent in one pass over every pipeline run in this process since the
+/// last reset_pass_totals() (benchmarks). The verifier counts as "verify".
+struct PassTotal {
+  std::string pass;
+  int runs = 0;
+  double ms = 0;
+};
+/// Per-pass totals in first-run order (thread-safe).
+std::vector<PassTotal> pass_totals();
+/// Clears the totals of pass_totals().
+void reset_pass_totals();
+
 /// Runs the named passes in order on `g` (unknown names raise kiln::Error).
 /// Honours KILN_DISABLE_PASSES, KILN_DEBUG=2 (print IR after each pass) and
 /// KILN_TIME_PASSES=1 (print times to stderr).
