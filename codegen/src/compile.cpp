@@ -334,7 +334,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   plan->diff_inputs = std::move(diff_inputs);
   plan->result_grad = std::move(result_grad);
   plan->released_results = std::move(released_results);
-  std::shared_ptr<ir::Graph> raw(res.graph->clone());
+  std::shared_ptr<ir::Graph> raw(std::move(res.graph));  // the trace's own graph: no copy
   take_trace(*plan, std::move(res));
   plan->raw = raw;
   // Host state the traced code depends on (a guarded module flag, optimizer

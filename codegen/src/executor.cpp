@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <climits>
 #include <iostream>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "column_sums.h"
 #include "kiln/autograd.h"
@@ -104,14 +106,19 @@ std::shared_ptr<const kir::LoadedKernel> load_kernel(const kir::Kernel& k, Kerne
 void Executor::build_schedule() {
   const ir::Graph& g = *graph_;
   const auto nodes = g.nodes();
-  std::unordered_map<const ir::Value*, int> slot;
-  for (const ir::Value* v : g.inputs()) slot[v] = num_slots_++;
+  // Slots by value id (unique within a graph; the graph is verified, so every
+  // use is defined) and positions from the graph: no hashing per lookup.
+  int ids = 0;
+  for (const ir::Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
+  for (const ir::Node* n : nodes)
+    for (const ir::Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
+  std::vector<int> slot_by_id(static_cast<size_t>(ids), -1);
+  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
+  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
+  for (const ir::Value* v : g.inputs()) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
   is_input_slot_.assign(static_cast<size_t>(num_slots_), true);
-  std::unordered_map<const ir::Node*, int> pos;
-  for (size_t p = 0; p < nodes.size(); ++p) {
-    pos[nodes[p]] = static_cast<int>(p);
-    for (const ir::Value* v : nodes[p]->outputs) slot[v] = num_slots_++;
-  }
+  for (const ir::Node* n : nodes)
+    for (const ir::Value* v : n->outputs) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
   is_input_slot_.resize(static_cast<size_t>(num_slots_), false);
 
   // ---- kernels, one per group; identical kernels share one compiled kernel ----
@@ -124,7 +131,7 @@ void Executor::build_schedule() {
         kernel_id.emplace(kir::to_string(grp.lowered.kernel), static_cast<int>(kernels.size()));
     if (fresh) kernels.emplace_back();
     grp.kernel_id = it->second;
-    for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot.at(v));
+    for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot_of(v));
     grp.nodes = static_cast<int>(fg.nodes.size());
     groups_.push_back(std::move(grp));
   }
@@ -142,8 +149,8 @@ void Executor::build_schedule() {
   // ---- the unit graph: groups first, then one unit per unfused node ----
   const int ng = static_cast<int>(groups_.size());
   auto unit_of = [&](const ir::Node* n) {
-    const int gi = plan_.group_of[static_cast<size_t>(pos.at(n))];
-    return gi >= 0 ? gi : ng + pos.at(n);
+    const int gi = plan_.group_of[static_cast<size_t>(pos_of(n))];
+    return gi >= 0 ? gi : ng + pos_of(n);
   };
   const size_t nu = static_cast<size_t>(ng) + nodes.size();
   std::vector<int> first_pos(nu, 0);
@@ -156,9 +163,11 @@ void Executor::build_schedule() {
   std::vector<std::vector<int>> succ(nu);
   std::vector<int> indeg(nu, 0);
   auto depend = [&](int from, int to) {
+    // The edges into one unit are added one after another, so a repeated edge
+    // is always the last one added (no scan of a hub's successor list).
     if (from == to) return;
     auto& s = succ[static_cast<size_t>(from)];
-    if (std::find(s.begin(), s.end(), to) != s.end()) return;
+    if (!s.empty() && s.back() == to) return;
     s.push_back(to);
     ++indeg[static_cast<size_t>(to)];
   };
@@ -173,6 +182,9 @@ void Executor::build_schedule() {
       if (v->producer) depend(unit_of(v->producer), ng + static_cast<int>(p));
   }
   // Sinks that may wait for the other instances of their kernel (see the top).
+  std::unordered_set<const ir::Value*> gradients;
+  for (size_t o = 0; o < g.outputs().size(); ++o)
+    if (g.output_names()[o].rfind("grad:", 0) == 0) gradients.insert(g.outputs()[o]);
   std::vector<char> sink(static_cast<size_t>(ng), 0);
   std::vector<int> remaining(kernels.size(), 0);
   for (int gi = 0; gi < ng; ++gi) {
@@ -182,48 +194,58 @@ void Executor::build_schedule() {
     for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
       const ir::Value* v = grp.lowered.args[a];
       for (const ir::Node* u : v->users) s = s && unit_of(u) == gi;
-      for (size_t o = 0; s && o < g.outputs().size(); ++o)
-        if (g.outputs()[o] == v) s = g.output_names()[o].rfind("grad:", 0) != 0;
+      s = s && !gradients.count(v);
     }
     sink[static_cast<size_t>(gi)] = s;
   }
-  std::vector<int> ready;
-  for (size_t u = 0; u < nu; ++u)
-    if (live[u] && indeg[u] == 0) ready.push_back(static_cast<int>(u));
   auto kid = [&](int u) { return u < ng ? groups_[static_cast<size_t>(u)].kernel_id : -1; };
   // A kernel with column sums launches alone (its blocks own the partials).
   auto column_sums = [&](int u) {
     const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
     return std::find(cs.begin(), cs.end(), 1) != cs.end();
   };
+  // Ready units by first position (unique per unit, so the order is total):
+  // those that may run now, and sinks whose kernel still has instances that
+  // are not ready (`remaining[k]` counts those; it only decreases, so each
+  // sink moves from `waiting` to `avail` at most once). Each step takes the
+  // earliest unit that may run (else the earliest waiting one) and every
+  // ready instance of its kernel: O(units log units) in all.
+  using Entry = std::pair<int, int>;  // (first position, unit)
+  auto entry = [&](int u) { return Entry{first_pos[static_cast<size_t>(u)], u}; };
+  std::set<Entry> avail, waiting;
+  std::vector<std::set<Entry>> ready_of(kernels.size());
+  auto make_ready = [&](int u) {
+    if (u >= ng) {
+      avail.insert(entry(u));
+      return;
+    }
+    const auto k = static_cast<size_t>(kid(u));
+    ready_of[k].insert(entry(u));
+    if (--remaining[k] == 0)
+      for (const Entry& e : ready_of[k])
+        if (waiting.erase(e)) avail.insert(e);
+    (sink[static_cast<size_t>(u)] && remaining[k] > 0 ? waiting : avail).insert(entry(u));
+  };
+  for (size_t u = 0; u < nu; ++u)
+    if (live[u] && indeg[u] == 0) make_ready(static_cast<int>(u));
   std::vector<std::vector<int>> order;  // units per step
-  while (!ready.empty()) {
-    std::vector<int> ready_of(kernels.size(), 0);
-    for (int u : ready)
-      if (u < ng) ++ready_of[static_cast<size_t>(kid(u))];
-    auto waits = [&](int u) {
-      return u < ng && sink[static_cast<size_t>(u)] &&
-             remaining[static_cast<size_t>(kid(u))] > ready_of[static_cast<size_t>(kid(u))];
-    };
-    int best = -1;
-    for (int pass = 0; pass < 2 && best < 0; ++pass)
-      for (int u : ready)
-        if ((pass == 1 || !waits(u)) &&
-            (best < 0 || first_pos[static_cast<size_t>(u)] < first_pos[static_cast<size_t>(best)]))
-          best = u;
+  while (!avail.empty() || !waiting.empty()) {
+    const int best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
     std::vector<int> batch{best};
     if (best < ng && opts_.horizontal && !column_sums(best))
-      for (int u : ready)
-        if (u != best && u < ng && kid(u) == kid(best)) batch.push_back(u);
+      for (const Entry& e : ready_of[static_cast<size_t>(kid(best))])
+        if (e.second != best) batch.push_back(e.second);
     std::sort(batch.begin(), batch.end(), [&](int a, int b) {
       return first_pos[static_cast<size_t>(a)] < first_pos[static_cast<size_t>(b)];
     });
     for (int u : batch) {
-      ready.erase(std::find(ready.begin(), ready.end(), u));
-      if (u < ng) --remaining[static_cast<size_t>(kid(u))];
-      for (int s : succ[static_cast<size_t>(u)])
-        if (--indeg[static_cast<size_t>(s)] == 0) ready.push_back(s);
+      avail.erase(entry(u));
+      waiting.erase(entry(u));
+      if (u < ng) ready_of[static_cast<size_t>(kid(u))].erase(entry(u));
     }
+    for (int u : batch)
+      for (int s : succ[static_cast<size_t>(u)])
+        if (--indeg[static_cast<size_t>(s)] == 0) make_ready(s);
     order.push_back(std::move(batch));
   }
 
@@ -232,8 +254,8 @@ void Executor::build_schedule() {
     Step st;
     if (units.front() >= ng) {
       st.node = nodes[static_cast<size_t>(units.front() - ng)];
-      for (const ir::Value* v : st.node->inputs) st.in.push_back(slot.at(v));
-      for (const ir::Value* v : st.node->outputs) st.out.push_back(slot.at(v));
+      for (const ir::Value* v : st.node->inputs) st.in.push_back(slot_of(v));
+      for (const ir::Value* v : st.node->outputs) st.out.push_back(slot_of(v));
     } else {
       st.groups = units;
       for (int gi : units) {
@@ -247,12 +269,12 @@ void Executor::build_schedule() {
   // Matmuls computed straight into a later cat's or reshape's buffer.
   if (opts_.in_place) {
     auto placements = detail::plan_placements(
-        g, [&](const ir::Node* n) { return plan_.group_of[g.position(n)] >= 0; });
+        g, [&](const ir::Node* n) { return plan_.group_of[static_cast<size_t>(pos_of(n))] >= 0; });
     for (Step& st : steps_) {
       auto it = st.node ? placements.find(st.node) : placements.end();
       if (it == placements.end()) continue;
       st.place = static_cast<int>(placements_.size());
-      st.host_slot = slot.at(it->second.host->output());
+      st.host_slot = slot_of(it->second.host->output());
       placements_.push_back(std::move(it->second));
     }
   }
@@ -265,8 +287,9 @@ void Executor::build_schedule() {
     for (int i : steps_[s].in) last[static_cast<size_t>(i)] = static_cast<int>(s);
   std::vector<bool> is_out(static_cast<size_t>(num_slots_), false);
   for (const ir::Value* v : g.outputs()) {
-    output_slots_.push_back(slot.at(v));
-    is_out[static_cast<size_t>(slot.at(v))] = true;
+    output_producer_.push_back(v->producer ? pos_of(v->producer) : -1);
+    output_slots_.push_back(slot_of(v));
+    is_out[static_cast<size_t>(slot_of(v))] = true;
   }
   for (int sl = 0; sl < num_slots_; ++sl) {
     const int l = last[static_cast<size_t>(sl)];
@@ -285,14 +308,14 @@ void Executor::build_schedule() {
       const ir::Value* v = work.back();
       work.pop_back();
       for (const ir::Node* u : v->users) {
-        if (plan_.group_of[g.position(u)] >= 0) continue;  // fused: reads, never aliases
+        if (plan_.group_of[static_cast<size_t>(pos_of(u))] >= 0) continue;  // fused: never aliases
         if (u->info().has(kCollective)) {
           until = INT_MAX;
           break;
         }
         if (!u->info().has(kView)) continue;
         for (const ir::Value* a : u->outputs) {
-          const int sl = slot.at(a);
+          const int sl = slot_of(a);
           if (is_out[static_cast<size_t>(sl)]) until = INT_MAX;
           if (until != INT_MAX) until = std::max(until, last[static_cast<size_t>(sl)]);
           work.push_back(a);
@@ -303,24 +326,33 @@ void Executor::build_schedule() {
   outputs_of_slot_.assign(static_cast<size_t>(num_slots_), {});
   for (size_t o = 0; o < output_slots_.size(); ++o)
     outputs_of_slot_[static_cast<size_t>(output_slots_[o])].push_back(o);
+  // Per kernel step: the slots that die there (inputs are never freed, but
+  // their last reader is known) and are read by exactly one instance of the
+  // batch (the others run concurrently), in slot order. Only the step's own
+  // inputs can die there; readers are counted once per instance.
+  std::vector<int> readers(static_cast<size_t>(num_slots_), 0);
+  std::vector<int> counted_by(static_cast<size_t>(num_slots_), -1);  // last instance counted
+  std::vector<int> dying;
+  int instance = 0;
   for (size_t s = 0; s < steps_.size(); ++s) {
     Step& st = steps_[s];
     if (st.groups.empty()) continue;
-    for (int sl = 0; sl < num_slots_; ++sl) {
-      const bool input = is_input_slot_[static_cast<size_t>(sl)];
-      // Dying here (inputs are never freed, but their last reader is known).
-      if (last[static_cast<size_t>(sl)] != static_cast<int>(s) || is_out[static_cast<size_t>(sl)])
-        continue;
-      // Read by exactly one instance of the batch (the others run concurrently).
-      int readers = 0;
-      for (int gi : st.groups) {
-        const Group& grp = groups_[static_cast<size_t>(gi)];
-        readers +=
-            std::count(grp.arg_slot.begin(),
-                       grp.arg_slot.begin() + static_cast<std::ptrdiff_t>(grp.lowered.num_inputs),
-                       sl) > 0;
+    dying.clear();
+    for (int gi : st.groups) {
+      const Group& grp = groups_[static_cast<size_t>(gi)];
+      ++instance;
+      for (size_t a = 0; a < grp.lowered.num_inputs; ++a) {
+        const auto sl = static_cast<size_t>(grp.arg_slot[a]);
+        if (last[sl] != static_cast<int>(s) || is_out[sl] || counted_by[sl] == instance) continue;
+        counted_by[sl] = instance;
+        if (readers[sl]++ == 0) dying.push_back(static_cast<int>(sl));
       }
-      if (readers == 1) (input ? st.dying_inputs : st.overwritable).push_back(sl);
+    }
+    std::sort(dying.begin(), dying.end());
+    for (int sl : dying) {
+      if (readers[static_cast<size_t>(sl)] == 1)
+        (is_input_slot_[static_cast<size_t>(sl)] ? st.dying_inputs : st.overwritable).push_back(sl);
+      readers[static_cast<size_t>(sl)] = 0;
     }
   }
   // Where each output becomes available: 0 = before the first step, s+1 = after step s.
@@ -347,8 +379,8 @@ std::vector<int64_t> Executor::bind_symbols(std::span<const Tensor> inputs) cons
 }
 
 int Executor::producer_of_output(size_t i) const {
-  const ir::Value* v = graph_->outputs().at(i);
-  return v->producer ? static_cast<int>(graph_->position(v->producer)) : -1;
+  KILN_ASSERT(i < output_producer_.size(), "executor: output ", i, " out of range");
+  return output_producer_[i];
 }
 
 size_t Executor::num_kernels() const {

@@ -131,43 +131,60 @@ std::vector<std::vector<int64_t>> arg_strides(const Kernel& k, const int64_t* si
 
 }  // namespace detail
 
+namespace {
+
+// Appends text and integers (as kiln::str prints them) without a stream:
+// executors key every fused group by this text.
+void cat(std::string&) {}
+template <typename T, typename... R>
+void cat(std::string& s, const T& x, const R&... rest) {
+  if constexpr (std::is_integral_v<T>)
+    s += std::to_string(x);
+  else
+    s += x;
+  cat(s, rest...);
+}
+
+}  // namespace
+
 std::string to_string(const Kernel& k) {
-  std::string s = str("kernel ", k.name, " rank ", k.rank, " reassoc ", k.reassoc ? 1 : 0, "\n");
+  std::string s;
+  cat(s, "kernel ", k.name, " rank ", k.rank, " reassoc ", k.reassoc ? 1 : 0, "\n");
   for (size_t i = 0; i < k.args.size(); ++i) {
     const Arg& a = k.args[i];
-    s += str("  arg", i, " ", a.is_output ? "out " : "in ", dtype_name(a.dtype), " ", dense_text(a),
-             "\n");
+    cat(s, "  arg", i, " ", a.is_output ? "out " : "in ", dtype_name(a.dtype), " ", dense_text(a),
+        "\n");
   }
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     const Expr& e = k.exprs[i];
-    s += str("  %", i, " = ");
+    cat(s, "  %", i, " = ");
     switch (e.kind) {
       case ExprKind::kLoad:
-        s += str("load ", dtype_name(e.dtype), " arg", e.arg);
+        cat(s, "load ", dtype_name(e.dtype), " arg", e.arg);
         break;
       case ExprKind::kConst:
-        s += str("const ", dtype_name(e.dtype), " ", number(e.value));
+        cat(s, "const ", dtype_name(e.dtype), " ", number(e.value));
         break;
       case ExprKind::kReduced:
-        s += str("reduced ", dtype_name(e.dtype), " r", e.arg);
+        cat(s, "reduced ", dtype_name(e.dtype), " r", e.arg);
         break;
       case ExprKind::kOp: {
-        s += str(op_name(e.op), " ", dtype_name(e.dtype));
+        cat(s, op_name(e.op), " ", dtype_name(e.dtype));
         int ops[3];
         const int m = detail::operands(e, ops);
-        for (int j = 0; j < m; ++j) s += str(j ? ", %" : " %", ops[j]);
+        for (int j = 0; j < m; ++j) cat(s, j ? ", %" : " %", ops[j]);
         break;
       }
     }
-    s += "\n";
+    s += '\n';
   }
   for (size_t i = 0; i < k.reductions.size(); ++i) {
     const Reduction& r = k.reductions[i];
-    s += str("  r", i, " = ", op_name(r.op), " ", dtype_name(r.dtype), " %", r.expr, " phase ",
-             r.phase, "\n");
+    cat(s, "  r", i, " = ", op_name(r.op), " ", dtype_name(r.dtype), " %", r.expr, " phase ",
+        r.phase, "\n");
   }
   for (const Store& st : k.stores)
-    s += str("  ", st.accumulate ? "accumulate" : "store", " arg", st.arg, " %", st.expr, "\n");
+    cat(s, "  ", st.accumulate ? "accumulate" : "store", " arg", st.arg, " %", st.expr, "\n");
   return s;
 }
 

@@ -18,8 +18,7 @@ bool movement(const ir::Node* n) {
 // into it and so into the host's other parts).
 bool chain_value(const ir::Graph& g, const ir::Value* v,
                  const std::function<bool(const ir::Node*)>& fused) {
-  for (const ir::Value* o : g.outputs())
-    if (o == v) return false;
+  if (g.is_output(v)) return false;
   for (const ir::Node* u : v->users)
     if (fused(u) || !(movement(u) || u->is_op(OpId::cat) || u->is_op(OpId::matmul))) return false;
   return true;

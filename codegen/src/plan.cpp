@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <unordered_set>
 
 #include "compile_internal.h"
 #include "kiln/autograd.h"
@@ -385,6 +386,9 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
       for (auto& h : target.impl()->autograd->post_accumulate_hooks) h(target);
   };
   std::vector<std::pair<Tensor, Tensor>> late_grads;
+  // The inputs' storages (lookups only): a model has thousands of inputs and of gradients.
+  std::unordered_set<const StorageImpl*> input_storage;
+  for (const Tensor& t : inputs) input_storage.insert(t.impl()->storage.get());
   OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
     if (o >= p.num_fwd_outputs) return;
     const auto& b = p.outputs[o];
@@ -395,11 +399,10 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     // A .grad that is itself a graph input (accumulation) may still be read by
     // later nodes: write it after the run.
     Tensor cur = target.grad();
-    for (size_t j = 0; cur.defined() && j < inputs.size(); ++j)
-      if (inputs[j].impl()->storage == cur.impl()->storage) {
-        late_grads.emplace_back(target, value);
-        return;
-      }
+    if (cur.defined() && input_storage.count(cur.impl()->storage.get())) {
+      late_grads.emplace_back(target, value);
+      return;
+    }
     write_grad(target, value);
   };
   // Captured state the graph rewrites (parameters, optimizer state) is the
@@ -487,10 +490,11 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
              value.data_ptr() == target.data_ptr() && value.is_contiguous() &&
              target.is_contiguous() && value.numel() == target.numel();
     };
+    std::unordered_set<const StorageImpl*> target_storage;  // lookups only
+    for (const auto& w : writes) target_storage.insert(w.first.impl()->storage.get());
     for (auto& [target, value] : writes)
-      for (auto& [t2, v2] : writes)
-        if (value.impl()->storage == t2.impl()->storage && !in_place(target, value))
-          value = value.clone();
+      if (target_storage.count(value.impl()->storage.get()) && !in_place(target, value))
+        value = value.clone();
     for (auto& [target, value] : writes) {
       if (in_place(target, value))
         ++target.impl()->storage->version;  // what copy_ would have recorded

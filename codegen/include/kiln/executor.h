@@ -102,6 +102,7 @@ class Executor {
   std::vector<detail::Placement> placements_;    // see placement.h
   std::vector<std::pair<int, int>> sym_source_;  // symbol -> (input, dim)
   std::vector<int> output_slots_;
+  std::vector<int> output_producer_;  // graph output -> producing node's position, or -1
   std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
   std::vector<bool> is_input_slot_;
   std::vector<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
