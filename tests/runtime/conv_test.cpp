@@ -35,7 +35,7 @@ using kiln::testing::expect_error;
 // One convolution configuration.
 struct ConvCase {
   Dims x, w;
-  Conv2dOptions o;
+  Conv2dFuncOptions o;
 };
 
 int64_t out_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) {
@@ -203,7 +203,7 @@ TEST(Conv, Gradcheck) {
   for (const ConvCase& c : cases) {
     Tensor x = leaf(randn_t(c.x, seed++)), w = leaf(randn_t(c.w, seed++));
     Tensor b = leaf(randn_t({c.w[0]}, seed++));
-    Conv2dOptions o = c.o;
+    Conv2dFuncOptions o = c.o;
     EXPECT_EQ(gradcheck([o](const std::vector<Tensor>& in)
                             -> std::vector<Tensor> { return {conv2d(in[0], in[1], in[2], o)}; },
                         {x, w, b}),
@@ -221,7 +221,7 @@ TEST(Conv, DoubleBackward) {
     NoGradGuard ng;
     gy = leaf(randn_t(conv2d(x, w, {}, c.o).shape(), 3));
   }
-  Conv2dOptions o = c.o;
+  Conv2dFuncOptions o = c.o;
   EXPECT_EQ(gradcheck(
                 [o](const std::vector<Tensor>& in) -> std::vector<Tensor> {
                   GradModeGuard on(true);
@@ -276,7 +276,7 @@ TEST(Conv, Errors) {
         conv2d(zeros({1, 2, 5, 5}), w);
       },
       {"[conv2d]", "[1, 2, 5, 5]", "[4, 3, 3, 3]", "channels"});
-  Conv2dOptions g2;
+  Conv2dFuncOptions g2;
   g2.groups = 2;
   expect_error(
       [&] {
@@ -303,10 +303,10 @@ TEST(Conv, Errors) {
         conv2d(zeros({1, 3, 5, 5}), w, zeros({3}));
       },
       {"[conv2d]", "bias", "[3]", "[4, 3, 3, 3]"});
-  Conv2dOptions bad;
+  Conv2dFuncOptions bad;
   bad.stride = {0, 1};
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, {}, bad); }, {"[conv2d]", "stride"});
-  Conv2dOptions bad_pad;
+  Conv2dFuncOptions bad_pad;
   bad_pad.padding = {1, 2, 3};
   expect_error([&] { conv2d(zeros({1, 3, 5, 5}), w, {}, bad_pad); }, {"[conv2d]", "padding"});
 }

@@ -133,8 +133,9 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
 /// Matrix product with NumPy semantics: 1-D operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-/// Geometry of conv2d (PyTorch's argument names).
-struct Conv2dOptions {
+/// Geometry of the functional conv2d (PyTorch's argument names; libtorch's name:
+/// nn::Conv2dOptions configures the nn::Conv2d module).
+struct Conv2dFuncOptions {
   Dims stride = {1, 1};
   Dims padding = {0, 0};
   Dims dilation = {1, 1};
@@ -142,7 +143,7 @@ struct Conv2dOptions {
 };
 /// x [N, C, H, W] * weight [O, C/groups, kH, kW] (+ bias [O]) -> [N, O, H', W'].
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
-              const Conv2dOptions& opts = {});
+              const Conv2dFuncOptions& opts = {});
 
 /// Geometry of 2-D pooling; an empty stride means stride = kernel_size.
 struct Pool2dOptions {

@@ -58,7 +58,7 @@ Tensor Conv2d::forward(const Tensor& x) {
              x.shape());
   KILN_CHECK(x.size(-3) == in_, "[Conv2d] input shape ", x.shape(), " has ", x.size(-3),
              " channels, expected in_channels = ", in_, " (weight shape ", weight.shape(), ")");
-  kiln::Conv2dOptions o;
+  kiln::Conv2dFuncOptions o;
   o.stride = opts_.stride.dims();
   o.padding = opts_.padding.dims();
   o.dilation = opts_.dilation.dims();

@@ -374,7 +374,7 @@ void register_conv(OpTable& t) {
 }  // namespace ops
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const Conv2dOptions& opts) {
+              const Conv2dFuncOptions& opts) {
   KILN_CHECK(x.defined() && weight.defined(), "[conv2d] input and weight must be defined");
   // Like PyTorch, an unbatched [C, H, W] input gives an unbatched output.
   const bool unbatched = x.dim() == 3;

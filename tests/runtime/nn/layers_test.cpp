@@ -57,7 +57,7 @@ TEST(LayerConv2d, MatchesFunctional) {
   EXPECT_EQ(conv.weight.shape(), (Dims{6, 2, 3, 2}));
   Tensor x = randn({2, 4, 9, 8});
   Tensor y = conv.forward(x);
-  Conv2dOptions o{.stride = {2, 2}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2};
+  Conv2dFuncOptions o{.stride = {2, 2}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2};
   expect_equal(y, conv2d(x, conv.weight, conv.bias, o));
   EXPECT_EQ(y.shape(), (Dims{2, 6, 5, 3}));
   EXPECT_EQ(conv.forward(randn({4, 9, 8})).shape(), (Dims{6, 5, 3}));  // unbatched

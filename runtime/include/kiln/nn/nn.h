@@ -22,7 +22,7 @@ using kiln::avg_pool2d;
 using kiln::binary_cross_entropy;
 using kiln::binary_cross_entropy_with_logits;
 using kiln::conv2d;
-using kiln::Conv2dOptions;
+using kiln::Conv2dFuncOptions;
 using kiln::cross_entropy;
 using kiln::CrossEntropyOptions;
 using kiln::dropout;
