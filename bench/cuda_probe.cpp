@@ -1,0 +1,146 @@
+// What the CUDA layer does on a real GPU (plain executable; run by
+// tools/device/gpu_checks.sh on a lent machine): the device's facts, the
+// bandwidth of a printed copy kernel and of cuMemcpyDtoD, and printed GELU
+// (tanh form) over 16M f32 against that bandwidth. Kernels come from the kernel
+// IR through the GPU printer and NVRTC, exactly as compiled graphs will.
+//   cuda_probe [--n N] [--reps R]
+// Times are medians of R launches measured with CUDA events.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "driver.h"
+#include "gpu_printer.h"
+#include "kiln/kernel_ir.h"
+#include "module.h"
+
+using namespace kiln;
+using namespace kiln::cuda;
+
+namespace {
+
+kir::Kernel copy_kernel() {
+  kir::Kernel k;
+  k.name = "copy";
+  k.args = {{DType::f32, false, {true}}, {DType::f32, true, {true}}};
+  k.exprs = {kir::Expr::load(0, DType::f32)};
+  k.stores = {{1, 0}};
+  return k;
+}
+
+// gelu(x) = 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3))), PyTorch's tanh form.
+kir::Kernel gelu_kernel() {
+  kir::Kernel k;
+  k.name = "gelu";
+  k.args = {{DType::f32, false, {true}}, {DType::f32, true, {true}}};
+  auto push = [&](kir::Expr e) {
+    k.exprs.push_back(e);
+    return static_cast<int>(k.exprs.size()) - 1;
+  };
+  const DType f = DType::f32;
+  const int x = push(kir::Expr::load(0, f));
+  const int x3 =
+      push(kir::Expr::make_op(OpId::mul, f, x, push(kir::Expr::make_op(OpId::mul, f, x, x))));
+  const int inner = push(kir::Expr::make_op(
+      OpId::add, f, x,
+      push(kir::Expr::make_op(OpId::mul, f, x3, push(kir::Expr::constant(0.044715, f))))));
+  const int t = push(kir::Expr::make_op(
+      OpId::tanh, f,
+      push(kir::Expr::make_op(OpId::mul, f, inner, push(kir::Expr::constant(0.7978845608, f))))));
+  const int one_t = push(kir::Expr::make_op(OpId::add, f, t, push(kir::Expr::constant(1.0, f))));
+  const int hx = push(kir::Expr::make_op(OpId::mul, f, x, push(kir::Expr::constant(0.5, f))));
+  k.stores = {{1, push(kir::Expr::make_op(OpId::mul, f, hx, one_t))}};
+  return k;
+}
+
+double median_ms(int reps, const std::function<void()>& run) {
+  const Driver& d = driver();
+  CUevent a, b;
+  check(d.cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(d.cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate");
+  run();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    check(d.cuEventRecord(a, nullptr), "cuEventRecord");
+    run();
+    check(d.cuEventRecord(b, nullptr), "cuEventRecord");
+    check(d.cuEventSynchronize(b), "cuEventSynchronize");
+    float ms = 0;
+    check(d.cuEventElapsedTime(&ms, a, b), "cuEventElapsedTime");
+    t.push_back(ms);
+  }
+  d.cuEventDestroy(a);
+  d.cuEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t n = int64_t{1} << 24;
+  int reps = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--n")) n = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  }
+  if (!is_available()) {
+    std::printf("no CUDA device: %s\n", unavailable_reason().c_str());
+    return 0;
+  }
+  try {
+    set_device(0);
+    const DeviceInfo info = device_info(0);
+    const double peak = 2.0 * info.memory_clock_khz * 1e3 * info.memory_bus_bits / 8 / 1e9;
+    std::printf(
+        "device: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, driver %d, peak DRAM %.0f GB/s\n",
+        info.name.c_str(), info.cc_major, info.cc_minor, info.multiprocessors,
+        static_cast<double>(info.total_memory) / (1 << 30), info.l2_bytes >> 20, driver().version,
+        peak);
+    const kir::Kernel copy = copy_kernel(), gelu = gelu_kernel();
+    const std::string src =
+        cuda_prelude() + print_kernel(copy, "kcopy") + print_kernel(gelu, "kgelu");
+    const std::vector<char> image = compile_for_device(src, "probe.cu", 0);
+    Module mod(image.data());
+    const size_t bytes = static_cast<size_t>(n) * 4;
+    DeviceBuffer in(bytes), out(bytes);
+    std::vector<float> host(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      host[static_cast<size_t>(i)] = static_cast<float>(i % 2001 - 1000) / 250.0f;
+    in.upload(host.data(), bytes);
+    const std::vector<CUdeviceptr> p = {in.get(), out.get()};
+    const int64_t sizes[1] = {n};
+    const CUfunction fcopy = mod.function("kcopy"), fgelu = mod.function("kgelu");
+    const double gb = 2.0 * static_cast<double>(bytes) / 1e9;  // read + write
+    const double t_memcpy = median_ms(
+        reps, [&] { check(driver().cuMemcpyDtoD(out.get(), in.get(), bytes), "cuMemcpyDtoD"); });
+    const double t_copy = median_ms(reps, [&] { launch_pointwise(fcopy, copy, p, sizes); });
+    const double t_gelu = median_ms(reps, [&] { launch_pointwise(fgelu, gelu, p, sizes); });
+    std::vector<float> got(static_cast<size_t>(n));
+    out.download(got.data(), bytes);
+    std::vector<float> ref(static_cast<size_t>(n));
+    void* ptrs[2] = {host.data(), ref.data()};
+    kir::interpret(gelu, 0, n, ptrs, sizes);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(got[static_cast<size_t>(i)] -
+                                                           ref[static_cast<size_t>(i)])));
+    std::printf("n = %lld f32 (%.0f MB per buffer), medians of %d\n", static_cast<long long>(n),
+                static_cast<double>(bytes) / 1e6, reps);
+    std::printf("cuMemcpyDtoD        %8.3f ms  %7.0f GB/s\n", t_memcpy, gb / t_memcpy * 1e3);
+    std::printf("printed copy kernel %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n", t_copy,
+                gb / t_copy * 1e3, 100 * t_memcpy / t_copy);
+    std::printf(
+        "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of the copy kernel); max |gpu - "
+        "interpreter| %.3g\n",
+        t_gelu, gb / t_gelu * 1e3, 100 * t_copy / t_gelu, worst);
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

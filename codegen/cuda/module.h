@@ -1,0 +1,63 @@
+// Internal: device memory, loaded modules and kernel launches over the driver
+// table (driver.h). The first pieces of the CUDA runtime: the caching
+// allocator and streams build on these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "driver.h"
+#include "kiln/kernel_ir.h"
+
+namespace kiln::cuda {
+
+/// One plain device allocation (cuMemAlloc), freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  /// Synchronous copies between host and this buffer (sizes must match).
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+/// A loaded cubin or PTX image (cuModuleLoadData), unloaded on destruction.
+class Module {
+ public:
+  /// Loads `image` (a cubin, or NUL-terminated PTX) into the current context.
+  explicit Module(const void* image);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  /// The kernel `name`; kiln::Error if the image has no such kernel.
+  CUfunction function(const std::string& name) const;
+
+ private:
+  CUmodule mod_ = nullptr;
+};
+
+/// NVRTC output for the current device: a cubin for its architecture when
+/// NVRTC supports it, else PTX for the newest architecture NVRTC knows (the
+/// driver JITs it). `device` picks the architecture.
+std::vector<char> compile_for_device(const std::string& source, const std::string& name,
+                                     int device);
+
+/// Launches printed pointwise kernel `fn` of `k` (gpu_printer.h's ABI) over the
+/// sizes `sizes` with device pointers `ptrs` (one per argument) on `stream`.
+void launch_pointwise(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                      const int64_t* sizes, CUstream stream = nullptr);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,16 @@
+// kiln built without the CUDA toolkit's headers: CUDA is reported unavailable.
+#include "kiln/cuda.h"
+
+namespace kiln::cuda {
+
+bool is_available() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+std::string unavailable_reason() {
+  return "kiln was built without the CUDA toolkit (its headers were not found at configure time)";
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,19 @@
+// CUDA devices as PyTorch's torch.cuda reports them. kiln opens the NVIDIA
+// driver at run time (it is never linked), so these answer on any machine:
+// without a driver or GPU they say so instead of failing.
+#pragma once
+
+#include <string>
+
+namespace kiln::cuda {
+
+/// True when the NVIDIA driver loads and reports at least one device.
+bool is_available();
+/// The number of CUDA devices (0 without a usable driver).
+int device_count();
+/// Why CUDA is unusable ("" when is_available()): no driver, the toolkit's stub
+/// library, a driver older than kiln's CUDA 13 headers, no device, or a kiln
+/// built without the CUDA toolkit.
+std::string unavailable_reason();
+
+}  // namespace kiln::cuda

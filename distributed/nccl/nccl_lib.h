@@ -1,0 +1,34 @@
+// Internal: NCCL opened at run time (libnccl.so.2 is 218 MB and needs a GPU to
+// be useful: never linked). The first piece of the NCCL process group (issue
+// 20): the function table, and the calls that need no driver (version, unique
+// id) or one GPU (a one-rank communicator).
+#pragma once
+
+#include <nccl.h>
+
+#include <string>
+
+namespace kiln::dist::nccl {
+
+#define KILN_NCCL_FUNCS(X)                                                             \
+  X(ncclGetVersion)                                                                    \
+  X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)           \
+      X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclAllReduce) X(ncclBroadcast) \
+          X(ncclReduceScatter) X(ncclAllGather) X(ncclGroupStart) X(ncclGroupEnd)
+
+/// The resolved NCCL entry points, named as in nccl.h.
+struct Nccl {
+#define KILN_NCCL_MEMBER(name) decltype(&::name) name = nullptr;
+  KILN_NCCL_FUNCS(KILN_NCCL_MEMBER)
+#undef KILN_NCCL_MEMBER
+};
+
+/// The loaded library (libnccl.so.2 on the loader's path, then the CUDA
+/// toolkit's). Throws kiln::Error naming what was tried when it cannot load.
+const Nccl& lib();
+/// True when libnccl.so.2 loads. Never throws.
+bool available();
+/// Throws kiln::Error "[nccl] <what> failed: <NCCL's message>" unless r is success.
+void check(ncclResult_t r, const char* what);
+
+}  // namespace kiln::dist::nccl

@@ -1,0 +1,78 @@
+extern "C" __global__ void kiln_golden(const float* p0, const float* p1, unsigned short* p2, long long n, long long s0, long long s1) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    long long r_0 = i;
+    const long long c1_0 = r_0 % s1; r_0 /= s1;
+    const long long c0_0 = r_0;
+    const long long o1_0 = c1_0;
+    const float e0_0 = p0[i];
+    const float e1_0 = p1[o1_0];
+    long long r_1 = (i + 1 * stride);
+    const long long c1_1 = r_1 % s1; r_1 /= s1;
+    const long long c0_1 = r_1;
+    const long long o1_1 = c1_1;
+    const float e0_1 = p0[(i + 1 * stride)];
+    const float e1_1 = p1[o1_1];
+    long long r_2 = (i + 2 * stride);
+    const long long c1_2 = r_2 % s1; r_2 /= s1;
+    const long long c0_2 = r_2;
+    const long long o1_2 = c1_2;
+    const float e0_2 = p0[(i + 2 * stride)];
+    const float e1_2 = p1[o1_2];
+    long long r_3 = (i + 3 * stride);
+    const long long c1_3 = r_3 % s1; r_3 /= s1;
+    const long long c0_3 = r_3;
+    const long long o1_3 = c1_3;
+    const float e0_3 = p0[(i + 3 * stride)];
+    const float e1_3 = p1[o1_3];
+    const bool e2_0 = (e0_0 > e1_0);
+    const float e3_0 = expf(e0_0);
+    const float e4_0 = (float)(e3_0 * e1_0);
+    const float e5_0 = (0x1p+0f);
+    const float e6_0 = (float)(e0_0 - e5_0);
+    const float e7_0 = (e2_0 ? e4_0 : e6_0);
+    const float e8_0 = kiln_rt_f16((float)e7_0);
+    const bool e2_1 = (e0_1 > e1_1);
+    const float e3_1 = expf(e0_1);
+    const float e4_1 = (float)(e3_1 * e1_1);
+    const float e5_1 = (0x1p+0f);
+    const float e6_1 = (float)(e0_1 - e5_1);
+    const float e7_1 = (e2_1 ? e4_1 : e6_1);
+    const float e8_1 = kiln_rt_f16((float)e7_1);
+    const bool e2_2 = (e0_2 > e1_2);
+    const float e3_2 = expf(e0_2);
+    const float e4_2 = (float)(e3_2 * e1_2);
+    const float e5_2 = (0x1p+0f);
+    const float e6_2 = (float)(e0_2 - e5_2);
+    const float e7_2 = (e2_2 ? e4_2 : e6_2);
+    const float e8_2 = kiln_rt_f16((float)e7_2);
+    const bool e2_3 = (e0_3 > e1_3);
+    const float e3_3 = expf(e0_3);
+    const float e4_3 = (float)(e3_3 * e1_3);
+    const float e5_3 = (0x1p+0f);
+    const float e6_3 = (float)(e0_3 - e5_3);
+    const float e7_3 = (e2_3 ? e4_3 : e6_3);
+    const float e8_3 = kiln_rt_f16((float)e7_3);
+    p2[i] = kiln_f32_to_f16(e8_0);
+    p2[(i + 1 * stride)] = kiln_f32_to_f16(e8_1);
+    p2[(i + 2 * stride)] = kiln_f32_to_f16(e8_2);
+    p2[(i + 3 * stride)] = kiln_f32_to_f16(e8_3);
+  }
+  for (; i < n; i += stride) {
+    long long r = i;
+    const long long c1 = r % s1; r /= s1;
+    const long long c0 = r;
+    const long long o1 = c1;
+    const float e0 = p0[i];
+    const float e1 = p1[o1];
+    const bool e2 = (e0 > e1);
+    const float e3 = expf(e0);
+    const float e4 = (float)(e3 * e1);
+    const float e5 = (0x1p+0f);
+    const float e6 = (float)(e0 - e5);
+    const float e7 = (e2 ? e4 : e6);
+    const float e8 = kiln_rt_f16((float)e7);
+    p2[i] = kiln_f32_to_f16(e8);
+  }
+}

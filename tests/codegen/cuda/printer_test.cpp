@@ -1,0 +1,121 @@
+// The GPU printer without a GPU: golden output for a broadcast kernel, clear
+// refusals, and NVRTC compiling every printed op kernel for sm_80 and sm_90.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "codegen/cuda/op_kernels.h"
+#include "gpu_printer.h"
+#include "nvrtc_lib.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kir::testing::Builder;
+
+// out_f16 = where(a > b, exp(a) * b, a - 1) with b broadcast along the rows.
+kir::Kernel golden_kernel() {
+  Builder b(2, "golden");
+  const int a = b.load(b.in(DType::f32, {true, true}));
+  const int y = b.load(b.in(DType::f32, {false, true}));
+  const int gt = b.op(OpId::gt, DType::b8, a, y);
+  const int ex = b.op(OpId::mul, DType::f32, b.op(OpId::exp, DType::f32, a), y);
+  const int dec = b.op(OpId::sub, DType::f32, a, b.cnst(DType::f32, 1.0));
+  const int w = b.op(OpId::where, DType::f32, gt, ex, dec);
+  b.store(b.out(DType::f16, {true, true}), b.op(OpId::cast, DType::f16, w));
+  return b.k;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// An unintended change of the printed code shows here. If it is intended, copy
+// the printed file over the golden one.
+TEST(GpuPrinter, GoldenBroadcastKernel) {
+  const std::string got = print_kernel(golden_kernel(), "kiln_golden");
+  const std::string path = str(KILN_GOLDEN_DIR, "/broadcast_where.cu");
+  const std::string want = read_file(path);
+  if (got != want) {
+    const auto fresh = std::filesystem::temp_directory_path() / "kiln_broadcast_where.cu";
+    std::ofstream(fresh) << got;
+    FAIL() << "printed code differs from " << path << " (new version written to " << fresh << "):\n"
+           << got;
+  }
+}
+
+TEST(GpuPrinter, RefusesReductionsClearly) {
+  Builder b(2, "rowsum");
+  const int x = b.load(b.in(DType::f32, {true, true}));
+  const int s = b.reduce(OpId::sum, x, 0, DType::f32);
+  b.store(b.out(DType::f32, {true, false}), s);
+  EXPECT_FALSE(printable(b.k));
+  try {
+    print_kernel(b.k, "k");
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'rowsum'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuPrinter, CoversEveryElementwiseOp) {
+  const auto kernels = testing::op_kernels();
+  std::set<OpId> ops;
+  for (const auto& k : kernels) ops.insert(k.op);
+  for (int id = 0; id < kNumOps; ++id) {
+    const OpId op = static_cast<OpId>(id);
+    if (op_info(op).has(kElementwise) && op != OpId::copy) {
+      EXPECT_TRUE(ops.count(op)) << op_name(op);
+    }
+  }
+  EXPECT_GT(kernels.size(), 150u);
+}
+
+// All op kernels in one program (as a compiled graph's kernels will be): PTX
+// for sm_80 and sm_90 (NVRTC's front end and code generator), and machine code
+// for sm_90 with ptxas's report: no errors, no spills. ptxas takes ~26 s for
+// the ~270 kernels on 2 cores, so the sm_80 cubin is left to the GPU run, and
+// the sanitizer build (which adds nothing to NVRTC's own checks) stops at PTX.
+TEST(Nvrtc, EveryPrintedOpKernelCompilesWithoutSpills) {
+  ASSERT_TRUE(nvrtc_available()) << "NVRTC is part of the CUDA toolkit kiln was built with";
+  EXPECT_GE(nvrtc_version(), 13000);
+  std::string source = cuda_prelude();
+  int n = 0;
+  for (const auto& k : testing::op_kernels())
+    source += print_kernel(k.k, "k" + std::to_string(n++));
+  for (int arch : {80, 90})
+    EXPECT_NE(nvrtc_compile(source, "op_kernels.cu", arch, /*cubin=*/false)
+                  .ptx.find(str(".target sm_", arch)),
+              std::string::npos);
+#ifndef KILN_TEST_SANITIZED
+  const NvrtcOutput out =
+      nvrtc_compile(source, "op_kernels.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
+  EXPECT_GT(out.cubin.size(), 1000u);
+  EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
+  EXPECT_NE(out.log.find("Used"), std::string::npos) << "no ptxas report:\n" << out.log;
+#endif
+}
+
+TEST(Nvrtc, CompileErrorsNameTheProgramAndShowTheLog) {
+  try {
+    nvrtc_compile("extern \"C\" __global__ void f() { undefined_thing(); }", "bad.cu", 90, true);
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("bad.cu"), std::string::npos) << m;
+    EXPECT_NE(m.find("undefined_thing"), std::string::npos) << m;
+  }
+}
+
+TEST(Nvrtc, SpillBytesReadsThePtxasReport) {
+  EXPECT_EQ(spill_bytes("ptxas info    : Used 10 registers\n0 bytes stack frame, 0 bytes spill "
+                        "stores, 0 bytes spill loads"),
+            0);
+  EXPECT_EQ(spill_bytes("8 bytes spill stores\n24 bytes spill stores"), 24);
+}
+
+}  // namespace
+}  // namespace kiln::cuda

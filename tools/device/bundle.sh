@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds what a lent GPU machine runs and packs it into .device/bundle.tar.xz
+# (that machine has the CUDA libraries from pip but none of kiln's Debian
+# dependencies, and receives at most 64 MiB). The build uses the LLVM stub
+# (libLLVM alone is 123 MiB): compiled graphs there run through the GPU path.
+#   tools/device/bundle.sh            # then: tools/device/gpu_checks.sh on the device
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+build=build/device
+targets=(cuda_tests cuda_probe nccl_tests)
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF \
+    -DKILN_BUILD_EXAMPLES=OFF $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
+fi
+cmake --build "$build" --target "${targets[@]}"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+cp "$build/tests/codegen/cuda/cuda_tests" "$build/bench/cuda_probe" \
+  "$build/tests/distributed/nccl/nccl_tests" "$stage/bin/"
+# Every shared library they load, except the C/C++ runtime the device's newer
+# Ubuntu already has.
+for b in "$stage"/bin/*; do
+  ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+    *) cp -L "$lib" "$stage/lib/" ;;
+  esac
+done
+mkdir -p .device
+grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+tar -C "$stage" -cJf .device/bundle.tar.xz bin lib
+ls -la .device/bundle.tar.xz

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine (carry .device, made by tools/device/bundle.sh):
+# the CUDA test suite and the probe, logs into $OUT (or ./device-out).
+#   tools/device/gpu_checks.sh
+set -uo pipefail
+out=${OUT:-device-out}
+mkdir -p "$out"
+work=$(mktemp -d)
+tar -C "$work" -xJf .device/bundle.tar.xz
+# NVRTC: the toolkit's, else pip's nvidia-cuda-nvrtc.
+nvrtc_dir=$(dirname "$( (ls /usr/local/cuda/lib64/libnvrtc.so.13 2>/dev/null;
+  find / -xdev -name 'libnvrtc.so.13' 2>/dev/null) | head -1)")
+# NCCL: pip's nvidia-nccl-cu13 (the image's PyTorch uses it), else the toolkit's.
+nccl_dir=$(dirname "$( (find / -xdev -path '*nvidia*' -name 'libnccl.so.2' 2>/dev/null;
+  ls /usr/local/cuda/lib/libnccl.so.2 2>/dev/null) | head -1)")
+export LD_LIBRARY_PATH="$work/lib:$nvrtc_dir:$nccl_dir:${LD_LIBRARY_PATH:-}"
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  echo "nvrtc from: $nvrtc_dir"; echo "nccl from: $nccl_dir"; uname -r; lscpu | grep 'Model name'
+} 2>&1 | tee "$out/env.txt"
+export KILN_CACHE_DIR="$work/cache"
+"$work/bin/cuda_tests" 2>&1 | tee "$out/cuda_tests.txt"
+echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
+"$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
+echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
+"$work/bin/cuda_probe" --n 16777216 --reps 30 2>&1 | tee "$out/cuda_probe.txt"
+"$work/bin/cuda_probe" --n 268435456 --reps 10 2>&1 | tee -a "$out/cuda_probe.txt"
