@@ -11,17 +11,24 @@
 //   flat     backward, then one all-reduce of all gradients (no overlap)
 //   comm     the all-reduce of the gradients' bytes alone
 // plus the fraction of DDP's all-reduce time that ran while backward was still
-// computing, and the wait after it, from the Work timestamps. The rows are
-// interleaved in rounds so that load from other processes hits them alike.
+// computing, and the wait after it, from the Work timestamps. Each row shows
+// its wall time against `single` (each rank has one compute thread, as the
+// single process does) and against `local` (the same two processes on the
+// same cores, minus the communication), and the CPU time per rank and step
+// (all its threads). By default every round runs one step of every row, so
+// load from other processes hits the rows alike.
 //
 //   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
-//             [--first-bucket-mb X] [--compile]
+//             [--first-bucket-mb X] [--compile] [--trace]
+// --trace (eager): instead of the table, each rank's step split into phases
+// and the DDP backward's timeline (bucket launches, all-reduce start and end).
 // It starts its 2 ranks itself (fork + exec with RANK/WORLD_SIZE/MASTER_* set,
 // KILN_NUM_THREADS=1); under kilnrun it runs as the given rank.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,14 +54,22 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   int iters = 40;
   int warmup = 3;
-  int rounds = 4;
+  int rounds = 0;  // 0: one per step (every row steps once per round)
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
   bool compile = false;
+  bool trace = false;
 };
 
 double ms(Clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// CPU time of this process (every thread: compute, communication) or thread, in ms.
+double cpu_ms(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -94,8 +109,103 @@ struct Row {
   const char* name;
   std::function<void()> step;
   bool rank0_only;
-  std::vector<double> times;
+  std::vector<double> times, cpu;  // per timed step: wall, this process's CPU
 };
+
+// --trace: where a step's time goes, per rank (medians over the traced steps,
+// ms). Plain and DDP steps alternate; both ranks step at once. Times of the DDP
+// backward are from its start: when each bucket was launched (its last
+// gradient ready), when its all-reduce began and ended on the comm thread, and
+// when backward's own compute ended (the final wait began).
+void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::MlpStep& wrapped,
+           dist::DistributedDataParallel& ddp) {
+  // Wall and CPU time (this thread's, and the whole process's: the comm threads too).
+  struct Stamp {
+    Clock::time_point wall;
+    double thread_ms, process_ms;
+  };
+  auto stamp = [&] {
+    return Stamp{Clock::now(), cpu_ms(CLOCK_THREAD_CPUTIME_ID), cpu_ms(CLOCK_PROCESS_CPUTIME_ID)};
+  };
+  struct Phases {
+    std::vector<double> fwd, bwd, opt, fwd_cpu, bwd_cpu, opt_cpu, total, total_cpu;
+  } p, d;
+  Clock::time_point bs;
+  auto phase_step = [&](Phases& ph, const std::function<void()>& zero,
+                        const std::function<Tensor()>& fwd, const std::function<void()>& opt) {
+    Stamp t0 = stamp();
+    zero();
+    Tensor loss = fwd();
+    Stamp t1 = stamp();
+    bs = t1.wall;
+    loss.backward();
+    Stamp t2 = stamp();
+    opt();
+    Stamp t3 = stamp();
+    ph.fwd.push_back(ms(t1.wall - t0.wall));
+    ph.bwd.push_back(ms(t2.wall - t1.wall));
+    ph.opt.push_back(ms(t3.wall - t2.wall));
+    ph.fwd_cpu.push_back(t1.thread_ms - t0.thread_ms);
+    ph.bwd_cpu.push_back(t2.thread_ms - t1.thread_ms);
+    ph.opt_cpu.push_back(t3.thread_ms - t2.thread_ms);
+    ph.total.push_back(ms(t3.wall - t0.wall));
+    ph.total_cpu.push_back(t3.process_ms - t0.process_ms);
+    return t2.wall;
+  };
+  const size_t nb = ddp.num_buckets();
+  std::vector<std::vector<double>> launch(nb), start(nb), end(nb);
+  std::vector<double> compute_end, tail;
+  for (int i = 0; i < a.iters + a.warmup; ++i) {
+    const bool keep = i >= a.warmup;
+    Phases scratch;
+    pg.barrier()->wait();
+    phase_step(
+        keep ? p : scratch, [&] { plain.opt->zero_grad(); },
+        [&] { return cross_entropy(plain.model->forward(plain.x), plain.y); },
+        [&] { plain.opt->step(); });
+    pg.barrier()->wait();
+    auto done = phase_step(
+        keep ? d : scratch, [&] { wrapped.opt->zero_grad(); },
+        [&] { return cross_entropy(ddp(wrapped.x), wrapped.y); }, [&] { wrapped.opt->step(); });
+    if (!keep) continue;
+    auto works = ddp.last_bucket_works();
+    auto launches = ddp.last_bucket_launch_times();
+    for (size_t b = 0; b < nb && b < works.size(); ++b) {
+      launch[b].push_back(ms(launches[b] - bs));
+      start[b].push_back(ms(works[b]->start_time() - bs));
+      end[b].push_back(ms(works[b]->end_time() - bs));
+    }
+    compute_end.push_back(ms(ddp.last_backward_end() - bs));
+    tail.push_back(ms(done - ddp.last_backward_end()));
+  }
+  auto line = [](const char* name, const Phases& ph) {
+    std::printf(
+        "  %-6s step %6.2f (process CPU %6.2f) | forward %5.2f (CPU %5.2f)  backward %5.2f (CPU "
+        "%5.2f)  optimizer %5.2f (CPU %5.2f)\n",
+        name, median(ph.total), median(ph.total_cpu), median(ph.fwd), median(ph.fwd_cpu),
+        median(ph.bwd), median(ph.bwd_cpu), median(ph.opt), median(ph.opt_cpu));
+  };
+  for (int r = 0; r < pg.size(); ++r) {
+    pg.barrier()->wait();
+    if (r != pg.rank()) continue;
+    std::printf(
+        "rank %d, medians of %d steps, ms (CPU: the compute thread's, except the step's):\n", r,
+        a.iters);
+    line("plain", p);
+    line("DDP", d);
+    std::printf("  DDP backward: own compute ends at %.2f, then %.2f waiting for buckets\n",
+                median(compute_end), median(tail));
+    for (size_t b = 0; b < nb; ++b)
+      std::printf(
+          "    bucket %zu (%lld elements): launched %.2f, all-reduce %.2f .. %.2f (%.2f; "
+          "wake-up %.3f)\n",
+          b, static_cast<long long>(ddp.bucket_buffer(b).numel()), median(launch[b]),
+          median(start[b]), median(end[b]), median(end[b]) - median(start[b]),
+          median(start[b]) - median(launch[b]));
+    std::fflush(stdout);
+  }
+  pg.barrier()->wait();
+}
 
 int worker(const Args& a) {
   set_num_threads(1);
@@ -143,6 +253,11 @@ int worker(const Args& a) {
     cross_entropy(plain.model->forward(plain.x), plain.y).backward();
   };
   Tensor flat = zeros({numel});
+  if (a.trace && !a.compile) {
+    trace(a, *pg, plain, wrapped, ddp);
+    dist::destroy_process_group();
+    return 0;
+  }
   std::vector<Row> rows = {
       {"single process", [&] { plain.step(plain.x, plain.y); }, true},
       {"both ranks, no communication", [&] { plain.step(plain.x, plain.y); }},
@@ -202,7 +317,7 @@ int worker(const Args& a) {
     comm.push_back(busy);
   };
   // Rounds interleave the rows, so load from elsewhere hits them alike.
-  const int rounds = std::max(1, std::min(a.rounds, a.iters));
+  const int rounds = a.rounds > 0 ? std::min(a.rounds, a.iters) : a.iters;
   for (int round = 0; round < rounds; ++round) {
     const int n = a.iters / rounds + (round < a.iters % rounds ? 1 : 0);
     for (Row& row : rows) {
@@ -211,29 +326,46 @@ int worker(const Args& a) {
       for (int i = 0; i < n; ++i) {
         pg->barrier()->wait();
         if (!runs) continue;
+        const double c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
         auto t0 = Clock::now();
         row.step();
         row.times.push_back(ms(Clock::now() - t0));
+        row.cpu.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
         // (a traced step's all-reduces are IR nodes: DDP holds no Works for them)
         if (!a.compile && std::strncmp(row.name, "DDP (", 5) == 0) record_overlap();
       }
     }
   }
+  // Both ranks' CPU times reach rank 0 (it prints the mean of the two).
+  std::vector<Tensor> cpus;
+  for (int r = 0; r < pg->size(); ++r) cpus.push_back(zeros({int64_t(rows.size())}, DType::f64));
+  Tensor mine = zeros({int64_t(rows.size())}, DType::f64);
+  for (size_t i = 0; i < rows.size(); ++i) mine.data<double>()[i] = median(rows[i].cpu);
+  pg->all_gather(cpus, mine)->wait();
   if (rank == 0) {
-    const double single = median(rows[0].times);
+    const double single = median(rows[0].times), local = median(rows[1].times);
     std::printf(
         "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s (%s), "
         "1 thread each; %s; %zu DDP bucket(s) (cap %.3g MB, first %.3g MB); "
-        "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds\n",
+        "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds\n"
+        "  %-44s %8s  %6s  %8s  %s\n",
         pg->size(), pg->backend().c_str(), pg->transport().c_str(),
         a.compile ? "compiled forward+backward" : "eager", ddp.num_buckets(), a.bucket_cap_mb,
-        a.first_bucket_mb, 4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds);
-    for (const Row& row : rows) {
+        a.first_bucket_mb, 4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds, "", "wall",
+        "/single", "/both", "CPU per rank (all its threads)");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
       const double t = median(row.times);
+      double cpu = 0;
+      int n = 0;
+      for (const Tensor& c : cpus)
+        if (!row.rank0_only || n == 0) cpu += c.data<double>()[i], ++n;
+      cpu /= n;
       if (&row == &rows.back())
-        std::printf("  %-44s %8.2f ms\n", row.name, t);
+        std::printf("  %-44s %8.2f ms %26s %6.2f ms\n", row.name, t, "", cpu);
       else
-        std::printf("  %-44s %8.2f ms  %.2fx\n", row.name, t, t / single);
+        std::printf("  %-44s %8.2f ms  %5.3fx  %6.3fx  %6.2f ms\n", row.name, t, t / single,
+                    t / local, cpu);
     }
     if (!comm.empty())
       std::printf(
@@ -316,10 +448,12 @@ int main(int argc, char** argv) {
       a.first_bucket_mb = std::atof(next().c_str());
     else if (s == "--compile")
       a.compile = true;
+    else if (s == "--trace")
+      a.trace = true;
     else {
       std::fprintf(stderr,
                    "usage: ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X] "
-                   "[--first-bucket-mb X] [--compile]\n");
+                   "[--first-bucket-mb X] [--compile] [--trace]\n");
       return s == "--help" ? 0 : 2;
     }
   }

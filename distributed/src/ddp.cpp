@@ -120,6 +120,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     int64_t numel = 0;
     size_t pending = 0;
     WorkPtr work;
+    Clock::time_point launched{};  // when its last gradient was ready (hook called)
   };
 
   std::shared_ptr<ProcessGroup> pg;
@@ -137,6 +138,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
   std::vector<char> ready;       // got its gradient in this iteration
   std::vector<char> used;        // got a gradient since the last reduction (no_sync too)
   std::vector<WorkPtr> last_works;
+  std::vector<Clock::time_point> last_launches;
   Clock::time_point backward_end{};
 
   void assign_buckets() {
@@ -343,6 +345,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       Bucket& b = buckets[next_bucket];
       GradBucket gb{next_bucket, b.buffer, {}, b.offsets};
       for (size_t k : b.params) gb.parameters.push_back(params[k].tensor);
+      b.launched = Clock::now();
       b.work = hook ? hook(*pg, gb) : allreduce_hook(*pg, gb);
       KILN_CHECK(b.work != nullptr, kTag, "the comm hook returned no Work for bucket ",
                  next_bucket);
@@ -392,6 +395,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       used_work = pg->all_reduce(used_any, ReduceOp::kSum);
     }
     std::vector<WorkPtr> works;
+    std::vector<Clock::time_point> launches;
     for (size_t b = 0; b < buckets.size(); ++b) {
       try {
         buckets[b].work->wait();
@@ -400,6 +404,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
                         " parameters) failed: ", e.what()));
       }
       works.push_back(buckets[b].work);
+      launches.push_back(buckets[b].launched);
     }
     if (used_work) used_work->wait();
     NoGradGuard ng;
@@ -417,6 +422,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       }
     }
     last_works = std::move(works);
+    last_launches = std::move(launches);
     reset_iteration();
   }
 };
@@ -541,6 +547,11 @@ Tensor DistributedDataParallel::bucket_buffer(size_t b) const {
 std::vector<WorkPtr> DistributedDataParallel::last_bucket_works() const {
   std::lock_guard<std::mutex> lock(reducer_->mu);
   return reducer_->last_works;
+}
+
+std::vector<Clock::time_point> DistributedDataParallel::last_bucket_launch_times() const {
+  std::lock_guard<std::mutex> lock(reducer_->mu);
+  return reducer_->last_launches;
 }
 
 Clock::time_point DistributedDataParallel::last_backward_end() const {

@@ -144,6 +144,9 @@ class DistributedDataParallel {
   Tensor bucket_buffer(size_t b) const;
   /// The Work of each bucket in the last synchronized backward (bucket order).
   std::vector<WorkPtr> last_bucket_works() const;
+  /// When each bucket's collective was launched (its comm hook called) in the
+  /// last synchronized backward (bucket order).
+  std::vector<Clock::time_point> last_bucket_launch_times() const;
   /// When the last synchronized backward had produced every local gradient
   /// (the reduction's final wait began then).
   Clock::time_point last_backward_end() const;
