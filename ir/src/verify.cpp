@@ -16,7 +16,6 @@
 #include <cstring>
 #include <exception>
 #include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln::ir {
@@ -63,14 +62,67 @@ std::string describe(const Node* n) {
 // only meaningful for s0 >= 5, so sampling below that would be a false alarm).
 constexpr int64_t kMaxBase = int64_t{1} << 20;
 
+// Pointer -> position, open addressing in one array: the verifier looks up
+// every node and value of graphs with tens of thousands of them, and a node
+// per entry (std::unordered_map) made it miss the cache on each lookup. Keys
+// are compared, never dereferenced (they may be stale).
+class PtrMap {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, {nullptr, 0});
+    size_ = 0;
+  }
+  // Inserts (k, v) unless k is present; returns the stored value and whether it was new.
+  std::pair<int64_t, bool> emplace(const void* k, int64_t v) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    Slot& s = find_slot(k);
+    if (s.key) return {s.value, false};
+    s = {k, v};
+    ++size_;
+    return {v, true};
+  }
+  const int64_t* find(const void* k) const {
+    if (slots_.empty()) return nullptr;
+    const Slot& s = const_cast<PtrMap*>(this)->find_slot(k);
+    return s.key ? &s.value : nullptr;
+  }
+
+ private:
+  struct Slot {
+    const void* key;
+    int64_t value;
+  };
+  Slot& find_slot(const void* k) {
+    const size_t mask = slots_.size() - 1;
+    // Heap addresses are 16-byte aligned: mix the bits before masking.
+    size_t i =
+        static_cast<size_t>((reinterpret_cast<uintptr_t>(k) >> 4) * 0x9E3779B97F4A7C15ull >> 20) &
+        mask;
+    while (slots_[i].key && slots_[i].key != k) i = (i + 1) & mask;
+    return slots_[i];
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    reserve(std::max<size_t>(old.size(), 8));
+    for (const Slot& s : old)
+      if (s.key) emplace(s.key, s.value);
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
 class Verifier {
  public:
   explicit Verifier(const Graph& g) : g_(g), nodes_(g.nodes()) {
     pos_.reserve(nodes_.size());
-    for (size_t i = 0; i < nodes_.size(); ++i) pos_[nodes_[i]] = i;
+    for (size_t i = 0; i < nodes_.size(); ++i) pos_.emplace(nodes_[i], static_cast<int64_t>(i));
     size_t values = g.inputs().size();
     for (const Node* n : nodes_) values += n->outputs.size();
     def_.reserve(values);
+    values_.reserve(values);
+    def_pos_.reserve(values);
   }
 
   void run(std::span<const std::vector<int64_t>> extra_points = {}) {
@@ -148,7 +200,7 @@ class Verifier {
       auto where = [&] { return str("graph input ", i, " ", vname(v), " \"", v->name, "\""); };
       if (v->producer != nullptr) fail(where(), " has a producer node");
       if (v->index != static_cast<int>(i)) fail(where(), " records index ", v->index);
-      if (!def_.emplace(v, -1).second) fail(where(), " is listed twice among the inputs");
+      if (!define(v, -1)) fail(where(), " is listed twice among the inputs");
       std::string bad = shape_problem(v->shape);
       if (!bad.empty()) fail(where(), " ", type_str(v->dtype, v->shape), ": ", bad);
       if (v->wrapped_number && !v->shape.empty())
@@ -172,18 +224,15 @@ class Verifier {
       for (size_t k = 0; k < n->outputs.size(); ++k) {
         const Value* o = n->outputs[k];
         if (o == nullptr) fail_node(p, "output ", k, " is null");
-        auto [it, fresh] = def_.emplace(o, static_cast<int64_t>(p));
-        if (!fresh) {
-          if (it->second < 0)
+        if (!define(o, static_cast<int64_t>(p))) {
+          const int64_t at = def_pos_[static_cast<size_t>(*def_.find(o))];
+          if (at < 0)
             fail_node(p, "output ", k, " ", vname(o), " is defined twice (also a graph input)");
-          fail_node(p, "output ", k, " ", vname(o), " is defined twice (also by node #", it->second,
-                    ")");
+          fail_node(p, "output ", k, " ", vname(o), " is defined twice (also by node #", at, ")");
         }
         if (o->producer != n) {
-          auto q = pos_.find(o->producer);
-          if (q != pos_.end())
-            fail_node(p, "output ", k, " ", vname(o), " records another producer (node #",
-                      q->second, ")");
+          if (const int64_t* q = pos_.find(o->producer))
+            fail_node(p, "output ", k, " ", vname(o), " records another producer (node #", *q, ")");
           fail_node(p, "output ", k, " ", vname(o), " records another producer",
                     o->producer ? " (not in this graph)" : " (none)");
         }
@@ -194,6 +243,10 @@ class Verifier {
   }
 
   void pick_samples() {
+    if (g_.num_syms == 0) {  // nothing symbolic to sample for (need() below skips every entry)
+      samples_.assign(2, {});
+      return;
+    }
     int64_t base = 3;
     auto need = [&](const SymInt& s) {
       if (s.is_static() || !sym_ok(s)) return;
@@ -285,7 +338,8 @@ class Verifier {
     if (!t.defined()) fail_node(p, "constant has no tensor");
     if (t.is_symbolic()) fail_node(p, "constant's tensor has no data");
     if (!t.is_contiguous())
-      fail_node(p, str("constant's tensor is not contiguous (shape ", t.shape(), ", strides ", t.strides(), ")"));
+      fail_node(p, str("constant's tensor is not contiguous (shape ", t.shape(), ", strides ",
+                       t.strides(), ")"));
     const Value* o = n->outputs[0];
     if (!is_static(o->shape) || o->dtype != t.dtype() || eval_shape(o->shape, {}) != t.shape())
       fail_node(p, "constant's tensor is ", dtype_name(t.dtype()), t.shape(), " but its value ",
@@ -301,9 +355,8 @@ class Verifier {
   std::string why_undefined(const Value* v) const {
     if (v->producer == nullptr)
       return "it has no producer (its node was erased) and is not an input of this graph";
-    auto it = pos_.find(v->producer);
-    if (it != pos_.end())
-      return str("its producer node #", it->second, " does not list it as an output");
+    if (const int64_t* q = pos_.find(v->producer))
+      return str("its producer node #", *q, " does not list it as an output");
     return "its producer is not a node of this graph (erased, or another graph's node)";
   }
 
@@ -311,13 +364,14 @@ class Verifier {
   void check_use(size_t p, size_t k) {
     const Value* v = nodes_[p]->inputs[k];
     if (v == nullptr) fail_node(p, "input ", k, " is null");
-    auto it = def_.find(v);
-    if (it == def_.end())
+    const int64_t* ord = def_.find(v);
+    if (ord == nullptr)
       fail_node(p, "input ", k, " ", vname(v), " is not defined in this graph: ", why_undefined(v));
-    if (it->second >= static_cast<int64_t>(p))
+    const int64_t at = def_pos_[static_cast<size_t>(*ord)];
+    if (at >= static_cast<int64_t>(p))
       fail_node(p, "input ", k, " ", vname(v),
-                " is used before its definition (SSA dominance): ", "it is defined by node #",
-                it->second);
+                " is used before its definition (SSA dominance): ", "it is defined by node #", at);
+    uses_.emplace_back(static_cast<int32_t>(*ord), static_cast<int32_t>(p));
   }
 
   void check_symbols(size_t p) {
@@ -464,30 +518,40 @@ class Verifier {
   // ---- use lists ----
   // Value::users must list each reading node once per use, and nothing else.
   void check_use_lists() {
-    // (value, reader position) for every use, sorted: a value's readers are
-    // one ascending run (one sort instead of a vector per value).
-    std::vector<std::pair<const Value*, size_t>> uses;
-    for (size_t p = 0; p < nodes_.size(); ++p)
-      for (const Value* v : nodes_[p]->inputs) uses.emplace_back(v, p);
-    std::sort(uses.begin(), uses.end());
-    std::vector<size_t> actual, expect;
-    auto check = [&](const Value* v, const auto& where) {
-      auto [lo, hi] =
-          std::equal_range(uses.begin(), uses.end(), std::make_pair(v, size_t{0}),
-                           [](const auto& a, const auto& b) { return a.first < b.first; });
-      expect.clear();
-      for (auto it = lo; it != hi; ++it) expect.push_back(it->second);
+    // The readers of each value, bucketed by its definition ordinal (a
+    // counting sort of the uses check_use recorded in node order, so each
+    // bucket is ascending): linear, no search per value.
+    std::vector<size_t> start(values_.size() + 1, 0);
+    for (const auto& [ord, p] : uses_) ++start[static_cast<size_t>(ord) + 1];
+    for (size_t i = 0; i < values_.size(); ++i) start[i + 1] += start[i];
+    std::vector<size_t> readers(uses_.size());
+    {
+      std::vector<size_t> fill(start.begin(), start.end() - 1);
+      for (const auto& [ord, p] : uses_)
+        readers[fill[static_cast<size_t>(ord)]++] = static_cast<size_t>(p);
+    }
+    std::vector<size_t> actual;
+    for (size_t ord = 0; ord < values_.size(); ++ord) {
+      const Value* v = values_[ord];
+      const int64_t def = def_pos_[ord];
+      auto where = [&] {
+        if (def < 0) return str("graph input ", v->index);
+        const size_t p = static_cast<size_t>(def);
+        return str("node #", p, " (", describe(nodes_[p]), ") output");
+      };
       actual.clear();
       for (const Node* u : v->users) {
-        auto it = pos_.find(u);
-        if (it == pos_.end())
+        const int64_t* at = pos_.find(u);
+        if (at == nullptr)
           fail("use list of ", where(), " ", vname(v),
                " lists a node that is not in the graph (erased?)");
-        actual.push_back(it->second);
+        actual.push_back(static_cast<size_t>(*at));
       }
       std::sort(actual.begin(), actual.end());
-      if (actual == expect) return;
-      auto list = [](const std::vector<size_t>& ps) {
+      const std::span<const size_t> expect(readers.data() + start[ord],
+                                           start[ord + 1] - start[ord]);
+      if (std::equal(actual.begin(), actual.end(), expect.begin(), expect.end())) continue;
+      auto list = [](std::span<const size_t> ps) {
         std::ostringstream os;
         os << '[';
         for (size_t i = 0; i < ps.size(); ++i) os << (i ? ", #" : "#") << ps[i];
@@ -496,19 +560,14 @@ class Verifier {
       };
       fail("use list of ", where(), " ", vname(v), " is out of sync: it lists nodes ", list(actual),
            " but the value is read by nodes ", list(expect));
-    };
-    for (size_t i = 0; i < g_.inputs().size(); ++i)
-      check(g_.inputs()[i], [&] { return str("graph input ", i); });
-    for (size_t p = 0; p < nodes_.size(); ++p)
-      for (const Value* o : nodes_[p]->outputs)
-        check(o, [&] { return str("node #", p, " (", describe(nodes_[p]), ") output"); });
+    }
   }
 
   void check_outputs() {
     for (size_t i = 0; i < g_.outputs().size(); ++i) {
       const Value* v = g_.outputs()[i];
       if (v == nullptr) fail("graph output ", i, " \"", g_.output_names()[i], "\" is null");
-      if (!def_.count(v))
+      if (!def_.find(v))
         fail("graph output ", i, " \"", g_.output_names()[i], "\" ", vname(v),
              " is not defined in this graph: ", why_undefined(v));
     }
@@ -516,8 +575,21 @@ class Verifier {
 
   const Graph& g_;
   std::vector<Node*> nodes_;
-  std::unordered_map<const Node*, size_t> pos_;
-  std::unordered_map<const Value*, int64_t> def_;  // value -> defining position, -1 = input
+  PtrMap pos_;  // node -> position
+  // Values in definition order (graph inputs, then node outputs): the ordinal
+  // def_ maps a value to, its defining position (-1 = input), its uses.
+  PtrMap def_;
+  std::vector<const Value*> values_;
+  std::vector<int64_t> def_pos_;
+  std::vector<std::pair<int32_t, int32_t>> uses_;  // (ordinal, reader position)
+
+  // Records v as defined at position `pos`; false if it was defined already.
+  bool define(const Value* v, int64_t pos) {
+    if (!def_.emplace(v, static_cast<int64_t>(values_.size())).second) return false;
+    values_.push_back(v);
+    def_pos_.push_back(pos);
+    return true;
+  }
   std::vector<std::vector<int64_t>> samples_;
   std::unordered_set<std::string> passed_;  // rule_key of static nodes that passed
   std::string key_;
