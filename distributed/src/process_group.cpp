@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autograd.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
+#include "process_group_impl.h"
 
 namespace kiln::dist {
 
@@ -30,6 +32,18 @@ const char* to_string(ReduceOp op) {
       return "product";
   }
   return "unknown";
+}
+
+WorkPtr ProcessGroup::all_reduce_into(std::vector<Tensor> srcs, Tensor dst, ReduceOp op) {
+  detail::check_all_reduce_into(srcs, dst);
+  NoGradGuard ng;
+  int64_t off = 0;
+  for (const Tensor& s : srcs) {
+    Tensor part = dst.narrow(0, off, s.numel());
+    if (s.data_ptr() != part.data_ptr()) part.copy_(s.reshape({s.numel()}));
+    off += s.numel();
+  }
+  return all_reduce(std::move(dst), op);
 }
 
 Tensor ProcessGroup::make_comm_buffer(int64_t numel, DType dtype) {

@@ -115,6 +115,10 @@ void check_cpu_tensor(const char* op, const Tensor& t, const char* name = "tenso
 void check_reducible(const char* op, DType dt, ReduceOp rop);
 /// "[4, 256]".
 std::string shape_str(const Tensor& t);
+/// all_reduce_into's arguments: dst 1-D and contiguous, every src defined,
+/// contiguous, with dst's dtype and device, their sizes summing to dst's; a src
+/// sharing dst's storage is exactly its range of dst. kiln::Error otherwise.
+void check_all_reduce_into(const std::vector<Tensor>& srcs, const Tensor& dst);
 
 /// KILN_DIST_DEBUG: publishes this rank's signature of collective info.seq under
 /// `prefix` and compares it with every other rank's. kiln::Error naming both

@@ -209,6 +209,32 @@ void check_cpu_tensor(const char* op, const Tensor& t, const char* name) {
              " strides ", t.strides());
 }
 
+void check_all_reduce_into(const std::vector<Tensor>& srcs, const Tensor& dst) {
+  constexpr const char* kOp = "[all_reduce_into] ";
+  KILN_CHECK(dst.defined() && !dst.is_symbolic(), kOp, "dst is undefined or symbolic");
+  KILN_CHECK(dst.dim() == 1 && dst.is_contiguous(), kOp, "dst must be 1-D and contiguous; got ",
+             "shape ", dst.shape(), " strides ", dst.strides());
+  int64_t total = 0;
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    const Tensor& s = srcs[i];
+    KILN_CHECK(s.defined() && !s.is_symbolic(), kOp, "src ", i, " is undefined or symbolic");
+    KILN_CHECK(s.dtype() == dst.dtype() && s.device() == dst.device(), kOp, "src ", i, " is ",
+               s.dtype(), " on ", s.device(), " but dst is ", dst.dtype(), " on ", dst.device());
+    KILN_CHECK(s.is_contiguous(), kOp, "src ", i, " must be contiguous; got shape ", s.shape(),
+               " strides ", s.strides());
+    if (s.numel() > 0 && s.impl()->storage == dst.impl()->storage) {
+      const auto* at =
+          static_cast<const std::byte*>(dst.data_ptr()) + size_t(total) * dtype_size(dst.dtype());
+      KILN_CHECK(s.data_ptr() == at, kOp, "src ", i,
+                 " overlaps dst other than as its own range (elements ", total, "..",
+                 total + s.numel(), " of dst)");
+    }
+    total += s.numel();
+  }
+  KILN_CHECK(total == dst.numel(), kOp, "the srcs hold ", total, " elements in all but dst has ",
+             dst.numel());
+}
+
 void check_reducible(const char* op, DType dt, ReduceOp rop) {
   KILN_CHECK(uint8_t(rop) <= uint8_t(ReduceOp::kProduct), "[", op, "] unknown ReduceOp ", int(rop));
   KILN_CHECK(dt != DType::b8, "[", op, "] cannot reduce dtype bool (use f32, f64, f16, bf16, ",

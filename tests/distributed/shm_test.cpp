@@ -287,6 +287,80 @@ TEST(ShmTransport, CommBuffersMatchTcp) {
   }
 }
 
+// all_reduce_into: the concatenation of private sources (one of them 2-D) and
+// of a source that is dst's own range, reduced into a comm buffer (the copy
+// fused with the reduction), into a plain tensor over shm, and over TCP, equals
+// the all_reduce of the concatenation bit for bit, on 2 and 3 ranks; sources
+// span share and 64 KB block boundaries and stay unchanged.
+TEST(ShmTransport, AllReduceIntoMatchesAllReduce) {
+  for (int size : {2, 3}) {
+    run_pairs(size, [size](int rank, ProcessGroup& shm, ProcessGroup& tcp) {
+      uint32_t seed = 900;
+      for (DType dt : {DType::f32, DType::bf16, DType::i32}) {
+        for (int64_t n : {int64_t(3), int64_t(1001), int64_t(300001)}) {
+          Tensor comm = shm.make_comm_buffer(n, dt);
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+            if (op == ReduceOp::kAvg && !is_floating(dt)) continue;
+            const int64_t a = n / 3, b = n / 2;  // [0, a) 2-D, [a, b) dst's own range, rest
+            Tensor whole = random_tensor(dt, n, seed++ * 3 + uint32_t(rank), size > 2);
+            Tensor ref = whole.clone();
+            tcp.all_reduce(ref, op)->wait();
+            for (int where = 0; where < 3; ++where) {  // comm buffer, plain over shm, TCP
+              Tensor dst = where == 0 ? comm : zeros({n}, dt);
+              Tensor first = whole.narrow(0, 0, a).clone().reshape({1, a});
+              Tensor own = dst.narrow(0, a, b - a);
+              own.copy_(whole.narrow(0, a, b - a));
+              Tensor last = whole.narrow(0, b, n - b).clone();
+              ProcessGroup& pg = where == 2 ? tcp : shm;
+              pg.all_reduce_into({first, own, last}, dst, op)->wait();
+              EXPECT_TRUE(same_bits(dst, ref)) << size << " ranks " << dtype_name(dt) << " "
+                                               << to_string(op) << " n=" << n << " dst " << where;
+              EXPECT_TRUE(same_bits(first.reshape({a}), whole.narrow(0, 0, a).contiguous()));
+              EXPECT_TRUE(same_bits(last, whole.narrow(0, b, n - b).contiguous()));
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+// all_reduce_into's argument errors name the offending source, on every backend.
+TEST(ShmTransport, AllReduceIntoArgumentErrors) {
+  run_pairs(2, [](int, ProcessGroup& shm, ProcessGroup& tcp) {
+    for (ProcessGroup* pg : {&shm, &tcp}) {
+      Tensor dst = pg->make_comm_buffer(8, DType::f32);
+      expect_error(
+          [&] {
+            pg->all_reduce_into({zeros({4}), zeros({3})}, dst);
+          },
+          {"[all_reduce_into]", "7 elements", "dst has 8"});
+      expect_error(
+          [&] {
+            pg->all_reduce_into({zeros({4}), zeros({4}, DType::f64)}, dst);
+          },
+          {"[all_reduce_into]", "src 1 is f64"});
+      expect_error(
+          [&] {
+            pg->all_reduce_into({zeros({2, 4}).transpose(0, 1)}, dst);
+          },
+          {"[all_reduce_into]", "src 0 must be contiguous"});
+      expect_error(
+          [&] {
+            pg->all_reduce_into({dst.narrow(0, 4, 4), zeros({4})}, dst);
+          },
+          {"[all_reduce_into]", "src 0 overlaps dst"});
+      expect_error(
+          [&] {
+            pg->all_reduce_into({zeros({8})}, zeros({2, 4}));
+          },
+          {"[all_reduce_into]", "dst must be 1-D"});
+      expect_error([&] { pg->all_reduce_into({zeros({8}, DType::b8)}, zeros({8}, DType::b8)); },
+                   {"[all_reduce_into]", "bool"});
+    }
+  });
+}
+
 // A comm buffer on one rank and a plain tensor on the other in one all_reduce
 // is reported on both ranks, naming both (instead of reducing garbage).
 TEST(ShmTransport, CommBufferOnOneRankOnlyIsAnError) {

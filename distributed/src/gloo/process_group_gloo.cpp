@@ -174,6 +174,7 @@ class GlooGroup final : public ProcessGroup {
 
   WorkPtr all_reduce(Tensor t, ReduceOp op) override;
   WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) override;
+  WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst, ReduceOp op) override;
   WorkPtr broadcast(Tensor t, int root) override;
   WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
   WorkPtr all_gather(std::vector<Tensor> outs, Tensor in) override;
@@ -540,6 +541,32 @@ WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
       p += nbytes(t);
     }
   });
+}
+
+// The copy into dst runs on the lane; over shared memory it is fused with the
+// reduction (shm::Channel::all_reduce_into).
+WorkPtr GlooGroup::all_reduce_into(std::vector<Tensor> srcs, Tensor dst, ReduceOp op) {
+  detail::check_all_reduce_into(srcs, dst);
+  detail::check_cpu_tensor("all_reduce_into", dst, "dst");
+  detail::check_reducible("all_reduce_into", dst.dtype(), op);
+  Millis timeout = opts_.timeout;
+  Signature sig = detail::make_signature(CollectiveKind::kAllReduce, 0, dst.dtype(),
+                                         uint64_t(dst.numel()), int(op));
+  return collective(tensor_op("all_reduce_into", dst, to_string(op)), sig, {dst},
+                    [srcs, dst, op, timeout](const LaneRun& run) {
+                      std::vector<shm::Span> spans;
+                      for (const auto& s : srcs) spans.push_back(span_of(s));
+                      if (run.shm)
+                        return run.shm->all_reduce_into(spans, span_of(dst), dst.dtype(), op,
+                                                        run.sig, run.deadline);
+                      std::byte* p = bytes_of(dst);
+                      for (const auto& s : spans) {
+                        if (s.data != p) std::memcpy(p, s.data, s.bytes);
+                        p += s.bytes;
+                      }
+                      allreduce_raw(run.ctx, run.tag, timeout, dst.data_ptr(), size_t(dst.numel()),
+                                    dst.dtype(), op);
+                    });
 }
 
 WorkPtr GlooGroup::broadcast(Tensor t, int root) {

@@ -49,7 +49,7 @@ void futex_wake(uint32_t* addr) {
 }
 
 // Copies `bytes` between the flat byte range [off, off + bytes) of `spans`
-// and `buf` (to the spans if kToSpans).
+// and `buf` (to the spans if kToSpans); a part already in place is skipped.
 template <bool kToSpans>
 void copy_spans(const std::vector<Span>& spans, size_t off, std::byte* buf, size_t bytes) {
   for (const Span& s : spans) {
@@ -59,15 +59,26 @@ void copy_spans(const std::vector<Span>& spans, size_t off, std::byte* buf, size
       continue;
     }
     const size_t n = std::min(bytes, s.bytes - off);
-    if constexpr (kToSpans) {
-      std::memcpy(s.data + off, buf, n);
-    } else {
-      std::memcpy(buf, s.data + off, n);
+    if (s.data + off != buf) {  // a span may be the very range it is copied to
+      if constexpr (kToSpans) {
+        std::memcpy(s.data + off, buf, n);
+      } else {
+        std::memcpy(buf, s.data + off, n);
+      }
     }
     buf += n;
     bytes -= n;
     off = 0;
   }
+}
+
+// Where flat byte `off` of `spans` lies, and how many bytes follow it in that span.
+std::pair<const std::byte*, size_t> locate(const std::vector<Span>& spans, size_t off) {
+  for (const Span& s : spans) {
+    if (off < s.bytes) return {s.data + off, s.bytes - off};
+    off -= s.bytes;
+  }
+  return {nullptr, 0};
 }
 
 // out = op over the ranks' p[q][0..n-1]. `out` may be p[own] (and nothing
@@ -235,6 +246,17 @@ void Channel::reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op
   }
 }
 
+void Channel::all_reduce_into(const std::vector<Span>& srcs, Span dst, DType dt, ReduceOp op,
+                              const Signature& sig, Clock::time_point deadline) {
+  size_t offset = 0;
+  if (dst.bytes > 0)
+    if (auto buf = world_.find_symmetric(dst.data, dst.bytes, offset))
+      return all_reduce_symmetric(*buf, offset, dst.bytes / dtype_size(dt), dt, op, sig, deadline,
+                                  srcs);
+  copy_spans<false>(srcs, 0, dst.data, dst.bytes);
+  all_reduce({dst}, dt, op, sig, deadline);
+}
+
 void Channel::all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, const Signature& sig,
                          Clock::time_point deadline) {
   if (data.size() == 1 && data[0].bytes > 0) {
@@ -248,26 +270,42 @@ void Channel::all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, c
 
 // One step, no staging: once every rank's buffer holds its input, rank r
 // reduces share r across all buffers (into its own) and copies it into the
-// others'; once every rank did, every buffer holds the result.
+// others'; once every rank did, every buffer holds the result. With `srcs`,
+// the input is elsewhere: a rank copies into its buffer only the shares the
+// others reduce, and reads its own share from srcs (same values, same order of
+// operations: the result is the same as copying srcs in first).
 void Channel::all_reduce_symmetric(const SymBuffer& buf, size_t offset, size_t n, DType dt,
-                                   ReduceOp op, const Signature& sig, Clock::time_point deadline) {
+                                   ReduceOp op, const Signature& sig, Clock::time_point deadline,
+                                   const std::vector<Span>& srcs) {
   const size_t elem = dtype_size(dt);
   const int me = world_.rank_;
   begin_step(sig, deadline, ((buf.id + 1) << 40) | offset);
+  auto [b, e] = share(n, elem, me);
+  if (!srcs.empty()) {
+    std::byte* own = buf.bases[size_t(me)] + offset;
+    if (b > 0) copy_spans<false>(srcs, 0, own, b * elem);
+    if (e < n) copy_spans<false>(srcs, e * elem, own + e * elem, (n - e) * elem);
+  }
   publish(1);
   wait_all(3 * step_ + 1, deadline, "contribute its input");
   check_peers_match();
-  auto [b, e] = share(n, elem, me);
   const size_t block = std::max<size_t>(1, kBlockBytes / elem);
   std::vector<const std::byte*> parts(size_t(world_.size_));
-  for (size_t i = b; i < e; i += block) {
-    const size_t m = std::min(block, e - i);
+  for (size_t i = b; i < e;) {
+    size_t m = std::min(block, e - i);
     const size_t at = offset + i * elem;
     for (int q = 0; q < world_.size_; ++q) parts[size_t(q)] = buf.bases[size_t(q)] + at;
+    if (!srcs.empty()) {  // this rank's part straight from its source, up to the span's end
+      auto [p, left] = locate(srcs, i * elem);
+      KILN_ASSERT(p != nullptr && left >= elem, "sources shorter than the destination");
+      parts[size_t(me)] = p;
+      m = std::min(m, left / elem);
+    }
     std::byte* mine = buf.bases[size_t(me)] + at;
     reduce_into(mine, parts, me, m, dt, op);
     for (int q = 0; q < world_.size_; ++q)
       if (q != me) std::memcpy(buf.bases[size_t(q)] + at, mine, m * elem);
+    i += m;
   }
   publish(2);
   wait_all(3 * step_ + 2, deadline, "write its share of the result");

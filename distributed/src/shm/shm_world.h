@@ -76,6 +76,13 @@ class Channel {
   /// and writes it into all of them.
   void all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, const Signature& sig,
                   Clock::time_point deadline);
+  /// Reduces the concatenation of `srcs` (only read) into `dst` on every rank.
+  /// A dst inside a symmetric buffer is reduced without staging and without a
+  /// full copy: each rank copies into its dst only the shares its peers reduce,
+  /// and reduces its own share straight from its srcs. A src that is the
+  /// matching range of dst itself is not copied.
+  void all_reduce_into(const std::vector<Span>& srcs, Span dst, DType dt, ReduceOp op,
+                       const Signature& sig, Clock::time_point deadline);
   /// As all_reduce, but only `root` receives the result.
   void reduce(Span data, DType dt, ReduceOp op, int root, const Signature& sig,
               Clock::time_point deadline);
@@ -110,8 +117,10 @@ class Channel {
   // Elements [begin, end) of a `len`-element chunk that rank r reduces.
   std::pair<size_t, size_t> share(size_t len, size_t elem, int r) const;
   // The chunked all-reduce core: only `root` (or everyone, root < 0) copies out.
+  // srcs (empty: the input is in buf already) cover the n elements at offset.
   void all_reduce_symmetric(const SymBuffer& buf, size_t offset, size_t n, DType dt, ReduceOp op,
-                            const Signature& sig, Clock::time_point deadline);
+                            const Signature& sig, Clock::time_point deadline,
+                            const std::vector<Span>& srcs = {});
   void reduce_chunks(const std::vector<Span>& data, DType dt, ReduceOp op, int root,
                      const Signature& sig, Clock::time_point deadline);
 

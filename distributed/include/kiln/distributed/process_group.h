@@ -95,6 +95,15 @@ class ProcessGroup {
   virtual WorkPtr all_reduce(Tensor t, ReduceOp op = ReduceOp::kSum) = 0;
   /// Reduces several tensors as one flat buffer (DDP's coalesced buckets).
   virtual WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op = ReduceOp::kSum) = 0;
+  /// Reduces the concatenation of `srcs` (contiguous, dst's dtype; only read,
+  /// and not to be written until the Work completes) into the 1-D `dst` on
+  /// every rank: all_reduce(dst) after copying srcs into it, with the copy on
+  /// the group's worker. A src that is the matching range of dst is not copied
+  /// (any other overlap with dst is an error). Into a comm buffer over shared
+  /// memory the copy is fused with the reduction (each rank copies only the
+  /// shares the others reduce). DDP launches its buckets with it.
+  virtual WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst,
+                                  ReduceOp op = ReduceOp::kSum);
   /// Copies root's `t` into `t` on every rank.
   virtual WorkPtr broadcast(Tensor t, int root) = 0;
   /// Reduces into root's `t` (other ranks' `t` are unchanged).
