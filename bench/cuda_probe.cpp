@@ -57,6 +57,34 @@ kir::Kernel gelu_kernel() {
   return k;
 }
 
+// softmax along rows of `inner` f32: max, sum of exp, normalize (one kernel).
+kir::Kernel softmax_kernel() {
+  kir::Kernel k;
+  k.name = "softmax";
+  k.rank = 2;
+  k.args = {{DType::f32, false, {true, true}}, {DType::f32, true, {true, true}}};
+  const DType f = DType::f32;
+  auto push = [&](kir::Expr e) {
+    k.exprs.push_back(e);
+    return static_cast<int>(k.exprs.size()) - 1;
+  };
+  auto reduce = [&](OpId op, int x, int phase) {
+    k.reductions.push_back({op, x, phase, f});
+    kir::Expr e;
+    e.kind = kir::ExprKind::kReduced;
+    e.arg = static_cast<int>(k.reductions.size()) - 1;
+    e.dtype = f;
+    return push(e);
+  };
+  const int x = push(kir::Expr::load(0, f));
+  const int m = reduce(OpId::max, x, 0);
+  const int e =
+      push(kir::Expr::make_op(OpId::exp, f, push(kir::Expr::make_op(OpId::sub, f, x, m))));
+  const int s = reduce(OpId::sum, e, 1);
+  k.stores = {{1, push(kir::Expr::make_op(OpId::div, f, e, s))}};
+  return k;
+}
+
 double median_ms(int reps, const std::function<void()>& run) {
   const Driver& d = driver();
   CUevent a, b;
@@ -101,9 +129,9 @@ int main(int argc, char** argv) {
         info.name.c_str(), info.cc_major, info.cc_minor, info.multiprocessors,
         static_cast<double>(info.total_memory) / (1 << 30), info.l2_bytes >> 20, driver().version,
         peak);
-    const kir::Kernel copy = copy_kernel(), gelu = gelu_kernel();
-    const std::string src =
-        cuda_prelude() + print_kernel(copy, "kcopy") + print_kernel(gelu, "kgelu");
+    const kir::Kernel copy = copy_kernel(), gelu = gelu_kernel(), softmax = softmax_kernel();
+    const std::string src = cuda_prelude() + print_kernel(copy, "kcopy") +
+                            print_kernel(gelu, "kgelu") + print_kernel(softmax, "ksoftmax");
     const std::vector<char> image = compile_for_device(src, "probe.cu", 0);
     Module mod(image.data());
     const size_t bytes = static_cast<size_t>(n) * 4;
@@ -118,8 +146,15 @@ int main(int argc, char** argv) {
     const double gb = 2.0 * static_cast<double>(bytes) / 1e9;  // read + write
     const double t_memcpy = median_ms(
         reps, [&] { check(driver().cuMemcpyDtoD(out.get(), in.get(), bytes), "cuMemcpyDtoD"); });
-    const double t_copy = median_ms(reps, [&] { launch_pointwise(fcopy, copy, p, sizes); });
-    const double t_gelu = median_ms(reps, [&] { launch_pointwise(fgelu, gelu, p, sizes); });
+    const double t_copy = median_ms(reps, [&] { launch_kernel(fcopy, copy, p, sizes); });
+    const double t_gelu = median_ms(reps, [&] { launch_kernel(fgelu, gelu, p, sizes); });
+    const CUfunction fsoftmax = mod.function("ksoftmax");
+    std::vector<double> t_softmax;
+    for (int64_t inner : {int64_t{1024}, int64_t{4096}}) {
+      const int64_t rows_sizes[2] = {n / inner, inner};
+      t_softmax.push_back(
+          median_ms(reps, [&] { launch_kernel(fsoftmax, softmax, p, rows_sizes); }));
+    }
     std::vector<float> got(static_cast<size_t>(n));
     out.download(got.data(), bytes);
     std::vector<float> ref(static_cast<size_t>(n));
@@ -138,6 +173,10 @@ int main(int argc, char** argv) {
         "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of the copy kernel); max |gpu - "
         "interpreter| %.3g\n",
         t_gelu, gb / t_gelu * 1e3, 100 * t_copy / t_gelu, worst);
+    for (size_t i = 0; i < t_softmax.size(); ++i)
+      std::printf("printed softmax rows of %5d %8.3f ms  %7.0f GB/s  (%.0f%% of the copy kernel)\n",
+                  i == 0 ? 1024 : 4096, t_softmax[i], gb / t_softmax[i] * 1e3,
+                  100 * t_copy / t_softmax[i]);
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;

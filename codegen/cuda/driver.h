@@ -19,24 +19,46 @@ namespace kiln::cuda {
 // at (cuGetProcAddress returns the newest variant otherwise: at 13000,
 // cuCtxSynchronize is cuCtxSynchronize_v2(CUcontext)). The member's type is
 // cudaTypedefs.h's PFN_<name>_v<version>.
-#define KILN_CUDA_DRIVER_FUNCS(X)                                                                  \
-  X(cuInit, 2000)                                                                                  \
-  X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000)                       \
-      X(cuDeviceGetName, 2000) X(cuDeviceGetAttribute, 2000) X(cuDeviceTotalMem, 3020)             \
-          X(cuDevicePrimaryCtxRetain, 7000) X(cuDevicePrimaryCtxRelease, 11000)                    \
-              X(cuCtxSetCurrent, 4000) X(cuCtxGetCurrent, 4000) X(cuCtxSynchronize, 2000) X(       \
-                  cuMemAlloc, 3020) X(cuMemFree, 3020) X(cuMemGetInfo, 3020) X(cuMemcpyHtoD, 3020) \
-                  X(cuMemcpyDtoH, 3020) X(cuMemcpyDtoD, 3020) X(cuMemcpyHtoDAsync, 3020)           \
-                      X(cuMemcpyDtoHAsync, 3020) X(cuMemsetD8, 3020) X(cuMemHostAlloc, 2020)       \
-                          X(cuMemFreeHost, 2000) X(cuModuleLoadData, 2000) X(cuModuleUnload, 2000) \
-                              X(cuModuleGetFunction, 2000) X(cuFuncGetAttribute, 2020)             \
-                                  X(cuLaunchKernel, 4000) X(cuStreamCreateWithPriority, 5050)      \
-                                      X(cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000)        \
-                                          X(cuStreamWaitEvent, 3020) X(cuEventCreate, 2000)        \
-                                              X(cuEventRecord, 2000) X(cuEventSynchronize, 2000)   \
-                                                  X(cuEventQuery, 2000)                            \
-                                                      X(cuEventElapsedTime, 2000)                  \
-                                                          X(cuEventDestroy, 4000)
+// clang-format off
+#define KILN_CUDA_DRIVER_FUNCS(X) \
+  X(cuInit, 2000) \
+  X(cuDriverGetVersion, 2020) \
+  X(cuDeviceGetCount, 2000) \
+  X(cuDeviceGet, 2000) \
+  X(cuDeviceGetName, 2000) \
+  X(cuDeviceGetAttribute, 2000) \
+  X(cuDeviceTotalMem, 3020) \
+  X(cuDevicePrimaryCtxRetain, 7000) \
+  X(cuDevicePrimaryCtxRelease, 11000) \
+  X(cuCtxSetCurrent, 4000) \
+  X(cuCtxGetCurrent, 4000) \
+  X(cuMemAlloc, 3020) \
+  X(cuMemFree, 3020) \
+  X(cuMemGetInfo, 3020) \
+  X(cuMemcpyHtoD, 3020) \
+  X(cuMemcpyDtoH, 3020) \
+  X(cuMemcpyDtoD, 3020) \
+  X(cuMemcpyHtoDAsync, 3020) \
+  X(cuMemcpyDtoHAsync, 3020) \
+  X(cuMemsetD8, 3020) \
+  X(cuMemHostAlloc, 2020) \
+  X(cuMemFreeHost, 2000) \
+  X(cuModuleLoadData, 2000) \
+  X(cuModuleUnload, 2000) \
+  X(cuModuleGetFunction, 2000) \
+  X(cuFuncGetAttribute, 2020) \
+  X(cuLaunchKernel, 4000) \
+  X(cuStreamCreateWithPriority, 5050) \
+  X(cuStreamDestroy, 4000) \
+  X(cuStreamSynchronize, 2000) \
+  X(cuStreamWaitEvent, 3020) \
+  X(cuEventCreate, 2000) \
+  X(cuEventRecord, 2000) \
+  X(cuEventSynchronize, 2000) \
+  X(cuEventQuery, 2000) \
+  X(cuEventElapsedTime, 2000) \
+  X(cuEventDestroy, 4000)
+// clang-format on
 
 /// The resolved driver entry points, named as the cuda.h functions.
 struct Driver {

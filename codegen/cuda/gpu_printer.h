@@ -2,18 +2,21 @@
 // "GPU C" source for NVRTC. A prelude per dialect supplies the types, the
 // f16/bf16 conversions and the integer rules; kernels are plain C over those.
 //
-// Launch ABI of a printed pointwise kernel, in parameter order: one device
-// pointer per kernel argument, then the work-item count n (long long), then the
-// rank's iteration sizes s0..s{rank-1} (long long). It runs a grid-stride loop
-// over the flattened index space with 64-bit indices; any grid shape is valid.
+// Launch ABI of a printed kernel, in parameter order: one device pointer per
+// kernel argument, then the work-item count n (long long: elements, or rows for
+// kernels with reductions), then the iteration sizes s0..s{rank-1} (long long).
+// Pointwise kernels run a grid-stride loop over the flattened index space with
+// 64-bit indices (any grid). Kernels with reductions take one block per row
+// (grid-stride over rows) of any number of whole warps, or of one thread, which
+// reduces in index order (how reassoc = false kernels are launched).
 //
 // Semantics follow the kernel IR's (the eager kernels' scalar rules): integer
 // arithmetic wraps, integer division floors and x / 0 = 0, f16/bf16 compute in
 // float and round after every op, bool is a byte. Transcendentals use the
 // device's own libm (CUDA's expf etc., within 2 ulp of exact) until the
 // backend-neutral expansions of issue 18 replace them; everything else is exact.
-// Not printed yet (kiln::Error naming the kernel): row reductions and
-// accumulating (column-sum) stores.
+// Not printed yet (kiln::Error naming the kernel): accumulating (column-sum)
+// stores.
 #pragma once
 
 #include <string>
@@ -28,7 +31,7 @@ std::string cuda_prelude();
 /// The kernel's GPU C as an extern "C" __global__ function named `symbol`.
 std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
 
-/// True when print_kernel supports `k` (pointwise, no accumulating stores).
+/// True when print_kernel supports `k` (no accumulating stores).
 bool printable(const kir::Kernel& k);
 
 }  // namespace kiln::cuda

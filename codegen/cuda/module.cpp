@@ -78,25 +78,33 @@ std::vector<char> compile_for_device(const std::string& source, const std::strin
   return image;
 }
 
-void launch_pointwise(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                      const int64_t* sizes, CUstream stream) {
+void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                   const int64_t* sizes, CUstream stream) {
   KILN_CHECK(ptrs.size() == k.args.size(), "[cuda] kernel '", k.name, "' takes ", k.args.size(),
              " buffers, got ", ptrs.size());
   const int64_t n = kir::work_items(k, sizes);
-  if (n == 0) return;
+  if (n <= 0) return;
+  for (int d = 0; d + 1 < k.rank; ++d)
+    if (sizes[d] <= 0) return;
   std::vector<long long> scalars;
   scalars.push_back(n);
   for (int d = 0; d < k.rank; ++d) scalars.push_back(sizes[d]);
   std::vector<void*> params;
   for (const CUdeviceptr& p : ptrs) params.push_back(const_cast<CUdeviceptr*>(&p));
   for (long long& s : scalars) params.push_back(&s);
-  // 256 threads a block, each thread 4 elements per grid-stride step (the
-  // printer's unroll); at most 2^16 blocks, the loop covers the rest.
-  constexpr int64_t kThreads = 256, kPerThread = 4;
-  const int64_t blocks = std::min<int64_t>(
-      (n + kThreads * kPerThread - 1) / (kThreads * kPerThread), int64_t{1} << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, kThreads, 1, 1, 0, stream,
-                                params.data(), nullptr),
+  int64_t threads, blocks;
+  if (k.has_reductions()) {
+    // One block per row; a reassoc = false kernel sums in index order with one thread.
+    threads = k.reassoc ? 256 : 1;
+    blocks = std::min<int64_t>(n, int64_t{1} << 16);
+  } else {
+    // Each thread takes 4 elements per grid-stride step (the printer's unroll).
+    threads = 256;
+    blocks = std::min<int64_t>((n + threads * 4 - 1) / (threads * 4), int64_t{1} << 16);
+  }
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
+                                static_cast<unsigned>(threads), 1, 1, 0, stream, params.data(),
+                                nullptr),
         "cuLaunchKernel");
 }
 

@@ -55,9 +55,9 @@ class Module {
 std::vector<char> compile_for_device(const std::string& source, const std::string& name,
                                      int device);
 
-/// Launches printed pointwise kernel `fn` of `k` (gpu_printer.h's ABI) over the
-/// sizes `sizes` with device pointers `ptrs` (one per argument) on `stream`.
-void launch_pointwise(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                      const int64_t* sizes, CUstream stream = nullptr);
+/// Launches printed kernel `fn` of `k` (gpu_printer.h's ABI) over the sizes
+/// `sizes` with device pointers `ptrs` (one per argument) on `stream`.
+void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                   const int64_t* sizes, CUstream stream = nullptr);
 
 }  // namespace kiln::cuda

@@ -15,11 +15,22 @@
 namespace kiln::cuda {
 namespace {
 
-#define KILN_NVRTC_FUNCS(X)                                                                    \
-  X(nvrtcGetErrorString)                                                                       \
-  X(nvrtcVersion) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcCreateProgram) \
-      X(nvrtcDestroyProgram) X(nvrtcCompileProgram) X(nvrtcGetPTXSize) X(nvrtcGetPTX)          \
-          X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)
+// clang-format off
+#define KILN_NVRTC_FUNCS(X) \
+  X(nvrtcGetErrorString) \
+  X(nvrtcVersion) \
+  X(nvrtcGetNumSupportedArchs) \
+  X(nvrtcGetSupportedArchs) \
+  X(nvrtcCreateProgram) \
+  X(nvrtcDestroyProgram) \
+  X(nvrtcCompileProgram) \
+  X(nvrtcGetPTXSize) \
+  X(nvrtcGetPTX) \
+  X(nvrtcGetCUBINSize) \
+  X(nvrtcGetCUBIN) \
+  X(nvrtcGetProgramLogSize) \
+  X(nvrtcGetProgramLog)
+// clang-format on
 
 struct Nvrtc {
 #define KILN_NVRTC_MEMBER(name) decltype(&::name) name = nullptr;

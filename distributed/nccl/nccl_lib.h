@@ -10,11 +10,22 @@
 
 namespace kiln::dist::nccl {
 
-#define KILN_NCCL_FUNCS(X)                                                             \
-  X(ncclGetVersion)                                                                    \
-  X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclCommAbort)           \
-      X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclAllReduce) X(ncclBroadcast) \
-          X(ncclReduceScatter) X(ncclAllGather) X(ncclGroupStart) X(ncclGroupEnd)
+// clang-format off
+#define KILN_NCCL_FUNCS(X) \
+  X(ncclGetVersion) \
+  X(ncclGetUniqueId) \
+  X(ncclCommInitRank) \
+  X(ncclCommDestroy) \
+  X(ncclCommAbort) \
+  X(ncclCommGetAsyncError) \
+  X(ncclGetErrorString) \
+  X(ncclAllReduce) \
+  X(ncclBroadcast) \
+  X(ncclReduceScatter) \
+  X(ncclAllGather) \
+  X(ncclGroupStart) \
+  X(ncclGroupEnd)
+// clang-format on
 
 /// The resolved NCCL entry points, named as in nccl.h.
 struct Nccl {

@@ -69,7 +69,7 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
   int i = 0;
   while (kSignals[i] != sig) ++i;
   const struct sigaction& prev = g_previous[i];
-  ++g_depth;
+  g_depth = g_depth + 1;
   if (prev.sa_flags & SA_SIGINFO) {
     if (prev.sa_sigaction) prev.sa_sigaction(sig, info, uctx);
   } else if (prev.sa_handler == SIG_DFL) {
@@ -82,7 +82,7 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
   } else if (prev.sa_handler != SIG_IGN) {
     prev.sa_handler(sig);
   }
-  --g_depth;
+  g_depth = g_depth - 1;
   errno = saved;
 }
 

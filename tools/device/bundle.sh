@@ -30,6 +30,7 @@ done | sort -u | while read -r lib; do
   esac
 done
 mkdir -p .device
-grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
 tar -C "$stage" -cJf .device/bundle.tar.xz bin lib
 ls -la .device/bundle.tar.xz

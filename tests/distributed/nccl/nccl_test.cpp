@@ -43,7 +43,7 @@ TEST(Nccl, OneRankAllReduceOnTheGpu) {
   cuda::DeviceBuffer in(host.size() * 4), out(host.size() * 4);
   in.upload(host.data(), host.size() * 4);
   check(lib().ncclAllReduce(reinterpret_cast<void*>(in.get()), reinterpret_cast<void*>(out.get()),
-                            host.size(), ncclFloat32, ncclSum, 0, nullptr),
+                            host.size(), ncclFloat32, ncclSum, comm, nullptr),
         "ncclAllReduce");
   cuda::check(cuda::driver().cuCtxSynchronize(), "cuCtxSynchronize");
   std::vector<float> got(host.size());
