@@ -22,10 +22,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <vector>
 
 namespace kiln::passes {
 namespace {
@@ -152,48 +152,71 @@ bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch) {
   return true;
 }
 
-// Copies of the keys in large chunks: one allocation per chunk, not per node,
-// and views into a chunk stay valid as more are added.
-class KeyArena {
+// Keys -> the first node with that key, in one open-addressing table; the key
+// bytes live in one buffer, addressed by offset. A node-based hash map made a
+// deep model's 30k keys cost an allocation and a cache miss each, and the
+// allocations interleaved with the pass's frees (std::unordered_map, keys in
+// 64 KB chunks: glibc consolidates its free lists before each large request).
+class KeyTable {
  public:
-  std::string_view store(std::string_view k) {
-    if (k.size() > room_) {
-      const size_t size = std::max(kChunk, k.size());
-      chunks_.push_back(std::make_unique<char[]>(size));
-      at_ = chunks_.back().get();
-      room_ = size;
-    }
-    std::memcpy(at_, k.data(), k.size());
-    std::string_view v(at_, k.size());
-    at_ += k.size();
-    room_ -= k.size();
-    return v;
+  explicit KeyTable(size_t expected) {
+    size_t cap = 64;
+    while (cap < 2 * expected) cap *= 2;
+    slots_.assign(cap, Slot{});
+  }
+  // The node stored under `key`; if none, stores `n` under it and returns null.
+  ir::Node* find_or_add(std::string_view key, ir::Node* n) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    const uint64_t h = std::hash<std::string_view>{}(key);
+    Slot& s = probe(h, key);
+    if (s.node) return s.node;
+    s = {h, bytes_.size(), key.size(), n};
+    bytes_.append(key);
+    ++size_;
+    return nullptr;
   }
 
  private:
-  static constexpr size_t kChunk = size_t{1} << 16;
-  std::vector<std::unique_ptr<char[]>> chunks_;
-  char* at_ = nullptr;
-  size_t room_ = 0;
+  struct Slot {
+    uint64_t hash = 0;
+    size_t offset = 0, size = 0;
+    ir::Node* node = nullptr;  // null: empty
+  };
+  Slot& probe(uint64_t h, std::string_view key) {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      Slot& s = slots_[i];
+      if (!s.node || (s.hash == h && std::string_view(bytes_).substr(s.offset, s.size) == key))
+        return s;
+    }
+  }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (!s.node) continue;
+      size_t i = s.hash & mask;
+      while (slots_[i].node) i = (i + 1) & mask;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  std::string bytes_;
+  size_t size_ = 0;
 };
 
 }  // namespace
 
 bool cse(ir::Graph& g) {
   bool changed = false;
-  KeyArena arena;
-  std::unordered_map<std::string_view, ir::Node*> seen;  // keys live in the arena
-  seen.reserve(g.num_nodes());
+  KeyTable seen(g.num_nodes());
   std::string key;
   KeyScratch scratch;
   for (ir::Node* n : g.nodes()) {
     if (!make_key(n, key, scratch)) continue;
-    auto it = seen.find(std::string_view(key));
-    if (it == seen.end()) {
-      seen.emplace(arena.store(key), n);
-      continue;
-    }
-    ir::Node* rep = it->second;
+    ir::Node* rep = seen.find_or_add(key, n);
+    if (rep == nullptr) continue;
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       ir::Value* from = n->outputs[i];
       ir::Value* to = rep->outputs[i];
