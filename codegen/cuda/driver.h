@@ -32,6 +32,7 @@ namespace kiln::cuda {
   X(cuDevicePrimaryCtxRelease, 11000) \
   X(cuCtxSetCurrent, 4000) \
   X(cuCtxGetCurrent, 4000) \
+  X(cuCtxSynchronize, 2000) \
   X(cuMemAlloc, 3020) \
   X(cuMemFree, 3020) \
   X(cuMemGetInfo, 3020) \
