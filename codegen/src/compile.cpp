@@ -336,7 +336,6 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   plan->released_results = std::move(released_results);
   std::shared_ptr<ir::Graph> raw(std::move(res.graph));  // the trace's own graph: no copy
   take_trace(*plan, std::move(res));
-  plan->raw = raw;
   // Host state the traced code depends on (a guarded module flag, optimizer
   // structure) that the function itself changed: replays run no host code but
   // host_action's, so every call would miss the guard and re-trace.
@@ -357,9 +356,9 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
 
   // Dynamic dims: traces at other sizes of dynamic dims generalize, once they
   // determine every size-dependent number, into one symbolic plan.
-  std::shared_ptr<ir::Graph> graph = raw;
+  std::shared_ptr<ir::Graph> graph = std::move(raw);
   if (!opts.dynamic.empty() && plan->escaped.empty()) {
-    DynamicResult d = generalize_plans(*plan, raw, args, plans, opts);
+    DynamicResult d = generalize_plans(*plan, graph, args, plans, opts);
     graph = d.graph;
     if (d.generalized) {
       ++stats.generalized;
@@ -369,7 +368,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   }
   dump(dump_dir, opts.name, plan->id, "traced", *graph);
   auto t1 = std::chrono::steady_clock::now();
-  build_executables(*plan, *graph, opts);
+  build_executables(*plan, std::move(graph), opts);
   stats.passes_ms += ms_since(t1);
   stats.graph_nodes = plan->graph->num_nodes();
   stats.fused_kernels = static_cast<int>(plan->exec->num_kernels() +

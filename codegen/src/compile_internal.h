@@ -68,7 +68,6 @@ struct Plan {
   size_t num_results = 0;
   std::vector<uint8_t> result_is_input;  ///< see ir::TraceResult::result_is_input
   // ---- graphs and executables ----
-  std::shared_ptr<ir::Graph> raw;    ///< as traced (joint forward+backward when differentiable)
   std::shared_ptr<ir::Graph> graph;  ///< optimized forward (or whole) graph
   std::unique_ptr<Executor> exec;
   // ---- differentiable compiled forward ----
@@ -152,7 +151,8 @@ DynamicResult generalize_plans(Plan& p, const std::shared_ptr<ir::Graph>& raw,
 /// once per size tuple); else `why` says which rule fails.
 bool symbolic_sizes_hold(const Plan& p, const std::vector<int64_t>& syms, std::string* why);
 /// Freezes, partitions (differentiable plans), optimizes and prepares executors.
-void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& opts);
+/// `traced` is optimized in place when nothing else holds it, else copied.
+void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const CompileOptions& opts);
 /// Runs a plan for one call: host numbers, generator, executor, write-backs, and
 /// the autograd node of a differentiable plan. `hosts_out` receives the host numbers.
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out);

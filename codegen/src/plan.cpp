@@ -281,8 +281,12 @@ void freeze(Plan& p, ir::Graph& g) {
 
 }  // namespace
 
-void build_executables(Plan& p, const ir::Graph& traced, const CompileOptions& opts) {
-  std::unique_ptr<ir::Graph> g = traced.clone();
+void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const CompileOptions& opts) {
+  // A deep model's graph costs as much to copy as a pass costs to run: only a
+  // trace kept elsewhere (evidence for dynamic dims) is copied.
+  std::unique_ptr<ir::Graph> g =
+      traced.use_count() == 1 ? std::make_unique<ir::Graph>(std::move(*traced)) : traced->clone();
+  traced.reset();
   if (opts.freeze) freeze(p, *g);
   if (p.result_grad.empty()) {
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts));
