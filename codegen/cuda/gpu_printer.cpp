@@ -513,10 +513,39 @@ __device__ __forceinline__ unsigned char kiln_pow_u8(unsigned char a, unsigned c
   return (unsigned char)r;
 }
 __device__ __forceinline__ bool kiln_div_b8(bool a, bool b) { return a && b; }
+// Sizes and element strides of a strided copy (print_strided_copy), by value.
+struct KilnStrides {
+  long long size[8], dst[8], src[8];
+};
 __device__ __forceinline__ bool kiln_pow_b8(bool a, bool b) { return a || !b; }
 )";
 
 }  // namespace
+
+std::string print_strided_copy(DType from, DType to, const std::string& symbol) {
+  std::ostringstream os;
+  os << "extern \"C\" __global__ void " << symbol << "(" << storage_type(to) << "* dst, const "
+     << storage_type(from) << "* src, long long n, int rank, KilnStrides g) {\n"
+     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (long long)gridDim.x * blockDim.x) {\n"
+     << "    long long r = i, od = 0, os = 0;\n"
+     << "    for (int d = rank - 1; d >= 0; --d) {\n"
+     << "      const long long c = r % g.size[d];\n"
+     << "      r /= g.size[d];\n"
+     << "      od += c * g.dst[d];\n"
+     << "      os += c * g.src[d];\n"
+     << "    }\n";
+  if (from == to) {  // the element's bits, whatever they are
+    os << "    dst[od] = src[os];\n";
+  } else {
+    const std::string x = load(from, "src", "os");
+    os << "    const " << compute_type(from) << " x = " << x << ";\n"
+       << "    dst[od] = "
+       << store_value(to, rounded(to, op_expr(OpId::cast, from, to, "x", "", ""))) << ";\n";
+  }
+  os << "  }\n}\n";
+  return os.str();
+}
 
 std::string cuda_prelude() {
   return kCudaPrelude;

@@ -31,6 +31,16 @@ std::string cuda_prelude();
 /// The kernel's GPU C as an extern "C" __global__ function named `symbol`.
 std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
 
+/// The strided copy's shape argument, laid out as the prelude's KilnStrides.
+struct KilnStrides {
+  long long size[8], dst[8], src[8];
+};
+
+/// A kernel copying a strided tensor of dtype `from` into a strided tensor of
+/// dtype `to` (the cast rule of the kernel IR): parameters (dst, src, n, rank,
+/// KilnStrides g) with rank <= 8 sizes and element strides in g.
+std::string print_strided_copy(DType from, DType to, const std::string& symbol);
+
 /// True when print_kernel supports `k` (no accumulating stores).
 bool printable(const kir::Kernel& k);
 

@@ -1,6 +1,8 @@
 // kiln built without the CUDA toolkit's headers: CUDA is reported unavailable.
 #include "kiln/cuda.h"
 
+#include "kiln/error.h"
+
 namespace kiln::cuda {
 
 bool is_available() {
@@ -11,6 +13,10 @@ int device_count() {
 }
 std::string unavailable_reason() {
   return "kiln was built without the CUDA toolkit (its headers were not found at configure time)";
+}
+
+void synchronize(int) {
+  KILN_CHECK(false, "[cuda] ", unavailable_reason());
 }
 
 }  // namespace kiln::cuda

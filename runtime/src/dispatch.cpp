@@ -2,6 +2,7 @@
 
 #include "autograd_internal.h"
 #include "kiln/autograd.h"
+#include "kiln/device_runtime.h"
 
 namespace kiln {
 namespace {
@@ -84,6 +85,26 @@ void check_result(const OpInfo& info, const Dims& shape, std::span<const Tensor>
     throw Error(str(e.what(), in.empty() ? "" : " (input shapes ", in, in.empty() ? "" : ")"));
   }
 }
+
+// The device an op runs on: the CPU unless an input lives elsewhere. All
+// inputs must share it, except CPU 0-d tensors (Scalars, like PyTorch), which
+// `moved` holds copied to that device.
+Device op_device(const OpInfo& info, std::span<const Tensor> inputs, std::vector<Tensor>& moved) {
+  Device dev = Device::cpu();
+  for (const Tensor& t : inputs)
+    if (!t.device().is_cpu()) dev = t.device();
+  if (dev.is_cpu()) return dev;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (t.device() == dev) continue;
+    KILN_CHECK(t.device().is_cpu() && t.dim() == 0, "[", info.name,
+               "] expected all tensors on one device, but input ", i, " is on ", t.device(),
+               " and another on ", dev, " (move them with .to(device))");
+    if (moved.empty()) moved.assign(inputs.begin(), inputs.end());
+    moved[i] = t.to(dev);
+  }
+  return dev;
+}
 }  // namespace
 
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
@@ -107,9 +128,18 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attr
       KILN_CHECK(!t.is_symbolic(), "[", info.name, "] got a symbolic (traced) tensor outside "
                  "of tracing");
     outs.resize(metas.size());
+    std::vector<Tensor> moved;
+    const Device dev = op_device(info, inputs, moved);
+    const std::span<const Tensor> in = moved.empty() ? inputs : std::span<const Tensor>(moved);
     if (!info.has(kView))
-      for (size_t i = 0; i < metas.size(); ++i) outs[i] = make_tensor(metas[i].shape, metas[i].dtype);
-    info.kernel(inputs, attrs, outs);
+      for (size_t i = 0; i < metas.size(); ++i)
+        outs[i] = make_tensor(metas[i].shape, metas[i].dtype, dev);
+    // View kernels only make aliases (their rare copies go through copy_into,
+    // which serves devices too); every other kernel runs where its inputs are.
+    if (dev.is_cpu() || info.has(kView))
+      info.kernel(in, attrs, outs);
+    else
+      device_runtime(dev, info.name).run(op, in, attrs, outs);
   }
 
   if (!info.has(kNonDiff) && grad_mode_enabled()) {

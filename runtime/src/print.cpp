@@ -242,12 +242,14 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     if (dt != kDefaultFloat && dt != DType::i64 && dt != DType::b8)
       suffixes.push_back(std::string("dtype=") + dtype_name(dt));
     bool summarize = t.numel() > kThreshold;
-    Reader r(t);
+    const Tensor host = t.device().is_cpu() ? t : t.detach().cpu();  // values are read on the CPU
+    Reader r(host);
     std::vector<Val> vals;
     gather(r, 0, 0, summarize, vals);
     Formatter f(dt, vals);
     body = Printer{r, f, summarize}.tensor_str(0, 0, indent);
   }
+  if (!t.device().is_cpu()) suffixes.push_back("device='" + t.device().str() + "'");
   if (auto fn = t.grad_fn())
     suffixes.push_back("grad_fn=<" + fn->name() + ">");
   else if (t.requires_grad())

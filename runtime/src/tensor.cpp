@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kiln/autograd.h"
+#include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
 
@@ -94,6 +95,7 @@ T Tensor::item(std::source_location loc) const {
   }
   KILN_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", shape(),
              ") cannot be converted to a scalar");
+  if (!device().is_cpu()) return cpu().item<T>(loc);
   return read_as<T>(*this, static_cast<const char*>(data_ptr(loc)), 0);
 }
 
@@ -103,6 +105,7 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
     if (Recorder* r = current_recorder()) r->on_value_read("to_vector", loc);
     throw Error("[to_vector] tensor has no data (it is symbolic: created while tracing)");
   }
+  if (!device().is_cpu()) return cpu().to_vector<T>(loc);
   int64_t n = numel();
   std::vector<T> out(static_cast<size_t>(n));
   if (n == 0) return out;
@@ -139,13 +142,13 @@ void check_shape(const Dims& shape, const char* op, const char* what) {
 }
 
 Tensor make_tensor(const Dims& shape, DType dtype, Device device) {
-  KILN_CHECK(device.is_cpu(), "[empty] device ", device, " is not available in this build");
   check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   auto st = std::make_shared<StorageImpl>();
   size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
   st->nbytes = nbytes;
-  st->allocator = &cpu_allocator();
+  st->allocator =
+      device.is_cpu() ? &cpu_allocator() : &device_runtime(device, "empty").allocator(device.index);
   st->data = st->allocator->allocate(nbytes);
   st->device = device;
   impl->storage = std::move(st);

@@ -7,6 +7,27 @@
 namespace kiln {
 
 Tensor Tensor::to(DType t) const { return cast(*this, t); }
+
+Tensor Tensor::to(Device d) const {
+  if (device() == d) return *this;
+  KILN_CHECK(!is_symbolic(), "[to] moving a traced tensor from ", device(), " to ", d,
+             " is not supported inside kiln::compile");
+  KILN_CHECK(!(grad_mode_enabled() && requires_grad()),
+             "[to] moving a tensor that requires grad "
+             "from ",
+             device(), " to ", d,
+             " is not differentiable yet: move it before setting "
+             "requires_grad, or detach() it");
+  Tensor out = make_tensor(shape(), dtype(), d);
+  ops::copy_into(out, *this);
+  return out;
+}
+Tensor Tensor::cpu() const {
+  return to(Device::cpu());
+}
+Tensor Tensor::cuda(int index) const {
+  return to(Device::cuda(index));
+}
 Tensor Tensor::clone() const { return copy(*this); }
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : copy(*this); }
 

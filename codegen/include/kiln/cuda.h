@@ -15,5 +15,8 @@ int device_count();
 /// library, a driver older than kiln's CUDA 13 headers, no device, or a kiln
 /// built without the CUDA toolkit.
 std::string unavailable_reason();
+/// Waits until all work queued on CUDA device `device` has finished (kiln::Error
+/// when CUDA is unavailable).
+void synchronize(int device = 0);
 
 }  // namespace kiln::cuda

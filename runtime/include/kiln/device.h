@@ -1,5 +1,5 @@
-// Where a tensor's memory lives. Only the CPU runs today; the type already
-// carries CUDA so the GPU backend plugs in without an interface change.
+// Where a tensor's memory lives: the CPU, or a CUDA device (served by the
+// device runtime that kiln's codegen library registers; see device_runtime.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@ struct Device {
   static Device cpu() { return {}; }
   static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
   bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
   std::string str() const {
     return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
   }

@@ -134,6 +134,12 @@ class Tensor {
 
   // ---- conversion and copying ----
   Tensor to(DType t) const;
+  /// A copy on device `d` (this tensor when already there). Not differentiable
+  /// yet: a tensor that requires grad is refused (detach() it first).
+  Tensor to(Device d) const;
+  /// to(Device::cpu()) and to(Device::cuda(index)).
+  Tensor cpu() const;
+  Tensor cuda(int index = 0) const;
   Tensor clone() const;
   Tensor contiguous() const;
   /// Copies src (broadcast, cast) into this tensor in place.

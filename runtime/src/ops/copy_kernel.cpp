@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
 #include "ops/loops.h"
 
@@ -163,6 +164,11 @@ bool overlaps(const Tensor& dst, const Tensor& src) {
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) {  // the device's own copy
+    const Device d = dst.device().is_cpu() ? src.device() : dst.device();
+    device_runtime(d, "copy").copy(dst, src);
+    return;
+  }
   if (overlaps(dst, src)) {  // w.copy_(w.t()), a[1:].copy_(a[:-1]): read everything first
     Tensor tmp = make_tensor(src.shape(), src.dtype());
     copy_into(tmp, src);

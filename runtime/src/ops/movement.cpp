@@ -79,7 +79,7 @@ void kernel_reshape(std::span<const Tensor> in, const Attrs& a, std::span<Tensor
   if (view_strides(x.shape(), x.strides(), shape, st)) {
     out[0] = as_strided(x, shape, st, x.offset());
   } else {
-    Tensor c = make_tensor(x.shape(), x.dtype());
+    Tensor c = make_tensor(x.shape(), x.dtype(), x.device());
     copy_into(c, x);
     out[0] = as_strided(c, shape, contiguous_strides(shape), 0);
   }
