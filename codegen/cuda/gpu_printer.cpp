@@ -305,14 +305,21 @@ std::string acc_finish(const kir::Reduction& r, const std::string& acc) {
   }
 }
 
-// The needed expressions at inner index `j` (row offsets b<a> in scope).
+// Which statements eval_row prints: all, the loads only, or all but the loads
+// (unrolled loops put every lane's loads before any lane's arithmetic).
+enum class Part { kAll, kLoads, kMath };
+
+// The needed expressions at inner index `j` (row offsets b<a> in scope), named
+// with suffix `sfx`.
 void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
-              const std::string& j, const std::string& ind) {
+              const std::string& j, const std::string& ind, const std::string& sfx = "",
+              Part part = Part::kAll) {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!need[i]) continue;
     const Expr& e = k.exprs[i];
-    os << ind << "const " << compute_type(e.dtype) << " e" << i << " = ";
+    if (part != Part::kAll && (e.kind == ExprKind::kLoad) != (part == Part::kLoads)) continue;
+    os << ind << "const " << compute_type(e.dtype) << " e" << i << sfx << " = ";
     switch (e.kind) {
       case ExprKind::kLoad: {
         const auto a = static_cast<size_t>(e.arg);
@@ -330,7 +337,7 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
       case ExprKind::kOp: {
         const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
                                              : k.exprs[static_cast<size_t>(e.a)].dtype;
-        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x); };
+        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x, sfx); };
         os << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c)));
         break;
       }
@@ -341,14 +348,14 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
 
 // Stores (by index) at inner index j; row stores go to the row's element.
 void emit_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& which,
-                 const std::string& j, const std::string& ind) {
+                 const std::string& j, const std::string& ind, const std::string& sfx = "") {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i : which) {
     const kir::Store& s = k.stores[i];
     const auto a = static_cast<size_t>(s.arg);
     const std::string off = k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
-    os << ind << "p" << a << "[" << off << "] = " << store_value(k.args[a].dtype, str("e", s.expr))
-       << ";\n";
+    os << ind << "p" << a << "[" << off
+       << "] = " << store_value(k.args[a].dtype, str("e", s.expr, sfx)) << ";\n";
   }
 }
 
@@ -369,6 +376,9 @@ void block_reduce(std::ostream& os, const kir::Reduction& r, size_t idx) {
      << acc_combine(r, acc, str(sh, "[w]")) << " }\n"
      << "      __syncthreads();\n";
 }
+
+// Elements per thread per step of a row loop (loads in flight per thread).
+constexpr int kRowUnroll = 4;
 
 std::string print_row_kernel(const Kernel& k, const std::string& symbol) {
   const kir::detail::Analysis an = kir::detail::analyze(k);
@@ -423,18 +433,36 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol) {
       if (k.reductions[r].phase == p)
         os << "      " << acc_type(k.reductions[r]) << " acc" << r << " = "
            << acc_identity(k.reductions[r]) << ";\n";
-    os << "      for (long long j = threadIdx.x; j < inner; j += blockDim.x) {\n";
-    eval_row(os, k, kir::detail::needed(k, roots), "j", "        ");
-    for (size_t r = 0; r < k.reductions.size(); ++r) {
-      const kir::Reduction& red = k.reductions[r];
-      if (red.phase != p) continue;
-      const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
-      std::string x = str("e", red.expr);
-      if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
-      if (red.op == OpId::sum && !is_floating(red.dtype))
-        x = str("(unsigned long long)(long long)", x);
-      os << "        " << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x)) << "\n";
+    const std::vector<char> need = kir::detail::needed(k, roots);
+    auto steps = [&](const std::string& sfx) {
+      for (size_t r = 0; r < k.reductions.size(); ++r) {
+        const kir::Reduction& red = k.reductions[r];
+        if (red.phase != p) continue;
+        const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
+        std::string x = str("e", red.expr, sfx);
+        if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
+        if (red.op == OpId::sum && !is_floating(red.dtype))
+          x = str("(unsigned long long)(long long)", x);
+        os << "        " << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x))
+           << "\n";
+      }
+    };
+    // kUnroll elements a block apart per step, loaded before any is used, and
+    // accumulated in the order the plain loop would: results do not change.
+    os << "      long long j = threadIdx.x;\n"
+       << "      for (; j + " << kRowUnroll - 1
+       << " * (long long)blockDim.x < inner; j += " << kRowUnroll
+       << " * (long long)blockDim.x) {\n";
+    for (int l = 0; l < kRowUnroll; ++l)
+      eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "        ", str("_", l),
+               Part::kLoads);
+    for (int l = 0; l < kRowUnroll; ++l) {
+      eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
+      steps(str("_", l));
     }
+    os << "      }\n      for (; j < inner; j += blockDim.x) {\n";
+    eval_row(os, k, need, "j", "        ");
+    steps("");
     os << "      }\n";
     for (size_t r = 0; r < k.reductions.size(); ++r)
       if (k.reductions[r].phase == p) {
@@ -452,8 +480,21 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol) {
       which.push_back(i);
     }
   if (!which.empty()) {
-    os << "    for (long long j = threadIdx.x; j < inner; j += blockDim.x) {\n";
-    eval_row(os, k, kir::detail::needed(k, roots), "j", "      ");
+    const std::vector<char> need = kir::detail::needed(k, roots);
+    os << "    long long j = threadIdx.x;\n"
+       << "    for (; j + " << kRowUnroll - 1
+       << " * (long long)blockDim.x < inner; j += " << kRowUnroll
+       << " * (long long)blockDim.x) {\n";
+    for (int l = 0; l < kRowUnroll; ++l)
+      eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "      ", str("_", l),
+               Part::kLoads);
+    for (int l = 0; l < kRowUnroll; ++l)
+      eval_row(os, k, need, "", "      ", str("_", l), Part::kMath);
+    for (int l = 0; l < kRowUnroll; ++l)
+      emit_stores(os, k, which, str("(j + ", l, " * (long long)blockDim.x)"), "      ",
+                  str("_", l));
+    os << "    }\n    for (; j < inner; j += blockDim.x) {\n";
+    eval_row(os, k, need, "j", "      ");
     emit_stores(os, k, which, "j", "      ");
     os << "    }\n";
   }
