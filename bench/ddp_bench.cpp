@@ -9,14 +9,16 @@
 //            bf16 and fp16 compression hooks
 //   naive    backward, then one blocking all-reduce per gradient
 //   flat     backward, then one all-reduce of all gradients (no overlap)
-//   comm     the all-reduce of the gradients' bytes alone
+//   comm     the all-reduce of the gradients' bytes alone, in a comm buffer (as
+//            DDP's buckets) and in a plain tensor
 // plus the fraction of DDP's all-reduce time that ran while backward was still
-// computing, and the wait after it, from the Work timestamps. Each row shows
-// its wall time against `single` (each rank has one compute thread, as the
-// single process does) and against `local` (the same two processes on the
-// same cores, minus the communication), and the CPU time per rank and step
-// (all its threads). By default every round runs one step of every row, so
-// load from other processes hits the rows alike.
+// computing, and the wait after it, from the Work timestamps. A row's time
+// per step is the slower rank's. Each row shows it against `single` (each
+// rank has one compute thread, as the single process does) and against
+// `local` (the same two processes on the same cores, minus the
+// communication: what DDP can at best reach when the ranks run at different
+// speeds), and the CPU time per rank and step (all its threads). By default every round runs one
+// step of every row, so load from other processes hits the rows alike.
 //
 //   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
 //             [--first-bucket-mb X] [--compile] [--trace]
@@ -213,7 +215,7 @@ int worker(const Args& a) {
   auto pg = dist::default_group();
   const int rank = pg->rank();
   // `plain` runs the rows without DDP; `wrapped` is DDP's (its hooks stay on its parameters).
-  bench::MlpStep plain, wrapped, compressed, halved;
+  bench::MlpStep plain, wrapped, compressed, halved, copied;
   int64_t numel = 0;
   for (auto& p : plain.model->parameters()) numel += p.numel();
   dist::DistributedDataParallel ddp(
@@ -248,11 +250,26 @@ int worker(const Args& a) {
         return loss;
       },
       {.enabled = a.compile, .name = "ddp_bench_f16"});
+  // The default reduction as a comm hook: backward's thread copies each gradient
+  // into its bucket, then the bucket is all-reduced (DDP's default before
+  // all_reduce_into).
+  dist::DistributedDataParallel ddp_copy(copied.model, {.bucket_cap_mb = a.bucket_cap_mb,
+                                                        .first_bucket_mb = a.first_bucket_mb,
+                                                        .trace_collectives = false});
+  ddp_copy.register_comm_hook(dist::allreduce_hook);
+  auto fwd_bwd_copy = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = cross_entropy(ddp_copy(x), y);
+        loss.backward();
+        return loss;
+      },
+      {.enabled = a.compile, .name = "ddp_bench_copy"});
   auto plain_backward = [&] {
     plain.opt->zero_grad();
     cross_entropy(plain.model->forward(plain.x), plain.y).backward();
   };
   Tensor flat = zeros({numel});
+  Tensor flat_comm = pg->make_comm_buffer(numel, DType::f32);  // as DDP's buckets
   if (a.trace && !a.compile) {
     trace(a, *pg, plain, wrapped, ddp);
     dist::destroy_process_group();
@@ -273,6 +290,12 @@ int worker(const Args& a) {
          wrapped.opt->zero_grad(false);
          fwd_bwd(wrapped.x, wrapped.y);
          wrapped.opt->step();
+       }},
+      {"DDP + allreduce_hook (copies into buckets)",
+       [&] {
+         copied.opt->zero_grad();
+         fwd_bwd_copy(copied.x, copied.y);
+         copied.opt->step();
        }},
       {"DDP + bf16_compress_hook",
        [&] {
@@ -301,7 +324,9 @@ int worker(const Args& a) {
          pg->all_reduce_coalesced(gs, dist::ReduceOp::kAvg)->wait();
          plain.opt->step();
        }},
-      {"all-reduce of the gradients alone",
+      {"all-reduce of the gradients' size, comm buffer",
+       [&] { pg->all_reduce(flat_comm, dist::ReduceOp::kAvg)->wait(); }},
+      {"all-reduce of the gradients' size, plain tensor",
        [&] { pg->all_reduce(flat, dist::ReduceOp::kAvg)->wait(); }},
   };
   // Overlap of DDP's all-reduces with backward, from the Work timestamps.
@@ -336,36 +361,50 @@ int worker(const Args& a) {
       }
     }
   }
-  // Both ranks' CPU times reach rank 0 (it prints the mean of the two).
-  std::vector<Tensor> cpus;
-  for (int r = 0; r < pg->size(); ++r) cpus.push_back(zeros({int64_t(rows.size())}, DType::f64));
-  Tensor mine = zeros({int64_t(rows.size())}, DType::f64);
-  for (size_t i = 0; i < rows.size(); ++i) mine.data<double>()[i] = median(rows[i].cpu);
-  pg->all_gather(cpus, mine)->wait();
+  // Every rank's step times and CPU reach rank 0. A row's time per step is the
+  // slower rank's (the job's step; a DDP rank waits for the other anyway).
+  const auto nrows = static_cast<int64_t>(rows.size());
+  Tensor mine = zeros({nrows, a.iters + 1}, DType::f64);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    double* m = mine.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
+    for (size_t k = 0; k < rows[i].times.size(); ++k) m[k] = rows[i].times[k];
+    m[a.iters] = median(rows[i].cpu);
+  }
+  std::vector<Tensor> all;
+  for (int r = 0; r < pg->size(); ++r) all.push_back(zeros({nrows, a.iters + 1}, DType::f64));
+  pg->all_gather(all, mine)->wait();
   if (rank == 0) {
-    const double single = median(rows[0].times), local = median(rows[1].times);
+    std::vector<double> job(rows.size()), cpu(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::vector<double> t(static_cast<size_t>(a.iters), 0.0);
+      int n = 0;
+      for (const Tensor& x : all) {
+        const double* m = x.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
+        if (m[a.iters] == 0.0) continue;  // this rank does not run the row
+        for (int k = 0; k < a.iters; ++k) t[size_t(k)] = std::max(t[size_t(k)], m[k]);
+        cpu[i] += m[a.iters];
+        ++n;
+      }
+      job[i] = median(t);
+      cpu[i] /= std::max(n, 1);
+    }
+    const double single = job[0], local = job[1];
     std::printf(
         "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s (%s), "
         "1 thread each; %s; %zu DDP bucket(s) (cap %.3g MB, first %.3g MB); "
-        "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds\n"
-        "  %-44s %8s  %6s  %8s  %s\n",
+        "%.1f MB of gradients; median of %d steps per row in %d interleaved rounds; a step "
+        "lasts until the slower rank finished it\n"
+        "  %-48s %8s  %7s  %7s  %s\n",
         pg->size(), pg->backend().c_str(), pg->transport().c_str(),
         a.compile ? "compiled forward+backward" : "eager", ddp.num_buckets(), a.bucket_cap_mb,
         a.first_bucket_mb, 4.0 * static_cast<double>(numel) / 1e6, a.iters, rounds, "", "wall",
         "/single", "/both", "CPU per rank (all its threads)");
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& row = rows[i];
-      const double t = median(row.times);
-      double cpu = 0;
-      int n = 0;
-      for (const Tensor& c : cpus)
-        if (!row.rank0_only || n == 0) cpu += c.data<double>()[i], ++n;
-      cpu /= n;
-      if (&row == &rows.back())
-        std::printf("  %-44s %8.2f ms %26s %6.2f ms\n", row.name, t, "", cpu);
+      if (std::strncmp(rows[i].name, "all-reduce", 10) == 0)
+        std::printf("  %-48s %8.2f ms %18s %6.2f ms\n", rows[i].name, job[i], "", cpu[i]);
       else
-        std::printf("  %-44s %8.2f ms  %5.3fx  %6.3fx  %6.2f ms\n", row.name, t, t / single,
-                    t / local, cpu);
+        std::printf("  %-48s %8.2f ms  %6.3fx  %6.3fx  %6.2f ms\n", rows[i].name, job[i],
+                    job[i] / single, job[i] / local, cpu[i]);
     }
     if (!comm.empty())
       std::printf(

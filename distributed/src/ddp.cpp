@@ -467,7 +467,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   std::vector<Tensor> ps;
   for (auto& [name, t] : module_->named_parameters()) {
     if (!t.requires_grad()) continue;
-    r->params.push_back({name, t, 0, Tensor()});
+    r->params.push_back({name, t, 0, Tensor(), Tensor()});
     ps.push_back(t);
   }
   KILN_CHECK(!ps.empty(), kTag,
