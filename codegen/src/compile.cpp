@@ -373,8 +373,14 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   stats.graph_nodes = plan->graph->num_nodes();
   stats.fused_kernels = static_cast<int>(plan->exec->num_kernels() +
                                          (plan->bwd_exec ? plan->bwd_exec->num_kernels() : 0));
+  stats.predicted_peak_bytes = plan->predicted_peak;
+  if (!plan->budget_met)
+    std::cerr << "[kiln] warning: " << opts.name << ": memory_budget " << opts.memory_budget
+              << " bytes cannot be met: the smallest predicted peak rematerialization reached is "
+              << plan->remat_after << " bytes (" << plan->remat_before << " without it)\n";
   dump(dump_dir, opts.name, plan->id, "optimized", *plan->graph);
   dump_kernels(dump_dir, opts.name, plan->id, "optimized", *plan->exec);
+  dump_remat(dump_dir, opts.name, *plan);
   if (plan->bwd_graph) {
     dump(dump_dir, opts.name, plan->id, "backward", *plan->bwd_graph);
     dump_kernels(dump_dir, opts.name, plan->id, "backward", *plan->bwd_exec);

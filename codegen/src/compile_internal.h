@@ -70,6 +70,11 @@ struct Plan {
   // ---- graphs and executables ----
   std::shared_ptr<ir::Graph> graph;  ///< optimized forward (or whole) graph
   std::unique_ptr<Executor> exec;
+  int64_t predicted_peak = 0;  ///< of `exec`'s schedule (passes/remat.h)
+  int64_t remat_before = 0;    ///< the remat pass's node-order model, before / after it ran
+  int64_t remat_after = 0;
+  bool budget_met = true;  ///< CompileOptions::memory_budget was reached
+  std::string remat_log;   ///< the remat pass's decisions (KILN_DUMP)
   // ---- differentiable compiled forward ----
   std::vector<DiffInput> diff_inputs;
   std::vector<int> result_grad;  ///< results that take a gradient
@@ -170,6 +175,9 @@ std::string compare_runs(const Plan& p, const std::vector<Tensor>& compiled,
 /// Writes <dir>/<name>.<plan>.<stage>.kir and .dot (nothing if dir is empty).
 void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
           const ir::Graph& g);
+/// Writes <dir>/<name>.<plan>.remat.txt: predicted peaks, and what the remat pass
+/// saves and recomputes (nothing if dir is empty).
+void dump_remat(const std::string& dir, const std::string& name, const Plan& p);
 /// Writes <dir>/<name>.<plan>.<stage>.fusion.txt: the executor's fusion groups,
 /// schedule and kernel IR (nothing if dir is empty).
 void dump_kernels(const std::string& dir, const std::string& name, int plan, const char* stage,

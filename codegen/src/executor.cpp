@@ -228,13 +228,20 @@ void Executor::build_schedule() {
   };
   for (size_t u = 0; u < nu; ++u)
     if (live[u] && indeg[u] == 0) make_ready(static_cast<int>(u));
+  // A recomputation (remat, checkpoint) runs at its own position, never early
+  // with another instance of its kernel: its inputs are ready since the forward.
+  std::vector<char> recomputes(static_cast<size_t>(ng), 0);
+  for (int gi = 0; gi < ng; ++gi)
+    for (const ir::Node* n : plan_.groups[static_cast<size_t>(gi)].nodes)
+      recomputes[static_cast<size_t>(gi)] |= n->attrs.has("recompute") ? 1 : 0;
   std::vector<std::vector<int>> order;  // units per step
   while (!avail.empty() || !waiting.empty()) {
     const int best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
     std::vector<int> batch{best};
     if (best < ng && opts_.horizontal && !column_sums(best))
       for (const Entry& e : ready_of[static_cast<size_t>(kid(best))])
-        if (e.second != best) batch.push_back(e.second);
+        if (e.second != best && !recomputes[static_cast<size_t>(e.second)])
+          batch.push_back(e.second);
     std::sort(batch.begin(), batch.end(), [&](int a, int b) {
       return first_pos[static_cast<size_t>(a)] < first_pos[static_cast<size_t>(b)];
     });
@@ -416,8 +423,14 @@ namespace {
 class Liveness {
  public:
   explicit Liveness(bool on) : on_(on) {}
+  // A buffer that existed before the run (a graph input): its views and the
+  // outputs written into it are not intermediate buffers.
+  void exclude(const Tensor& t) {
+    if (on_ && t.defined() && t.impl()->storage) excluded_.insert(t.impl()->storage.get());
+  }
   void hold(const Tensor& t) {
     if (!on_ || !t.defined() || !t.impl()->storage) return;
+    if (excluded_.count(t.impl()->storage.get())) return;
     if (live_[t.impl()->storage.get()]++ == 0)
       cur_ += static_cast<int64_t>(t.impl()->storage->nbytes);
     peak_ = std::max(peak_, cur_);
@@ -435,6 +448,7 @@ class Liveness {
  private:
   bool on_;
   std::unordered_map<const StorageImpl*, int> live_;
+  std::unordered_set<const StorageImpl*> excluded_;
   int64_t cur_ = 0, peak_ = 0;
 };
 
@@ -605,6 +619,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     return -1;
   };
   Liveness mem(args.stats != nullptr);
+  for (const Tensor& t : args.inputs) mem.exclude(t);
   RunStats st;
   // Host buffers (by the host's output slot) allocated by their first placed
   // matmul, until the host step takes them.

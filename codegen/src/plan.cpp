@@ -14,6 +14,7 @@
 #include "kiln/ir/text.h"
 #include "kiln/nn/module.h"
 #include "kiln/passes/pass_manager.h"
+#include "kiln/passes/remat.h"
 #include "kiln/random.h"
 #include "partition.h"
 
@@ -253,10 +254,27 @@ ExecutorOptions executor_options(const CompileOptions& opts) {
   return eo;
 }
 
-std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts) {
+// `p` (given for the whole or forward graph) receives the remat pass's report.
+std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts,
+                                    Plan* p = nullptr) {
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
+  passes::RematScope remat({.memory_budget = opts.memory_budget});
   passes::run_pipeline(*g, names);
+  if (opts.pipeline.empty()) {
+    passes::PipelineOptions once;
+    once.fixpoint = false;
+    passes::run_pipeline(*g, passes::late_pipeline(), once);
+  }
+  if (p) {
+    const passes::RematReport& r = remat.report();
+    p->remat_after = r.peak_before > 0 ? r.peak_after : passes::predicted_peak_bytes(*g);
+    p->remat_before = r.peak_before > 0 ? r.peak_before : p->remat_after;
+    p->budget_met = opts.memory_budget <= 0 || p->remat_after <= opts.memory_budget;
+    p->remat_log.clear();
+    for (const std::string& line : r.log) p->remat_log += line + "\n";
+    p->remat_log += passes::remat_summary(*g);
+  }
   return g;
 }
 
@@ -289,8 +307,9 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   traced.reset();
   if (opts.freeze) freeze(p, *g);
   if (p.result_grad.empty()) {
-    p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts));
+    p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
     p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
+    p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
     p.num_fwd_outputs = p.outputs.size();
     return;
   }
@@ -312,9 +331,10 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   p.inputs = std::move(fwd_in);
   p.outputs = std::move(fwd_out);
   p.num_fwd_outputs = p.outputs.size();
-  p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts));
+  p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts, &p));
   p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
   p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
+  p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
   p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts));
 }
 
@@ -768,6 +788,14 @@ void dump_files(const std::string& dir, const std::string& name, int plan, const
 }
 
 }  // namespace
+
+void dump_remat(const std::string& dir, const std::string& name, const Plan& p) {
+  if (dir.empty()) return;
+  dump_files(dir, name, p.id, "remat",
+             {{".txt", str("predicted peak ", p.predicted_peak, " bytes (executor schedule); ",
+                           "node order: ", p.remat_before, " before remat, ", p.remat_after,
+                           " after\n", p.remat_log)}});
+}
 
 void dump(const std::string& dir, const std::string& name, int plan, const char* stage,
           const ir::Graph& g) {

@@ -60,6 +60,10 @@
 //    and proving each such merge acyclic (rule 5) searches everything between
 //    the two, which made planning quadratic in depth. Merges within the span
 //    are unaffected.
+// 11. A recomputed node (attribute `recompute`: passes/src/remat.cpp, or a
+//    kiln::checkpoint region's replay) joins no group holding an unmarked node
+//    before it: it would be computed, and stored, where the original was, which
+//    undoes the recomputation. Its own chain and the readers after it fuse.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
@@ -521,6 +525,9 @@ struct Planner {
     std::sort(cand.begin(), cand.end(),
               [&](const Node* a, const Node* b) { return ctx.at(a) < ctx.at(b); });
     if (ctx.at(n) - ctx.at(cand.front()) > opts.max_group_span) return false;  // rule 10
+    // Rule 11 (cand is in order): an unmarked first node admits no recomputed one.
+    auto marked = [](const Node* x) { return x->attrs.has("recompute"); };
+    if (!marked(cand.front()) && std::any_of(cand.begin() + 1, cand.end(), marked)) return false;
     if (!analyze(ctx, cand, nullptr)) return false;
     if (!merged.empty() && !acyclic(cand, merged, ctx.at(n))) return false;
     int target;

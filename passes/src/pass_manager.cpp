@@ -221,4 +221,10 @@ std::vector<std::string> standard_pipeline() {
           "pads_to_cat", "simplify", "dce",            "schedule_collectives"};
 }
 
+// remat decides on the final graph, once: the fixpoint loop would let cse and
+// simplify rework its copies between runs (merging copies that became equal).
+std::vector<std::string> late_pipeline() {
+  return {"remat"};
+}
+
 }  // namespace kiln::passes

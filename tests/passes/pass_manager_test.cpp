@@ -79,14 +79,15 @@ TEST(PassManager, RegistryFollowsPassList) {
     EXPECT_NE(p.fn, nullptr);
     EXPECT_GT(std::string(p.summary).size(), 0u);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"dce", "cse", "fold_constants", "simplify",
-                                             "elide_copies", "pads_to_cat",
-                                             "schedule_collectives"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"dce", "cse", "fold_constants", "simplify", "elide_copies",
+                                      "pads_to_cat", "schedule_collectives", "remat"}));
   ASSERT_NE(find_pass("cse"), nullptr);
   EXPECT_EQ(find_pass("cse")->fn, &cse);
   EXPECT_EQ(find_pass("CSE"), nullptr);
   EXPECT_EQ(find_pass(""), nullptr);
   for (const std::string& n : standard_pipeline()) EXPECT_NE(find_pass(n), nullptr) << n;
+  for (const std::string& n : late_pipeline()) EXPECT_NE(find_pass(n), nullptr) << n;
 }
 
 TEST(PassManager, StandardPipelineOptimizes) {

@@ -84,6 +84,13 @@ struct CompileOptions {
   /// reciprocal (within an ulp), and a max/min over a row holding both +0 and -0
   /// may return either zero. false: eager's order, division and tie rule (slower).
   bool reassociate = true;
+  /// Peak bytes of intermediate buffers a compiled call should fit: the remat
+  /// pass recomputes values after the predicted peak instead of keeping them
+  /// (elementwise chains first, then reductions, then matmuls), with a warning
+  /// naming the smallest peak it reached when the budget cannot be met. 0: the
+  /// default policy (cheap elementwise chains only, and only when the peak drops).
+  /// remat runs after the standard pipeline; a custom `pipeline` runs it where it lists it.
+  int64_t memory_budget = 0;
 };
 
 /// Counters of a compiled function (tests and benchmarks read them).
@@ -95,7 +102,10 @@ struct CompileStats {
   int evictions = 0;                 ///< plans dropped by the plan limit (least recently used)
   double trace_ms = 0;               ///< total time spent tracing
   double passes_ms = 0;              ///< total time in the pass pipeline and kernel compiles
-  int64_t last_peak_bytes = 0;       ///< executor peak memory of the last compiled call
+  int64_t last_peak_bytes = 0;       ///< executor peak memory of the last compiled call (measured)
+  /// The last plan's predicted peak: its executor schedule under the model of
+  /// passes/remat.h (in-place reuse and placement lower the measured one).
+  int64_t predicted_peak_bytes = 0;
   std::string last_miss;             ///< the guard that failed at the last re-trace
   size_t graph_nodes = 0;            ///< nodes of the last optimized graph
   int check_mismatches = 0;          ///< KILN_CHECK_COMPILED calls that differed from eager

@@ -70,6 +70,8 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 bool pass_disabled(std::string_view name);
 /// The standard pipeline's pass names.
 std::vector<std::string> standard_pipeline();
+/// Passes run once, without fixpoint, after the standard pipeline (remat).
+std::vector<std::string> late_pipeline();
 
 /// The driver of a rule-based pass: every node of op `op` with one output is
 /// replaced by rewrite(g, n) (a Value* of the same meaning, or null to keep

@@ -1,0 +1,73 @@
+// Rematerialization: which values a straight-line graph (typically a traced
+// training step, forward + backward + update) keeps alive until a late use and
+// which it computes again just before that use, so the predicted peak memory
+// drops — under a memory budget when one is set. The rules and the memory model
+// are at the top of passes/src/remat.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+#include "kiln/passes/fuse.h"
+
+namespace kiln::passes {
+
+/// How the remat pass decides (set for a pipeline run with RematScope).
+struct RematOptions {
+  /// Peak bytes the graph should fit (the model of predicted_peak_bytes); 0:
+  /// the default policy (only cheap elementwise/view chains, only if the peak drops).
+  int64_t memory_budget = 0;
+};
+
+/// What the remat pass did to one graph (over every run in a RematScope).
+struct RematReport {
+  int64_t budget = 0;            ///< RematOptions::memory_budget
+  int64_t peak_before = 0;       ///< predicted peak of the graph the first run saw
+  int64_t peak_after = 0;        ///< predicted peak after the last run
+  bool budget_met = true;        ///< peak_after <= budget (or no budget)
+  int splits = 0;                ///< accepted cuts
+  int recomputed = 0;            ///< nodes added as recomputations
+  std::vector<std::string> log;  ///< one line per accepted cut
+};
+
+/// Predicted peak bytes of running `g` node by node in its order: each node's
+/// output buffer lives from that node to its last use (views share their
+/// source's buffer; graph inputs and constants are not counted; graph outputs
+/// live to the end). Symbolic dims count as 64.
+int64_t predicted_peak_bytes(const ir::Graph& g);
+/// The same for the executor's schedule of `g` under a fusion plan: groups run
+/// as units in the executor's order, values inside a group are never stored.
+int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan);
+
+/// While alive, the remat pass on this thread uses `opts` and records what it
+/// does into report() (scopes nest; the innermost wins).
+class RematScope {
+ public:
+  explicit RematScope(RematOptions opts);
+  ~RematScope();
+  RematScope(const RematScope&) = delete;
+  RematScope& operator=(const RematScope&) = delete;
+  const RematOptions& options() const { return opts_; }
+  /// What the pass did while this scope was active.
+  const RematReport& report() const { return report_; }
+  RematReport& report() { return report_; }
+
+ private:
+  RematOptions opts_;
+  RematReport report_;
+  RematScope* outer_;
+};
+
+/// The pass: rematerializes at the predicted peak while that lowers it (see
+/// remat.cpp). Recomputed nodes carry `recompute=<negative id>` so CSE and
+/// fusion keep them apart from the originals. Returns true if it changed g.
+bool remat(ir::Graph& g);
+
+/// What g recomputes, one line per cut ("recompute -1: 4 nodes (mul, erf, add,
+/// mul) -> %57 %60 %63 from saved %55"), values numbered as ir::print numbers
+/// them; "" if nothing is recomputed.
+std::string remat_summary(const ir::Graph& g);
+
+}  // namespace kiln::passes

@@ -1,0 +1,181 @@
+// Tests of passes/src/remat.cpp: the memory model, the default policy's cuts
+// (before/after IR text), budgets, and randomized graphs whose results must not
+// change.
+#include "kiln/passes/remat.h"
+
+#include "kiln/passes/cse.h"
+#include "passes/pass_test_util.h"
+
+namespace kiln::passes {
+namespace {
+
+using testing::expect_pass;
+using testing::expect_unchanged;
+
+// A GELU-like chain whose intermediates a late "backward" reads: the default
+// policy keeps only %1 and recomputes the chain after the peak (marked).
+constexpr const char* kChain = R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = matmul(%0, %1) : f32[64, 64]
+  %3 = exp(%2) : f32[64, 64]
+  %4 = neg(%3) : f32[64, 64]
+  %5 = tanh(%4) : f32[64, 64]
+  %6 = matmul(%5, %1) : f32[64, 64]
+  %7 = matmul(%6, %1) : f32[64, 64]
+  %8 = matmul(%7, %1) : f32[64, 64]
+  %9 = mul(%8, %3) : f32[64, 64]
+  %10 = mul(%9, %4) : f32[64, 64]
+  %11 = mul(%10, %5) : f32[64, 64]
+  return %11 "out0"
+}
+)";
+
+TEST(Remat, PredictedPeakCountsLiveBuffers) {
+  // Inputs are free; 16 KiB per buffer; at %8 (matmul) %3 %4 %5 %7 %8 are alive.
+  auto g = ir::parse(testing::trim_leading_newline(kChain));
+  EXPECT_EQ(predicted_peak_bytes(*g), 5 * 64 * 64 * 4);
+}
+
+TEST(Remat, DefaultPolicyRecomputesTheChain) {
+  // The cut before the peak (%7's matmul) keeps %3 (as big as %2, and read
+  // late itself: a tie goes to saving what is needed) and recomputes neg and
+  // tanh from it just before their late readers. Predicted peak: 5 -> 3 buffers.
+  expect_pass(remat, kChain, R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = matmul(%0, %1) : f32[64, 64]
+  %3 = exp(%2) : f32[64, 64]
+  %4 = neg(%3) : f32[64, 64]
+  %5 = tanh(%4) : f32[64, 64]
+  %6 = matmul(%5, %1) : f32[64, 64]
+  %7 = matmul(%6, %1) : f32[64, 64]
+  %8 = matmul(%7, %1) : f32[64, 64]
+  %9 = mul(%8, %3) : f32[64, 64]
+  %10 = neg(%3) {recompute=-1} : f32[64, 64]
+  %11 = mul(%9, %10) : f32[64, 64]
+  %12 = tanh(%10) {recompute=-1} : f32[64, 64]
+  %13 = mul(%11, %12) : f32[64, 64]
+  return %13 "out0"
+}
+)",
+              true);
+  auto g = ir::parse(testing::trim_leading_newline(kChain));
+  remat(*g);
+  EXPECT_EQ(predicted_peak_bytes(*g), 3 * 64 * 64 * 4);
+}
+
+TEST(Remat, CopiesSurviveCseAndASecondRun) {
+  // CSE must not merge a recomputation back into its original (the classic
+  // bug: it would undo the pass); running remat again changes nothing.
+  auto g = ir::parse(testing::trim_leading_newline(kChain));
+  ASSERT_TRUE(remat(*g));
+  const std::string once = ir::print(*g);
+  expect_unchanged(cse, once);
+  expect_unchanged(remat, once);
+  EXPECT_NE(remat_summary(*g).find("remat -1: recompute 2 nodes (neg, tanh)"), std::string::npos)
+      << remat_summary(*g);
+}
+
+TEST(Remat, NothingToGainIsUnchanged) {
+  // No value is read late: the peak is the working set itself.
+  expect_unchanged(remat, R"(
+graph(%0: f32[64, 64] "arg0") {
+  %1 = exp(%0) : f32[64, 64]
+  %2 = neg(%1) : f32[64, 64]
+  %3 = mul(%2, %1) : f32[64, 64]
+  return %3 "out0"
+}
+)");
+}
+
+TEST(Remat, EmptyGraphIsUnchanged) {
+  // Regression: a graph without nodes (a function returning its argument) crashed.
+  expect_unchanged(remat, R"(
+graph(%0: f32[4] "arg0") {
+  return %0 "out0"
+}
+)");
+}
+
+TEST(Remat, RandomOpsAreNeverRecomputed) {
+  // A draw read late stays saved (the IR contract: random nodes are never
+  // duplicated); its elementwise consumer is still recomputed from it.
+  auto g = ir::parse(testing::trim_leading_newline(R"(
+graph(%0: f32[64, 64] "arg0") {
+  %1 = rand_uniform() {shape=[64, 64], dtype=f32, seed=1, offset=0} : f32[64, 64]
+  %2 = exp(%1) : f32[64, 64]
+  %3 = exp(%2) : f32[64, 64]
+  %4 = matmul(%3, %0) : f32[64, 64]
+  %5 = matmul(%4, %0) : f32[64, 64]
+  %6 = mul(%5, %2) : f32[64, 64]
+  %7 = mul(%6, %1) : f32[64, 64]
+  return %7 "out0"
+}
+)"));
+  RematScope scope({.memory_budget = 1});
+  remat(*g);
+  int draws = 0;
+  for (const ir::Node* n : g->nodes()) draws += n->is_op(OpId::rand_uniform);
+  EXPECT_EQ(draws, 1);
+  EXPECT_NO_THROW(ir::verify(*g));
+}
+
+// Eight layers y = tanh(x W), then a backward-like tail that reads every
+// activation in reverse order (as IR text).
+std::string layers_text() {
+  std::string s = "graph(%0: f32[128, 64] \"arg0\", %1: f32[64, 64] \"arg1\") {\n";
+  int v = 2;
+  std::vector<int> acts;
+  int x = 0;
+  for (int l = 0; l < 8; ++l) {
+    s += str("  %", v, " = matmul(%", x, ", %1) : f32[128, 64]\n");
+    s += str("  %", v + 1, " = tanh(%", v, ") : f32[128, 64]\n");
+    x = v + 1;
+    acts.push_back(x);
+    v += 2;
+  }
+  int acc = x;
+  for (auto it = acts.rbegin(); it != acts.rend(); ++it) {
+    s += str("  %", v, " = mul(%", acc, ", %", *it, ") : f32[128, 64]\n");
+    acc = v++;
+  }
+  return s + str("  return %", acc, " \"out0\"\n}\n");
+}
+
+TEST(Remat, BudgetRecomputesMatmulsAndReports) {
+  // The default policy cannot help (every late value is a tanh of a matmul);
+  // a budget lets matmuls be recomputed, marked like the rest.
+  auto g = ir::parse(layers_text());
+  const int64_t before = predicted_peak_bytes(*g);
+  EXPECT_FALSE(remat(*g));
+  RematScope scope({.memory_budget = before * 3 / 4});
+  EXPECT_TRUE(remat(*g));
+  EXPECT_NO_THROW(ir::verify(*g));
+  const RematReport& r = scope.report();
+  EXPECT_EQ(r.peak_before, before);
+  EXPECT_EQ(r.peak_after, predicted_peak_bytes(*g));
+  EXPECT_TRUE(r.budget_met) << r.peak_after << " > " << r.budget;
+  EXPECT_GT(r.splits, 0);
+  ASSERT_FALSE(r.log.empty());
+  EXPECT_NE(r.log[0].find("+matmul"), std::string::npos) << r.log[0];
+  int marked_matmuls = 0;
+  for (const ir::Node* n : g->nodes())
+    marked_matmuls += n->is_op(OpId::matmul) && n->attrs.has("recompute");
+  EXPECT_GT(marked_matmuls, 0);
+}
+
+TEST(Remat, UnreachableBudgetReportsTheSmallestPeak) {
+  // One byte cannot be met: the report says so and keeps the best peak found.
+  auto g = ir::parse(layers_text());
+  const int64_t before = predicted_peak_bytes(*g);
+  RematScope scope({.memory_budget = 1});
+  remat(*g);
+  const RematReport& r = scope.report();
+  EXPECT_FALSE(r.budget_met);
+  EXPECT_EQ(r.budget, 1);
+  EXPECT_LT(r.peak_after, before);
+  EXPECT_EQ(r.peak_after, predicted_peak_bytes(*g));
+  EXPECT_GE(r.peak_after, 2 * 128 * 64 * 4);  // a matmul's input and output
+}
+
+}  // namespace
+}  // namespace kiln::passes
