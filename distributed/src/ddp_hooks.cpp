@@ -1,7 +1,9 @@
 // DDP's communication hooks: the default averaging all-reduce, fp16/bf16
 // compression, and the Work adaptor that runs a continuation on wait().
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "kiln/autograd.h"
 #include "kiln/distributed/ddp.h"
@@ -45,16 +47,70 @@ class ThenWork final : public Work {
   std::exception_ptr error_;
 };
 
-// Pre-divides a compressed copy of the bucket (so the sum cannot overflow the
-// narrow type), all-reduces it, and casts the mean back on wait().
+// A bucket's narrow-dtype comm buffer and the last all-reduce that used it.
+struct NarrowSlot {
+  Tensor buffer;
+  WorkPtr last;
+};
+
+// The narrow comm buffer of each bucket, made once and reused (from the
+// group's make_comm_buffer: over shared memory it is reduced in place, without
+// staging). Keyed by the bucket buffer's storage, which lives as long as the
+// DDP; entries of dead buckets are dropped.
+std::shared_ptr<NarrowSlot> narrow_slot(ProcessGroup& pg, const GradBucket& bucket, DType narrow) {
+  struct Entry {
+    std::weak_ptr<StorageImpl> bucket;
+    DType dtype;
+    std::shared_ptr<NarrowSlot> slot;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> entries;
+  const auto& storage = bucket.buffer.impl()->storage;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::erase_if(entries, [](const Entry& e) { return e.bucket.expired(); });
+    for (const Entry& e : entries)
+      if (e.bucket.lock() == storage && e.dtype == narrow &&
+          e.slot->buffer.numel() == bucket.buffer.numel())
+        return e.slot;
+  }
+  // Not under the lock: every rank makes it (store round trips), and ranks may
+  // be threads of this process.
+  auto slot = std::make_shared<NarrowSlot>();
+  slot->buffer = pg.make_comm_buffer(bucket.buffer.numel(), narrow);
+  std::lock_guard<std::mutex> lock(mu);
+  entries.push_back({storage, narrow, slot});
+  return slot;
+}
+
+// Casts the bucket into its narrow buffer, all-reduces half the bytes, and
+// casts the mean back on wait(). f16 is pre-divided by the world size (the sum
+// could overflow its range); bf16 has f32's range and is averaged by the
+// reduction itself (one pass fewer).
 WorkPtr compressed_allreduce(ProcessGroup& pg, const GradBucket& bucket, DType narrow) {
-  Tensor compressed;
+  auto slot = narrow_slot(pg, bucket, narrow);
+  if (slot->last) {
+    // Normally long done; an abandoned iteration's may still be in flight. Its
+    // failure is not this call's (a broken group fails the new all-reduce too).
+    try {
+      slot->last->wait();
+    } catch (const Error&) {
+    }
+  }
+  Tensor compressed = slot->buffer;
+  ReduceOp op = ReduceOp::kAvg;
   {
     NoGradGuard ng;
-    compressed = (bucket.buffer * (1.0 / pg.size())).to(narrow);
+    if (narrow == DType::f16) {
+      compressed.copy_(bucket.buffer * (1.0 / pg.size()));
+      op = ReduceOp::kSum;
+    } else {
+      compressed.copy_(bucket.buffer);
+    }
   }
+  slot->last = pg.all_reduce(compressed, op);
   Tensor buffer = bucket.buffer;
-  return then_work(pg.all_reduce(compressed, ReduceOp::kSum), [buffer, compressed]() mutable {
+  return then_work(slot->last, [buffer, compressed]() mutable {
     NoGradGuard ng;
     buffer.copy_(compressed);
   });

@@ -78,10 +78,12 @@ using CommHook = std::function<WorkPtr(ProcessGroup&, const GradBucket&)>;
 
 /// The default reduction: all_reduce of the buffer, averaged over the ranks.
 WorkPtr allreduce_hook(ProcessGroup& pg, const GradBucket& bucket);
-/// Casts the bucket to f16 (pre-divided by the world size), all-reduces half the
-/// bytes, and casts the mean back into the buffer on wait().
+/// Casts the bucket to f16 (pre-divided by the world size) in a comm buffer kept
+/// per bucket, all-reduces half the bytes, and casts the mean back into the
+/// buffer on wait().
 WorkPtr fp16_compress_hook(ProcessGroup& pg, const GradBucket& bucket);
-/// As fp16_compress_hook with bfloat16 (f32's range, fewer mantissa bits).
+/// As fp16_compress_hook with bfloat16 (f32's range, fewer mantissa bits; the
+/// all-reduce averages, with no pre-division).
 WorkPtr bf16_compress_hook(ProcessGroup& pg, const GradBucket& bucket);
 
 /// A Work that waits for `inner` and then runs `then` once, on the thread that
