@@ -25,11 +25,12 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_LOG", "",
      "comma list of log topics: recompiles (each re-trace and the guard that failed)"},
     {"KILN_DUMP", "",
-     "directory: write traced and optimized graphs (.kir text and .dot), and under kernels/ each "
-     "compiled kernel's kernel IR, LLVM IR (plain and optimized) and assembly"},
+     "directory: write traced and optimized graphs (.kir text and .dot), what rematerialization "
+     "saves and recomputes (.remat.txt), and under kernels/ each compiled kernel's kernel IR, LLVM "
+     "IR (plain and optimized) and assembly"},
     {"KILN_CACHE_DIR", "$XDG_CACHE_HOME/kiln or ~/.cache/kiln",
      "directory of the on-disk kernel cache (compiled kernels as object files); off disables it"},
-    {"KILN_DEBUG", "0", "2 prints the IR after every pass"},
+    {"KILN_DEBUG", "0", "1 logs each rematerialization cut; 2 also prints the IR after every pass"},
     {"KILN_VERIFY", "0",
      "1 verifies the IR before and after every pass (always on in Debug builds)"},
     {"KILN_TIME_PASSES", "0", "1 prints the time each pass took"},
