@@ -1,0 +1,32 @@
+// Internal to the GPU printer: the scalar rules shared by its pointwise,
+// row-reduction and copy kernels (one definition each).
+#pragma once
+
+#include <string>
+
+#include "kiln/kernel_ir.h"
+
+namespace kiln::cuda::detail {
+
+/// The C type a value of dtype t is computed in (float for f16/bf16).
+const char* compute_type(DType t);
+/// The C type an element of dtype t is stored as.
+const char* storage_type(DType t);
+/// A double as a C literal (hex; inf/NaN through bit casts), single or double.
+std::string hex_float(double v, bool single);
+/// A kConst expression in its compute type, rounded as the interpreter rounds it.
+std::string constant(const kir::Expr& e);
+/// Op `op` over operands x, y, z of dtype `in` yielding `out` (before rounding).
+std::string op_expr(OpId op, DType in, DType out, const std::string& x, const std::string& y,
+                    const std::string& z);
+/// v rounded to f16/bf16 after an op (other dtypes: v).
+std::string rounded(DType t, const std::string& v);
+/// Element `off` of buffer p as its compute type.
+std::string load(DType t, const std::string& p, const std::string& off);
+/// A compute-type value converted for storing as dtype t.
+std::string store_value(DType t, const std::string& v);
+
+/// A kernel with row reductions (print_kernel's second half).
+std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol);
+
+}  // namespace kiln::cuda::detail

@@ -1,0 +1,329 @@
+// The GPU printer's kernels with row reductions (see gpu_printer.h): one block
+// per row, phases as block-stride loops, warp shuffles and per-warp partials.
+#include <limits>
+#include <sstream>
+
+#include "gpu_printer_internal.h"
+#include "kernel_ir_util.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda::detail {
+namespace {
+
+using kir::Expr;
+using kir::ExprKind;
+using kir::Kernel;
+
+// One block per row (grid-stride over rows). Each phase is a block-stride loop
+// over the row accumulating per thread, then a block reduction: warp shuffles,
+// one partial per warp in shared memory, every thread combining the partials
+// in warp order (deterministic). Every thread runs every statement of the
+// reduction (uniform control flow). reassoc = false kernels are launched with
+// one thread per block, which sums in index order: the interpreter's result.
+
+// A reduction's accumulator type and identity.
+const char* acc_type(const kir::Reduction& r) {
+  if (r.op != OpId::sum) return compute_type(r.dtype);
+  if (r.dtype == DType::f32 || r.dtype == DType::f64) return "double";
+  if (r.dtype == DType::f16 || r.dtype == DType::bf16) return "float";
+  return "unsigned long long";  // integer sums wrap in 64 bits
+}
+
+std::string acc_identity(const kir::Reduction& r) {
+  if (r.op == OpId::sum) return str("(", acc_type(r), ")0");
+  const bool max = r.op == OpId::max;
+  const double inf = std::numeric_limits<double>::infinity();
+  switch (r.dtype) {
+    case DType::f64:
+      return hex_float(max ? -inf : inf, false);
+    case DType::i64:
+      return max ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+    case DType::i32:
+      return max ? "(-2147483647 - 1)" : "2147483647";
+    case DType::u8:
+      return max ? "((unsigned char)0)" : "((unsigned char)255)";
+    case DType::b8:
+      return max ? "false" : "true";
+    default:
+      return hex_float(max ? -inf : inf, true);
+  }
+}
+
+// acc = acc (+) x for an accumulator and a value of the accumulator's type.
+std::string acc_combine(const kir::Reduction& r, const std::string& acc, const std::string& x) {
+  if (r.op == OpId::sum) return str(acc, " = ", acc, " + ", x, ";");
+  const char* cmp = r.op == OpId::max ? " > " : " < ";
+  if (!is_floating(r.dtype)) return str(acc, " = (", x, cmp, acc, ") ? ", x, " : ", acc, ";");
+  return str(acc, " = ((", x, cmp, acc, ") || (", x, " != ", x, ")) ? ", x, " : ", acc, ";");
+}
+
+// The reduction's value from its accumulator, in the compute type of its dtype.
+std::string acc_finish(const kir::Reduction& r, const std::string& acc) {
+  if (r.op != OpId::sum) return acc;
+  switch (r.dtype) {
+    case DType::f32:
+      return str("(float)", acc);
+    case DType::f64:
+      return acc;
+    case DType::f16:
+      return str("kiln_rt_f16(", acc, ")");
+    case DType::bf16:
+      return str("kiln_rt_bf16(", acc, ")");
+    case DType::b8:
+      return str("(", acc, " != 0)");
+    default:
+      return str("(", compute_type(r.dtype), ")(long long)", acc);
+  }
+}
+
+// Which statements eval_row prints: all, the loads only, or all but the loads
+// (unrolled loops put every lane's loads before any lane's arithmetic).
+enum class Part { kAll, kLoads, kMath };
+
+// The needed expressions at inner index `j` (row offsets b<a> in scope), named
+// with suffix `sfx`.
+void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
+              const std::string& j, const std::string& ind, const std::string& sfx = "",
+              Part part = Part::kAll, const std::string& guard = "") {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    if (!need[i]) continue;
+    const Expr& e = k.exprs[i];
+    if (part != Part::kAll && (e.kind == ExprKind::kLoad) != (part == Part::kLoads)) continue;
+    os << ind << "const " << compute_type(e.dtype) << " e" << i << sfx << " = ";
+    switch (e.kind) {
+      case ExprKind::kLoad: {
+        const auto a = static_cast<size_t>(e.arg);
+        const std::string off =
+            k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
+        if (!guard.empty() && k.args[a].dense[inner])  // past the row: never read
+          os << "(" << guard << ") ? " << load(e.dtype, str("p", a), off) << " : ("
+             << compute_type(e.dtype) << ")0";
+        else
+          os << load(e.dtype, str("p", a), off);
+        break;
+      }
+      case ExprKind::kConst:
+        os << constant(e);
+        break;
+      case ExprKind::kReduced:
+        os << "red" << e.arg;
+        break;
+      case ExprKind::kOp: {
+        const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
+                                             : k.exprs[static_cast<size_t>(e.a)].dtype;
+        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x, sfx); };
+        os << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c)));
+        break;
+      }
+    }
+    os << ";\n";
+  }
+}
+
+// Stores (by index) at inner index j; row stores go to the row's element.
+void emit_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& which,
+                 const std::string& j, const std::string& ind, const std::string& sfx = "") {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  for (size_t i : which) {
+    const kir::Store& s = k.stores[i];
+    const auto a = static_cast<size_t>(s.arg);
+    const std::string off = k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
+    os << ind << "p" << a << "[" << off
+       << "] = " << store_value(k.args[a].dtype, str("e", s.expr, sfx)) << ";\n";
+  }
+}
+
+void block_reduce(std::ostream& os, const kir::Reduction& r, size_t idx) {
+  const std::string acc = str("acc", idx), sh = str("kiln_sh", idx);
+  const std::string t = acc_type(r);
+  // Shuffles move 32/64-bit values: narrower accumulators travel as int.
+  const bool narrow = t == "bool" || t == "unsigned char";
+  // A one-thread block (reassoc = false) has no warp to shuffle in.
+  os << "      for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {\n"
+     << "        const " << t << " other = (" << t << ")__shfl_xor_sync(0xffffffffu, "
+     << (narrow ? "(int)" : "") << acc << ", off);\n"
+     << "        " << acc_combine(r, acc, "other") << "\n      }\n"
+     << "      if ((threadIdx.x & 31) == 0) " << sh << "[threadIdx.x >> 5] = " << acc << ";\n"
+     << "      __syncthreads();\n"
+     << "      " << acc << " = " << sh << "[0];\n"
+     << "      for (int w = 1; w < (int)((blockDim.x + 31) >> 5); ++w) { "
+     << acc_combine(r, acc, str(sh, "[w]")) << " }\n"
+     << "      __syncthreads();\n";
+}
+
+// Elements per thread per step of a row loop (loads in flight per thread).
+constexpr int kRowUnroll = 4;
+// Rows up to this many elements per thread are read once into registers.
+constexpr int kRowCache = 16;
+
+// One row's work. cached: the row fits kRowCache elements per thread, and each
+// thread loads its elements of every input once into registers (j_r = thread
+// + r * block) before the phases, which then read them without touching
+// memory; else every phase streams the row from memory (kRowUnroll loads in
+// flight). Both accumulate each thread's elements in the same order.
+void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an, bool cached) {
+  const int kr = kRowCache;
+  auto lane_j = [](int r) { return str("j_", r); };
+  if (cached) {
+    std::vector<int> all;
+    for (const kir::Reduction& r : k.reductions) all.push_back(r.expr);
+    for (size_t i = 0; i < k.stores.size(); ++i)
+      if (an.store_after[i] == -1) all.push_back(k.stores[i].expr);
+    const std::vector<char> need = kir::detail::needed(k, all);
+    for (int r = 0; r < kr; ++r)
+      os << "    const long long " << lane_j(r) << " = threadIdx.x + " << r
+         << " * (long long)blockDim.x;\n";
+    for (int r = 0; r < kr; ++r)
+      eval_row(os, k, need, lane_j(r), "    ", str("_", r), Part::kLoads,
+               str(lane_j(r), " < inner"));
+  }
+  auto row_stores = [&](int after) {
+    std::vector<int> roots;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < k.stores.size(); ++i)
+      if (an.store_after[i] == after) {
+        roots.push_back(k.stores[i].expr);
+        which.push_back(i);
+      }
+    if (which.empty()) return;
+    os << "    if (threadIdx.x == 0) {\n";
+    eval_row(os, k, kir::detail::needed(k, roots), "0", "      ");
+    emit_stores(os, k, which, "0", "      ");
+    os << "    }\n";
+  };
+  row_stores(kir::detail::Analysis::kRowStart);
+  for (int p = 0; p < an.num_phases; ++p) {
+    std::vector<int> roots;
+    for (const kir::Reduction& r : k.reductions)
+      if (r.phase == p) roots.push_back(r.expr);
+    os << "    {  // phase " << p << "\n";
+    for (size_t r = 0; r < k.reductions.size(); ++r)
+      if (k.reductions[r].phase == p)
+        os << "      " << acc_type(k.reductions[r]) << " acc" << r << " = "
+           << acc_identity(k.reductions[r]) << ";\n";
+    const std::vector<char> need = kir::detail::needed(k, roots);
+    auto steps = [&](const std::string& sfx) {
+      for (size_t r = 0; r < k.reductions.size(); ++r) {
+        const kir::Reduction& red = k.reductions[r];
+        if (red.phase != p) continue;
+        const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
+        std::string x = str("e", red.expr, sfx);
+        if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
+        if (red.op == OpId::sum && !is_floating(red.dtype))
+          x = str("(unsigned long long)(long long)", x);
+        os << "        " << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x))
+           << "\n";
+      }
+    };
+    if (cached) {
+      for (int r = 0; r < kr; ++r) {
+        os << "      if (" << lane_j(r) << " < inner) {\n";
+        eval_row(os, k, need, "", "        ", str("_", r), Part::kMath);
+        steps(str("_", r));
+        os << "      }\n";
+      }
+    } else {
+      // kUnroll elements a block apart per step, loaded before any is used, and
+      // accumulated in the order the plain loop would: results do not change.
+      os << "      long long j = threadIdx.x;\n"
+         << "      for (; j + " << kRowUnroll - 1
+         << " * (long long)blockDim.x < inner; j += " << kRowUnroll
+         << " * (long long)blockDim.x) {\n";
+      for (int l = 0; l < kRowUnroll; ++l)
+        eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "        ", str("_", l),
+                 Part::kLoads);
+      for (int l = 0; l < kRowUnroll; ++l) {
+        eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
+        steps(str("_", l));
+      }
+      os << "      }\n      for (; j < inner; j += blockDim.x) {\n";
+      eval_row(os, k, need, "j", "        ");
+      steps("");
+      os << "      }\n";
+    }
+    for (size_t r = 0; r < k.reductions.size(); ++r)
+      if (k.reductions[r].phase == p) {
+        block_reduce(os, k.reductions[r], r);
+        os << "      red" << r << " = " << acc_finish(k.reductions[r], str("acc", r)) << ";\n";
+      }
+    os << "    }\n";
+    row_stores(p);
+  }
+  std::vector<int> roots;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < k.stores.size(); ++i)
+    if (an.store_after[i] == -1) {
+      roots.push_back(k.stores[i].expr);
+      which.push_back(i);
+    }
+  if (!which.empty() && cached) {
+    const std::vector<char> need = kir::detail::needed(k, roots);
+    for (int r = 0; r < kr; ++r) {
+      os << "    if (" << lane_j(r) << " < inner) {\n";
+      eval_row(os, k, need, "", "      ", str("_", r), Part::kMath);
+      emit_stores(os, k, which, lane_j(r), "      ", str("_", r));
+      os << "    }\n";
+    }
+  } else if (!which.empty()) {
+    const std::vector<char> need = kir::detail::needed(k, roots);
+    os << "    long long j = threadIdx.x;\n"
+       << "    for (; j + " << kRowUnroll - 1
+       << " * (long long)blockDim.x < inner; j += " << kRowUnroll
+       << " * (long long)blockDim.x) {\n";
+    for (int l = 0; l < kRowUnroll; ++l)
+      eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "      ", str("_", l),
+               Part::kLoads);
+    for (int l = 0; l < kRowUnroll; ++l)
+      eval_row(os, k, need, "", "      ", str("_", l), Part::kMath);
+    for (int l = 0; l < kRowUnroll; ++l)
+      emit_stores(os, k, which, str("(j + ", l, " * (long long)blockDim.x)"), "      ",
+                  str("_", l));
+    os << "    }\n    for (; j < inner; j += blockDim.x) {\n";
+    eval_row(os, k, need, "j", "      ");
+    emit_stores(os, k, which, "j", "      ");
+    os << "    }\n";
+  }
+}
+
+}  // namespace
+
+std::string print_row_kernel(const Kernel& k, const std::string& symbol) {
+  const kir::detail::Analysis an = kir::detail::analyze(k);
+  std::ostringstream os;
+  os << "extern \"C\" __global__ void " << symbol << "(";
+  for (size_t a = 0; a < k.args.size(); ++a)
+    os << (k.args[a].is_output ? "" : "const ") << storage_type(k.args[a].dtype) << "* p" << a
+       << ", ";
+  os << "long long rows";
+  for (int d = 0; d < k.rank; ++d) os << ", long long s" << d;
+  os << ") {\n";
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    os << "  __shared__ " << acc_type(k.reductions[r]) << " kiln_sh" << r << "[32];\n";
+  os << "  const long long inner = s" << k.rank - 1 << ";\n"
+     << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  if (k.rank > 1) {
+    os << "    long long rr = row;\n";
+    for (int d = k.rank - 2; d > 0; --d)
+      os << "    const long long c" << d << " = rr % s" << d << "; rr /= s" << d << ";\n";
+    os << "    const long long c0 = rr;\n";
+  }
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    std::string b = "0";
+    for (int d = 0; d + 1 < k.rank; ++d)
+      if (k.args[a].dense[static_cast<size_t>(d)])
+        b = b == "0" ? str("c", d) : str("(", b, ") * s", d, " + c", d);
+    os << "    const long long b" << a << " = " << b << ";\n";
+  }
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
+  os << "    if (inner <= " << kRowCache << " * (long long)blockDim.x) {\n";
+  row_body(os, k, an, true);
+  os << "    } else {\n";
+  row_body(os, k, an, false);
+  os << "    }\n";
+  os << "  }\n}\n";
+  return os.str();
+}
+
+}  // namespace kiln::cuda::detail
