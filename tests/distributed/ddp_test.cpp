@@ -524,6 +524,120 @@ TEST_P(DDPBackends, AllReduceRunsWhileBackwardRuns) {
   });
 }
 
+// Forwards every call to `inner` and keeps the Works of all_reduce_into (DDP's
+// default reduction), so a test can wait for them during backward.
+class RecordingGroup final : public dist::ProcessGroup {
+ public:
+  explicit RecordingGroup(dist::ProcessGroup& inner) : in_(inner) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  std::string backend() const override { return in_.backend(); }
+  std::string transport() const override { return in_.transport(); }
+  dist::WorkPtr all_reduce(Tensor t, dist::ReduceOp op) override { return in_.all_reduce(t, op); }
+  dist::WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, dist::ReduceOp op) override {
+    return in_.all_reduce_coalesced(std::move(ts), op);
+  }
+  dist::WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst, dist::ReduceOp op) override {
+    auto w = in_.all_reduce_into(std::move(srcs), std::move(dst), op);
+    std::lock_guard<std::mutex> lock(mu_);
+    works_.push_back(w);
+    return w;
+  }
+  dist::WorkPtr broadcast(Tensor t, int root) override { return in_.broadcast(t, root); }
+  dist::WorkPtr reduce(Tensor t, int root, dist::ReduceOp op) override {
+    return in_.reduce(t, root, op);
+  }
+  dist::WorkPtr all_gather(std::vector<Tensor> outs, Tensor in) override {
+    return in_.all_gather(std::move(outs), in);
+  }
+  dist::WorkPtr reduce_scatter(Tensor out, Tensor in, dist::ReduceOp op) override {
+    return in_.reduce_scatter(out, in, op);
+  }
+  dist::WorkPtr barrier() override { return in_.barrier(); }
+  dist::WorkPtr send(Tensor t, int dst, int tag) override { return in_.send(t, dst, tag); }
+  dist::WorkPtr recv(Tensor t, int src, int tag) override { return in_.recv(t, src, tag); }
+  Tensor make_comm_buffer(int64_t numel, DType dtype) override {
+    return in_.make_comm_buffer(numel, dtype);
+  }
+  const dist::ProcessGroupOptions& options() const override { return in_.options(); }
+
+  std::vector<dist::WorkPtr> works() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return works_;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    works_.clear();
+  }
+
+ private:
+  dist::ProcessGroup& in_;
+  std::mutex mu_;
+  std::vector<dist::WorkPtr> works_;
+};
+
+// The default reduction (no comm hook; gradients after zero_grad() are read
+// where they are by all_reduce_into): buckets 0 and 1 are launched before the
+// first layer's gradients arrive, bucket 0's all-reduce completes while
+// backward waits in the first layer's hook, and afterwards every .grad is the
+// reduced bucket view. Ordering only, from Work timestamps; eager, with
+// zero_grad() and zero_grad(false).
+TEST_P(DDPBackends, DefaultReductionRunsWhileBackwardRuns) {
+  std::vector<std::shared_ptr<nn::Sequential>> models = {make_mlp(1, 256, 256, 256),
+                                                         make_mlp(1, 256, 256, 256)};
+  manual_seed(10);
+  std::vector<Tensor> xs = {randn({64, 256}), randn({64, 256})};
+  runner()(2, [&](int r, dist::ProcessGroup& pg) {
+    auto m = models[static_cast<size_t>(r)];
+    auto rec = std::make_shared<RecordingGroup>(pg);
+    auto grad_of = [&](const std::string& name) {
+      for (auto& [n, t] : m->named_parameters())
+        if (n == name) return t.grad();
+      return Tensor();
+    };
+    DistributedDataParallel ddp(
+        m, {.bucket_cap_mb = 0.1, .first_bucket_mb = 0.1, .process_group = rec});
+    ASSERT_EQ(ddp.num_buckets(), 3u);
+    size_t seen_launched = 0;
+    dist::Clock::time_point in_backward{};
+    auto first = m->at<nn::Linear>(0);
+    for (Tensor p : {first->weight, first->bias})
+      p.register_post_accumulate_grad_hook([&](const Tensor&) {
+        if (seen_launched) return;  // only at the first of the two
+        auto works = rec->works();
+        seen_launched = works.size();
+        if (!works.empty()) works[0]->wait(std::chrono::seconds(20));
+        in_backward = dist::Clock::now();
+      });
+    for (int it = 0; it < 4; ++it) {
+      m->zero_grad(/*set_to_none=*/it % 2 == 0);
+      rec->clear();
+      seen_launched = 0;
+      ddp(xs[static_cast<size_t>(r)]).pow(2).mean().backward();
+      EXPECT_EQ(seen_launched, 2u) << "rank " << r << " step " << it;
+      auto works = ddp.last_bucket_works();
+      auto launches = ddp.last_bucket_launch_times();
+      ASSERT_EQ(works.size(), 3u);
+      ASSERT_EQ(launches.size(), 3u);
+      EXPECT_EQ(rec->works().size(), 3u);  // every bucket went through all_reduce_into
+      EXPECT_LE(launches[0], launches[1]);
+      EXPECT_LE(launches[1], in_backward);
+      EXPECT_LE(launches[0], works[0]->start_time());
+      EXPECT_LE(works[0]->start_time(), works[0]->end_time());
+      EXPECT_LE(works[0]->end_time(), in_backward);
+      EXPECT_LT(in_backward, ddp.last_backward_end());
+      for (size_t b = 0; b < 3; ++b) {
+        Tensor buf = ddp.bucket_buffer(b);
+        for (const auto& name : ddp.bucket_parameter_names(b)) {
+          Tensor g = grad_of(name);
+          ASSERT_TRUE(g.defined()) << name;
+          EXPECT_EQ(g.impl()->storage, buf.impl()->storage) << name << " step " << it;
+        }
+      }
+    }
+  });
+}
+
 // ---- user errors -------------------------------------------------------------
 
 TEST(DDPErrors, BadModulesAndOptions) {
