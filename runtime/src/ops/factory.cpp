@@ -380,9 +380,13 @@ Tensor full(const Dims& shape, const Scalar& value, DType dtype) {
 }
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, const Scalar& value) { return full(t.shape(), value, t.dtype()); }
+// On t's device, as PyTorch's *_like (autograd seeds and zero gradients with
+// them: a CUDA graph must get CUDA tensors).
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()).to(t.device()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()).to(t.device()); }
+Tensor full_like(const Tensor& t, const Scalar& value) {
+  return full(t.shape(), value, t.dtype()).to(t.device());
+}
 
 Tensor arange(const Scalar& end) { return arange(0, end, 1); }
 

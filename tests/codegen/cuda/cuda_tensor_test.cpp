@@ -124,6 +124,26 @@ TEST_F(CudaTensorGpu, ViewsAndInPlaceWrites) {
   EXPECT_NE(os.str().find("device='cuda:0'"), std::string::npos) << os.str();
 }
 
+// Backward through elementwise ops, broadcasting and reductions on the device:
+// the seed and the gradients live on the GPU and equal the CPU's.
+TEST_F(CudaTensorGpu, BackwardMatchesTheCpu) {
+  const Tensor x = randn({5, 8}), w0 = randn({8}), b0 = randn({1});
+  Tensor w = w0.clone(), b = b0.clone();
+  w.requires_grad_(true);
+  b.requires_grad_(true);
+  Tensor gw = w0.cuda(), gb = b0.cuda();
+  gw.requires_grad_(true);
+  gb.requires_grad_(true);
+  auto loss = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return sum(log_softmax(tanh(x * w + b), 1) * sigmoid(x));
+  };
+  loss(x, w, b).backward();
+  loss(x.cuda(), gw, gb).backward();
+  ASSERT_TRUE(gw.grad().defined());
+  expect_same(gw.grad(), w.grad(), 1e-5, "w.grad");
+  expect_same(gb.grad(), b.grad(), 1e-5, "b.grad");
+}
+
 TEST_F(CudaTensorGpu, MixedDevicesAndMissingKernelsAreClearErrors) {
   const Tensor g = ones({3}).cuda();
   try {
