@@ -5,6 +5,8 @@
 // /dev/shm, and the switches that select TCP (KILN_SHM=0, options.shm = 0,
 // ranks that disagree). Ranks are threads (or forked processes) on loopback.
 #include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -285,6 +287,48 @@ TEST(ShmTransport, CommBuffersMatchTcp) {
       shm.barrier()->wait();
     });
   }
+}
+
+// Threads of this process whose allowed CPUs are exactly {cpu}.
+int threads_pinned_to(int cpu) {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  if (!d) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::FILE* f = std::fopen(kiln::str("/proc/self/task/", e->d_name, "/status").c_str(), "r");
+    if (!f) continue;
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "Cpus_allowed_list:", 18) == 0)
+        n += std::atoi(line + 18) == cpu && std::strpbrk(line + 18, ",-") == nullptr;
+    std::fclose(f);
+  }
+  ::closedir(d);
+  return n;
+}
+
+// When the ranks are as many as the cores, a lane runs on the core of the
+// thread that issued its collective (so its reduction takes time from that
+// rank only): ranks pinned to cores 0 and 1 find a lane thread pinned beside
+// each of them after an all_reduce.
+TEST(ShmTransport, LanesRunOnTheIssuingCoreWhenRanksFillTheHost) {
+  if (std::thread::hardware_concurrency() != 2) GTEST_SKIP() << "needs a 2-core host";
+  std::atomic<int> issued{0};
+  run_pairs(2, [&](int rank, ProcessGroup& shm, ProcessGroup&) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank, &set);
+    ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof set, &set), 0);
+    Tensor t = ones({1000});
+    shm.all_reduce(t)->wait();
+    EXPECT_EQ(t.max().item<float>(), 2.0f);
+    ++issued;
+    while (issued.load() < 2) std::this_thread::yield();
+    // This rank's thread and the lane that ran its all_reduce (at least).
+    EXPECT_GE(threads_pinned_to(rank), 2) << "rank " << rank;
+    shm.barrier()->wait();
+  });
 }
 
 // all_reduce_into: the concatenation of private sources (one of them 2-D) and

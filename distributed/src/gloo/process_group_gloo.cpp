@@ -24,6 +24,14 @@
 // them, instead of Gloo aborting the process on mismatched sizes or
 // reducing garbage for same-size mismatches; the group becomes unusable.
 //
+// Placement. When the group's ranks are at least as many as this host's cores
+// (so each rank's compute thread has a core of its own), a lane runs on the
+// core of the thread that issues its collective (re-pinned when that thread
+// moves): the reduction then takes its CPU time from its own rank, not from a
+// peer's compute thread. Unpinned, lanes of both ranks often landed on one
+// core, that rank fell behind, and the other waited for it at the end of
+// DDP's backward (bench/RESULTS.md, "CPU DDP overlap").
+//
 // Shared memory. When every rank runs on this host (and KILN_SHM is not 0),
 // the collectives move their bytes through a shared-memory segment instead
 // (src/shm/): each lane then also owns a shm::Channel, used in the same lane
@@ -39,6 +47,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -158,6 +167,7 @@ struct Lane {
   std::deque<Task> queue;
   bool stop = false;
   Task* current = nullptr;  // guarded by mu; the task being run
+  int cpu = -1;             // the core it is pinned to (pin_lanes_), guarded by mu
 };
 
 class GlooGroup final : public ProcessGroup {
@@ -204,6 +214,7 @@ class GlooGroup final : public ProcessGroup {
 
   std::shared_ptr<::gloo::transport::Device> device_;
   std::unique_ptr<shm::World> shm_;           // when every rank is on this host
+  bool pin_lanes_ = false;  // the ranks saturate this host's cores: see collective()
   std::vector<std::unique_ptr<Lane>> lanes_;  // collectives
   std::unique_ptr<Lane> p2p_;                 // waits for send/recv
 
@@ -335,6 +346,7 @@ void GlooGroup::rendezvous() {
       shm::World::connect(*store_, prefix_, rank_, size_, opts_.threads, want_shm, opts_.timeout);
   if (shm_)
     for (size_t i = 0; i < lanes_.size(); ++i) lanes_[i]->shm = &shm_->channel(int(i));
+  pin_lanes_ = shm_ && unsigned(size_) >= std::thread::hardware_concurrency();
 }
 
 CtxPtr GlooGroup::connect(const std::string& name) {
@@ -486,6 +498,20 @@ WorkPtr GlooGroup::collective(OpInfo info, Signature sig, std::vector<Tensor> re
   Lane& lane = *lanes_[work->info().seq % lanes_.size()];
   {
     std::lock_guard l(lane.mu);
+    // When the ranks saturate the cores, a lane runs on the core of the thread
+    // that issued its collective: its reduction then takes time from this rank
+    // only, not from a peer's compute thread (which would make the ranks drift
+    // apart and the peer's wait at the end of backward longer).
+    if (pin_lanes_) {
+      const int cpu = ::sched_getcpu();
+      if (cpu >= 0 && cpu != lane.cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (::pthread_setaffinity_np(lane.thread.native_handle(), sizeof set, &set) == 0)
+          lane.cpu = cpu;
+      }
+    }
     lane.queue.push_back(
         Task{work, std::move(run), uint32_t(work->info().seq), nullptr, false, sig});
   }
