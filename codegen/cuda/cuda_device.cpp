@@ -251,6 +251,7 @@ void CudaRuntime::device_copy(const Tensor& dst, const Tensor& src) {
   check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, nullptr,
                                 params, nullptr),
         "cuLaunchKernel (copy)");
+  after_launch(sym);
 }
 
 // Whether `t` can be a kernel IR argument over `shape` as it is: padded on

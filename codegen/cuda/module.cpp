@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kiln/env.h"
 #include "kiln/error.h"
 #include "nvrtc_lib.h"
 
@@ -78,6 +79,14 @@ std::vector<char> compile_for_device(const std::string& source, const std::strin
   return image;
 }
 
+void after_launch(const std::string& kernel) {
+  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
+  if (!sync) return;
+  const CUresult r = driver().cuCtxSynchronize();
+  KILN_CHECK(r == CUDA_SUCCESS, "[cuda] kernel '", kernel, "' failed: ", error_name(r), " (",
+             static_cast<int>(r), ")");
+}
+
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream) {
   KILN_CHECK(ptrs.size() == k.args.size(), "[cuda] kernel '", k.name, "' takes ", k.args.size(),
@@ -106,6 +115,7 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
                                 static_cast<unsigned>(threads), 1, 1, 0, stream, params.data(),
                                 nullptr),
         "cuLaunchKernel");
+  after_launch(k.name);
 }
 
 }  // namespace kiln::cuda

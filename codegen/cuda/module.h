@@ -55,6 +55,10 @@ class Module {
 std::vector<char> compile_for_device(const std::string& source, const std::string& name,
                                      int device);
 
+/// With KILN_CUDA_SYNC=1: waits for the kernel just launched and raises a
+/// kiln::Error naming `kernel` if it failed (otherwise nothing).
+void after_launch(const std::string& kernel);
+
 /// Launches printed kernel `fn` of `k` (gpu_printer.h's ABI) over the sizes
 /// `sizes` with device pointers `ptrs` (one per argument) on `stream`.
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,

@@ -48,6 +48,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_DIST_DEBUG", "0",
      "1 checks before every collective that all ranks issue the same op, dtype and size "
      "(reports the disagreeing ranks instead of hanging; a store round trip per collective)"},
+    {"KILN_CUDA_SYNC", "0",
+     "1 waits for every CUDA kernel and copy as it is launched, so an error names the kernel "
+     "that caused it (slow: for debugging)"},
     {"KILN_SHM", "1",
      "0 makes Gloo process groups whose ranks share one host run their collectives over TCP "
      "instead of shared memory"},
