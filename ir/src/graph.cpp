@@ -189,8 +189,9 @@ SymShape to_sym_shape(const Dims& d) {
 }
 
 Dims eval_shape(const SymShape& s, std::span<const int64_t> syms) {
+  // Executors evaluate shapes per step and per call: static dims need no call.
   Dims d;
-  for (const SymInt& x : s) d.push_back(x.eval(syms));
+  for (const SymInt& x : s) d.push_back(x.is_static() ? x.b : x.eval(syms));
   return d;
 }
 
