@@ -524,7 +524,7 @@ TEST_P(DDPBackends, AllReduceRunsWhileBackwardRuns) {
   });
 }
 
-// Forwards every call to `inner` and keeps the Works of all_reduce_into (DDP's
+// Forwards every call to `inner` and keeps the Works of all_reduce (DDP's
 // default reduction), so a test can wait for them during backward.
 class RecordingGroup final : public dist::ProcessGroup {
  public:
@@ -533,15 +533,14 @@ class RecordingGroup final : public dist::ProcessGroup {
   int size() const override { return in_.size(); }
   std::string backend() const override { return in_.backend(); }
   std::string transport() const override { return in_.transport(); }
-  dist::WorkPtr all_reduce(Tensor t, dist::ReduceOp op) override { return in_.all_reduce(t, op); }
-  dist::WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, dist::ReduceOp op) override {
-    return in_.all_reduce_coalesced(std::move(ts), op);
-  }
-  dist::WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst, dist::ReduceOp op) override {
-    auto w = in_.all_reduce_into(std::move(srcs), std::move(dst), op);
+  dist::WorkPtr all_reduce(Tensor t, dist::ReduceOp op) override {
+    auto w = in_.all_reduce(t, op);
     std::lock_guard<std::mutex> lock(mu_);
     works_.push_back(w);
     return w;
+  }
+  dist::WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, dist::ReduceOp op) override {
+    return in_.all_reduce_coalesced(std::move(ts), op);
   }
   dist::WorkPtr broadcast(Tensor t, int root) override { return in_.broadcast(t, root); }
   dist::WorkPtr reduce(Tensor t, int root, dist::ReduceOp op) override {
@@ -576,8 +575,7 @@ class RecordingGroup final : public dist::ProcessGroup {
   std::vector<dist::WorkPtr> works_;
 };
 
-// The default reduction (no comm hook; gradients after zero_grad() are read
-// where they are by all_reduce_into): buckets 0 and 1 are launched before the
+// The default reduction (no comm hook): buckets 0 and 1 are launched before the
 // first layer's gradients arrive, bucket 0's all-reduce completes while
 // backward waits in the first layer's hook, and afterwards every .grad is the
 // reduced bucket view. Ordering only, from Work timestamps; eager, with
@@ -619,7 +617,7 @@ TEST_P(DDPBackends, DefaultReductionRunsWhileBackwardRuns) {
       auto launches = ddp.last_bucket_launch_times();
       ASSERT_EQ(works.size(), 3u);
       ASSERT_EQ(launches.size(), 3u);
-      EXPECT_EQ(rec->works().size(), 3u);  // every bucket went through all_reduce_into
+      EXPECT_EQ(rec->works().size(), 3u);  // one all_reduce per bucket
       EXPECT_LE(launches[0], launches[1]);
       EXPECT_LE(launches[1], in_backward);
       EXPECT_LE(launches[0], works[0]->start_time());

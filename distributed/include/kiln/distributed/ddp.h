@@ -13,10 +13,7 @@
 //
 // During backward a post-accumulate-grad hook marks each parameter ready;
 // when a bucket's last gradient is ready its all-reduce (mean over ranks)
-// starts on the group's worker threads while backward continues. A gradient
-// that is not the bucket view yet (after zero_grad() with set_to_none) is read
-// where it is by the all-reduce (ProcessGroup::all_reduce_into), so backward's
-// thread copies nothing; the end of backward makes the bucket views the .grads. Buckets are
+// starts on the group's worker threads while backward continues. Buckets are
 // launched strictly in bucket order, so every rank issues the same sequence of
 // collectives. The end of backward waits for every bucket.
 //

@@ -101,7 +101,7 @@ class ProcessGroup {
   /// the group's worker. A src that is the matching range of dst is not copied
   /// (any other overlap with dst is an error). Into a comm buffer over shared
   /// memory the copy is fused with the reduction (each rank copies only the
-  /// shares the others reduce). DDP launches its buckets with it.
+  /// shares the others reduce).
   virtual WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst,
                                   ReduceOp op = ReduceOp::kSum);
   /// Copies root's `t` into `t` on every rank.
