@@ -261,9 +261,8 @@ int worker(const Args& a) {
         return loss;
       },
       {.enabled = a.compile, .name = "ddp_bench_f16"});
-  // The default reduction as a comm hook: backward's thread copies each gradient
-  // into its bucket, then the bucket is all-reduced (DDP's default before
-  // all_reduce_into).
+  // DDP's default reduction once more, as an explicit comm hook, in another
+  // row position: how much the position in the round moves a row.
   dist::DistributedDataParallel ddp_copy(copied.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                         .first_bucket_mb = a.first_bucket_mb,
                                                         .trace_collectives = false});
@@ -302,7 +301,7 @@ int worker(const Args& a) {
          fwd_bwd_kept(kept.x, kept.y);
          kept.opt->step();
        }},
-      {"DDP + allreduce_hook (copies into buckets)",
+      {"DDP + allreduce_hook (= default, other slot)",
        [&] {
          copied.opt->zero_grad();
          fwd_bwd_copy(copied.x, copied.y);
