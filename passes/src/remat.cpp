@@ -16,24 +16,27 @@
 // 3. How (AOTAutograd's min-cut partitioner, see shared/NOTES.md section 5):
 //    a flow network over the needed values' ancestors, each value split into
 //    in -> out with capacity = the bytes kept alive by saving it; data edges
-//    and needed -> sink are infinite; graph inputs, constants, views of them
-//    and graph outputs are free (tied to the source with an infinite edge:
-//    they stay alive anyway); a value whose op may not be recomputed (rule 4)
-//    is tied to the source at its input side, so the cut can only save it.
+//    and needed -> sink are infinite; graph inputs, constants, views of
+//    inputs and graph outputs are free (alive anyway) and stay out of the
+//    network: available on both sides of the cut. A value whose op may not
+//    be recomputed (rule 4) is tied to the source at its input side, so the
+//    cut can only save it.
 //    The minimum cut is the cheapest set of values to save; every node on the
 //    sink side is recomputed. Ties prefer saving a needed value itself (no
 //    recomputation for nothing).
-// 4. What may be recomputed, by tier. Default policy: elementwise ops, views
-//    and fills (cheap: the recomputation fuses into the backward's kernels, so
-//    it costs bandwidth already paid). Under a memory budget, tiers escalate
-//    while the budget is not met: + reductions and the other movement ops;
-//    then matmul/conv/pooling, all but every (d+1)-th of them (d = 1, 2, 3, in
-//    the order they run before the cut), so a recomputed path crosses at most
-//    d of them: the every-other-layer and sqrt(n)-style segment schemes. Left
-//    free, the cut would recompute the whole forward from the input (saving
-//    nothing: it costs no bytes) and the recomputed activations would pile up
-//    again in the backward. Never: random ops (the IR contract: never
-//    duplicated), collectives, multi-output ops.
+// 4. What may be recomputed, by tier. Default policy: cheap elementwise ops
+//    (add, mul, compares, where, casts... not exp/erf/tanh/div: costly_math),
+//    views and fills: the recomputation fuses into the backward's kernels, so
+//    it costs little beyond bandwidth already paid. Under a memory budget,
+//    tiers escalate while the budget is not met: + costly math; + reductions
+//    and the other movement ops; then matmul/conv/pooling, all but every
+//    (d+1)-th of them (d = 1, 2, 3, in the order they run before the cut), so
+//    a recomputed path crosses at most d of them: the every-other-layer and
+//    sqrt(n)-style segment schemes. Left free, the cut would recompute the
+//    whole forward from the input (saving nothing: it costs no bytes) and the
+//    recomputed activations would pile up again in the backward. Never:
+//    random ops (the IR contract: never duplicated), collectives, multi-output
+//    ops.
 // 5. Placement: a recomputed node goes just before its earliest reader after
 //    the cut (or before the earliest recomputed node that reads it), and those
 //    readers read the copy; the original dies at its last use before the cut.
@@ -273,10 +276,35 @@ class FlowNet {
 // ---- rule 4: tiers ----
 
 struct Tier {
+  bool math = false;        // transcendental elementwise ops (see costly_math)
   bool reductions = false;  // reductions and non-view movement ops
   int depth = 0;            // opaque ops (matmul, conv): all but every (depth+1)-th
   const char* name = "";
 };
+
+// Elementwise ops that cost tens of instructions per element on the CPU
+// (polynomial approximations, divisions): recomputing GELU's erf in the
+// backward made a 16-layer MLP step 1.47x slower (bench/remat_bench), so the
+// default policy leaves them saved.
+bool costly_math(const Node& n) {
+  switch (n.op) {
+    case OpId::exp:
+    case OpId::log:
+    case OpId::log1p:
+    case OpId::sqrt:
+    case OpId::rsqrt:
+    case OpId::tanh:
+    case OpId::sigmoid:
+    case OpId::sin:
+    case OpId::cos:
+    case OpId::erf:
+    case OpId::div:
+    case OpId::pow:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // True if n may be recomputed in tier t; `opaque_rank` is n's number among
 // the opaque nodes before the cut (rule 4: every (depth+1)-th one is kept).
@@ -285,6 +313,7 @@ bool recomputable(const Node& n, const Tier& t, int opaque_rank) {
   const OpInfo& info = n.info();
   if (info.has(kRandom) || info.has(kCollective)) return false;
   if (info.has(kOpaque)) return t.depth > 0 && opaque_rank % (t.depth + 1) != t.depth;
+  if (info.has(kElementwise) && costly_math(n)) return t.math;
   if (info.has(kElementwise) || info.has(kView) || n.is_op(OpId::full)) return true;
   return t.reductions && (info.has(kReduction) || info.has(kMovement) || info.has(kFactory));
 }
@@ -589,12 +618,13 @@ bool remat(ir::Graph& g) {
   const int64_t budget = current_scope ? current_scope->options().memory_budget : 0;
   Model m = simulate(g);
   if (rep.peak_before == 0) rep.peak_before = m.peak;
-  static const Tier kDefault[] = {{false, 0, "elementwise"}};
-  static const Tier kBudget[] = {{false, 0, "elementwise"},
-                                 {true, 0, "+reductions"},
-                                 {true, 1, "+matmul, every 2nd kept"},
-                                 {true, 2, "+matmul, every 3rd kept"},
-                                 {true, 3, "+matmul, every 4th kept"}};
+  static const Tier kDefault[] = {{false, false, 0, "cheap elementwise"}};
+  static const Tier kBudget[] = {{false, false, 0, "cheap elementwise"},
+                                 {true, false, 0, "+math"},
+                                 {true, true, 0, "+reductions"},
+                                 {true, true, 1, "+matmul, every 2nd kept"},
+                                 {true, true, 2, "+matmul, every 3rd kept"},
+                                 {true, true, 3, "+matmul, every 4th kept"}};
   const std::span<const Tier> tiers =
       budget > 0 ? std::span<const Tier>(kBudget) : std::span<const Tier>(kDefault);
   int64_t id = next_id(g);

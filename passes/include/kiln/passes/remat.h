@@ -17,7 +17,7 @@ namespace kiln::passes {
 /// How the remat pass decides (set for a pipeline run with RematScope).
 struct RematOptions {
   /// Peak bytes the graph should fit (the model of predicted_peak_bytes); 0:
-  /// the default policy (only cheap elementwise/view chains, only if the peak drops).
+  /// the default policy (cheap elementwise/view chains only, when the peak drops 1%).
   int64_t memory_budget = 0;
 };
 
