@@ -5,7 +5,7 @@
 # IR parser; they first compile an instrumented runtime with clang at -O0),
 # run in the background while the sanitizer build compiles (libFuzzer uses one
 # core); KILN_FUZZ=0 skips them, and scripts/fuzz.sh runs longer campaigns.
-# Whole suite: ~12 min on 2 cores from a fresh clone.
+# Whole suite: 12-40 min on 2 cores from a fresh clone (see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
