@@ -33,6 +33,47 @@ void expect_consistent(const Graph& g) {
   EXPECT_NO_THROW(verify(g));
 }
 
+TEST(GraphMutation, PositionsAfterManyErasesAppendsAndInserts) {
+  // Erases leave holes in the cached order that the next query closes; mixed
+  // with appends (before and after the holes are closed) and inserts, the
+  // order and every position must match a reference list at each query.
+  Graph g;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  std::vector<Node*> ref;  // the expected order
+  for (int i = 0; i < 200; ++i) ref.push_back(g.add_op(OpId::neg, {x}, {}, {{DType::f32, {4}}}));
+  uint64_t seed = 12345;
+  auto next = [&](size_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>((seed >> 33) % n);
+  };
+  for (int step = 0; step < 600; ++step) {
+    const size_t what = next(10);
+    if (what < 5 && ref.size() > 1) {  // erase (its outputs are unused)
+      const size_t k = next(ref.size());
+      g.erase(ref[k]);
+      ref.erase(ref.begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (what < 8) {  // append
+      ref.push_back(g.add_op(OpId::neg, {x}, {}, {{DType::f32, {4}}}));
+    } else if (!ref.empty()) {  // insert before a node
+      const size_t k = next(ref.size());
+      Node* n = g.add_op(OpId::neg, {x}, {}, {{DType::f32, {4}}}, ref[k]);
+      ref.insert(ref.begin() + static_cast<std::ptrdiff_t>(k), n);
+    }
+    if (next(4) == 0) {  // query: sometimes order, sometimes a single position
+      if (next(2) == 0) {
+        ASSERT_EQ(g.nodes(), ref) << "step " << step;
+      } else if (!ref.empty()) {
+        const size_t k = next(ref.size());
+        ASSERT_EQ(g.position(ref[k]), k) << "step " << step;
+      }
+    }
+  }
+  ASSERT_EQ(g.nodes(), ref);
+  for (size_t k = 0; k < ref.size(); ++k) EXPECT_EQ(g.position(ref[k]), k);
+  EXPECT_EQ(g.num_nodes(), ref.size());
+  EXPECT_NO_THROW(verify(g));
+}
+
 TEST(GraphMutation, PositionsFollowInsertionsAndErasures) {
   Graph g;
   Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
