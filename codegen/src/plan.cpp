@@ -16,6 +16,7 @@
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/remat.h"
 #include "kiln/random.h"
+#include "ops/loops.h"
 #include "partition.h"
 
 namespace kiln::detail {
@@ -27,30 +28,7 @@ constexpr const char* kBakedHint =
     "traced, their old values were baked in: pass them as arguments instead";
 }  // namespace
 
-namespace {
-
-// The bytes [lo, hi) of its storage a tensor's elements span.
-std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
-  const int64_t es = static_cast<int64_t>(t.element_size());
-  int64_t lo = t.offset() * es, hi = lo + es;
-  for (size_t d = 0; d < t.shape().size(); ++d) {
-    const int64_t reach = (t.shape()[d] - 1) * t.strides()[d] * es;
-    (reach < 0 ? lo : hi) += reach;
-  }
-  return {lo, hi};
-}
-
-// True if a and b may reach the same bytes (same storage, extents that meet).
-bool share_memory(const Tensor& a, const Tensor& b) {
-  const StorageImpl* s = a.impl()->storage.get();
-  if (s == nullptr || s != b.impl()->storage.get() || a.numel() == 0 || b.numel() == 0)
-    return false;
-  const auto [alo, ahi] = byte_extent(a);
-  const auto [blo, bhi] = byte_extent(b);
-  return alo < bhi && blo < ahi;
-}
-
-}  // namespace
+using ops::share_memory;  // runtime/src/ops/loops.h
 
 void arg_memory(const std::vector<Tensor>& args, std::vector<int>& alias,
                 std::vector<char>& overlap) {

@@ -136,8 +136,6 @@ void copy_typed(const Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
-namespace {
-// The bytes [lo, hi) a tensor's elements span in its storage.
 std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
   const int64_t es = static_cast<int64_t>(t.element_size());
   int64_t lo = t.offset() * es, hi = lo + es;
@@ -148,15 +146,22 @@ std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
   return {lo, hi};
 }
 
+bool share_memory(const Tensor& a, const Tensor& b) {
+  const StorageImpl* s = a.impl()->storage.get();
+  if (s == nullptr || s != b.impl()->storage.get() || a.numel() == 0 || b.numel() == 0)
+    return false;
+  const auto [alo, ahi] = byte_extent(a);
+  const auto [blo, bhi] = byte_extent(b);
+  return alo < bhi && blo < ahi;
+}
+
+namespace {
+
 // True if writing dst element by element could overwrite a src element before
 // it is read: they share storage, their extents meet, and src is not the very
 // same elements in the same layout (an exact in-place copy is safe).
 bool overlaps(const Tensor& dst, const Tensor& src) {
-  const auto* ds = dst.impl()->storage.get();
-  if (!ds || ds != src.impl()->storage.get() || src.numel() == 0) return false;
-  const auto [dlo, dhi] = byte_extent(dst);
-  const auto [slo, shi] = byte_extent(src);
-  if (dhi <= slo || shi <= dlo) return false;
+  if (!share_memory(dst, src)) return false;
   return !(src.dtype() == dst.dtype() && src.offset() == dst.offset() &&
            src.shape() == dst.shape() && src.strides() == dst.strides());
 }

@@ -91,6 +91,11 @@ void strided_loop(const Dims& shape, std::array<char*, N> base, std::array<Dims,
 /// Writes src (broadcast to dst's shape, converted to dst's dtype) into dst.
 void copy_into(const Tensor& dst, const Tensor& src);
 
+/// The bytes [lo, hi) of its storage that a tensor's elements span.
+std::pair<int64_t, int64_t> byte_extent(const Tensor& t);
+/// True if a and b may reach the same bytes (same storage, extents that meet).
+bool share_memory(const Tensor& a, const Tensor& b);
+
 /// Makes x's dtype `dt` (returns x itself when it already is), without autograd.
 Tensor to_dtype_raw(const Tensor& x, DType dt);
 
