@@ -379,11 +379,17 @@ Tensor full(const Dims& shape, const Scalar& value, DType dtype) {
   return ops::call_factory(OpId::full, at);
 }
 
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), t.dtype()).to(t.device());
+}
 // On t's device, as PyTorch's *_like (autograd seeds and zero gradients with
 // them: a CUDA graph must get CUDA tensors).
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()).to(t.device()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()).to(t.device()); }
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), t.dtype()).to(t.device());
+}
+Tensor ones_like(const Tensor& t) {
+  return ones(t.shape(), t.dtype()).to(t.device());
+}
 Tensor full_like(const Tensor& t, const Scalar& value) {
   return full(t.shape(), value, t.dtype()).to(t.device());
 }
