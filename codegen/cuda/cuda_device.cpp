@@ -329,10 +329,7 @@ void CudaRuntime::elementwise(OpId op, std::span<const Tensor> in, const Tensor&
     }
     vals.push_back(v);
   }
-  DType rt = out.dtype();
-  if (op == OpId::cast) rt = out.dtype();
-  k.exprs.push_back(kir::Expr::make_op(op, op == OpId::cast ? out.dtype() : rt, vals[0],
-                                       vals.size() > 1 ? vals[1] : -1,
+  k.exprs.push_back(kir::Expr::make_op(op, out.dtype(), vals[0], vals.size() > 1 ? vals[1] : -1,
                                        vals.size() > 2 ? vals[2] : -1));
   k.args.push_back({out.dtype(), true, std::vector<bool>(shape.size(), true)});
   args.push_back(out);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/kernel_test_util.h"
+#include "kernel_ir_util.h"
 
 namespace kiln::cuda::testing {
 
@@ -19,21 +20,7 @@ struct OpKernel {
 
 /// Whether op computes float math (its GPU result is compared within ulps).
 inline bool float_math(OpId op) {
-  switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-      return true;
-    default:
-      return false;
-  }
+  return kir::detail::is_float_math(op);
 }
 
 inline std::vector<OpKernel> op_kernels() {
