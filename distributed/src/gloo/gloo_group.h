@@ -1,0 +1,177 @@
+// Internal to the Gloo backend: the group, its lanes and tasks, shared by
+// process_group_gloo.cpp (set-up, lanes, send/recv) and
+// process_group_gloo_collectives.cpp (the collectives).
+#pragma once
+
+#include <gloo/allreduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/error.h"
+#include "process_group_impl.h"
+#include "reduce_kernels.h"
+#include "shm/shm_world.h"
+#include "signature_check.h"
+
+namespace kiln::dist::gloo_backend {
+
+using detail::CollectiveKind;
+using detail::OpInfo;
+using detail::Signature;
+using detail::WorkImpl;
+using CtxPtr = std::shared_ptr<::gloo::Context>;
+using BufPtr = std::shared_ptr<::gloo::transport::UnboundBuffer>;
+
+// What a collective runs with on its lane: the lane's Gloo context, the op's
+// tag (its sequence number), the lane's shm channel (null: TCP), the deadline
+// of the op (it started at most timeout ago) and its signature.
+struct LaneRun {
+  const CtxPtr& ctx;
+  uint32_t tag;
+  shm::Channel* shm;
+  Clock::time_point deadline;
+  const Signature& sig;
+};
+using RunFn = std::function<void(const LaneRun&)>;
+
+// Gloo's option setters are templated on the element type only for its size.
+template <typename F>
+void with_element(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    case 8:
+      return f(uint64_t{});
+  }
+  KILN_ASSERT(false, "element size ", bytes);
+}
+
+inline void allreduce_raw(const CtxPtr& ctx, uint32_t tag, Millis timeout, void* p, size_t n,
+                          DType dt, ReduceOp op) {
+  if (n == 0) return;
+  ::gloo::AllreduceOptions o(ctx);
+  with_element(dtype_size(dt), [&](auto e) {
+    using T = decltype(e);
+    o.setOutput(static_cast<T*>(p), n);
+  });
+  o.setReduceFunction(reduce_fn(dt, op));
+  o.setTag(tag);
+  o.setTimeout(timeout);
+  ::gloo::allreduce(o);
+  if (op == ReduceOp::kAvg) divide_in_place(p, dt, n, ctx->size);
+}
+
+inline std::byte* bytes_of(const Tensor& t) {
+  return static_cast<std::byte*>(t.data_ptr());
+}
+inline size_t nbytes(const Tensor& t) {
+  return size_t(t.numel()) * t.element_size();
+}
+inline shm::Span span_of(const Tensor& t) {
+  return {bytes_of(t), nbytes(t)};
+}
+
+inline OpInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
+  OpInfo i;
+  i.op = op;
+  i.dtype = dtype_name(t.dtype());
+  i.shape = detail::shape_str(t);
+  i.numel = t.numel();
+  i.detail = std::move(detail);
+  return i;
+}
+
+struct Task {
+  std::shared_ptr<WorkImpl> work;
+  RunFn run;
+  uint32_t tag = 0;
+  BufPtr p2p;  // send/recv: the posted buffer (aborted when the group is destroyed)
+  bool is_send = false;
+  Signature sig;  // collectives: compared across ranks before the payload moves
+};
+
+// A worker thread with its own context and FIFO queue.
+struct Lane {
+  CtxPtr ctx;
+  shm::Channel* shm = nullptr;  // owned by the group's shm::World
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool stop = false;
+  Task* current = nullptr;  // guarded by mu; the task being run
+  int cpu = -1;             // the core it is pinned to (pin_lanes_), guarded by mu
+};
+
+class GlooGroup final : public ProcessGroup {
+ public:
+  GlooGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions opts,
+            std::string prefix);
+  ~GlooGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+  std::string transport() const override { return shm_ ? "shm" : "tcp"; }
+  const ProcessGroupOptions& options() const override { return opts_; }
+
+  WorkPtr all_reduce(Tensor t, ReduceOp op) override;
+  WorkPtr all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) override;
+  WorkPtr all_reduce_into(std::vector<Tensor> srcs, Tensor dst, ReduceOp op) override;
+  WorkPtr broadcast(Tensor t, int root) override;
+  WorkPtr reduce(Tensor t, int root, ReduceOp op) override;
+  WorkPtr all_gather(std::vector<Tensor> outs, Tensor in) override;
+  WorkPtr reduce_scatter(Tensor out, Tensor in, ReduceOp op) override;
+  WorkPtr barrier() override;
+  WorkPtr send(Tensor t, int dst, int tag) override;
+  WorkPtr recv(Tensor t, int src, int tag) override;
+  Tensor make_comm_buffer(int64_t numel, DType dtype) override;
+
+ private:
+  void rendezvous();
+  CtxPtr connect(const std::string& name);
+  WorkPtr collective(OpInfo info, Signature sig, std::vector<Tensor> results, RunFn run);
+  WorkPtr point_to_point(const char* op, Tensor t, int peer, int tag, bool is_send);
+  void run_lane(Lane& lane);
+  bool execute(Lane& lane, Task& t);  // true on success
+  std::string broken() const;
+  void check_root(const char* op, int root) const;
+
+  std::shared_ptr<Store> store_;
+  int rank_, size_;
+  ProcessGroupOptions opts_;
+  std::string prefix_;
+  std::string where_;
+  bool debug_ = false;
+  std::shared_ptr<detail::CollectiveLog> log_ = std::make_shared<detail::CollectiveLog>(32);
+
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::unique_ptr<shm::World> shm_;  // when every rank is on this host
+  bool pin_lanes_ = false;           // the ranks saturate this host's cores: see collective()
+  std::vector<std::unique_ptr<Lane>> lanes_;  // collectives
+  std::unique_ptr<Lane> p2p_;                 // waits for send/recv
+
+  std::mutex issue_mu_;  // sequence numbers follow queue order
+  uint64_t next_seq_ = 0, next_p2p_ = 0, next_buffer_ = 0;
+
+  mutable std::mutex broken_mu_;
+  std::string broken_;           // the first transport failure
+  std::vector<Task> graveyard_;  // aborted send/recv: kept until the contexts close
+};
+
+}  // namespace kiln::dist::gloo_backend
