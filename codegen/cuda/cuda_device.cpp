@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cublaslt.h"
 #include "driver.h"
 #include "gpu_printer.h"
 #include "kiln/device_runtime.h"
@@ -380,10 +381,11 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (info.has(kElementwise)) return elementwise(op, in, out[0]);
   if (op == OpId::sum || op == OpId::max || op == OpId::min)
     return reduce(op, in[0], attrs, out[0]);
+  if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
   KILN_CHECK(false, "[", info.name,
              "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
-             "elementwise ops, sum/max/min, views and copies so far); move the operands to the "
-             "CPU with .cpu()");
+             "elementwise ops, sum/max/min, matmul, views and copies so far); move the operands "
+             "to the CPU with .cpu()");
 }
 
 CudaRuntime g_runtime;

@@ -1,0 +1,113 @@
+// matmul on CUDA tensors (cuBLASLt) against the CPU's matmul: torch.matmul's
+// shapes (1-D operands, broadcast batches), transposed and strided operands
+// read in place, every float dtype, empty and K = 0 products, gradients, and the
+// refusals. Runs only where a GPU exists.
+#include <cmath>
+
+#include "cublaslt.h"
+#include "kiln/cuda.h"
+
+namespace kiln {
+namespace {
+
+class CudaMatmul : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+    if (!cuda::cublaslt_unavailable_reason().empty())
+      GTEST_SKIP() << cuda::cublaslt_unavailable_reason();
+    manual_seed(11);
+  }
+};
+
+// |gpu - cpu| <= tol * (|a| @ |b|) elementwise: the bound of any summation order.
+void expect_product(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
+  const Tensor gpu = matmul(a.cuda(), b.cuda());
+  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
+  const Tensor cpu = matmul(a.to(DType::f64), b.to(DType::f64));
+  const Tensor bound = matmul(abs(a.to(DType::f64)), abs(b.to(DType::f64)));
+  ASSERT_EQ(gpu.dtype(), a.dtype()) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const auto g = gpu.cpu().to(DType::f64).to_vector<double>();
+  const auto c = cpu.to_vector<double>(), m = bound.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_LE(std::abs(g[i] - c[i]), tol * (m[i] + 1e-30))
+        << what << " element " << i << ": GPU " << g[i] << ", exact " << c[i];
+}
+
+TEST_F(CudaMatmul, ShapesOfTorchMatmul) {
+  const double tol = 4e-6;  // f32 accumulation over K = 33, no TF32
+  expect_product(randn({17, 33}), randn({33, 9}), tol, "2-D");
+  expect_product(randn({33}), randn({33, 9}), tol, "1-D @ 2-D");
+  expect_product(randn({17, 33}), randn({33}), tol, "2-D @ 1-D");
+  expect_product(randn({33}), randn({33}), tol, "dot");
+  expect_product(randn({4, 17, 33}), randn({4, 33, 9}), tol, "batched");
+  expect_product(randn({4, 17, 33}), randn({33, 9}), tol, "batch @ matrix (stride 0)");
+  expect_product(randn({17, 33}), randn({3, 33, 9}), tol, "matrix @ batch");
+  expect_product(randn({2, 1, 5, 7}), randn({3, 7, 4}), tol, "broadcast batch dims");
+  expect_product(randn({3, 33}), randn({2, 5, 33, 9}), tol, "2-D @ 4-D");
+}
+
+TEST_F(CudaMatmul, StridedOperandsAreReadInPlaceOrCopied) {
+  const double tol = 4e-6;
+  const Tensor w = randn({9, 33});
+  expect_product(randn({17, 33}), w.t(), tol, "x @ w.t() (Linear)");
+  expect_product(randn({33, 17}).t(), randn({33, 9}), tol, "transposed a");
+  expect_product(randn({4, 33, 17}).transpose(1, 2), randn({4, 9, 33}).transpose(1, 2), tol,
+                 "both transposed, batched");
+  expect_product(randn({17, 66}).slice(1, 0, 66, 2), randn({33, 9}), tol, "column step 2");
+  expect_product(randn({4, 6, 8}).permute({1, 0, 2}), randn({8, 5}), tol, "permuted batch");
+}
+
+TEST_F(CudaMatmul, EveryFloatDtype) {
+  const Tensor a = randn({3, 20, 48}), b = randn({3, 48, 24});
+  expect_product(a.to(DType::f64), b.to(DType::f64), 1e-14, "f64");
+  // f16/bf16: operands exact in the dtype, f32 accumulation, one output rounding.
+  expect_product(a.to(DType::f16), b.to(DType::f16), 2e-3, "f16");
+  expect_product(a.to(DType::bf16), b.to(DType::bf16), 1e-2, "bf16");
+}
+
+TEST_F(CudaMatmul, EmptyAndZeroDepthProducts) {
+  const Tensor z = matmul(randn({4, 0}).cuda(), randn({0, 5}).cuda());
+  EXPECT_EQ(z.shape(), (Dims{4, 5}));
+  for (double v : z.cpu().to_vector<float>()) EXPECT_EQ(v, 0.0);
+  EXPECT_EQ(matmul(randn({0, 3}).cuda(), randn({3, 5}).cuda()).shape(), (Dims{0, 5}));
+  EXPECT_EQ(matmul(randn({2, 0, 3}).cuda(), randn({3, 5}).cuda()).shape(), (Dims{2, 0, 5}));
+}
+
+TEST_F(CudaMatmul, GradientsMatchTheCpu) {
+  const Tensor a = randn({5, 7}), b = randn({7, 3});
+  Tensor ac = a.cuda().requires_grad_(), bc = b.cuda().requires_grad_();
+  Tensor ah = a.clone().requires_grad_(), bh = b.clone().requires_grad_();
+  (matmul(ac, bc) * 2).sum().backward();
+  (matmul(ah, bh) * 2).sum().backward();
+  const auto g1 = ac.grad().cpu().to_vector<float>(), h1 = ah.grad().to_vector<float>();
+  const auto g2 = bc.grad().cpu().to_vector<float>(), h2 = bh.grad().to_vector<float>();
+  for (size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g1[i], h1[i], 1e-5);
+  for (size_t i = 0; i < g2.size(); ++i) EXPECT_NEAR(g2[i], h2[i], 1e-5);
+}
+
+TEST_F(CudaMatmul, IntegerAndMismatchedShapesAreRefused) {
+  try {
+    matmul(ones({2, 3}, DType::i64).cuda(), ones({3, 2}, DType::i64).cuda());
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[matmul]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("i64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(matmul(ones({2, 3}).cuda(), ones({4, 2}).cuda()), Error);
+  EXPECT_THROW(matmul(ones({2, 3}).cuda(), ones({3, 2})), Error);  // mixed devices
+}
+
+TEST_F(CudaMatmul, Tf32IsOptIn) {
+  EXPECT_FALSE(cuda::allow_tf32());
+  cuda::set_allow_tf32(true);
+  const Tensor a = randn({64, 128}), b = randn({128, 32});
+  // TF32 keeps 10 mantissa bits of each operand: within 2^-10 of |a| @ |b|.
+  expect_product(a, b, 2e-3, "TF32");
+  cuda::set_allow_tf32(false);
+  expect_product(a, b, 1e-5, "f32 again");
+}
+
+}  // namespace
+}  // namespace kiln
