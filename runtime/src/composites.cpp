@@ -7,6 +7,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "ops/fused_composites.h"
 #include "ops/helpers.h"
 
 namespace kiln {
@@ -93,34 +94,54 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 // Shifting by the row max keeps exp() finite. Its gradient cancels exactly, so the
 // max is detached: the backward is PyTorch's (no pass through amax), cheaper and
 // exact. A row of all -inf gives NaN, as in torch.softmax.
+Tensor ops::softmax_unfused(const Tensor& x, int64_t d, bool log_form) {
+  Tensor shifted = x - amax(x, {d}, true).detach();
+  if (log_form) return shifted - log(sum(exp(shifted), {d}, true));
+  Tensor e = exp(shifted);
+  return e / sum(e, {d}, true);
+}
+
+// Eager mode runs the composites below as one fused kernel where it can
+// (ops/fused_composites.h); tracing records their primitive ops.
 Tensor softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "softmax");
   int64_t d = wrap_dim(dim, x.dim(), "softmax");
-  Tensor e = exp(x - amax(x, {d}, true).detach());
-  return e / sum(e, {d}, true);
+  if (auto y = ops::fused_softmax(x, d, false)) return *y;
+  return ops::softmax_unfused(x, d, false);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "log_softmax");
   int64_t d = wrap_dim(dim, x.dim(), "log_softmax");
-  Tensor shifted = x - amax(x, {d}, true).detach();
-  return shifted - log(sum(exp(shifted), {d}, true));
+  if (auto y = ops::fused_softmax(x, d, true)) return *y;
+  return ops::softmax_unfused(x, d, true);
 }
 
-Tensor gelu(const Tensor& x, const std::string& approximate) {
-  check_floating(x, "gelu");
-  if (approximate == "none") return x * (erf(x * (std::numbers::sqrt2 / 2.0)) + 1.0) * 0.5;
-  KILN_CHECK(approximate == "tanh", "[gelu] approximate must be \"none\" or \"tanh\", got \"",
-             approximate, "\"");
+Tensor ops::gelu_unfused(const Tensor& x, bool tanh_form) {
+  if (!tanh_form) return x * (erf(x * (std::numbers::sqrt2 / 2.0)) + 1.0) * 0.5;
   // 0.5 (1 + tanh(u)) == sigmoid(2u): one exp and one divide, and no cancellation
   // in 1 + tanh(u) for negative u. The 2 is folded into sqrt(2/pi).
   const double k2 = 2.0 * std::sqrt(2.0 / std::numbers::pi);
   return x * sigmoid((x + x * x * x * 0.044715) * k2);
 }
 
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  check_floating(x, "gelu");
+  KILN_CHECK(approximate == "none" || approximate == "tanh",
+             "[gelu] approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  const bool tanh_form = approximate == "tanh";
+  if (auto y = ops::fused_gelu(x, tanh_form)) return *y;
+  return ops::gelu_unfused(x, tanh_form);
+}
+
+Tensor ops::silu_unfused(const Tensor& x) {
+  return x * sigmoid(x);
+}
+
 Tensor silu(const Tensor& x) {
   check_floating(x, "silu");
-  return x * sigmoid(x);
+  if (auto y = ops::fused_silu(x)) return *y;
+  return ops::silu_unfused(x);
 }
 
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight,
@@ -139,6 +160,12 @@ Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& w
   KILN_CHECK(!bias.defined() || bias.shape() == normalized_shape, "[layer_norm] bias shape ",
              bias.defined() ? bias.shape() : Dims{}, " does not match normalized_shape ",
              normalized_shape);
+  if (auto y = ops::fused_layer_norm(x, nd, weight, bias, eps)) return *y;
+  return ops::layer_norm_unfused(x, nd, weight, bias, eps);
+}
+
+Tensor ops::layer_norm_unfused(const Tensor& x, size_t nd, const Tensor& weight, const Tensor& bias,
+                               double eps) {
   Dims dims;
   for (size_t i = 0; i < nd; ++i) dims.push_back(x.dim() - static_cast<int64_t>(nd - i));
   Tensor centered = x - mean(x, dims, true);

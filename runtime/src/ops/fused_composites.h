@@ -1,0 +1,32 @@
+// Internal: eager mode's fused forms of the composites softmax, log_softmax,
+// layer_norm, GELU and SiLU — one kernel forward, one backward (ops/
+// fused_kernels.h), attached to the tape as one node. Each returns nothing when
+// the call does not qualify (tracing, fusion off, not CPU, not f32/f64, other
+// dims), and the composite then runs as its primitive ops (the traced form).
+#pragma once
+
+#include <optional>
+
+#include "kiln/tensor.h"
+
+namespace kiln::ops {
+
+/// softmax (log_softmax when `log`) over `dim` (wrapped).
+std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log);
+/// layer_norm over the trailing `nd` dims; weight and bias may be undefined.
+std::optional<Tensor> fused_layer_norm(const Tensor& x, size_t nd, const Tensor& weight,
+                                       const Tensor& bias, double eps);
+/// GELU (tanh or erf form).
+std::optional<Tensor> fused_gelu(const Tensor& x, bool tanh);
+/// SiLU.
+std::optional<Tensor> fused_silu(const Tensor& x);
+
+// The composites as primitive ops (composites.cpp): the traced form, and the
+// differentiable recomputation the fused backwards use under create_graph.
+Tensor softmax_unfused(const Tensor& x, int64_t dim, bool log);
+Tensor layer_norm_unfused(const Tensor& x, size_t nd, const Tensor& weight, const Tensor& bias,
+                          double eps);
+Tensor gelu_unfused(const Tensor& x, bool tanh);
+Tensor silu_unfused(const Tensor& x);
+
+}  // namespace kiln::ops

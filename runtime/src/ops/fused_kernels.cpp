@@ -1,0 +1,279 @@
+// Single-pass CPU kernels of the fused eager composites (see fused_kernels.h).
+// They follow the composites' formulas and evaluation order (the same float
+// roundings per step), with the vectorizable exp of vec_math.h: results differ
+// from the unfused composites by that exp (<= 2 ulp) and by summation order.
+//
+// GCC only if-converts (and so vectorizes) the branch-free math with
+// -fno-trapping-math: the kernels never test floating-point exception flags.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+#include "ops/fused_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+#include "kiln/thread_pool.h"
+#include "ops/vec_math.h"
+
+namespace kiln::ops::fused {
+namespace {
+
+// Independent partial results per lane: the compiler keeps them in vector
+// registers (16 floats = two AVX2 or one AVX-512 register).
+constexpr int64_t kLanes = 16;
+
+// Sum of f(i) over [0, n), in kLanes partial sums combined pairwise.
+template <typename T, typename F>
+T lane_sum(int64_t n, F&& f) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  T tail = 0;
+  for (; i < n; ++i) tail += f(i);
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0] + tail;
+}
+
+// Largest element of x[0, n), NaN if any is NaN, -inf for an empty row.
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T acc[kLanes];
+  std::fill(acc, acc + kLanes, kNegInf);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] = vec::max_nan(acc[j], x[i + j]);
+  T m = kNegInf;
+  for (; i < n; ++i) m = vec::max_nan(m, x[i]);
+  for (int64_t j = 0; j < kLanes; ++j) m = vec::max_nan(m, acc[j]);
+  return m;
+}
+
+// Rows per task: about 16K elements of work each.
+int64_t row_grain(int64_t n) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
+}
+
+}  // namespace
+
+template <typename T>
+void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      const T m = row_max(xr, n);
+      if (log) {
+        // shifted - log(sum(exp(shifted))), shifted = x - max.
+        const T s = lane_sum<T>(n, [&](int64_t i) { return vec::exp<T>(xr[i] - m); });
+        const T ls = std::log(s);
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
+      } else {
+        const T s = lane_sum<T>(n, [&](int64_t i) {
+          const T ev = vec::exp<T>(xr[i] - m);
+          yr[i] = ev;
+          return ev;
+        });
+        for (int64_t i = 0; i < n; ++i) yr[i] = yr[i] / s;
+      }
+    }
+  });
+}
+
+template <typename T>
+void softmax_bwd(const T* y, const T* g, T* gx, int64_t rows, int64_t n, bool log) {
+  parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* yr = y + r * n;
+      const T* gr = g + r * n;
+      T* o = gx + r * n;
+      if (log) {
+        // g - softmax * sum(g), softmax = exp(log_softmax).
+        const T s = lane_sum<T>(n, [&](int64_t i) { return gr[i]; });
+        for (int64_t i = 0; i < n; ++i) o[i] = gr[i] - vec::exp<T>(yr[i]) * s;
+      } else {
+        // y * (g - sum(g * y)).
+        const T s = lane_sum<T>(n, [&](int64_t i) { return gr[i] * yr[i]; });
+        for (int64_t i = 0; i < n; ++i) o[i] = yr[i] * (gr[i] - s);
+      }
+    }
+  });
+}
+
+template <typename T>
+void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows,
+                    int64_t n, T eps) {
+  parallel_for(0, rows, row_grain(n), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      // Two passes (mean, then the centered variance), as the composite: no cancellation.
+      const T mu = lane_sum<T>(n, [&](int64_t i) { return xr[i]; }) / static_cast<T>(n);
+      const T var = lane_sum<T>(n,
+                                [&](int64_t i) {
+                                  const T c = xr[i] - mu;
+                                  return c * c;
+                                }) /
+                    static_cast<T>(n);
+      const T rs = T(1) / std::sqrt(var + eps);
+      mean[r] = mu;
+      rstd[r] = rs;
+      if (w && b) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];
+      } else if (w) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rs * w[i];
+      } else if (b) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rs + b[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rs;
+      }
+    }
+  });
+}
+
+template <typename T>
+void layer_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* rstd, T* gx, T* gw,
+                    T* gb, int64_t rows, int64_t n) {
+  // Weight and bias gradients are column sums over the rows: each block of rows
+  // writes its partial sums, then the blocks are added in order (deterministic,
+  // independent of the thread count).
+  const int64_t block = std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1));
+  const int64_t blocks = (rows + block - 1) / block;
+  std::vector<T> pw(gw ? static_cast<size_t>(blocks * n) : 0, T(0));
+  std::vector<T> pb(gb ? static_cast<size_t>(blocks * n) : 0, T(0));
+  const T inv_n = T(1) / static_cast<T>(n);
+  parallel_for(0, blocks, 1, [&](int64_t bb, int64_t be) {
+    for (int64_t blk = bb; blk < be; ++blk) {
+      T* pwr = gw ? pw.data() + blk * n : nullptr;
+      T* pbr = gb ? pb.data() + blk * n : nullptr;
+      for (int64_t r = blk * block; r < std::min(rows, (blk + 1) * block); ++r) {
+        const T* xr = x + r * n;
+        const T* gr = g + r * n;
+        const T mu = mean[r], rs = rstd[r];
+        if (pwr)
+          for (int64_t i = 0; i < n; ++i) pwr[i] += gr[i] * ((xr[i] - mu) * rs);
+        if (pbr)
+          for (int64_t i = 0; i < n; ++i) pbr[i] += gr[i];
+        if (!gx) continue;
+        // gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w.
+        const T a = lane_sum<T>(n, [&](int64_t i) { return w ? gr[i] * w[i] : gr[i]; }) * inv_n;
+        const T c = lane_sum<T>(n,
+                                [&](int64_t i) {
+                                  const T gh = w ? gr[i] * w[i] : gr[i];
+                                  return gh * ((xr[i] - mu) * rs);
+                                }) *
+                    inv_n;
+        T* o = gx + r * n;
+        for (int64_t i = 0; i < n; ++i) {
+          const T gh = w ? gr[i] * w[i] : gr[i];
+          o[i] = rs * (gh - a - ((xr[i] - mu) * rs) * c);
+        }
+      }
+    }
+  });
+  auto reduce = [&](const std::vector<T>& part, T* out) {
+    parallel_for(0, n, 4096, [&](int64_t cb, int64_t ce) {
+      std::fill(out + cb, out + ce, T(0));
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const T* p = part.data() + blk * n;
+        for (int64_t i = cb; i < ce; ++i) out[i] += p[i];
+      }
+    });
+  };
+  if (gw) reduce(pw, gw);
+  if (gb) reduce(pb, gb);
+}
+
+namespace {
+
+// The composites' constants, rounded to T as their wrapped scalars are.
+template <typename T>
+struct GeluConst {
+  static constexpr T c = static_cast<T>(0.044715);
+  // 2 sqrt(2/pi): tanh-GELU is x sigmoid(2u).
+  static constexpr T k2 = static_cast<T>(2.0 * 0.79788456080286535588);
+  static constexpr T half_sqrt2 = static_cast<T>(std::numbers::sqrt2 / 2.0);
+  static constexpr T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);
+};
+
+template <typename T, typename F>
+void pointwise_loop(int64_t n, F&& f) {
+  parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n) {
+  using K = GeluConst<T>;
+  switch (f) {
+    case Pointwise::gelu_tanh:
+      pointwise_loop<T>(n, [&](int64_t i) {
+        const T v = x[i];
+        y[i] = v * vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
+      });
+      break;
+    case Pointwise::gelu_erf:
+      // erf has no vectorizable form here: libm, still one pass.
+      pointwise_loop<T>(n, [&](int64_t i) {
+        const T v = x[i];
+        y[i] = v * (std::erf(v * K::half_sqrt2) + T(1)) * T(0.5);
+      });
+      break;
+    case Pointwise::silu:
+      pointwise_loop<T>(n, [&](int64_t i) { y[i] = x[i] * vec::sigmoid<T>(x[i]); });
+      break;
+  }
+}
+
+template <typename T>
+void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
+  using K = GeluConst<T>;
+  switch (f) {
+    case Pointwise::gelu_tanh:
+      // d/dx x s(z) = s + x s (1 - s) z', z = k2 (x + c x^3), z' = k2 (1 + 3 c x^2).
+      pointwise_loop<T>(n, [&](int64_t i) {
+        const T v = x[i];
+        const T s = vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
+        const T dz = K::k2 * (T(1) + T(3) * K::c * v * v);
+        gx[i] = g[i] * (s + v * s * (T(1) - s) * dz);
+      });
+      break;
+    case Pointwise::gelu_erf:
+      pointwise_loop<T>(n, [&](int64_t i) {
+        const T v = x[i];
+        const T cdf = T(0.5) * (T(1) + std::erf(v * K::half_sqrt2));
+        gx[i] = g[i] * (cdf + v * std::exp(T(-0.5) * v * v) * K::inv_sqrt_2pi);
+      });
+      break;
+    case Pointwise::silu:
+      pointwise_loop<T>(n, [&](int64_t i) {
+        const T s = vec::sigmoid<T>(x[i]);
+        gx[i] = g[i] * (s * (T(1) + x[i] * (T(1) - s)));
+      });
+      break;
+  }
+}
+
+#define KILN_FUSED_INSTANTIATE(T)                                                                 \
+  template void softmax_fwd<T>(const T*, T*, int64_t, int64_t, bool);                             \
+  template void softmax_bwd<T>(const T*, const T*, T*, int64_t, int64_t, bool);                   \
+  template void layer_norm_fwd<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T); \
+  template void layer_norm_bwd<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,   \
+                                  int64_t, int64_t);                                              \
+  template void pointwise_fwd<T>(Pointwise, const T*, T*, int64_t);                               \
+  template void pointwise_bwd<T>(Pointwise, const T*, const T*, T*, int64_t);
+KILN_FUSED_INSTANTIATE(float)
+KILN_FUSED_INSTANTIATE(double)
+#undef KILN_FUSED_INSTANTIATE
+
+}  // namespace kiln::ops::fused

@@ -1,0 +1,306 @@
+// Eager mode's fused composites (runtime/src/ops/fused_composites.cpp): softmax,
+// log_softmax, layer_norm, GELU and SiLU against their unfused primitive-op form
+// (set_eager_fusion(false)), forward and backward, on special values, odd
+// shapes, non-contiguous inputs and every dtype they take; gradcheck and double
+// backward; what falls back to the primitives; the vectorizable exp's accuracy.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "ops/vec_math.h"
+#include "symbolic_recorder.h"
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Restores the process-wide fusion switch.
+struct FusionScope {
+  bool prev = eager_fusion_enabled();
+  explicit FusionScope(bool on) { set_eager_fusion(on); }
+  ~FusionScope() { set_eager_fusion(prev); }
+};
+
+int64_t ulps(float a, double b) {
+  const float r = static_cast<float>(b);
+  if (std::isnan(a) && std::isnan(r)) return 0;
+  auto key = [](float f) {
+    const int32_t i = std::bit_cast<int32_t>(f);
+    return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+  };
+  return std::abs(key(a) - key(r));
+}
+
+TEST(EagerFusion, ExpF32WithinTwoUlpOnADenseSweep) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  // Every 251st float pattern: all magnitudes, both signs, subnormal results included.
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 251) {
+    const float x = std::bit_cast<float>(static_cast<uint32_t>(b));
+    const int64_t u = ulps(ops::vec::exp_f32(x), std::exp(static_cast<double>(x)));
+    if (u > worst) worst = u, worst_x = x;
+  }
+  EXPECT_LE(worst, 2) << "at x = " << worst_x;
+  EXPECT_EQ(ops::vec::exp_f32(std::numeric_limits<float>::infinity()),
+            std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ops::vec::exp_f32(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(ops::vec::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(ops::vec::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(ops::vec::exp_f32(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ops::vec::exp_f32(-104.0f), 0.0f);
+}
+
+using Fn = std::function<Tensor(const Tensor&)>;
+
+struct Case {
+  std::string name;
+  Fn f;
+};
+
+std::vector<Case> cases() {
+  Tensor w = randn({7}), b = randn({7});
+  return {
+      {"softmax", [](const Tensor& x) { return softmax(x, -1); }},
+      {"log_softmax", [](const Tensor& x) { return log_softmax(x, -1); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"gelu_erf", [](const Tensor& x) { return gelu(x, "none"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"layer_norm", [](const Tensor& x) { return layer_norm(x, {x.size(-1)}); }},
+      {"layer_norm_affine",
+       [w, b](const Tensor& x) {
+         return layer_norm(x, {7}, cast(w, x.dtype()), cast(b, x.dtype()), 1e-5);
+       }},
+      {"layer_norm_2d",
+       [](const Tensor& x) {
+         return x.dim() >= 2 ? layer_norm(x, {x.size(-2), x.size(-1)})
+                             : layer_norm(x, {x.size(-1)});
+       }},
+  };
+}
+
+// Inputs of trailing size 7 (layer_norm_affine's weight): random rows, a row of
+// special values, large magnitudes, a transposed (non-contiguous) view, a slice.
+std::vector<Tensor> inputs(DType dt) {
+  std::vector<Tensor> xs;
+  xs.push_back(cast(randn({5, 7}) * 3.0, dt));
+  xs.push_back(cast(randn({2, 3, 7}), dt));
+  Tensor special = from_vector(std::vector<double>{0.0,   -0.0, 1e30, -1e30, 80.0, -80.0, 7.0,  //
+                                                   kInf,  1.0,  2.0,  3.0,   4.0,  5.0,   6.0,  //
+                                                   -kInf, 1.0,  2.0,  3.0,   4.0,  5.0,   6.0,  //
+                                                   kNaN,  1.0,  2.0,  3.0,   4.0,  5.0,   6.0},
+                               {4, 7});
+  xs.push_back(cast(special, dt));
+  xs.push_back(cast(randn({7, 5}), dt).transpose(0, 1));      // non-contiguous
+  xs.push_back(cast(randn({4, 14}), dt).slice(1, 0, 14, 2));  // strided rows
+  xs.push_back(cast(randn({0, 7}), dt));
+  return xs;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  std::vector<double> g = cast(got, DType::f64).contiguous().to_vector<double>();
+  std::vector<double> w = cast(want, DType::f64).contiguous().to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) || std::isinf(w[i])) {
+      EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i])
+          << what << " element " << i << ": got " << g[i] << ", want " << w[i];
+    } else {
+      EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " element " << i;
+    }
+  }
+}
+
+double tol_of(DType dt) {
+  return dt == DType::f32 ? 2e-5 : 1e-12;
+}
+
+TEST(EagerFusion, ForwardMatchesThePrimitiveOps) {
+  manual_seed(7);
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Case& c : cases()) {
+      int k = 0;
+      for (const Tensor& x : inputs(dt)) {
+        Tensor fused, plain;
+        {
+          FusionScope on(true);
+          fused = c.f(x);
+        }
+        {
+          FusionScope off(false);
+          plain = c.f(x);
+        }
+        expect_close(fused, plain, tol_of(dt), c.name + " input " + std::to_string(k++));
+      }
+    }
+  }
+}
+
+TEST(EagerFusion, BackwardMatchesThePrimitiveOps) {
+  manual_seed(8);
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Case& c : cases()) {
+      // Finite inputs only: gradients through inf/NaN are NaN in both forms.
+      for (const Tensor& x0 : {cast(randn({6, 7}) * 2.0, dt), cast(randn({2, 3, 7}), dt),
+                               cast(randn({7, 5}), dt).transpose(0, 1)}) {
+        Tensor gy = cast(randn(x0.shape()), dt);
+        auto run = [&](bool on) {
+          FusionScope s(on);
+          Tensor x = x0.detach().requires_grad_();
+          Tensor y = c.f(x);
+          y.backward(gy);
+          return x.grad();
+        };
+        expect_close(run(true), run(false), dt == DType::f32 ? 1e-4 : 1e-10, c.name);
+      }
+    }
+  }
+}
+
+TEST(EagerFusion, LayerNormWeightAndBiasGradients) {
+  manual_seed(9);
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (bool x_grad : {true, false}) {
+      Tensor x0 = cast(randn({37, 3, 11}), dt), w0 = cast(randn({3, 11}), dt),
+             b0 = cast(randn({3, 11}), dt), gy = cast(randn({37, 3, 11}), dt);
+      auto run = [&](bool on) {
+        FusionScope s(on);
+        Tensor x = x0.detach().requires_grad_(x_grad), w = w0.detach().requires_grad_(),
+               b = b0.detach().requires_grad_();
+        layer_norm(x, {3, 11}, w, b, 1e-3).backward(gy);
+        return std::vector<Tensor>{x.grad(), w.grad(), b.grad()};
+      };
+      auto f = run(true), p = run(false);
+      const double tol = dt == DType::f32 ? 1e-4 : 1e-10;
+      EXPECT_EQ(f[0].defined(), x_grad);
+      if (x_grad) expect_close(f[0], p[0], tol, "x");
+      expect_close(f[1], p[1], tol, "weight");
+      expect_close(f[2], p[2], tol, "bias");
+    }
+  }
+}
+
+TEST(EagerFusion, GradcheckAndDoubleBackward) {
+  manual_seed(10);
+  FusionScope on(true);
+  for (const Case& c : cases()) {
+    Tensor x = (randn({3, 7}, DType::f64)).requires_grad_();
+    EXPECT_EQ(
+        gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{c.f(in[0])}; },
+                  {x}),
+        "")
+        << c.name;
+    Tensor w = rand({3, 7}, DType::f64) - 0.5;
+    EXPECT_EQ(gradcheck(
+                  [&](const std::vector<Tensor>& in) {
+                    GradModeGuard g(true);
+                    return grad({c.f(in[0])}, {in[0]}, {w},
+                                {.retain_graph = true, .create_graph = true});
+                  },
+                  {x}),
+              "")
+        << c.name << " (double backward)";
+  }
+  // layer_norm's weight and bias through gradcheck.
+  Tensor x = randn({4, 5}, DType::f64).requires_grad_();
+  Tensor w = randn({5}, DType::f64).requires_grad_(), b = randn({5}, DType::f64).requires_grad_();
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{layer_norm(in[0], {5}, in[1], in[2], 1e-5)};
+                },
+                {x, w, b}),
+            "");
+}
+
+TEST(EagerFusion, FusedCallIsOneTapeNode) {
+  FusionScope on(true);
+  Tensor x = randn({2, 7}).requires_grad_();
+  EXPECT_EQ(softmax(x, -1).grad_fn()->name(), "SoftmaxBackward");
+  EXPECT_EQ(log_softmax(x, 1).grad_fn()->name(), "LogSoftmaxBackward");
+  EXPECT_EQ(layer_norm(x, {7}).grad_fn()->name(), "LayerNormBackward");
+  EXPECT_EQ(gelu(x).grad_fn()->name(), "GeluBackward");
+  EXPECT_EQ(silu(x).grad_fn()->name(), "SiluBackward");
+  // Without grad, no node at all.
+  EXPECT_EQ(softmax(x.detach(), -1).grad_fn(), nullptr);
+}
+
+TEST(EagerFusion, OtherCallsRunThePrimitiveOps) {
+  FusionScope on(true);
+  Tensor x = randn({3, 7}).requires_grad_();
+  // Not the last dim, half precision, integer-free but mixed dtypes, fusion off.
+  EXPECT_NE(softmax(x, 0).grad_fn()->name(), "SoftmaxBackward");
+  EXPECT_NE(gelu(cast(x, DType::f16)).grad_fn()->name(), "GeluBackward");
+  EXPECT_NE(layer_norm(x, {7}, ones({7}, DType::f64)).grad_fn()->name(), "LayerNormBackward");
+  {
+    FusionScope off(false);
+    EXPECT_NE(silu(x).grad_fn()->name(), "SiluBackward");
+  }
+  // softmax over dim 0 still gives the right values.
+  Tensor y = softmax(x.detach(), 0), ref = exp(x.detach()) / sum(exp(x.detach()), {0}, true);
+  EXPECT_TRUE(allclose(y, ref, 1e-5, 1e-6));
+  // half precision results are unchanged: computed by the primitive ops.
+  Tensor h = cast(randn({4, 9}), DType::bf16);
+  Tensor hs = softmax(h, -1);
+  EXPECT_EQ(hs.dtype(), DType::bf16);
+  FusionScope off(false);
+  EXPECT_TRUE(equal(hs, softmax(h, -1)));
+}
+
+TEST(EagerFusion, TracingRecordsThePrimitiveOps) {
+  FusionScope on(true);
+  Tensor x = randn({2, 7});
+  kiln::testing::TraceScope t;
+  Tensor y = softmax(x, -1);
+  (void)y;
+  EXPECT_GT(t.rec.ops.size(), 2u);  // amax, sub, exp, sum, div
+  bool has_exp = false;
+  for (OpId op : t.rec.ops) has_exp = has_exp || op == OpId::exp;
+  EXPECT_TRUE(has_exp);
+}
+
+TEST(EagerFusion, InPlaceWriteOfWhatBackwardReadsIsAnError) {
+  FusionScope on(true);
+  Tensor x = randn({2, 7}).requires_grad_();
+  Tensor y = softmax(x, -1);
+  y.mul_(2.0);
+  kiln::testing::expect_error([&] { sum(y).backward(); }, {"SoftmaxBackward", "in-place"});
+  Tensor a = randn({2, 7}).requires_grad_();
+  Tensor a2 = a * 1.0;
+  Tensor g = gelu(a2);
+  a2.add_(1.0);
+  kiln::testing::expect_error([&] { sum(g).backward(); }, {"GeluBackward", "in-place"});
+}
+
+TEST(EagerFusion, LongRowsAndManyRows) {
+  manual_seed(11);
+  // Rows longer and shorter than the lane count, many rows over the thread pool.
+  for (Dims shape : {Dims{3, 100003}, Dims{20000, 3}, Dims{1, 1}, Dims{5, 17}}) {
+    Tensor x = randn(shape) * 4.0;
+    for (auto f : {Fn([](const Tensor& t) { return softmax(t, -1); }),
+                   Fn([](const Tensor& t) { return layer_norm(t, {t.size(-1)}); }),
+                   Fn([](const Tensor& t) { return gelu(t, "tanh"); })}) {
+      Tensor fused, plain;
+      {
+        FusionScope on(true);
+        fused = f(x);
+      }
+      {
+        FusionScope off(false);
+        plain = f(x);
+      }
+      expect_close(fused, plain, 1e-4, "shape " + std::to_string(shape[0]));
+    }
+  }
+}
+
+}  // namespace
