@@ -9,6 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev dataset-fashion-mnist libcli11-dev
   clang-14 libclang-rt-14-dev
   llvm-19-dev libzstd-dev libxxhash-dev libgloo-dev
+  pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
   python3 python3-pip
 )
 
