@@ -129,7 +129,7 @@ class Kernels {
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second.fn;
     const std::vector<char> image =
-        compile_for_device(cuda_prelude() + source, symbol + ".cu", device);
+        compile_for_device(device_prelude() + source, symbol + ".cu", device);
     Entry e;
     e.mod = std::make_shared<Module>(image.data());
     e.fn = e.mod->function(symbol);

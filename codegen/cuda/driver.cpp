@@ -8,7 +8,9 @@
 #include <mutex>
 #include <vector>
 
+#include "kiln/env.h"
 #include "kiln/error.h"
+#include "pocl_driver.h"
 
 namespace kiln::cuda {
 namespace {
@@ -65,10 +67,23 @@ std::string load_into(Driver& d) {
   return "";
 }
 
+// The real driver, or the emulated device (KILN_CUDA_EMULATE).
+std::string load_selected(Driver& d) {
+  const std::string mode = env::get("KILN_CUDA_EMULATE");
+  if (mode == "pocl") return load_emulated_driver(d);
+  if (!mode.empty() && mode != "pocl-if-no-gpu")
+    return str("KILN_CUDA_EMULATE='", mode, "' is not one of pocl, pocl-if-no-gpu");
+  std::string error = load_into(d);
+  if (error.empty() || mode.empty()) return error;
+  d = Driver{};  // drop what the unusable driver filled in
+  const std::string emulated = load_emulated_driver(d);
+  return emulated.empty() ? "" : error + "; " + emulated;
+}
+
 Loaded& loaded() {
   static Loaded* l = [] {
     auto* x = new Loaded;  // never freed: the driver stays loaded until exit
-    x->error = load_into(x->d);
+    x->error = load_selected(x->d);
     if (!x->error.empty()) x->d.devices = 0;
     x->contexts.assign(static_cast<size_t>(x->d.devices), nullptr);
     return x;
@@ -114,6 +129,7 @@ std::string error_name(CUresult r) {
     KILN_CUDA_NAME(CUDA_ERROR_INVALID_PTX)
     KILN_CUDA_NAME(CUDA_ERROR_INVALID_SOURCE)
     KILN_CUDA_NAME(CUDA_ERROR_NOT_FOUND)
+    KILN_CUDA_NAME(CUDA_ERROR_NOT_SUPPORTED)
     KILN_CUDA_NAME(CUDA_ERROR_NOT_READY)
     KILN_CUDA_NAME(CUDA_ERROR_ILLEGAL_ADDRESS)
     KILN_CUDA_NAME(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
@@ -132,8 +148,10 @@ std::string error_name(CUresult r) {
 }
 
 void check(CUresult r, const char* what) {
-  KILN_CHECK(r == CUDA_SUCCESS, "[cuda] ", what, " failed: ", error_name(r), " (",
-             static_cast<int>(r), ")");
+  if (r == CUDA_SUCCESS) return;
+  const std::string detail = take_emulated_detail();
+  KILN_CHECK(false, "[cuda] ", what, " failed: ", error_name(r), " (", static_cast<int>(r), ")",
+             detail.empty() ? "" : "; ", detail);
 }
 
 DeviceInfo device_info(int index) {

@@ -66,13 +66,16 @@ struct Driver {
 #define KILN_CUDA_MEMBER(name, version) PFN_##name##_v##version name = nullptr;
   KILN_CUDA_DRIVER_FUNCS(KILN_CUDA_MEMBER)
 #undef KILN_CUDA_MEMBER
-  int version = 0;  ///< cuDriverGetVersion, e.g. 13000
-  int devices = 0;  ///< cuDeviceGetCount
+  int version = 0;        ///< cuDriverGetVersion, e.g. 13000
+  int devices = 0;        ///< cuDeviceGetCount
+  bool emulated = false;  ///< the PoCL device (pocl_driver.h): modules are OpenCL C source
 };
 
 /// The loaded driver; the first call loads it. Throws kiln::Error naming why
 /// CUDA is unusable (no libcuda.so.1, the toolkit's stub library, a driver older
-/// than the headers kiln was built with, no device).
+/// than the headers kiln was built with, no device). KILN_CUDA_EMULATE=pocl
+/// loads the emulated device instead; =pocl-if-no-gpu loads it when the real
+/// driver is unusable.
 const Driver& driver();
 
 /// The CUresult's enumerator name ("CUDA_ERROR_OUT_OF_MEMORY"): kiln's own table,

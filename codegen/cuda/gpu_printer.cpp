@@ -27,7 +27,7 @@ const char* compute_type(DType t) {
     case DType::f64:
       return "double";
     case DType::i64:
-      return "long long";
+      return "kiln_i64";  // the prelude's 64-bit integer (OpenCL C's long long is 128-bit)
     case DType::i32:
       return "int";
     case DType::u8:
@@ -67,11 +67,12 @@ const char* int_suffix(DType t) {
 
 std::string hex_float(double v, bool single) {
   if (std::isnan(v))
-    return single ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
+    return single ? "__int_as_float(0x7fc00000)"
+                  : "__longlong_as_double((kiln_i64)0x7ff8000000000000)";
   if (std::isinf(v))
     return single ? (v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)")
-                  : (v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)"
-                           : "__longlong_as_double((long long)0xfff0000000000000ULL)");
+                  : (v > 0 ? "__longlong_as_double((kiln_i64)0x7ff0000000000000)"
+                           : "__longlong_as_double((kiln_i64)0xfff0000000000000)");
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", v);
   return str("(", buf, single ? "f)" : ")");
@@ -90,8 +91,8 @@ std::string constant(const Expr& e) {
       return hex_float(e.value, false);
     case DType::i64: {
       const auto v = static_cast<int64_t>(e.value);
-      if (v == std::numeric_limits<int64_t>::min()) return "(-9223372036854775807LL - 1)";
-      return str("(", v, "LL)");
+      if (v == std::numeric_limits<int64_t>::min()) return "((kiln_i64)-9223372036854775807 - 1)";
+      return str("((kiln_i64)", v, ")");
     }
     case DType::i32: {
       const auto v = static_cast<int32_t>(static_cast<int64_t>(e.value));
@@ -143,7 +144,7 @@ bool wrapping_int(DType t) {
   return t == DType::i32 || t == DType::i64;
 }
 const char* unsigned_of(DType t) {
-  return t == DType::i64 ? "unsigned long long" : "unsigned";
+  return t == DType::i64 ? "kiln_u64" : "unsigned";
 }
 
 // Expression `op` over operands x, y, z of dtype `in`, yielding dtype `out`, in
@@ -167,7 +168,8 @@ std::string op_expr(OpId op, DType in, DType out, const std::string& x, const st
       if (out == DType::b8) return str("(", x, " != 0)");
       return str("(", compute_type(out), ")", x);
     case OpId::neg:
-      if (wrapping_int(in)) return str("(", T, ")(0ull - (", unsigned_of(in), ")", x, ")");
+      if (wrapping_int(in))
+        return str("(", T, ")((", unsigned_of(in), ")0 - (", unsigned_of(in), ")", x, ")");
       return str("(", T, ")(-", x, ")");
     case OpId::abs:
       return str("(", x, " < 0 ? ", op_expr(OpId::neg, in, out, x, y, z), " : ", x, ")");
@@ -246,78 +248,16 @@ std::string store_value(DType t, const std::string& v) {
 
 using namespace detail;
 
-namespace {
-
-// The prelude's integer helpers follow runtime/src/ops/scalar_ops.h: floor
-// division with x / 0 = 0 and x / -1 = -x wrapped; pow by squaring in the
-// unsigned type (wrapping), negative exponents as the scalar rule.
-const char* kCudaPrelude = R"(// kiln GPU prelude (CUDA)
-__device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
-__device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
-  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-__device__ __forceinline__ float kiln_bf16_to_f32(unsigned short h) {
-  return __uint_as_float(((unsigned)h) << 16);
-}
-__device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float kiln_rt_f16(float f) { return kiln_f16_to_f32(kiln_f32_to_f16(f)); }
-__device__ __forceinline__ float kiln_rt_bf16(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
-#define KILN_SIGNED_INT_RULES(S, T, U)                                          \
-  __device__ __forceinline__ T kiln_div_##S(T a, T b) {                         \
-    if (b == 0) return 0;                                                       \
-    if (b == -1) return (T)((U)0 - (U)a);                                       \
-    T q = a / b;                                                                \
-    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;                              \
-    return q;                                                                   \
-  }                                                                             \
-  __device__ __forceinline__ T kiln_pow_##S(T a, T b) {                         \
-    if (b < 0) return a == 1 ? 1 : (a == (T)-1 ? ((b % 2) ? (T)-1 : (T)1) : 0); \
-    U r = 1, base = (U)a;                                                       \
-    for (T e = b; e > 0; e >>= 1) {                                             \
-      if (e & 1) r = r * base;                                                  \
-      base = base * base;                                                       \
-    }                                                                           \
-    return (T)r;                                                                \
-  }
-KILN_SIGNED_INT_RULES(i64, long long, unsigned long long)
-KILN_SIGNED_INT_RULES(i32, int, unsigned)
-__device__ __forceinline__ unsigned char kiln_div_u8(unsigned char a, unsigned char b) {
-  return b == 0 ? 0 : (unsigned char)(a / b);
-}
-__device__ __forceinline__ unsigned char kiln_pow_u8(unsigned char a, unsigned char b) {
-  unsigned r = 1, base = a;
-  for (unsigned e = b; e > 0; e >>= 1) {
-    if (e & 1) r = r * base;
-    base = base * base;
-  }
-  return (unsigned char)r;
-}
-__device__ __forceinline__ bool kiln_div_b8(bool a, bool b) { return a && b; }
-// Sizes and element strides of a strided copy (print_strided_copy), by value.
-struct KilnStrides {
-  long long size[8], dst[8], src[8];
-};
-__device__ __forceinline__ bool kiln_pow_b8(bool a, bool b) { return a || !b; }
-)";
-
-}  // namespace
-
 std::string print_strided_copy(DType from, DType to, const std::string& symbol) {
   std::ostringstream os;
-  os << "extern \"C\" __global__ void " << symbol << "(" << storage_type(to) << "* dst, const "
-     << storage_type(from) << "* src, long long n, int rank, KilnStrides g) {\n"
-     << "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-     << "       i += (long long)gridDim.x * blockDim.x) {\n"
-     << "    long long r = i, od = 0, os = 0;\n"
+  os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << storage_type(to)
+     << "* dst, KILN_GLOBAL const " << storage_type(from)
+     << "* src, kiln_i64 n, int rank, KilnStrides g) {\n"
+     << "  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (kiln_i64)gridDim.x * blockDim.x) {\n"
+     << "    kiln_i64 r = i, od = 0, os = 0;\n"
      << "    for (int d = rank - 1; d >= 0; --d) {\n"
-     << "      const long long c = r % g.size[d];\n"
+     << "      const kiln_i64 c = r % g.size[d];\n"
      << "      r /= g.size[d];\n"
      << "      od += c * g.dst[d];\n"
      << "      os += c * g.src[d];\n"
@@ -332,10 +272,6 @@ std::string print_strided_copy(DType from, DType to, const std::string& symbol) 
   }
   os << "  }\n}\n";
   return os.str();
-}
-
-std::string cuda_prelude() {
-  return kCudaPrelude;
 }
 
 bool printable(const Kernel& k) {
@@ -362,11 +298,11 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
   for (const kir::Arg& a : k.args)
     for (bool dense : a.dense) coords |= !dense;
   if (coords) {  // coordinates and offsets only for arguments with broadcast dims
-    ld << indent << "long long r" << sfx << " = " << idx << ";\n";
+    ld << indent << "kiln_i64 r" << sfx << " = " << idx << ";\n";
     for (int d = k.rank - 1; d > 0; --d)
-      ld << indent << "const long long c" << d << sfx << " = r" << sfx << " % s" << d << "; r"
-         << sfx << " /= s" << d << ";\n";
-    ld << indent << "const long long c0" << sfx << " = r" << sfx << ";\n";
+      ld << indent << "const kiln_i64 c" << d << sfx << " = r" << sfx << " % s" << d << "; r" << sfx
+         << " /= s" << d << ";\n";
+    ld << indent << "const kiln_i64 c0" << sfx << " = r" << sfx << ";\n";
     for (size_t a = 0; a < k.args.size(); ++a) {
       bool all_dense = true;
       for (bool dense : k.args[a].dense) all_dense &= dense;
@@ -375,7 +311,7 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
       for (int d = 0; d < k.rank; ++d)
         if (k.args[a].dense[static_cast<size_t>(d)])
           o = o == "0" ? str("c", d, sfx) : str("(", o, ") * s", d, " + c", d, sfx);
-      ld << indent << "const long long o" << a << sfx << " = " << o << ";\n";
+      ld << indent << "const kiln_i64 o" << a << sfx << " = " << o << ";\n";
       offset[a] = str("o", a, sfx);
     }
   }
@@ -417,20 +353,21 @@ std::string print_kernel(const Kernel& k, const std::string& symbol) {
   std::ostringstream os;
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
   // element is loaded before it is stored, by the same thread.
-  os << "extern \"C\" __global__ void " << symbol << "(";
+  os << "KILN_KERNEL void " << symbol << "(";
   for (size_t a = 0; a < k.args.size(); ++a) {
     const kir::Arg& arg = k.args[a];
-    os << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a << ", ";
+    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
+       << ", ";
   }
-  os << "long long n";
-  for (int d = 0; d < k.rank; ++d) os << ", long long s" << d;
+  os << "kiln_i64 n";
+  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
   os << ") {\n";
   // Grid-stride loop, kUnroll elements a stride apart per iteration: each
   // thread has kUnroll independent, coalesced loads in flight (one 4-byte load
   // per thread leaves an H200 at ~45% of its bandwidth), then the remainder.
   constexpr int kUnroll = 4;
-  os << "  const long long stride = (long long)gridDim.x * blockDim.x;\n"
-        "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+  os << "  const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;\n"
+        "  kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
      << "  for (; i + " << kUnroll - 1 << " * stride < n; i += " << kUnroll << " * stride) {\n";
   std::vector<LaneText> lanes;
   for (int l = 0; l < kUnroll; ++l)

@@ -1,10 +1,12 @@
 // Internal: the GPU printer. Turns a kernel IR kernel (kiln/kernel_ir.h) into
-// "GPU C" source for NVRTC. A prelude per dialect supplies the types, the
-// f16/bf16 conversions and the integer rules; kernels are plain C over those.
+// "GPU C" source. A prelude per dialect (CUDA for NVRTC, OpenCL C for the
+// emulated device) supplies the qualifiers, thread ids, barriers, shuffles,
+// types, the f16/bf16 conversions and the integer rules; kernels are plain C
+// over those.
 //
 // Launch ABI of a printed kernel, in parameter order: one device pointer per
-// kernel argument, then the work-item count n (long long: elements, or rows for
-// kernels with reductions), then the iteration sizes s0..s{rank-1} (long long).
+// kernel argument, then the work-item count n (64-bit: elements, or rows for
+// kernels with reductions), then the iteration sizes s0..s{rank-1} (64-bit).
 // Pointwise kernels run a grid-stride loop over the flattened index space with
 // 64-bit indices (any grid). Kernels with reductions take one block per row
 // (grid-stride over rows) of any number of whole warps, or of one thread, which
@@ -25,10 +27,13 @@
 
 namespace kiln::cuda {
 
-/// The CUDA prelude: printed once at the top of every program.
+/// The CUDA prelude (for NVRTC): printed once at the top of every program.
 std::string cuda_prelude();
+/// The OpenCL C prelude: the same printed kernels compile on the emulated
+/// device (PoCL; see pocl_driver.h) after it.
+std::string opencl_prelude();
 
-/// The kernel's GPU C as an extern "C" __global__ function named `symbol`.
+/// The kernel's GPU C as a kernel (KILN_KERNEL) function named `symbol`.
 std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
 
 /// The strided copy's shape argument, laid out as the prelude's KilnStrides.

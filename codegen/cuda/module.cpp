@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "gpu_printer.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "nvrtc_lib.h"
@@ -56,12 +57,23 @@ Module::~Module() {
 CUfunction Module::function(const std::string& name) const {
   CUfunction f = nullptr;
   const CUresult r = driver().cuModuleGetFunction(&f, mod_, name.c_str());
-  KILN_CHECK(r == CUDA_SUCCESS, "[cuda] module has no kernel '", name, "' (", error_name(r), ")");
+  if (r == CUDA_ERROR_NOT_FOUND)
+    KILN_CHECK(false, "[cuda] module has no kernel '", name, "' (", error_name(r), ")");
+  check(r, "cuModuleGetFunction");
   return f;
+}
+
+std::string device_prelude() {
+  return driver().emulated ? opencl_prelude() : cuda_prelude();
 }
 
 std::vector<char> compile_for_device(const std::string& source, const std::string& name,
                                      int device) {
+  if (driver().emulated) {  // the emulated device builds OpenCL C source itself
+    std::vector<char> image(source.begin(), source.end());
+    image.push_back('\0');
+    return image;
+  }
   const DeviceInfo info = device_info(device);
   const int arch = info.cc_major * 10 + info.cc_minor;
   const std::vector<int> archs = nvrtc_archs();

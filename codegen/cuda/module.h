@@ -49,9 +49,14 @@ class Module {
   CUmodule mod_ = nullptr;
 };
 
+/// The prelude for the loaded device's dialect: cuda_prelude() on a GPU,
+/// opencl_prelude() on the emulated device. Programs are this + printed kernels.
+std::string device_prelude();
+
 /// NVRTC output for the current device: a cubin for its architecture when
 /// NVRTC supports it, else PTX for the newest architecture NVRTC knows (the
-/// driver JITs it). `device` picks the architecture.
+/// driver JITs it). `device` picks the architecture. On the emulated device:
+/// the source itself (OpenCL C, built when the module loads).
 std::vector<char> compile_for_device(const std::string& source, const std::string& name,
                                      int device);
 

@@ -51,6 +51,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_SYNC", "0",
      "1 waits for every CUDA kernel and copy as it is launched, so an error names the kernel "
      "that caused it (slow: for debugging)"},
+    {"KILN_CUDA_EMULATE", "",
+     "pocl runs CUDA devices on the emulated device (OpenCL on the CPU through PoCL) instead of "
+     "the NVIDIA driver; pocl-if-no-gpu does so only when the driver is unusable (the tests)"},
     {"KILN_SHM", "1",
      "0 makes Gloo process groups whose ranks share one host run their collectives over TCP "
      "instead of shared memory"},

@@ -122,7 +122,7 @@ TEST(CudaLaunch, EveryOpKernelMatchesTheInterpreter) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   set_device(0);
   const auto kernels = testing::op_kernels();
-  std::string source = cuda_prelude();
+  std::string source = device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i)
     source += print_kernel(kernels[i].k, "k" + std::to_string(i));
   const std::vector<char> image = compile_for_device(source, "op_kernels.cu", 0);
@@ -171,7 +171,7 @@ TEST(CudaLaunch, RowKernelsMatchTheInterpreter) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   set_device(0);
   const auto kernels = testing::row_kernels();
-  std::string source = cuda_prelude();
+  std::string source = device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i)
     source += print_kernel(kernels[i].k, "r" + std::to_string(i));
   const std::vector<char> image = compile_for_device(source, "row_kernels.cu", 0);

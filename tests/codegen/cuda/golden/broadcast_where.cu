@@ -1,29 +1,29 @@
-extern "C" __global__ void kiln_golden(const float* p0, const float* p1, unsigned short* p2, long long n, long long s0, long long s1) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+KILN_KERNEL void kiln_golden(KILN_GLOBAL const float* p0, KILN_GLOBAL const float* p1, KILN_GLOBAL unsigned short* p2, kiln_i64 n, kiln_i64 s0, kiln_i64 s1) {
+  const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;
+  kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;
   for (; i + 3 * stride < n; i += 4 * stride) {
-    long long r_0 = i;
-    const long long c1_0 = r_0 % s1; r_0 /= s1;
-    const long long c0_0 = r_0;
-    const long long o1_0 = c1_0;
+    kiln_i64 r_0 = i;
+    const kiln_i64 c1_0 = r_0 % s1; r_0 /= s1;
+    const kiln_i64 c0_0 = r_0;
+    const kiln_i64 o1_0 = c1_0;
     const float e0_0 = p0[i];
     const float e1_0 = p1[o1_0];
-    long long r_1 = (i + 1 * stride);
-    const long long c1_1 = r_1 % s1; r_1 /= s1;
-    const long long c0_1 = r_1;
-    const long long o1_1 = c1_1;
+    kiln_i64 r_1 = (i + 1 * stride);
+    const kiln_i64 c1_1 = r_1 % s1; r_1 /= s1;
+    const kiln_i64 c0_1 = r_1;
+    const kiln_i64 o1_1 = c1_1;
     const float e0_1 = p0[(i + 1 * stride)];
     const float e1_1 = p1[o1_1];
-    long long r_2 = (i + 2 * stride);
-    const long long c1_2 = r_2 % s1; r_2 /= s1;
-    const long long c0_2 = r_2;
-    const long long o1_2 = c1_2;
+    kiln_i64 r_2 = (i + 2 * stride);
+    const kiln_i64 c1_2 = r_2 % s1; r_2 /= s1;
+    const kiln_i64 c0_2 = r_2;
+    const kiln_i64 o1_2 = c1_2;
     const float e0_2 = p0[(i + 2 * stride)];
     const float e1_2 = p1[o1_2];
-    long long r_3 = (i + 3 * stride);
-    const long long c1_3 = r_3 % s1; r_3 /= s1;
-    const long long c0_3 = r_3;
-    const long long o1_3 = c1_3;
+    kiln_i64 r_3 = (i + 3 * stride);
+    const kiln_i64 c1_3 = r_3 % s1; r_3 /= s1;
+    const kiln_i64 c0_3 = r_3;
+    const kiln_i64 o1_3 = c1_3;
     const float e0_3 = p0[(i + 3 * stride)];
     const float e1_3 = p1[o1_3];
     const bool e2_0 = (e0_0 > e1_0);
@@ -60,10 +60,10 @@ extern "C" __global__ void kiln_golden(const float* p0, const float* p1, unsigne
     p2[(i + 3 * stride)] = kiln_f32_to_f16(e8_3);
   }
   for (; i < n; i += stride) {
-    long long r = i;
-    const long long c1 = r % s1; r /= s1;
-    const long long c0 = r;
-    const long long o1 = c1;
+    kiln_i64 r = i;
+    const kiln_i64 c1 = r % s1; r /= s1;
+    const kiln_i64 c0 = r;
+    const kiln_i64 o1 = c1;
     const float e0 = p0[i];
     const float e1 = p1[o1];
     const bool e2 = (e0 > e1);
