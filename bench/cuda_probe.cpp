@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "cublaslt.h"
 #include "driver.h"
 #include "gpu_printer.h"
+#include "gpu_printer_internal.h"
 #include "kiln/kernel_ir.h"
+#include "kiln/kiln.h"
 #include "module.h"
 
 using namespace kiln;
@@ -82,6 +85,42 @@ kir::Kernel softmax_kernel() {
       push(kir::Expr::make_op(OpId::exp, f, push(kir::Expr::make_op(OpId::sub, f, x, m))));
   const int s = reduce(OpId::sum, e, 1);
   k.stores = {{1, push(kir::Expr::make_op(OpId::div, f, e, s))}};
+  return k;
+}
+
+// layer_norm along rows of `inner` (compiled in) f32 with weight and bias (eps 1e-5): mean,
+// variance, normalize (one kernel; PyTorch's biased variance).
+kir::Kernel layer_norm_kernel(int64_t inner) {
+  kir::Kernel k;
+  k.name = "layer_norm";
+  k.rank = 2;
+  k.args = {{DType::f32, false, {true, true}},
+            {DType::f32, false, {false, true}},
+            {DType::f32, false, {false, true}},
+            {DType::f32, true, {true, true}}};
+  const DType f = DType::f32;
+  auto push = [&](kir::Expr e) {
+    k.exprs.push_back(e);
+    return static_cast<int>(k.exprs.size()) - 1;
+  };
+  auto op = [&](OpId o, int a, int b) { return push(kir::Expr::make_op(o, f, a, b)); };
+  auto reduce = [&](int x, int phase) {
+    k.reductions.push_back({OpId::sum, x, phase, f});
+    kir::Expr e;
+    e.kind = kir::ExprKind::kReduced;
+    e.arg = static_cast<int>(k.reductions.size()) - 1;
+    e.dtype = f;
+    return push(e);
+  };
+  const int x = push(kir::Expr::load(0, f));
+  const int w = push(kir::Expr::load(1, f)), b = push(kir::Expr::load(2, f));
+  const int n = push(kir::Expr::constant(static_cast<double>(inner), f));
+  const int mean = op(OpId::div, reduce(x, 0), n);
+  const int d = op(OpId::sub, x, mean);
+  const int var = op(OpId::div, reduce(op(OpId::mul, d, d), 1), n);
+  const int r = push(
+      kir::Expr::make_op(OpId::rsqrt, f, op(OpId::add, var, push(kir::Expr::constant(1e-5, f)))));
+  k.stores = {{3, op(OpId::add, op(OpId::mul, op(OpId::mul, d, r), w), b)}};
   return k;
 }
 
@@ -157,26 +196,84 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i)
       worst = std::max(worst, static_cast<double>(std::abs(got[static_cast<size_t>(i)] -
                                                            ref[static_cast<size_t>(i)])));
-    const CUfunction fsoftmax = mod.function("ksoftmax");
-    std::vector<double> t_softmax;
-    for (int64_t inner : {int64_t{1024}, int64_t{4096}}) {
-      const int64_t rows_sizes[2] = {n / inner, inner};
-      t_softmax.push_back(
-          median_ms(reps, [&] { launch_kernel(fsoftmax, softmax, p, rows_sizes); }));
-    }
     std::printf("n = %lld f32 (%.0f MB per buffer), medians of %d\n", static_cast<long long>(n),
                 static_cast<double>(bytes) / 1e6, reps);
     std::printf("cuMemcpyDtoD        %8.3f ms  %7.0f GB/s\n", t_memcpy, gb / t_memcpy * 1e3);
     std::printf("printed copy kernel %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n", t_copy,
                 gb / t_copy * 1e3, 100 * t_memcpy / t_copy);
     std::printf(
-        "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of the copy kernel); max |gpu - "
+        "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
         "interpreter| %.3g\n",
-        t_gelu, gb / t_gelu * 1e3, 100 * t_copy / t_gelu, worst);
-    for (size_t i = 0; i < t_softmax.size(); ++i)
-      std::printf("printed softmax rows of %5d %8.3f ms  %7.0f GB/s  (%.0f%% of the copy kernel)\n",
-                  i == 0 ? 1024 : 4096, t_softmax[i], gb / t_softmax[i] * 1e3,
-                  100 * t_copy / t_softmax[i]);
+        t_gelu, gb / t_gelu * 1e3, 100 * t_memcpy / t_gelu, worst);
+    // Row kernels: the launch's own choice, then a sweep of elements per thread
+    // per loop step (the printer's unroll) and block sizes (any multiple of 32).
+    DeviceBuffer wb(static_cast<size_t>(n) * 4), bb(static_cast<size_t>(n) * 4);
+    const kir::Kernel ln1k = layer_norm_kernel(1024), ln4k = layer_norm_kernel(4096);
+    const int unrolls[3] = {4, 8, 16};
+    std::string row_src = cuda_prelude();
+    for (int u : unrolls)
+      row_src += cuda::detail::print_row_kernel(softmax, str("ksm_u", u), u) +
+                 cuda::detail::print_row_kernel(ln1k, str("kln1k_u", u), u) +
+                 cuda::detail::print_row_kernel(ln4k, str("kln4k_u", u), u);
+    const std::vector<char> row_image = compile_for_device(row_src, "probe_rows.cu", 0);
+    Module row_mod(row_image.data());
+    struct Row {
+      const char* name;
+      const kir::Kernel* k;
+      const char* symbol;
+      int64_t inner;
+      std::vector<CUdeviceptr> ptrs;
+    };
+    const std::vector<CUdeviceptr> ln_ptrs = {in.get(), wb.get(), bb.get(), out.get()};
+    const Row rows[4] = {{"softmax", &softmax, "ksm", 1024, p},
+                         {"softmax", &softmax, "ksm", 4096, p},
+                         {"layer_norm", &ln1k, "kln1k", 1024, ln_ptrs},
+                         {"layer_norm", &ln4k, "kln4k", 4096, ln_ptrs}};
+    for (const Row& row : rows) {
+      const int64_t rs[2] = {n / row.inner, row.inner};
+      const CUfunction f4 = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
+      const double t = median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs); });
+      std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
+                  row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
+      for (int u : unrolls) {
+        const CUfunction fn = row_mod.function(str(row.symbol, "_u", u));
+        std::printf("    unroll %2d", u);
+        for (unsigned threads : {32u, 64u, 128u, 256u, 512u}) {
+          long long nrows = rs[0], s0 = rs[0], s1 = rs[1];
+          std::vector<CUdeviceptr> ptrs = row.ptrs;
+          std::vector<void*> params;
+          for (CUdeviceptr& q : ptrs) params.push_back(&q);
+          params.push_back(&nrows);
+          params.push_back(&s0);
+          params.push_back(&s1);
+          const unsigned blocks = static_cast<unsigned>(std::min<long long>(nrows, 1 << 16));
+          const double ts = median_ms(reps, [&] {
+            check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, nullptr,
+                                          params.data(), nullptr),
+                  "cuLaunchKernel");
+          });
+          std::printf(" | %u threads: %.0f%%", threads, 100 * t_memcpy / ts);
+        }
+        std::printf("\n");
+      }
+    }
+    // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
+    if (cublaslt_unavailable_reason().empty()) {
+      for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+        for (bool tf32 : {false, true}) {
+          if (tf32 && dt != DType::f32) continue;
+          set_allow_tf32(tf32);
+          const int64_t m = 4096;
+          const Tensor a = randn({m, m}).to(dt).cuda(), b = randn({m, m}).to(dt).cuda();
+          const double t = median_ms(reps, [&] { (void)matmul(a, b); });
+          std::printf("matmul %s%s 4096^3 %8.3f ms  %6.1f TFLOP/s\n", dtype_name(dt),
+                      tf32 ? " (TF32)" : "", t, 2.0 * m * m * m / t / 1e9);
+        }
+      }
+      set_allow_tf32(false);
+    } else {
+      std::printf("matmul: %s\n", cublaslt_unavailable_reason().c_str());
+    }
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;

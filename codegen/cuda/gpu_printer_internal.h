@@ -26,7 +26,11 @@ std::string load(DType t, const std::string& p, const std::string& off);
 /// A compute-type value converted for storing as dtype t.
 std::string store_value(DType t, const std::string& v);
 
-/// A kernel with row reductions (print_kernel's second half).
-std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol);
+/// Row loads in flight per thread per step of a row kernel's loops.
+constexpr int kRowUnroll = 16;
+/// A kernel with row reductions (print_kernel's second half); each row loop
+/// takes max_unroll / (its row loads) elements per thread per step (at least 4).
+std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
+                             int max_unroll = kRowUnroll);
 
 }  // namespace kiln::cuda::detail

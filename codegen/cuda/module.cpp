@@ -115,8 +115,13 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
   for (long long& s : scalars) params.push_back(&s);
   int64_t threads, blocks;
   if (k.has_reductions()) {
-    // One block per row; a reassoc = false kernel sums in index order with one thread.
-    threads = k.reassoc ? 256 : 1;
+    // One block per row; a reassoc = false kernel sums in index order with one
+    // thread. About 32 elements per thread, 64 to 256 threads: on an H200 rows
+    // of 1024 ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
+    const int64_t inner = sizes[k.rank - 1];
+    threads = 64;
+    while (threads < 256 && threads * 32 < inner) threads *= 2;
+    if (!k.reassoc) threads = 1;
     blocks = std::min<int64_t>(n, int64_t{1} << 16);
   } else {
     // Each thread takes 4 elements per grid-stride step (the printer's unroll).

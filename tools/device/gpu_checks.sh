@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine (carry .device, made by tools/device/bundle.sh):
 # the CUDA test suite and the probe, logs into $OUT (or ./device-out).
-#   tools/device/gpu_checks.sh
+#   tools/device/gpu_checks.sh [--probe-only]
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -13,15 +13,20 @@ nvrtc_dir=$(dirname "$( (ls /usr/local/cuda/lib64/libnvrtc.so.13 2>/dev/null;
 # NCCL: pip's nvidia-nccl-cu13 (the image's PyTorch uses it), else the toolkit's.
 nccl_dir=$(dirname "$( (find / -xdev -path '*nvidia*' -name 'libnccl.so.2' 2>/dev/null;
   ls /usr/local/cuda/lib/libnccl.so.2 2>/dev/null) | head -1)")
-export LD_LIBRARY_PATH="$work/lib:$nvrtc_dir:$nccl_dir:${LD_LIBRARY_PATH:-}"
+# cuBLASLt: the toolkit's, else pip's nvidia-cublas.
+cublas_dir=$(dirname "$( (ls /usr/local/cuda/lib64/libcublasLt.so.13 2>/dev/null;
+  find / -xdev -name 'libcublasLt.so.13' 2>/dev/null) | head -1)")
+export LD_LIBRARY_PATH="$work/lib:$nvrtc_dir:$nccl_dir:$cublas_dir:${LD_LIBRARY_PATH:-}"
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-  echo "nvrtc from: $nvrtc_dir"; echo "nccl from: $nccl_dir"; uname -r; lscpu | grep 'Model name'
+  echo "nvrtc from: $nvrtc_dir"; echo "nccl from: $nccl_dir"; echo "cublasLt from: $cublas_dir"; uname -r; lscpu | grep 'Model name'
 } 2>&1 | tee "$out/env.txt"
 export KILN_CACHE_DIR="$work/cache"
+if [ "${1:-}" != "--probe-only" ]; then
 "$work/bin/cuda_tests" 2>&1 | tee "$out/cuda_tests.txt"
 echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
 "$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
 echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
+fi
 "$work/bin/cuda_probe" --n 16777216 --reps 30 2>&1 | tee "$out/cuda_probe.txt"
 "$work/bin/cuda_probe" --n 268435456 --reps 10 2>&1 | tee -a "$out/cuda_probe.txt"
