@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
       for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
         for (bool tf32 : {false, true}) {
           if (tf32 && dt != DType::f32) continue;
-          set_allow_tf32(tf32);
+          set_matmul_allow_tf32(tf32);
           const int64_t m = 4096;
           const Tensor a = randn({m, m}).to(dt).cuda(), b = randn({m, m}).to(dt).cuda();
           const double t = median_ms(reps, [&] { (void)matmul(a, b); });
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
                       tf32 ? " (TF32)" : "", t, 2.0 * m * m * m / t / 1e9);
         }
       }
-      set_allow_tf32(false);
+      set_matmul_allow_tf32(false);
     } else {
       std::printf("matmul: %s\n", cublaslt_unavailable_reason().c_str());
     }

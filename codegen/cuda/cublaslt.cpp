@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "driver.h"
+#include "kiln/cuda.h"
 #include "kiln/error.h"
 #include "module.h"
 
@@ -199,10 +200,10 @@ std::string cublaslt_unavailable_reason() {
   return lib().error;
 }
 
-void set_allow_tf32(bool allow) {
+void set_matmul_allow_tf32(bool allow) {
   g_tf32 = allow;
 }
-bool allow_tf32() {
+bool matmul_allow_tf32() {
   return g_tf32;
 }
 

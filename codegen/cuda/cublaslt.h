@@ -32,7 +32,7 @@ struct GemmShape {
 };
 
 /// d = a . b on `device` (its context current) and the default stream, for f32 (full f32
-/// math unless TF32 is allowed), f64, f16 and bf16 (f32 accumulation). Row
+/// math unless set_matmul_allow_tf32), f64, f16 and bf16 (f32 accumulation). Row
 /// major is mapped onto cuBLASLt's column major by swapping the operands;
 /// transposed operands (unit row stride) use its transpose flags, not a copy.
 /// The chosen algorithm is cached per shape, layout and alignment.
@@ -45,10 +45,5 @@ void device_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
 
 /// "" when cuBLASLt can be loaded, else why not.
 std::string cublaslt_unavailable_reason();
-
-/// Whether f32 products may use TF32 tensor cores (PyTorch's
-/// torch.backends.cuda.matmul.allow_tf32; off by default: exact f32 math).
-void set_allow_tf32(bool allow);
-bool allow_tf32();
 
 }  // namespace kiln::cuda

@@ -19,4 +19,14 @@ void synchronize(int) {
   KILN_CHECK(false, "[cuda] ", unavailable_reason());
 }
 
+namespace {
+bool g_tf32 = false;  // kept so the setting reads back; nothing runs on CUDA
+}
+void set_matmul_allow_tf32(bool allow) {
+  g_tf32 = allow;
+}
+bool matmul_allow_tf32() {
+  return g_tf32;
+}
+
 }  // namespace kiln::cuda

@@ -18,5 +18,10 @@ std::string unavailable_reason();
 /// Waits until all work queued on CUDA device `device` has finished (kiln::Error
 /// when CUDA is unavailable).
 void synchronize(int device = 0);
+/// Whether f32 matmuls on CUDA may use TF32 tensor cores (10-bit mantissa
+/// operands; PyTorch's torch.backends.cuda.matmul.allow_tf32). Off by default.
+void set_matmul_allow_tf32(bool allow);
+/// The current set_matmul_allow_tf32 choice.
+bool matmul_allow_tf32();
 
 }  // namespace kiln::cuda

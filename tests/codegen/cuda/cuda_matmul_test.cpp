@@ -100,12 +100,12 @@ TEST_F(CudaMatmul, IntegerAndMismatchedShapesAreRefused) {
 }
 
 TEST_F(CudaMatmul, Tf32IsOptIn) {
-  EXPECT_FALSE(cuda::allow_tf32());
-  cuda::set_allow_tf32(true);
+  EXPECT_FALSE(cuda::matmul_allow_tf32());
+  cuda::set_matmul_allow_tf32(true);
   const Tensor a = randn({64, 128}), b = randn({128, 32});
   // TF32 keeps 10 mantissa bits of each operand: within 2^-10 of |a| @ |b|.
   expect_product(a, b, 2e-3, "TF32");
-  cuda::set_allow_tf32(false);
+  cuda::set_matmul_allow_tf32(false);
   expect_product(a, b, 1e-5, "f32 again");
 }
 
