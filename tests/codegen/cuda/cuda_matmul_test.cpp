@@ -1,10 +1,11 @@
 // matmul on CUDA tensors (cuBLASLt) against the CPU's matmul: torch.matmul's
 // shapes (1-D operands, broadcast batches), transposed and strided operands
 // read in place, every float dtype, empty and K = 0 products, gradients, and the
-// refusals. Runs only where a GPU exists.
+// refusals. Runs only where a GPU exists (the emulated device has no cuBLASLt).
 #include <cmath>
 
 #include "cublaslt.h"
+#include "driver.h"
 #include "kiln/cuda.h"
 
 namespace kiln {
@@ -14,6 +15,7 @@ class CudaMatmul : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+    if (cuda::driver().emulated) GTEST_SKIP() << "cuBLASLt needs a real GPU";
     if (!cuda::cublaslt_unavailable_reason().empty())
       GTEST_SKIP() << cuda::cublaslt_unavailable_reason();
     manual_seed(11);
@@ -97,6 +99,18 @@ TEST_F(CudaMatmul, IntegerAndMismatchedShapesAreRefused) {
   }
   EXPECT_THROW(matmul(ones({2, 3}).cuda(), ones({4, 2}).cuda()), Error);
   EXPECT_THROW(matmul(ones({2, 3}).cuda(), ones({3, 2})), Error);  // mixed devices
+}
+
+// The emulated device (CI) has no cuBLASLt: matmul of its tensors runs on the
+// host and comes back as a device tensor.
+TEST(CudaMatmulEmulated, RunsOnTheHost) {
+  if (!cuda::is_available() || !cuda::driver().emulated) GTEST_SKIP() << "not the emulated device";
+  const Tensor a = randn({3, 4, 5}), b = randn({5, 2});
+  const Tensor g = matmul(a.cuda(), b.cuda());
+  ASSERT_EQ(g.device(), Device::cuda());
+  const auto x = g.cpu().to_vector<float>(), y = matmul(a, b).to_vector<float>();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], y[i]);
 }
 
 TEST_F(CudaMatmul, Tf32IsOptIn) {
