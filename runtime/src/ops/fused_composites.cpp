@@ -20,11 +20,12 @@ namespace {
 
 std::atomic<bool> g_eager_fusion{true};
 
-// True when `ts` (undefined ones skipped) are real CPU tensors of x's dtype, f32
-// or f64, and nothing is being traced.
+// True when x and `ts` (undefined ones skipped) are real CPU tensors of x's
+// dtype, f32 or f64, and nothing is being traced.
 bool qualifies(const Tensor& x, std::initializer_list<const Tensor*> ts) {
   if (!g_eager_fusion.load(std::memory_order_relaxed) || current_recorder()) return false;
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64) return false;
+  if (x.is_symbolic() || x.device().type != DeviceType::CPU) return false;
   for (const Tensor* t : ts)
     if (t->defined() &&
         (t->is_symbolic() || t->device().type != DeviceType::CPU || t->dtype() != x.dtype()))
