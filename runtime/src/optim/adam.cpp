@@ -7,6 +7,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "optim/fused_step.h"
 #include "update_ops.h"
 
 namespace kiln::optim {
@@ -39,17 +40,19 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions defaults)
     : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults)
-    : Adam("Adam", to_hyperparams(defaults), false) {
+    : Adam("Adam", to_hyperparams(defaults), false, defaults.fused) {
   init_groups(std::move(groups));
 }
 
-Adam::Adam(std::string name, Hyperparams defaults, bool decoupled)
-    : Optimizer(std::move(name), std::move(defaults)), decoupled_(decoupled) {}
+Adam::Adam(std::string name, Hyperparams defaults, bool decoupled, bool fused)
+    : Optimizer(std::move(name), std::move(defaults)), decoupled_(decoupled), fused_(fused) {}
 
 AdamOptions Adam::options(size_t g) const {
   KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
              param_groups().size(), ")");
-  return from_group<AdamOptions>(param_groups()[g]);
+  AdamOptions o = from_group<AdamOptions>(param_groups()[g]);
+  o.fused = fused_;
+  return o;
 }
 
 void Adam::check_group(const ParamGroup& group) const {
@@ -92,10 +95,18 @@ void Adam::step() {
     if (o.weight_decay != 0)
       decay = decoupled_ ? host_scalar([get] { return 1 - get("lr") * get("weight_decay"); })
                          : hyper(gi, "weight_decay");
+    // The fused step takes the same host numbers (so KILN_CHECK_COMPILED's
+    // replay and the step counts advance alike) and does the arithmetic in one pass.
+    detail::AdamConfig cfg{.small = small,
+                           .decoupled = decoupled_,
+                           .has_decay = o.weight_decay != 0,
+                           .amsgrad = o.amsgrad,
+                           .maximize = o.maximize};
+    std::vector<detail::AdamJob> jobs;
+    bool config_read = false;
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (o.maximize) grad = neg(grad);
       StateDict& st = mutable_state(p);
       const Tensor neg_step_size = host_scalar([this, p, get] {
         const double step = increment_step(mutable_state(p));
@@ -106,6 +117,22 @@ void Adam::step() {
       });
       Tensor exp_avg = state_buffer(st, "exp_avg", p);
       Tensor exp_avg_sq = state_buffer(st, "exp_avg_sq", p);
+      Tensor max_sq = o.amsgrad ? state_buffer(st, "max_exp_avg_sq", p) : Tensor();
+      if (fused_ && detail::fusable(p, {&grad, &exp_avg, &exp_avg_sq, &max_sq})) {
+        if (!config_read) {
+          cfg.one_minus_beta1 = one_minus_beta1.item<double>();
+          cfg.beta1_again = beta1_again.item<double>();
+          cfg.beta2 = beta2.item<double>();
+          cfg.one_minus_beta2 = one_minus_beta2.item<double>();
+          cfg.eps = eps.item<double>();
+          cfg.decay = decay.defined() ? decay.item<double>() : 0.0;
+          config_read = true;
+        }
+        jobs.push_back({p, grad, exp_avg, exp_avg_sq, max_sq, neg_step_size.item<double>(),
+                        bias_correction2_sqrt.item<double>()});
+        continue;
+      }
+      if (o.maximize) grad = neg(grad);
       if (o.weight_decay != 0) {
         if (decoupled_)
           p.mul_(decay);
@@ -118,13 +145,13 @@ void Adam::step() {
 
       Tensor second = exp_avg_sq;
       if (o.amsgrad) {
-        Tensor max_sq = state_buffer(st, "max_exp_avg_sq", p);
         max_sq.copy_(maximum(max_sq, exp_avg_sq));
         second = max_sq;
       }
       Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), eps);
       p.add_(div(mul(exp_avg, neg_step_size), denom));
     }
+    detail::adam_step(cfg, jobs);
   }
 }
 
@@ -132,14 +159,16 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions defaults)
     : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults)
-    : Adam("AdamW", to_hyperparams(defaults), true) {
+    : Adam("AdamW", to_hyperparams(defaults), true, defaults.fused) {
   init_groups(std::move(groups));
 }
 
 AdamWOptions AdamW::options(size_t g) const {
   KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
              param_groups().size(), ")");
-  return from_group<AdamWOptions>(param_groups()[g]);
+  AdamWOptions o = from_group<AdamWOptions>(param_groups()[g]);
+  o.fused = fused();
+  return o;
 }
 
 }  // namespace kiln::optim

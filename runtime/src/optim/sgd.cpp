@@ -6,6 +6,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "optim/fused_step.h"
 
 namespace kiln::optim {
 
@@ -34,14 +35,16 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions defaults)
     : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions defaults)
-    : Optimizer("SGD", to_hyperparams(defaults)) {
+    : Optimizer("SGD", to_hyperparams(defaults)), fused_(defaults.fused) {
   init_groups(std::move(groups));
 }
 
 SGDOptions SGD::options(size_t g) const {
   KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
              param_groups().size(), ")");
-  return from_group(param_groups()[g]);
+  SGDOptions o = from_group(param_groups()[g]);
+  o.fused = fused_;
+  return o;
 }
 
 void SGD::check_group(const ParamGroup& group) const {
@@ -74,9 +77,35 @@ void SGD::step() {
     const Tensor keep =
         o.dampening != 0 ? hyper(gi, "dampening", [](double v) { return 1 - v; }) : Tensor();
     const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
+    // The fused step reads the same host numbers and does the arithmetic in one pass.
+    detail::SgdConfig cfg{.has_decay = o.weight_decay != 0,
+                          .has_momentum = o.momentum != 0,
+                          .has_dampening = o.dampening != 0,
+                          .nesterov = o.nesterov,
+                          .maximize = o.maximize};
+    std::vector<detail::SgdJob> jobs;
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
+      if (fused_) {
+        const Tensor* b = o.momentum != 0 ? mutable_state(p).find("momentum_buffer") : nullptr;
+        Tensor buf = b ? *b : Tensor();
+        if (detail::fusable(p, {&grad, &buf})) {
+          if (jobs.empty()) {
+            cfg.weight_decay = wd.defined() ? wd.item<double>() : 0.0;
+            cfg.momentum = momentum.defined() ? momentum.item<double>() : 0.0;
+            cfg.keep = keep.defined() ? keep.item<double>() : 1.0;
+            cfg.neg_lr = neg_lr.item<double>();
+          }
+          const bool first = o.momentum != 0 && !b;
+          if (first) {
+            buf = empty_like(p);
+            mutable_state(p).set("momentum_buffer", buf);
+          }
+          jobs.push_back({p, grad, buf, first});
+          continue;
+        }
+      }
       Tensor d = o.maximize ? neg(grad) : grad;
       if (o.weight_decay != 0) d = add(d, mul(p, wd));
       if (o.momentum != 0) {
@@ -97,6 +126,7 @@ void SGD::step() {
       }
       p.add_(mul(d, neg_lr));
     }
+    detail::sgd_step(cfg, jobs);
   }
 }
 

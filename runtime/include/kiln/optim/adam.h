@@ -17,6 +17,9 @@ struct AdamOptions {
   double weight_decay = 0.0;  ///< L2 penalty added to the gradient
   bool amsgrad = false;       ///< use the running maximum of exp_avg_sq
   bool maximize = false;
+  /// Eager steps update each parameter in one pass, all parameters in one launch
+  /// (PyTorch's fused=True; same results). false: one op at a time, as traced.
+  bool fused = true;
 };
 
 /// AdamW hyperparameters: as Adam but weight decay is decoupled and defaults to 1e-2.
@@ -27,6 +30,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2;  ///< param *= 1 - lr * weight_decay before the Adam update
   bool amsgrad = false;
   bool maximize = false;
+  bool fused = true;  ///< as AdamOptions::fused
 };
 
 /// torch.optim.Adam. State per parameter: step, exp_avg, exp_avg_sq (+ max_exp_avg_sq).
@@ -39,10 +43,12 @@ class Adam : public Optimizer {
   void step() override;
   /// The hyperparameters of group g as a typed struct.
   AdamOptions options(size_t g) const;
+  /// Whether eager steps run fused (the options' `fused`).
+  bool fused() const { return fused_; }
 
  protected:
   /// For AdamW: same state and checks, different name and weight-decay rule.
-  Adam(std::string name, Hyperparams defaults, bool decoupled);
+  Adam(std::string name, Hyperparams defaults, bool decoupled, bool fused);
   void check_group(const ParamGroup& group) const override;
   std::optional<double> structural_form(const std::string& key, double value) const override;
   std::vector<std::string> nonnegative_state() const override {
@@ -51,6 +57,7 @@ class Adam : public Optimizer {
 
  private:
   bool decoupled_ = false;
+  bool fused_ = true;
 };
 
 /// torch.optim.AdamW: Adam with decoupled weight decay.

@@ -14,6 +14,9 @@ struct SGDOptions {
   double weight_decay = 0.0;  ///< L2 penalty added to the gradient
   bool nesterov = false;      ///< needs momentum > 0 and dampening == 0
   bool maximize = false;      ///< ascend instead of descend
+  /// Eager steps update each parameter in one pass, all parameters in one launch
+  /// (PyTorch's fused=True; same results). false: one op at a time, as traced.
+  bool fused = true;
 };
 
 /// torch.optim.SGD. State per parameter: "momentum_buffer" (when momentum != 0).
@@ -32,6 +35,9 @@ class SGD : public Optimizer {
  protected:
   void check_group(const ParamGroup& group) const override;
   std::optional<double> structural_form(const std::string& key, double value) const override;
+
+ private:
+  bool fused_ = true;
 };
 
 }  // namespace kiln::optim
