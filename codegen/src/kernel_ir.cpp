@@ -1,22 +1,58 @@
-// Kernel IR: canonical text, verifier, analysis shared by the backends, and the
-// reference interpreter. The interpreter applies the eager kernels' own scalar
-// functors (runtime/src/ops/scalar_ops.h) in the dtype each op computes in, so
-// its results are the eager results bit for bit (reductions: in sequential
-// order, with eager's accumulator types).
+// Kernel IR: canonical text, verifier and the analysis shared by the backends
+// and the interpreter (kernel_interp.cpp).
 #include "kiln/kernel_ir.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "kernel_ir_util.h"
 #include "kiln/error.h"
-#include "ops/scalar_ops.h"
+#include "math_expand.h"
 
 namespace kiln::kir {
+
+const char* prim_name(Prim p) {
+  switch (p) {
+    case Prim::kFma:
+      return "fma";
+    case Prim::kRint:
+      return "rint";
+    case Prim::kTrunc:
+      return "trunc";
+    case Prim::kBitcast:
+      return "bitcast";
+    case Prim::kShl:
+      return "shl";
+    case Prim::kShr:
+      return "shr";
+    case Prim::kAnd:
+      return "and";
+    case Prim::kOr:
+      return "or";
+    case Prim::kXor:
+      return "xor";
+    case Prim::kTable:
+      return "table";
+  }
+  return "?";
+}
+
+int prim_arity(Prim p) {
+  switch (p) {
+    case Prim::kFma:
+      return 3;
+    case Prim::kShl:
+    case Prim::kShr:
+    case Prim::kAnd:
+    case Prim::kOr:
+    case Prim::kXor:
+      return 2;
+    default:
+      return 1;
+  }
+}
 
 int Kernel::num_phases() const {
   int n = 0;
@@ -61,8 +97,8 @@ std::string dense_text(const Arg& a) {
 namespace detail {
 
 int operands(const Expr& e, int out[3]) {
-  if (e.kind != ExprKind::kOp) return 0;
-  const int arity = op_info(e.op).arity;
+  if (e.kind != ExprKind::kOp && e.kind != ExprKind::kPrim) return 0;
+  const int arity = e.kind == ExprKind::kPrim ? prim_arity(e.prim) : op_info(e.op).arity;
   out[0] = e.a;
   out[1] = e.b;
   out[2] = e.c;
@@ -168,8 +204,11 @@ std::string to_string(const Kernel& k) {
       case ExprKind::kReduced:
         cat(s, "reduced ", dtype_name(e.dtype), " r", e.arg);
         break;
-      case ExprKind::kOp: {
-        cat(s, op_name(e.op), " ", dtype_name(e.dtype));
+      case ExprKind::kOp:
+      case ExprKind::kPrim: {
+        cat(s, e.kind == ExprKind::kOp ? op_name(e.op) : prim_name(e.prim), " ",
+            dtype_name(e.dtype));
+        if (e.kind == ExprKind::kPrim && e.prim == Prim::kTable) cat(s, " t", e.arg);
         int ops[3];
         const int m = detail::operands(e, ops);
         for (int j = 0; j < m; ++j) cat(s, j ? ", %" : " %", ops[j]);
@@ -226,6 +265,54 @@ void verify_op(const Kernel& k, size_t i, const Expr& e) {
     KIR_CHECK(is_same_type_unary(op), "%", i, ": ", info.name, " is not supported in kernels");
     KIR_CHECK(dt(0) == r, "%", i, ": ", info.name, " needs T -> T, got ", dt(0), " -> ", r);
   }
+}
+
+// Primitives (kernel_ir.h): float ops on f32/f64, bit ops on i32/i64.
+void verify_prim(const Kernel& k, size_t i, const Expr& e) {
+  int ops[3];
+  const int m = detail::operands(e, ops);
+  for (int j = 0; j < m; ++j)
+    KIR_CHECK(ops[j] >= 0 && static_cast<size_t>(ops[j]) < i, "%", i, ": operand ", j, " (%",
+              ops[j], ") must refer to an earlier expression");
+  auto dt = [&](int j) { return k.exprs[static_cast<size_t>(ops[j])].dtype; };
+  const DType r = e.dtype;
+  const bool fp = r == DType::f32 || r == DType::f64, in = r == DType::i32 || r == DType::i64;
+  const char* name = prim_name(e.prim);
+  switch (e.prim) {
+    case Prim::kFma:
+    case Prim::kRint:
+    case Prim::kTrunc:
+      KIR_CHECK(fp, "%", i, ": ", name, " yields f32 or f64, not ", r);
+      break;
+    case Prim::kBitcast: {
+      const DType a = dt(0);
+      const bool ok = (a == DType::f32 && r == DType::i32) ||
+                      (a == DType::i32 && r == DType::f32) ||
+                      (a == DType::f64 && r == DType::i64) || (a == DType::i64 && r == DType::f64);
+      KIR_CHECK(ok, "%", i, ": bitcast from ", a, " to ", r);
+      return;
+    }
+    case Prim::kShl:
+    case Prim::kShr: {
+      KIR_CHECK(in, "%", i, ": ", name, " yields i32 or i64, not ", r);
+      const Expr& n = k.exprs[static_cast<size_t>(ops[1])];
+      const double bits = r == DType::i32 ? 32 : 64;
+      KIR_CHECK(n.kind == ExprKind::kConst && n.value >= 0 && n.value < bits, "%", i, ": ", name,
+                " needs a constant shift in [0, ", bits, ")");
+      break;
+    }
+    case Prim::kAnd:
+    case Prim::kOr:
+    case Prim::kXor:
+      KIR_CHECK(in, "%", i, ": ", name, " yields i32 or i64, not ", r);
+      break;
+    case Prim::kTable:
+      KIR_CHECK(r == DType::i32 && dt(0) == DType::i32, "%", i, ": table needs i32 -> i32");
+      KIR_CHECK(e.arg >= 0 && e.arg < kNumMathTables, "%", i, ": no table t", e.arg);
+      return;
+  }
+  for (int j = 0; j < m; ++j)
+    KIR_CHECK(dt(j) == r, "%", i, ": ", name, " operand ", j, " is ", dt(j), ", the result ", r);
 }
 
 }  // namespace
@@ -288,6 +375,9 @@ void verify(const Kernel& k) {
       case ExprKind::kOp:
         verify_op(k, i, e);
         break;
+      case ExprKind::kPrim:
+        verify_prim(k, i, e);
+        break;
     }
   }
   const detail::Analysis an = detail::analyze(k);
@@ -335,383 +425,6 @@ int64_t work_items(const Kernel& k, const int64_t* sizes) {
   const int dims = k.has_reductions() ? k.rank - 1 : k.rank;
   for (int d = 0; d < dims; ++d) n *= sizes[d];
   return n;
-}
-
-// ---- reference interpreter ----
-
-namespace {
-
-namespace s = ops::scalar;
-
-// One scalar: floating values (already rounded to their dtype) in f, the rest in i.
-struct Val {
-  double f = 0;
-  int64_t i = 0;
-};
-
-template <typename T>
-inline constexpr bool kFloatLike =
-    std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-template <typename T>
-using compute_t =
-    std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-
-template <typename T>
-T get(const Val& v) {
-  if constexpr (kFloatLike<T>)
-    return T(static_cast<compute_t<T>>(v.f));
-  else if constexpr (std::is_same_v<T, bool>)
-    return v.i != 0;
-  else
-    return static_cast<T>(v.i);
-}
-template <typename T>
-Val put(T x) {
-  Val r;
-  if constexpr (kFloatLike<T>)
-    r.f = static_cast<double>(static_cast<compute_t<T>>(x));
-  else
-    r.i = static_cast<int64_t>(x);
-  return r;
-}
-
-Val constant(DType t, double v) {
-  return visit_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (kFloatLike<T>)
-      return put<T>(T(static_cast<compute_t<T>>(v)));
-    else if constexpr (std::is_same_v<T, bool>)
-      return put<T>(v != 0);
-    else
-      return put<T>(static_cast<T>(static_cast<int64_t>(v)));
-  });
-}
-
-// cast: D(compute_t<S>(x)), bool = (x != 0), as the eager copy kernel does.
-Val cast_val(DType from, DType to, const Val& x) {
-  return visit_dtype(from, [&](auto st) {
-    using S = decltype(st);
-    const compute_t<S> v = static_cast<compute_t<S>>(get<S>(x));
-    return visit_dtype(to, [&](auto dt) {
-      using D = decltype(dt);
-      if constexpr (std::is_same_v<D, bool>)
-        return put<D>(v != 0);
-      else
-        return put<D>(static_cast<D>(v));
-    });
-  });
-}
-
-// Eager's integer pow (scalar_ops.h) with the products computed unsigned: the
-// same wrapped results without signed-overflow UB.
-template <typename T>
-T wrapping_pow(T a, T b) {
-  if (b < 0) return a == 1 ? 1 : (a == static_cast<T>(-1) ? (b % 2 ? -1 : 1) : 0);
-  using U = std::make_unsigned_t<T>;
-  U r = 1, base = static_cast<U>(a);
-  for (T e = b; e > 0; e >>= 1) {
-    if (e & 1) r = static_cast<U>(r * base);
-    base = static_cast<U>(base * base);
-  }
-  return static_cast<T>(r);
-}
-
-Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c) {
-  if (op == OpId::where) return a.i ? b : c;
-  if (op == OpId::cast) return cast_val(in, out, a);
-  if (op == OpId::copy) return a;
-  return visit_dtype(in, [&](auto tag) -> Val {
-    using T = decltype(tag);
-    using C = compute_t<T>;
-    const C x = static_cast<C>(get<T>(a)), y = static_cast<C>(get<T>(b));
-    // clang-format off
-    switch (op) {
-#define KIR_UNARY(name) case OpId::name: return put<T>(static_cast<T>(s::name{}(x)));
-      KIR_UNARY(neg) KIR_UNARY(abs) KIR_UNARY(exp) KIR_UNARY(log) KIR_UNARY(log1p)
-      KIR_UNARY(sqrt) KIR_UNARY(rsqrt) KIR_UNARY(tanh) KIR_UNARY(sigmoid) KIR_UNARY(relu)
-      KIR_UNARY(sin) KIR_UNARY(cos) KIR_UNARY(erf) KIR_UNARY(sign)
-#undef KIR_UNARY
-#define KIR_BINARY(name) case OpId::name: return put<T>(static_cast<T>(s::name{}(x, y)));
-      KIR_BINARY(add) KIR_BINARY(sub) KIR_BINARY(mul) KIR_BINARY(maximum) KIR_BINARY(minimum)
-#undef KIR_BINARY
-#define KIR_BOOL(name) case OpId::name: return put<bool>(s::name{}(x, y));
-      KIR_BOOL(eq) KIR_BOOL(ne) KIR_BOOL(lt) KIR_BOOL(le) KIR_BOOL(gt) KIR_BOOL(ge)
-      KIR_BOOL(logical_and) KIR_BOOL(logical_or)
-#undef KIR_BOOL
-      case OpId::logical_not: return put<bool>(s::logical_not{}(x));
-      // clang-format on
-      case OpId::pow:
-        if constexpr (std::is_integral_v<C> && std::is_signed_v<C>)
-          return put<T>(wrapping_pow(x, y));
-        else
-          return put<T>(static_cast<T>(s::pow{}(x, y)));
-      case OpId::div:
-        // x / -1 overflows (and traps) for the most negative integer: it is -x, wrapped.
-        if constexpr (std::is_integral_v<C> && std::is_signed_v<C>)
-          if (y == C(-1)) return put<T>(s::neg{}(x));
-        return put<T>(static_cast<T>(s::div{}(x, y)));
-      default:
-        break;
-    }
-    KILN_ASSERT(false, "kernel op ", op_name(op), " has no interpreter rule");
-    return Val{};
-  });
-}
-
-Val read(DType t, const void* base, int64_t off) {
-  return visit_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      return put<bool>(static_cast<const uint8_t*>(base)[off] != 0);
-    } else {
-      T v;
-      std::memcpy(&v, static_cast<const char*>(base) + off * static_cast<int64_t>(sizeof(T)),
-                  sizeof(T));
-      return put<T>(v);
-    }
-  });
-}
-
-void write(DType t, void* base, int64_t off, const Val& x) {
-  visit_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      static_cast<uint8_t*>(base)[off] = x.i != 0 ? 1 : 0;
-    } else {
-      const T v = get<T>(x);
-      std::memcpy(static_cast<char*>(base) + off * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
-    }
-  });
-}
-
-// A reduction's accumulator: eager's accumulator type and step (reduce.cpp).
-struct Acc {
-  Val v;
-  void init(OpId op, DType t) {
-    if (op == OpId::sum) {
-      v = Val{};
-      return;
-    }
-    v = visit_dtype(t, [&](auto tag) {
-      using T = decltype(tag);
-      using C = compute_t<T>;
-      if constexpr (std::is_floating_point_v<C>)
-        return put<T>(T(op == OpId::max ? -std::numeric_limits<C>::infinity()
-                                        : std::numeric_limits<C>::infinity()));
-      else
-        return put<T>(op == OpId::max ? std::numeric_limits<C>::lowest()
-                                      : std::numeric_limits<C>::max());
-    });
-  }
-  void step(OpId op, DType t, const Val& x) {
-    if (op == OpId::sum) {
-      if (t == DType::f32 || t == DType::f64) {
-        v.f += x.f;  // double accumulator
-      } else if (t == DType::f16 || t == DType::bf16) {
-        v.f = static_cast<double>(static_cast<float>(v.f) + static_cast<float>(x.f));
-      } else {
-        v.i = static_cast<int64_t>(static_cast<uint64_t>(v.i) + static_cast<uint64_t>(x.i));
-      }
-      return;
-    }
-    v = visit_dtype(t, [&](auto tag) {
-      using T = decltype(tag);
-      using C = compute_t<T>;
-      const C a = static_cast<C>(get<T>(v)), b = static_cast<C>(get<T>(x));
-      const bool nan = b != b;  // NaN is sticky
-      const bool take = op == OpId::max ? (b > a) || nan : (b < a) || nan;
-      return take ? x : v;
-    });
-  }
-  Val finish(OpId op, DType t) const {
-    if (op != OpId::sum) return v;
-    return visit_dtype(t, [&](auto tag) {  // the i64 sum of narrower ints wraps
-      using T = decltype(tag);
-      if constexpr (kFloatLike<T>)
-        return put<T>(T(static_cast<compute_t<T>>(v.f)));
-      else
-        return put<T>(static_cast<T>(v.i));
-    });
-  }
-};
-
-class Interpreter {
- public:
-  Interpreter(const Kernel& k, void* const* ptrs, const int64_t* sizes)
-      : k_(k),
-        ptrs_(ptrs),
-        sizes_(sizes),
-        an_(detail::analyze(k)),
-        strides_(detail::arg_strides(k, sizes)),
-        v_(k.exprs.size()),
-        red_(k.reductions.size()),
-        rowoff_(k.args.size()),
-        idx_(static_cast<size_t>(k.rank), 0) {}
-
-  void run(int64_t begin, int64_t end) {
-    if (begin >= end) return;
-    if (k_.has_reductions())
-      run_rows(begin, end);
-    else
-      run_pointwise(begin, end);
-  }
-
- private:
-  // Sets idx_ (leading dims) to row `row` and updates the row offsets.
-  void seek_row(int64_t row) {
-    for (int d = k_.rank - 2; d >= 0; --d) {
-      const int64_t s = sizes_[d];
-      idx_[static_cast<size_t>(d)] = d == 0 ? row : row % s;
-      if (d > 0) row /= s;
-    }
-    for (size_t a = 0; a < k_.args.size(); ++a) {
-      int64_t off = 0;
-      for (int d = 0; d + 1 < k_.rank; ++d)
-        off += idx_[static_cast<size_t>(d)] * strides_[a][static_cast<size_t>(d)];
-      rowoff_[a] = off;
-    }
-  }
-
-  int64_t offset(int arg, int64_t j) const {
-    const auto a = static_cast<size_t>(arg);
-    return rowoff_[a] + j * strides_[a][static_cast<size_t>(k_.rank - 1)];
-  }
-
-  void eval(const std::vector<char>& need, int64_t j) {
-    for (size_t i = 0; i < k_.exprs.size(); ++i) {
-      if (!need[i]) continue;
-      const Expr& e = k_.exprs[i];
-      switch (e.kind) {
-        case ExprKind::kLoad:
-          v_[i] = read(e.dtype, ptrs_[e.arg], offset(e.arg, j));
-          break;
-        case ExprKind::kConst:
-          v_[i] = constant(e.dtype, e.value);
-          break;
-        case ExprKind::kReduced:
-          v_[i] = red_[static_cast<size_t>(e.arg)];
-          break;
-        case ExprKind::kOp: {
-          int ops[3] = {0, 0, 0};
-          const int m = detail::operands(e, ops);
-          const Val none;
-          const Val& a = v_[static_cast<size_t>(ops[0])];
-          const Val& b = m > 1 ? v_[static_cast<size_t>(ops[1])] : none;
-          const Val& c = m > 2 ? v_[static_cast<size_t>(ops[2])] : none;
-          v_[i] = apply(e.op, k_.exprs[static_cast<size_t>(ops[0])].dtype, e.dtype, a, b, c);
-          break;
-        }
-      }
-    }
-  }
-
-  void store(const Store& st, int64_t j) {
-    const DType t = k_.args[static_cast<size_t>(st.arg)].dtype;
-    const int64_t off = offset(st.arg, j);
-    if (st.accumulate) {  // f64 (verified): the column's sum so far plus this value
-      write(t, ptrs_[st.arg], off,
-            put<double>(get<double>(read(t, ptrs_[st.arg], off)) +
-                        get<double>(v_[static_cast<size_t>(st.expr)])));
-      return;
-    }
-    write(t, ptrs_[st.arg], off, v_[static_cast<size_t>(st.expr)]);
-  }
-
-  void run_pointwise(int64_t begin, int64_t end) {
-    const int64_t inner = sizes_[k_.rank - 1];
-    std::vector<int> roots;
-    for (const Store& st : k_.stores) roots.push_back(st.expr);
-    const std::vector<char> need = detail::needed(k_, roots);
-    int64_t flat = begin;
-    int64_t j = begin % inner;
-    seek_row(begin / inner);
-    for (; flat < end; ++flat) {
-      if (j == inner) {
-        j = 0;
-        seek_row(flat / inner);
-      }
-      eval(need, j);
-      for (const Store& st : k_.stores) store(st, j);
-      ++j;
-    }
-  }
-
-  void row_stores(int after) {
-    std::vector<int> roots;
-    for (size_t i = 0; i < k_.stores.size(); ++i)
-      if (an_.store_after[i] == after) roots.push_back(k_.stores[i].expr);
-    if (roots.empty()) return;
-    eval(detail::needed(k_, roots), 0);
-    for (size_t i = 0; i < k_.stores.size(); ++i)
-      if (an_.store_after[i] == after) store(k_.stores[i], 0);
-  }
-
-  void run_rows(int64_t begin, int64_t end) {
-    const int64_t inner = sizes_[k_.rank - 1];
-    std::vector<std::vector<char>> phase_need;
-    for (int p = 0; p < an_.num_phases; ++p) {
-      std::vector<int> roots;
-      for (const Reduction& r : k_.reductions)
-        if (r.phase == p) roots.push_back(r.expr);
-      phase_need.push_back(detail::needed(k_, roots));
-    }
-    std::vector<int> final_roots;
-    for (size_t i = 0; i < k_.stores.size(); ++i)
-      if (an_.store_after[i] == -1) final_roots.push_back(k_.stores[i].expr);
-    const std::vector<char> final_need = detail::needed(k_, final_roots);
-    std::vector<Acc> acc(k_.reductions.size());
-    for (int64_t row = begin; row < end; ++row) {
-      seek_row(row);
-      row_stores(detail::Analysis::kRowStart);
-      for (int p = 0; p < an_.num_phases; ++p) {
-        for (size_t r = 0; r < k_.reductions.size(); ++r)
-          if (k_.reductions[r].phase == p) acc[r].init(k_.reductions[r].op, k_.reductions[r].dtype);
-        for (int64_t j = 0; j < inner; ++j) {
-          eval(phase_need[static_cast<size_t>(p)], j);
-          for (size_t r = 0; r < k_.reductions.size(); ++r) {
-            const Reduction& red = k_.reductions[r];
-            if (red.phase != p) continue;
-            const Expr& x = k_.exprs[static_cast<size_t>(red.expr)];
-            Val xv = v_[static_cast<size_t>(red.expr)];
-            if (red.dtype != x.dtype) xv = cast_val(x.dtype, red.dtype, xv);
-            acc[r].step(red.op, red.dtype, xv);
-          }
-        }
-        for (size_t r = 0; r < k_.reductions.size(); ++r)
-          if (k_.reductions[r].phase == p)
-            red_[r] = acc[r].finish(k_.reductions[r].op, k_.reductions[r].dtype);
-        row_stores(p);
-      }
-      if (!final_roots.empty()) {
-        for (int64_t j = 0; j < inner; ++j) {
-          eval(final_need, j);
-          for (size_t i = 0; i < k_.stores.size(); ++i)
-            if (an_.store_after[i] == -1) store(k_.stores[i], j);
-        }
-      }
-    }
-  }
-
-  const Kernel& k_;
-  void* const* ptrs_;
-  const int64_t* sizes_;
-  detail::Analysis an_;
-  std::vector<std::vector<int64_t>> strides_;
-  std::vector<Val> v_, red_;
-  std::vector<int64_t> rowoff_;
-  std::vector<int64_t> idx_;
-};
-
-}  // namespace
-
-void interpret(const Kernel& k, int64_t begin, int64_t end, void* const* ptrs,
-               const int64_t* sizes) {
-  if (begin >= end) return;
-  // No work items; an empty inner dim still gives reductions their identity.
-  const int dims = k.has_reductions() ? k.rank - 1 : k.rank;
-  for (int d = 0; d < dims; ++d)
-    if (sizes[d] <= 0) return;
-  Interpreter(k, ptrs, sizes).run(begin, end);
 }
 
 }  // namespace kiln::kir

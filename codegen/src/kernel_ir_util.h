@@ -10,7 +10,7 @@
 namespace kiln::kir::detail {
 
 /// Transcendental/float-only unary ops (computed in floating point; the LLVM
-/// backend emits them through the vectorizable math of vector_math_ir.h).
+/// backend emits them through the math expansions of math_expand.h).
 constexpr bool is_float_math(OpId op) {
   switch (op) {
     case OpId::exp:

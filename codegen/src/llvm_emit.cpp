@@ -35,11 +35,9 @@
 #include <cstdio>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "kernel_ir_util.h"
 #include "kiln/error.h"
-#include "kiln/vector_math_ir.h"
 #include "llvm_emit_ops.h"
 
 namespace kiln::kir {
@@ -666,6 +664,14 @@ class Emitter : public detail::IrText {
       case ExprKind::kOp:
         v = op(x);
         break;
+      case ExprKind::kPrim: {
+        int ops[3];
+        const int m = detail::operands(x, ops);
+        const std::string a = value(ops[0]);
+        const std::string b = m > 1 ? value(ops[1]) : "", c = m > 2 ? value(ops[2]) : "";
+        v = prim(x, k_.exprs[static_cast<size_t>(ops[0])].dtype, a, b, c);
+        break;
+      }
     }
     slot = v;
     return v;
@@ -702,22 +708,12 @@ std::string Emitter::op(const Expr& e) {
 
 std::string Emitter::module() const {
   std::string m = str("; kiln kernel ", k_.name, "\n");
-  std::set<std::string> have;  // intrinsics the vector math module already declares
-  std::string vm;
-  if (uses_vector_math_) {
-    vm = jit::vector_math_ir();
-    std::istringstream is(vm);
-    for (std::string l; std::getline(is, l);)
-      if (l.starts_with("declare ")) have.insert(l);
-  }
   m += str("define void @", sym_,
            "(i64 %begin, i64 %end, ptr noalias nocapture readonly %ptrs, "
            "ptr noalias nocapture readonly %sizes) #1 {\n",
            body_, "}\n\n");
   for (const auto& [name, text] : helpers_) m += text + "\n";
-  for (const std::string& d : decls_)
-    if (!have.count(d)) m += d + " #2\n";
-  m += vm;
+  for (const std::string& d : decls_) m += d + " #2\n";
   m += "attributes #1 = { nounwind }\n";
   m += "attributes #2 = { nounwind willreturn memory(none) }\n";
   // One alias domain; one scope per argument; each access is in its scope and

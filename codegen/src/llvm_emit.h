@@ -17,6 +17,6 @@ std::string emit_llvm(const Kernel& k, const std::string& symbol, int vector_bit
 
 /// Bumped whenever the emitted code changes meaning, so old disk cache entries
 /// are never reused (the key also hashes the emitted text itself).
-inline constexpr int kEmitVersion = 4;
+inline constexpr int kEmitVersion = 5;
 
 }  // namespace kiln::kir

@@ -1,7 +1,9 @@
 // Scalar op rules of the LLVM backend (see llvm_emit_ops.h): each rule matches
 // the eager functor of runtime/src/ops/scalar_ops.h for the dtype class (float,
-// signed int, u8, bool). No fast-math flags: results are bit-exact, except the
-// f32 transcendentals, which call the inline vector math (vector_math_ir.h).
+// signed int, u8, bool). No fast-math flags: results are bit-exact. The f32
+// (and f16/bf16) transcendentals are their math expansions (math_expand.h),
+// emitted inline: branch-free, so the loops around them vectorize, and equal to
+// the interpreter's results bit for bit.
 #include "llvm_emit_ops.h"
 
 #include <array>
@@ -10,6 +12,7 @@
 
 #include "kernel_ir_util.h"
 #include "kiln/error.h"
+#include "math_expand.h"
 
 namespace kiln::kir::detail {
 
@@ -197,20 +200,85 @@ std::string IrText::sel(const std::string& c, const std::string& t, const std::s
 }
 
 std::string IrText::call1(const std::string& t, const std::string& fn, const std::string& x) {
-  if (fn.starts_with("kiln_"))
-    uses_vector_math_ = true;
-  else
-    declare(str("declare ", t, " @", fn, "(", t, ")"));
+  declare(str("declare ", t, " @", fn, "(", t, ")"));
   return emit(str("call ", t, " @", fn, "(", t, " ", x, ")"));
 }
 
 std::string IrText::call2(const std::string& t, const std::string& fn, const std::string& x,
                           const std::string& y) {
-  if (fn.starts_with("kiln_"))
-    uses_vector_math_ = true;
-  else
-    declare(str("declare ", t, " @", fn, "(", t, ", ", t, ")"));
+  declare(str("declare ", t, " @", fn, "(", t, ", ", t, ")"));
   return emit(str("call ", t, " @", fn, "(", t, " ", x, ", ", t, " ", y, ")"));
+}
+
+std::string IrText::prim(const Expr& e, DType in, const std::string& a, const std::string& b,
+                         const std::string& c) {
+  const std::string t = ty(in), sfx = in == DType::f64 ? "f64" : "f32";
+  switch (e.prim) {
+    case Prim::kFma:
+      declare(str("declare ", t, " @llvm.fma.", sfx, "(", t, ", ", t, ", ", t, ")"));
+      return emit(str("call ", t, " @llvm.fma.", sfx, "(", t, " ", a, ", ", t, " ", b, ", ", t, " ",
+                      c, ")"));
+    case Prim::kRint:
+      return call1(t, str("llvm.rint.", sfx), a);
+    case Prim::kTrunc:
+      return call1(t, str("llvm.trunc.", sfx), a);
+    case Prim::kBitcast:
+      return emit(str("bitcast ", t, " ", a, " to ", ty(e.dtype)));
+    case Prim::kShl:
+      return emit(str("shl ", t, " ", a, ", ", b));
+    case Prim::kShr:
+      return emit(str("ashr ", t, " ", a, ", ", b));
+    case Prim::kAnd:
+      return emit(str("and ", t, " ", a, ", ", b));
+    case Prim::kOr:
+      return emit(str("or ", t, " ", a, ", ", b));
+    case Prim::kXor:
+      return emit(str("xor ", t, " ", a, ", ", b));
+    case Prim::kTable: {
+      const std::span<const int32_t> tab = math_table(e.arg);
+      const std::string g = str("@kiln_table", e.arg), arr = str("[", tab.size(), " x i32]");
+      if (!helpers_.count(g)) {
+        std::string def = str(g, " = internal unnamed_addr constant ", arr, " [");
+        for (size_t i = 0; i < tab.size(); ++i) def += str(i ? ", i32 " : "i32 ", tab[i]);
+        helpers_[g] = def + "]";
+      }
+      const std::string i64 = emit(str("sext i32 ", a, " to i64"));
+      const std::string p =
+          emit(str("getelementptr inbounds ", arr, ", ptr ", g, ", i64 0, i64 ", i64));
+      return emit(str("load i32, ptr ", p));
+    }
+  }
+  KILN_ASSERT(false, "no LLVM rule for primitive ", prim_name(e.prim));
+  return "";
+}
+
+// The expansion's expressions in order (no fast-math: `arcp` off, so each
+// division is the interpreter's); operands 0 and 1 are a and b.
+std::string IrText::expansion(OpId op, DType t, const std::string& a, const std::string& b) {
+  const std::vector<Expr>& f = math_expansion(op, t);
+  std::vector<std::string> v(f.size());
+  const bool arcp = arcp_;
+  arcp_ = false;
+  for (size_t j = 0; j < f.size(); ++j) {
+    const Expr& x = f[j];
+    if (x.kind == ExprKind::kLoad) {
+      v[j] = x.arg == 0 ? a : b;
+      continue;
+    }
+    if (x.kind == ExprKind::kConst) {
+      v[j] = literal(x.dtype, x.value);
+      continue;
+    }
+    int ops[3] = {0, 0, 0};
+    const int m = detail::operands(x, ops);
+    const std::string& p = v[static_cast<size_t>(ops[0])];
+    const std::string q = m > 1 ? v[static_cast<size_t>(ops[1])] : "";
+    const std::string r = m > 2 ? v[static_cast<size_t>(ops[2])] : "";
+    const DType in = f[static_cast<size_t>(ops[0])].dtype;
+    v[j] = x.kind == ExprKind::kOp ? scalar_op(x.op, in, x.dtype, p, q, r) : prim(x, in, p, q, r);
+  }
+  arcp_ = arcp;
+  return v.back();
 }
 
 // Rounds a float register to f16/bf16 precision (eager stores every op's result).
@@ -263,9 +331,10 @@ std::string IrText::convert(DType from, DType to, const std::string& v) {
   return emit(str("trunc ", rs, " ", v, " to ", rd));
 }
 
-// exp, log, ... in dtype t: the inline vector math for f32/f16/bf16 (no libm
-// call blocks vectorization); f64 (gradcheck precision) uses libm/intrinsics.
+// exp, log, ... in dtype t: the math expansions for f32/f16/bf16 (no libm call
+// blocks vectorization); f64 (gradcheck precision) uses libm/intrinsics.
 std::string IrText::float_math(OpId op, DType t, const std::string& x) {
+  if (has_math_expansion(op, t)) return expansion(op, t, x, "");
   const std::string rt = ty(t);
   const bool d = t == DType::f64;
   std::string r;
@@ -278,36 +347,33 @@ std::string IrText::float_math(OpId op, DType t, const std::string& x) {
       break;
     }
     case OpId::exp:
-      r = call1(rt, d ? "llvm.exp.f64" : "kiln_expf", x);
+      r = call1(rt, "llvm.exp.f64", x);
       break;
     case OpId::log:
-      r = call1(rt, d ? "llvm.log.f64" : "kiln_logf", x);
+      r = call1(rt, "llvm.log.f64", x);
       break;
     case OpId::tanh:
-      r = call1(rt, d ? "tanh" : "kiln_tanhf", x);
+      r = call1(rt, "tanh", x);
       break;
     case OpId::sin:
-      r = call1(rt, d ? "llvm.sin.f64" : "kiln_sinf", x);
+      r = call1(rt, "llvm.sin.f64", x);
       break;
     case OpId::cos:
-      r = call1(rt, d ? "llvm.cos.f64" : "kiln_cosf", x);
+      r = call1(rt, "llvm.cos.f64", x);
       break;
     case OpId::log1p:
-      r = call1(rt, d ? "log1p" : "kiln_log1pf", x);
+      r = call1(rt, "log1p", x);
       break;
     case OpId::erf:
-      r = call1(rt, d ? "erf" : "kiln_erff", x);
+      r = call1(rt, "erf", x);
       break;
-    case OpId::sigmoid:
-      if (d) {
-        const std::string n = emit(str("fneg double ", x));
-        const std::string e = call1(rt, "llvm.exp.f64", n);
-        const std::string s = emit(str("fadd double 1.0, ", e));
-        r = emit(str("fdiv double 1.0, ", s));
-      } else {
-        r = call1(rt, "kiln_sigmoidf", x);
-      }
+    case OpId::sigmoid: {
+      const std::string n = emit(str("fneg double ", x));
+      const std::string e = call1(rt, "llvm.exp.f64", n);
+      const std::string s = emit(str("fadd double 1.0, ", e));
+      r = emit(str("fdiv double 1.0, ", s));
       break;
+    }
     default:
       KILN_ASSERT(false, "no float math rule for ", op_name(op));
   }
@@ -398,7 +464,7 @@ std::string IrText::scalar_op(OpId op, DType t, DType r, std::string a, std::str
     case OpId::pow: {
       if (boolean) return emit(str("or i1 ", a, ", ", emit(str("xor i1 ", b, ", true"))));
       if (t == DType::f64) return call2(rt, "llvm.pow.f64", a, b);
-      if (f) return round(t, call2(rt, "kiln_powf", a, b));
+      if (f) return expansion(op, t, a, b);
       const std::string name = str("kiln_powi_", dtype_name(t));
       if (!helpers_.count(name)) helpers_[name] = powi_helper(name, rt, si);
       return emit(str("call ", rt, " @", name, "(", rt, " ", a, ", ", rt, " ", b, ")"));

@@ -33,6 +33,11 @@ class IrText {
   std::string convert(DType from, DType to, const std::string& v);
   /// Rounds a float register to f16/bf16 precision (eager stores every op's result).
   std::string round(DType t, const std::string& v);
+  /// Primitive `e` (kernel_ir.h) on operand values of dtype `in`.
+  std::string prim(const Expr& e, DType in, const std::string& a, const std::string& b,
+                   const std::string& c);
+  /// `op` on operands of dtype t through its math expansion (math_expand.h), inline.
+  std::string expansion(OpId op, DType t, const std::string& a, const std::string& b);
 
  protected:
   std::string tmp() { return "%t" + std::to_string(next_++); }
@@ -49,8 +54,7 @@ class IrText {
 
   std::string body_;
   std::set<std::string> decls_;                 ///< "declare ..." lines
-  std::map<std::string, std::string> helpers_;  ///< internal helper functions by name
-  bool uses_vector_math_ = false;               ///< calls @kiln_* (vector_math_ir.h)
+  std::map<std::string, std::string> helpers_;  ///< internal functions and tables by name
   bool arcp_ = false;  ///< float divisions may use a reciprocal (Kernel::reassoc)
 
  private:

@@ -26,8 +26,12 @@
 // every op, exactly as the eager kernels do.
 //
 // Semantics: each op is the eager kernel's scalar rule (runtime/src/ops/
-// scalar_ops.h) in the op's dtype, bit for bit except the f32 transcendentals
-// (inline polynomials, <= 4 ulp from libm; f64 calls libm). Reductions use
+// scalar_ops.h) in the op's dtype, bit for bit, except exp, log, log1p, tanh,
+// sigmoid, erf, sin, cos and pow in f32/f16/bf16: those are the branch-free
+// expansions of math_expand.h (polynomials with explicit fma, <= 4 ulp from
+// libm), which the interpreter and every backend evaluate alike, so compiled
+// and interpreted pointwise results are equal bit for bit (f64 calls libm on
+// both sides). Reductions use
 // eager's accumulators (f32/f64 sums in double, f16/bf16 in float, integers in
 // wrapping i64); max/min propagate NaN. With Kernel::reassoc the backend may
 // reorder a reduction (vector partial sums, f32 sums accumulated in float over
@@ -63,15 +67,38 @@ enum class ExprKind : uint8_t {
   kConst,    ///< `value` in `dtype`
   kOp,       ///< op-table elementwise op applied to operands a, b, c
   kReduced,  ///< the row's value of reduction `arg` (usable after its phase)
+  kPrim,     ///< backend primitive `prim` (math expansions only) on operands a, b, c
 };
+
+/// The primitives that math expansions (math_expand.h) add to the op table's
+/// elementwise ops: each is one exact IEEE or two's-complement instruction on
+/// every target, so every backend computes an expansion to the same bits.
+enum class Prim : uint8_t {
+  kFma,      ///< a * b + c rounded once (f32, f64)
+  kRint,     ///< round to the nearest integer, ties to even (f32, f64)
+  kTrunc,    ///< round toward zero (f32, f64)
+  kBitcast,  ///< a's bits as the result type: f32 <-> i32, f64 <-> i64
+  kShl,      ///< a << b (i32, i64; b a constant in [0, bits))
+  kShr,      ///< a >> b, sign-filling (i32, i64; b a constant in [0, bits))
+  kAnd,      ///< bitwise a & b (i32, i64)
+  kOr,       ///< bitwise a | b (i32, i64)
+  kXor,      ///< bitwise a ^ b (i32, i64)
+  kTable,    ///< entry a (i32, in range) of constant table `arg` (math_table())
+};
+
+/// The primitive's name in canonical text ("fma", "bitcast", ...).
+const char* prim_name(Prim p);
+/// Operands a primitive takes (1 to 3).
+int prim_arity(Prim p);
 
 /// One SSA scalar expression. Operands refer to earlier expressions.
 struct Expr {
   ExprKind kind = ExprKind::kConst;
   DType dtype = DType::f32;  ///< result type
   OpId op = OpId::add;       ///< kOp: unary/binary/where/cast from ops.def
+  Prim prim = Prim::kFma;    ///< kPrim
   int a = -1, b = -1, c = -1;
-  int arg = -1;        ///< kLoad: argument index; kReduced: reduction index
+  int arg = -1;        ///< kLoad: argument index; kReduced: reduction index; kTable: table
   double value = 0.0;  ///< kConst
 
   /// A load of argument `arg` as `t`.
@@ -99,6 +126,13 @@ struct Expr {
     e.a = a;
     e.b = b;
     e.c = c;
+    return e;
+  }
+  /// Primitive `p` with result type `t` over earlier expressions a, b, c.
+  static Expr make_prim(Prim p, DType t, int a, int b = -1, int c = -1) {
+    Expr e = make_op(OpId::add, t, a, b, c);
+    e.kind = ExprKind::kPrim;
+    e.prim = p;
     return e;
   }
 };
