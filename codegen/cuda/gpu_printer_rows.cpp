@@ -27,7 +27,7 @@ const char* acc_type(const kir::Reduction& r) {
   if (r.op != OpId::sum) return compute_type(r.dtype);
   if (r.dtype == DType::f32 || r.dtype == DType::f64) return "double";
   if (r.dtype == DType::f16 || r.dtype == DType::bf16) return "float";
-  return "unsigned long long";  // integer sums wrap in 64 bits
+  return "kiln_u64";  // integer sums wrap in 64 bits
 }
 
 std::string acc_identity(const kir::Reduction& r) {
@@ -38,7 +38,7 @@ std::string acc_identity(const kir::Reduction& r) {
     case DType::f64:
       return hex_float(max ? -inf : inf, false);
     case DType::i64:
-      return max ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+      return max ? "((kiln_i64)-9223372036854775807 - 1)" : "((kiln_i64)9223372036854775807)";
     case DType::i32:
       return max ? "(-2147483647 - 1)" : "2147483647";
     case DType::u8:
@@ -73,7 +73,7 @@ std::string acc_finish(const kir::Reduction& r, const std::string& acc) {
     case DType::b8:
       return str("(", acc, " != 0)");
     default:
-      return str("(", compute_type(r.dtype), ")(long long)", acc);
+      return str("(", compute_type(r.dtype), ")(kiln_i64)", acc);
   }
 }
 
@@ -202,19 +202,18 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
         const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
         std::string x = str("e", red.expr, sfx);
         if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
-        if (red.op == OpId::sum && !is_floating(red.dtype))
-          x = str("(unsigned long long)(long long)", x);
+        if (red.op == OpId::sum && !is_floating(red.dtype)) x = str("(kiln_u64)(kiln_i64)", x);
         os << "        " << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x))
            << "\n";
       }
     };
     // kUnroll elements a block apart per step, loaded before any is used, and
     // accumulated in the order the plain loop would: results do not change.
-    os << "      long long j = threadIdx.x;\n"
-       << "      for (; j + " << unroll - 1 << " * (long long)blockDim.x < inner; j += " << unroll
-       << " * (long long)blockDim.x) {\n";
+    os << "      kiln_i64 j = threadIdx.x;\n"
+       << "      for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
+       << " * (kiln_i64)blockDim.x) {\n";
     for (int l = 0; l < unroll; ++l)
-      eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "        ", str("_", l),
+      eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "        ", str("_", l),
                Part::kLoads);
     for (int l = 0; l < unroll; ++l) {
       eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
@@ -242,16 +241,15 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
   if (!which.empty()) {
     const std::vector<char> need = kir::detail::needed(k, roots);
     const int unroll = loop_unroll(k, need, max_unroll);
-    os << "    long long j = threadIdx.x;\n"
-       << "    for (; j + " << unroll - 1 << " * (long long)blockDim.x < inner; j += " << unroll
-       << " * (long long)blockDim.x) {\n";
+    os << "    kiln_i64 j = threadIdx.x;\n"
+       << "    for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
+       << " * (kiln_i64)blockDim.x) {\n";
     for (int l = 0; l < unroll; ++l)
-      eval_row(os, k, need, str("(j + ", l, " * (long long)blockDim.x)"), "      ", str("_", l),
+      eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l),
                Part::kLoads);
     for (int l = 0; l < unroll; ++l) eval_row(os, k, need, "", "      ", str("_", l), Part::kMath);
     for (int l = 0; l < unroll; ++l)
-      emit_stores(os, k, which, str("(j + ", l, " * (long long)blockDim.x)"), "      ",
-                  str("_", l));
+      emit_stores(os, k, which, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l));
     os << "    }\n    for (; j < inner; j += blockDim.x) {\n";
     eval_row(os, k, need, "j", "      ");
     emit_stores(os, k, which, "j", "      ");
@@ -265,29 +263,32 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   KILN_ASSERT(max_unroll >= 1, "row kernel unroll ", max_unroll);
   const kir::detail::Analysis an = kir::detail::analyze(k);
   std::ostringstream os;
-  os << "extern \"C\" __global__ void " << symbol << "(";
+  os << "KILN_KERNEL void " << symbol << "(";
   for (size_t a = 0; a < k.args.size(); ++a)
-    os << (k.args[a].is_output ? "" : "const ") << storage_type(k.args[a].dtype) << "* p" << a
-       << ", ";
-  os << "long long rows";
-  for (int d = 0; d < k.rank; ++d) os << ", long long s" << d;
+    os << "KILN_GLOBAL " << (k.args[a].is_output ? "" : "const ") << storage_type(k.args[a].dtype)
+       << "* p" << a << ", ";
+  os << "kiln_i64 rows";
+  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
   os << ") {\n";
+  // Local memory at the kernel's top scope (OpenCL requires it there): the
+  // per-warp partials, and the emulated device's shuffle scratch.
+  os << "  KILN_SHUFFLE_SCRATCH;\n";
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "  __shared__ " << acc_type(k.reductions[r]) << " kiln_sh" << r << "[32];\n";
-  os << "  const long long inner = s" << k.rank - 1 << ";\n"
-     << "  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n"
+     << "  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
   if (k.rank > 1) {
-    os << "    long long rr = row;\n";
+    os << "    kiln_i64 rr = row;\n";
     for (int d = k.rank - 2; d > 0; --d)
-      os << "    const long long c" << d << " = rr % s" << d << "; rr /= s" << d << ";\n";
-    os << "    const long long c0 = rr;\n";
+      os << "    const kiln_i64 c" << d << " = rr % s" << d << "; rr /= s" << d << ";\n";
+    os << "    const kiln_i64 c0 = rr;\n";
   }
   for (size_t a = 0; a < k.args.size(); ++a) {
     std::string b = "0";
     for (int d = 0; d + 1 < k.rank; ++d)
       if (k.args[a].dense[static_cast<size_t>(d)])
         b = b == "0" ? str("c", d) : str("(", b, ") * s", d, " + c", d);
-    os << "    const long long b" << a << " = " << b << ";\n";
+    os << "    const kiln_i64 b" << a << " = " << b << ";\n";
   }
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -604,6 +605,25 @@ CUresult CUDAAPI cuEventDestroy(CUevent ev) {
 
 }  // namespace emu
 
+// Set at exit before PoCL's own destructors run (the handler is registered
+// after PoCL loads): static objects destroyed later (cached modules, say)
+// then get CUDA_ERROR_DEINITIALIZED, as from a real driver shutting down,
+// instead of calling into a torn-down PoCL.
+std::atomic<bool> g_exiting{false};
+
+// Each entry point as the table holds it: what an earlier call left in the
+// detail is cleared first, so a failure's detail is always its own.
+template <auto F>
+struct Fresh;
+template <class... A, CUresult(CUDAAPI* F)(A...)>
+struct Fresh<F> {
+  static CUresult CUDAAPI call(A... a) {
+    if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
+    t_detail.clear();
+    return F(a...);
+  }
+};
+
 // ---------------- loading ----------------
 std::string open_pocl(Emu& e) {
   void* h = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -667,10 +687,13 @@ std::string load_emulated_driver(Driver& d) {
   std::call_once(once, [] {
     auto* e = new Emu;  // never freed: the device lives until exit, as the driver does
     error = open_pocl(*e);
-    if (error.empty()) g = e;
+    if (error.empty()) {
+      g = e;
+      std::atexit([] { g_exiting = true; });
+    }
   });
   if (!error.empty()) return "the emulated CUDA device (PoCL) is unusable: " + error;
-#define KILN_EMU_FILL(name, version) d.name = &emu::name;
+#define KILN_EMU_FILL(name, version) d.name = &Fresh<&emu::name>::call;
   KILN_CUDA_DRIVER_FUNCS(KILN_EMU_FILL)
 #undef KILN_EMU_FILL
   d.version = CUDA_VERSION;
