@@ -23,8 +23,6 @@ namespace kiln::kir {
 
 namespace {
 
-namespace s = ops::scalar;
-
 // One scalar: floating values (already rounded to their dtype) in f, the rest in i.
 struct Val {
   double f = 0;
@@ -98,6 +96,55 @@ T wrapping_pow(T a, T b) {
   return static_cast<T>(r);
 }
 
+// The interpreter's functor of each unary and binary elementwise op (looked up
+// by op name): the eager one (ops::scalar) except where the eager rule has
+// undefined behaviour for signed integers; `where` and `cast` have none
+// (apply() handles them before the per-op switch).
+namespace fn {
+using namespace ops::scalar;
+struct pow {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+      return wrapping_pow(a, b);
+    else
+      return ops::scalar::pow{}(a, b);
+  }
+};
+struct div {
+  template <typename T>
+  T operator()(T a, T b) const {
+    // x / -1 overflows (and traps) for the most negative integer: it is -x, wrapped.
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
+      if (b == T(-1)) return ops::scalar::neg{}(a);
+    return ops::scalar::div{}(a, b);
+  }
+};
+struct where {};
+struct cast {};
+}  // namespace fn
+
+// Functor F on x (unary) or x, y (binary); a bool result stays bool
+// (comparisons, logical ops), any other is the operand dtype T.
+template <typename F, typename T, typename C>
+Val apply_fn(OpId op, C x, C y) {
+  if constexpr (std::is_invocable_v<F, C>) {
+    const auto r = F{}(x);
+    if constexpr (std::is_same_v<std::remove_const_t<decltype(r)>, bool>)
+      return put<bool>(r);
+    else
+      return put<T>(static_cast<T>(r));
+  } else if constexpr (std::is_invocable_v<F, C, C>) {
+    const auto r = F{}(x, y);
+    if constexpr (std::is_same_v<std::remove_const_t<decltype(r)>, bool>)
+      return put<bool>(r);
+    else
+      return put<T>(static_cast<T>(r));
+  }
+  KILN_ASSERT(false, "kernel op ", op_name(op), " has no interpreter rule");
+  return Val{};
+}
+
 Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c) {
   if (op == OpId::where) return a.i ? b : c;
   if (op == OpId::cast) return cast_val(in, out, a);
@@ -106,32 +153,29 @@ Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c
     using T = decltype(tag);
     using C = compute_t<T>;
     const C x = static_cast<C>(get<T>(a)), y = static_cast<C>(get<T>(b));
-    // clang-format off
+    // One case per unary and binary op of the op table (ops.def).
     switch (op) {
-#define KIR_UNARY(name) case OpId::name: return put<T>(static_cast<T>(s::name{}(x)));
-      KIR_UNARY(neg) KIR_UNARY(abs) KIR_UNARY(exp) KIR_UNARY(log) KIR_UNARY(log1p)
-      KIR_UNARY(sqrt) KIR_UNARY(rsqrt) KIR_UNARY(tanh) KIR_UNARY(sigmoid) KIR_UNARY(relu)
-      KIR_UNARY(sin) KIR_UNARY(cos) KIR_UNARY(erf) KIR_UNARY(sign)
-#undef KIR_UNARY
-#define KIR_BINARY(name) case OpId::name: return put<T>(static_cast<T>(s::name{}(x, y)));
-      KIR_BINARY(add) KIR_BINARY(sub) KIR_BINARY(mul) KIR_BINARY(maximum) KIR_BINARY(minimum)
-#undef KIR_BINARY
-#define KIR_BOOL(name) case OpId::name: return put<bool>(s::name{}(x, y));
-      KIR_BOOL(eq) KIR_BOOL(ne) KIR_BOOL(lt) KIR_BOOL(le) KIR_BOOL(gt) KIR_BOOL(ge)
-      KIR_BOOL(logical_and) KIR_BOOL(logical_or)
-#undef KIR_BOOL
-      case OpId::logical_not: return put<bool>(s::logical_not{}(x));
-      // clang-format on
-      case OpId::pow:
-        if constexpr (std::is_integral_v<C> && std::is_signed_v<C>)
-          return put<T>(wrapping_pow(x, y));
-        else
-          return put<T>(static_cast<T>(s::pow{}(x, y)));
-      case OpId::div:
-        // x / -1 overflows (and traps) for the most negative integer: it is -x, wrapped.
-        if constexpr (std::is_integral_v<C> && std::is_signed_v<C>)
-          if (y == C(-1)) return put<T>(s::neg{}(x));
-        return put<T>(static_cast<T>(s::div{}(x, y)));
+#define KIR_CASE_unary(name) \
+  case OpId::name:           \
+    return apply_fn<fn::name, T>(op, x, y);
+#define KIR_CASE_binary(name) KIR_CASE_unary(name)
+#define KIR_CASE_reduce(name)
+#define KIR_CASE_linalg(name)
+#define KIR_CASE_conv(name)
+#define KIR_CASE_movement(name)
+#define KIR_CASE_factory(name)
+#define KIR_CASE_collective(name)
+#define KILN_OP(name, family, arity, traits) KIR_CASE_##family(name)
+#include "kiln/ops.def"
+#undef KILN_OP
+#undef KIR_CASE_unary
+#undef KIR_CASE_binary
+#undef KIR_CASE_reduce
+#undef KIR_CASE_linalg
+#undef KIR_CASE_conv
+#undef KIR_CASE_movement
+#undef KIR_CASE_factory
+#undef KIR_CASE_collective
       default:
         break;
     }

@@ -9,24 +9,17 @@
 
 namespace kiln::kir::detail {
 
-/// Transcendental/float-only unary ops (computed in floating point; the LLVM
-/// backend emits them through the math expansions of math_expand.h).
+/// Ops that compute in floating point only (the kFloatMath trait of ops.def;
+/// the LLVM backend emits the transcendentals through math_expand.h).
 constexpr bool is_float_math(OpId op) {
   switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-      return true;
-    default:
-      return false;
+#define KILN_OP(name, family, arity, traits) \
+  case OpId::name:                           \
+    return ((traits)&kFloatMath) != 0;
+#include "kiln/ops.def"
+#undef KILN_OP
   }
+  return false;
 }
 
 /// Where the value of each expression and each store lives.

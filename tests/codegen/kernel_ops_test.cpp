@@ -7,12 +7,14 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
 #include "codegen/kernel_test_util.h"
 #include "kiln/kernel_cache.h"
 #include "kiln/kernel_ir.h"
+#include "math_expand.h"
 
 namespace kiln::kir {
 namespace {
@@ -24,21 +26,20 @@ using KernelOps = testing::NoDiskCache;
 constexpr DType kAll[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
                           DType::i64, DType::i32, DType::u8,  DType::b8};
 
+// Ops computed by their math expansion (in f32, f16 and bf16).
 bool transcendental(OpId op) {
-  switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-    case OpId::pow:
-      return true;
-    default:
-      return false;
+  return has_math_expansion(op, DType::f32);
+}
+
+// The op table's ops of `family` with `arity` operands, in table order.
+std::vector<OpId> table_ops(const char* family, int arity) {
+  std::vector<OpId> out;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& info = op_info(static_cast<OpId>(i));
+    if (std::strcmp(info.family, family) == 0 && info.arity == arity)
+      out.push_back(static_cast<OpId>(i));
   }
+  return out;
 }
 
 // Interesting values of each dtype.
@@ -157,14 +158,15 @@ std::vector<Buffer> fill(const Kernel& k, const std::vector<int64_t>& sizes,
   return b;
 }
 
-constexpr OpId kUnary[] = {OpId::neg,     OpId::abs,  OpId::exp,         OpId::log,
-                           OpId::log1p,   OpId::sqrt, OpId::rsqrt,       OpId::tanh,
-                           OpId::sigmoid, OpId::relu, OpId::sin,         OpId::cos,
-                           OpId::erf,     OpId::sign, OpId::logical_not, OpId::copy};
+// Every unary op of the op table, and copy.
+std::vector<OpId> unary_ops() {
+  std::vector<OpId> ops = table_ops("unary", 1);
+  ops.push_back(OpId::copy);
+  return ops;
+}
 
 bool float_only(OpId op) {
-  return op != OpId::neg && op != OpId::abs && op != OpId::relu && op != OpId::sign &&
-         op != OpId::logical_not && op != OpId::copy;
+  return op_info(op).has(kFloatMath);
 }
 
 // Unary ops: one kernel per dtype, one output per op.
@@ -174,7 +176,7 @@ TEST_F(KernelOps, UnaryOpsInEveryDtype) {
     const int xa = b.in(t, {true});
     const int x = b.load(xa);
     std::vector<Probe> probes;
-    for (OpId op : kUnary) {
+    for (OpId op : unary_ops()) {
       if (float_only(op) && !is_floating(t)) continue;
       const DType r = op == OpId::logical_not ? DType::b8 : t;
       const int o = b.out(r, {true});
@@ -196,11 +198,6 @@ TEST_F(KernelOps, UnaryOpsInEveryDtype) {
   }
 }
 
-constexpr OpId kBinary[] = {OpId::add, OpId::sub,         OpId::mul,       OpId::div,
-                            OpId::pow, OpId::maximum,     OpId::minimum,   OpId::eq,
-                            OpId::ne,  OpId::lt,          OpId::le,        OpId::gt,
-                            OpId::ge,  OpId::logical_and, OpId::logical_or};
-
 // Binary ops on every pair of interesting values ([n, 1] x [1, n] broadcast).
 TEST_F(KernelOps, BinaryOpsInEveryDtype) {
   for (DType t : kAll) {
@@ -208,7 +205,7 @@ TEST_F(KernelOps, BinaryOpsInEveryDtype) {
     const int aa = b.in(t, {true, false}), ba = b.in(t, {false, true});
     const int x = b.load(aa), y = b.load(ba);
     std::vector<Probe> probes;
-    for (OpId op : kBinary) {
+    for (OpId op : table_ops("binary", 2)) {
       const bool to_bool = op >= OpId::eq && op <= OpId::logical_or;
       const DType r = to_bool ? DType::b8 : t;
       const int o = b.out(r, {true, true});

@@ -34,8 +34,9 @@ enum OpTrait : uint32_t {
   kFactory = 1u << 5,  ///< no tensor inputs
   kRandom = 1u << 6,
   kCommutative = 1u << 7,
-  kNonDiff = 1u << 8,  ///< not differentiable: outputs never require grad
+  kNonDiff = 1u << 8,     ///< not differentiable: outputs never require grad
   kCollective = 1u << 9,  ///< side effects on other ranks: never folded, merged or fused
+  kFloatMath = 1u << 10,  ///< computes in floating point: integer inputs give the default float
 };
 
 /// Shape and dtype of one op output.

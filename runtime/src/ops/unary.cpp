@@ -9,10 +9,10 @@ namespace kiln {
 namespace ops {
 namespace {
 
-// Ops that keep integer dtypes; the others compute in floating point
-// (an integer input gives the default float, as in PyTorch).
+// Ops that keep integer dtypes; the kFloatMath ones (ops.def) compute in
+// floating point (an integer input gives the default float, as in PyTorch).
 bool keeps_integers(OpId op) {
-  return op == OpId::neg || op == OpId::abs || op == OpId::sign || op == OpId::relu;
+  return !op_info(op).has(kFloatMath);
 }
 
 template <OpId Op>
