@@ -27,14 +27,16 @@ namespace {
 // registers (16 floats = two AVX2 or one AVX-512 register).
 constexpr int64_t kLanes = 16;
 
-// Sum of f(i) over [0, n), in kLanes partial sums combined pairwise.
+// Sum of f(i) over [0, n), in kLanes partial sums combined pairwise. They
+// start at +0 like the eager sum's, so an exactly zero sum is +0 as there.
 template <typename T, typename F>
 T lane_sum(int64_t n, F&& f) {
-  T acc[kLanes] = {};
+  T acc[kLanes];
+  std::fill(acc, acc + kLanes, T(0));
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int64_t j = 0; j < kLanes; ++j) acc[j] += f(i + j);
-  T tail = 0;
+  T tail = T(0);
   for (; i < n; ++i) tail += f(i);
   for (int64_t w = kLanes / 2; w > 0; w /= 2)
     for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
@@ -95,9 +97,10 @@ void softmax_bwd(const T* y, const T* g, T* gx, int64_t rows, int64_t n, bool lo
       const T* gr = g + r * n;
       T* o = gx + r * n;
       if (log) {
-        // g - softmax * sum(g), softmax = exp(log_softmax).
-        const T s = lane_sum<T>(n, [&](int64_t i) { return gr[i]; });
-        for (int64_t i = 0; i < n; ++i) o[i] = gr[i] - vec::exp<T>(yr[i]) * s;
+        // g + softmax * sum(-g), softmax = exp(log_softmax): the composite's
+        // terms, so exact zeros get its signs.
+        const T s = lane_sum<T>(n, [&](int64_t i) { return -gr[i]; });
+        for (int64_t i = 0; i < n; ++i) o[i] = gr[i] + vec::exp<T>(yr[i]) * s;
       } else {
         // y * (g - sum(g * y)).
         const T s = lane_sum<T>(n, [&](int64_t i) { return gr[i] * yr[i]; });
