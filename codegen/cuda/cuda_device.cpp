@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cublaslt.h"
+#include "device_kernels.h"
 #include "driver.h"
 #include "gpu_printer.h"
 #include "kiln/device_runtime.h"
@@ -171,6 +172,8 @@ class CudaRuntime final : public DeviceRuntime {
 
   void copy(const Tensor& dst, const Tensor& src) override;
   void run(OpId op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) override;
+  /// The compiled kernels (shared with compiled graphs' fused kernels).
+  Kernels& kernels() { return kernels_; }
 
  private:
   void device_copy(const Tensor& dst, const Tensor& src);
@@ -388,9 +391,47 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
              "to the CPU with .cpu()");
 }
 
+// ---------------- fused kernels of compiled graphs ----------------
+// The executor's kernels on CUDA: the kernel IR printed and compiled like the
+// eager ops' one-op kernels (one module per distinct source), launched on the
+// default stream.
+class CudaGraphKernel final : public detail::DeviceKernel {
+ public:
+  CudaGraphKernel(kir::Kernel k, CUfunction fn, int device)
+      : k_(std::move(k)), fn_(fn), device_(device) {}
+  void launch(void* const* ptrs, const int64_t* sizes) const override {
+    use_device(device_);
+    std::vector<CUdeviceptr> p(k_.args.size());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<CUdeviceptr>(ptrs[i]);
+    launch_kernel(fn_, k_, p, sizes);
+  }
+
+ private:
+  kir::Kernel k_;
+  CUfunction fn_;
+  int device_;
+};
+
+class CudaGraphCompiler final : public detail::DeviceKernelCompiler {
+ public:
+  explicit CudaGraphCompiler(Kernels& kernels) : kernels_(kernels) {}
+  std::shared_ptr<const detail::DeviceKernel> compile(const kir::Kernel& k,
+                                                      Device device) override {
+    use_device(device.index);
+    const std::string sym = "kiln_fused";
+    const CUfunction fn = kernels_.get(device.index, print_kernel(k, sym), sym);
+    return std::make_shared<CudaGraphKernel>(k, fn, device.index);
+  }
+
+ private:
+  Kernels& kernels_;
+};
+
 CudaRuntime g_runtime;
+CudaGraphCompiler g_graph_compiler(g_runtime.kernels());
 const bool g_registered = [] {
   register_device_runtime(DeviceType::CUDA, &g_runtime);
+  detail::register_device_kernel_compiler(DeviceType::CUDA, &g_graph_compiler);
   return true;
 }();
 

@@ -72,7 +72,7 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   if (driver().emulated) {
     // The emulated device has no cuBLASLt: the product runs on the host CPU.
     Tensor o = out;
-    o.copy_(matmul(a0.cpu(), b0.cpu()));
+    o.copy_(matmul(a0.detach().cpu(), b0.detach().cpu()));
     return;
   }
   if (K == 0) {

@@ -21,6 +21,7 @@ struct ArgSig {
   bool requires_grad = false;
   bool wrapped_number = false;  ///< promotes like a C++ number
   bool grad_defined = false;    ///< its .grad was defined (backward inside accumulates)
+  Device device;                ///< where it lives (a plan runs on one device)
 };
 
 /// A concrete trace kept to generalize dynamic dims from (see Plan::evidence).
@@ -52,6 +53,8 @@ struct Plan {
   /// Per argument: it shares memory with a captured tensor (set after the trace).
   std::vector<char> arg_shares_capture;
   int num_syms = 0;
+  /// Where the graphs run: the arguments' device, else the captured tensors'.
+  Device device;
   bool eager = false;  ///< fallback: this signature runs the plain function
   // ---- bindings from the trace ----
   std::vector<ir::InputBinding> inputs;    ///< of the forward graph

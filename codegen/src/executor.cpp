@@ -26,8 +26,10 @@
 #include <unordered_set>
 
 #include "column_sums.h"
+#include "device_kernels.h"
 #include "executor_internal.h"
 #include "kiln/autograd.h"
+#include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "kiln/ir/verify.h"
@@ -52,6 +54,9 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
     throw Error(str("[executor] the graph is invalid: ", e.what()));
   }
   plan_.group_of.assign(g.num_nodes(), -1);
+  // The GPU printer has no column sums (cross-block partials): on a device such
+  // sums stay unfused and run as the device's reduction.
+  if (!opts_.device.is_cpu()) opts_.fusion.column_sums = false;
   if (opts_.fuse) plan_ = passes::plan_fusion(g, opts_.fusion);
   build_schedule();
   // Symbols are bound by the first input dim that is exactly the symbol.
@@ -265,9 +270,26 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
                ") is ", t.impl()->wrapped_number ? "" : "not ",
                "a wrapped number (a 0-d tensor made from a C++ scalar), the graph declares it ",
                v->wrapped_number ? "wrapped" : "an ordinary tensor");
+    KILN_CHECK(t.device() == opts_.device || (t.dim() == 0 && t.device().is_cpu()),
+               "[executor] input ", i, " (", v->name, ") is on ", t.device(),
+               ", the graph runs on ", opts_.device, " (move every tensor to one device)");
     slots[i] = t;
   }
   NoGradGuard no_grad;
+  const Device dev = opts_.device;
+  // A new buffer on the graph's device.
+  auto fresh = [&](const Dims& shape, DType dt) {
+    return dev.is_cpu() ? empty(shape, dt) : make_tensor(shape, dt, dev);
+  };
+  // A node's eager kernel into preallocated outputs: the CPU's, or the device
+  // runtime's (CPU scalars, such as constants, moved to the device first).
+  auto run_kernel = [&](const ir::Node& n, std::vector<Tensor>& in, const Attrs& attrs,
+                        std::vector<Tensor>& out) {
+    if (dev.is_cpu()) return n.info().kernel(in, attrs, out);
+    for (Tensor& t : in)
+      if (t.defined() && t.device() != dev) t = t.to(dev);
+    device_runtime(dev, n.info().name).run(n.op, in, attrs, out);
+  };
   UntracedGuard untraced;
   auto fire = [&](size_t at) {
     if (!args.on_ready) return;
@@ -286,7 +308,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
   // Output slot `sl`'s free destination viewed with `shape`, else a new tensor.
   auto dest_or_new = [&](int sl, DType dt, const Dims& shape) {
     const Tensor* d = free_dest_for(sl, dt, shape);
-    return d ? shaped(*d, shape) : empty(shape, dt);
+    return d ? shaped(*d, shape) : fresh(shape, dt);
   };
   // The graph input a kernel output may overwrite as its destination, or -1.
   auto dest_input = [&](const Step& step, const Group& grp, size_t j, const Dims& shape, DType dt,
@@ -387,17 +409,21 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         outs.push_back(host);
       } else if (Tensor placed = d ? Tensor() : placed_output(step); placed.defined()) {
         outs.push_back(placed);
-        info.kernel(ins, attrs, outs);
+        run_kernel(n, ins, attrs, outs);
         ++st.placed;
       } else if (d) {
         // The eager kernel, writing its one output into the destination.
         std::vector<TensorMeta> metas;
         info.infer(ins, attrs, metas);
         outs.push_back(shaped(*d, metas[0].shape));
-        info.kernel(ins, attrs, outs);
+        run_kernel(n, ins, attrs, outs);
         ++st.in_place;
       } else {
         outs = dispatch(n.op, ins, attrs);
+        // Factories (full, arange, random draws) make their tensors on the CPU.
+        if (!dev.is_cpu())
+          for (Tensor& o : outs)
+            if (o.device() != dev) o = o.to(dev);
       }
       ins.clear();
       for (size_t k = 0; k < outs.size(); ++k) {
@@ -463,14 +489,17 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
               o = shaped(*d, shape);
               ++st.in_place;
             }
-          if (!o.defined()) o = empty(shape, v->dtype);
+          if (!o.defined()) o = fresh(shape, v->dtype);
           mem.hold(o);
           l.ptrs[lg.num_inputs + j] = o.data_ptr();
           slots[static_cast<size_t>(grp.arg_slot[lg.num_inputs + j])] = std::move(o);
         }
         for (size_t a = 0; a < lg.num_inputs; ++a) {
           const Tensor& t = slots[static_cast<size_t>(grp.arg_slot[a])];
-          if (t.is_contiguous()) {
+          if (t.device() != dev) {  // a CPU scalar (a constant) read by a device kernel
+            l.keep.push_back(t.to(dev).contiguous());
+            l.ptrs[a] = l.keep.back().data_ptr();
+          } else if (t.is_contiguous()) {
             l.ptrs[a] = t.data_ptr();
           } else {
             l.keep.push_back(t.contiguous());
@@ -480,7 +509,20 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         st.nodes_run += grp.nodes;
         ++st.kernels_run;
       }
-      const kir::LoadedKernel& kernel = *groups_[static_cast<size_t>(step.groups.front())].kernel;
+      const Group& first = groups_[static_cast<size_t>(step.groups.front())];
+      if (first.device_kernel) {
+        // On a device: one launch per instance, queued in order.
+        for (const Launch& l : launches) first.device_kernel->launch(l.ptrs.data(), l.sizes.data());
+        ++st.kernel_launches;
+        launches.clear();
+        for (int f : step.free_after) {
+          mem.drop(slots[static_cast<size_t>(f)]);
+          slots[static_cast<size_t>(f)] = Tensor();
+        }
+        fire(s + 1);
+        continue;
+      }
+      const kir::LoadedKernel& kernel = *first.kernel;
       if (launches.size() == 1 && !launches[0].sums.empty()) {
         const Launch& l = launches[0];
         detail::launch_with_column_sums(kernel, l.ptrs, l.sizes.data(), l.items, l.blocks, l.sums);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "device_kernels.h"
 #include "kiln/executor.h"
 #include "kiln/kernel_cache.h"
 #include "lower.h"
@@ -13,7 +14,8 @@ namespace kiln {
 
 struct Executor::Group {
   detail::LoweredGroup lowered;
-  std::shared_ptr<const kir::LoadedKernel> kernel;
+  std::shared_ptr<const kir::LoadedKernel> kernel;            // on the CPU
+  std::shared_ptr<const detail::DeviceKernel> device_kernel;  // on another device
   int kernel_id = 0;          // equal ids: the same compiled kernel
   std::vector<int> arg_slot;  // per kernel argument
   int nodes = 0;

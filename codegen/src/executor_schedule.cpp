@@ -79,11 +79,20 @@ void Executor::build_schedule() {
   for (const Group& grp : groups_)
     if (!first[static_cast<size_t>(grp.kernel_id)])
       first[static_cast<size_t>(grp.kernel_id)] = &grp.lowered.kernel;
-  parallel_for(0, static_cast<int64_t>(kernels.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      kernels[static_cast<size_t>(i)] = load_kernel(*first[static_cast<size_t>(i)], opts_.kernels);
-  });
-  for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
+  if (!opts_.device.is_cpu()) {
+    // Kernels for a device come from its backend (compiled once per source).
+    detail::DeviceKernelCompiler& dc = detail::device_kernel_compiler(opts_.device.type);
+    std::vector<std::shared_ptr<const detail::DeviceKernel>> dk(kernels.size());
+    for (size_t i = 0; i < dk.size(); ++i) dk[i] = dc.compile(*first[i], opts_.device);
+    for (Group& grp : groups_) grp.device_kernel = dk[static_cast<size_t>(grp.kernel_id)];
+  } else {
+    parallel_for(0, static_cast<int64_t>(kernels.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        kernels[static_cast<size_t>(i)] =
+            load_kernel(*first[static_cast<size_t>(i)], opts_.kernels);
+    });
+    for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
+  }
 
   // ---- the unit graph: groups first, then one unit per unfused node ----
   const int ng = static_cast<int>(groups_.size());

@@ -49,7 +49,7 @@ void fill_signature(Plan& p, const std::vector<Tensor>& args, const std::vector<
   p.args.clear();
   for (const Tensor& t : args)
     p.args.push_back({t.dtype(), ir::to_sym_shape(t.shape()), t.requires_grad(),
-                      t.impl()->wrapped_number, t.grad().defined()});
+                      t.impl()->wrapped_number, t.grad().defined(), t.device()});
   arg_memory(args, p.arg_alias, p.arg_overlap);
   p.arg_shares_capture.assign(args.size(), 0);
   p.statics = statics;
@@ -149,6 +149,8 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
     if (t.impl()->wrapped_number != s.wrapped_number)
       return fail("argument ", i, " is ", s.wrapped_number ? "no longer" : "now",
                   " a wrapped number");
+    if (t.device() != s.device)
+      return fail("argument ", i, " moved from ", s.device, " to ", t.device());
     if (s.requires_grad && t.grad().defined() != s.grad_defined)
       return fail("argument ", i, " .grad became ", s.grad_defined ? "undefined" : "defined");
   }
@@ -198,6 +200,8 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
                   t.shape());
     if (t.requires_grad() != c.requires_grad)
       return fail("captured tensor ", k, " requires_grad changed");
+    if (t.device() != p.device && t.dim() > 0)
+      return fail("captured tensor ", k, " is on ", t.device(), ", the plan runs on ", p.device);
     if (t.grad().defined() != c.grad_defined)
       return fail("captured tensor ", k, " .grad became ",
                   c.grad_defined ? "undefined" : "defined");
@@ -224,8 +228,9 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
 
 namespace {
 
-ExecutorOptions executor_options(const CompileOptions& opts) {
+ExecutorOptions executor_options(const CompileOptions& opts, Device device) {
   ExecutorOptions eo;
+  eo.device = device;
   eo.fuse = opts.fuse;
   eo.kernels = opts.kernels;
   eo.reassociate = opts.reassociate;
@@ -284,9 +289,16 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
       traced.use_count() == 1 ? std::make_unique<ir::Graph>(std::move(*traced)) : traced->clone();
   traced.reset();
   if (opts.freeze) freeze(p, *g);
+  // The graphs run where the (non-scalar) arguments live, else the captures.
+  p.device = Device::cpu();
+  for (const ArgSig& a : p.args)
+    if (!a.device.is_cpu()) p.device = a.device;
+  for (size_t k = 0; k < p.captures.size() && p.device.is_cpu(); ++k)
+    if (const std::shared_ptr<TensorImpl> c = p.captures[k].tensor.lock(); c && !c->device.is_cpu())
+      p.device = c->device;
   if (p.result_grad.empty()) {
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
-    p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
+    p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
     p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
     p.num_fwd_outputs = p.outputs.size();
     return;
@@ -311,9 +323,9 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   p.num_fwd_outputs = p.outputs.size();
   p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts, &p));
   p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
-  p.exec = std::make_unique<Executor>(p.graph, executor_options(opts));
+  p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
   p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
-  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts));
+  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device));
 }
 
 namespace {

@@ -95,7 +95,8 @@ T Tensor::item(std::source_location loc) const {
   }
   KILN_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", shape(),
              ") cannot be converted to a scalar");
-  if (!device().is_cpu()) return cpu().item<T>(loc);
+  if (!device().is_cpu())
+    return detach().cpu().item<T>(loc);  // reading a value is not differentiable
   return read_as<T>(*this, static_cast<const char*>(data_ptr(loc)), 0);
 }
 
@@ -105,7 +106,7 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
     if (Recorder* r = current_recorder()) r->on_value_read("to_vector", loc);
     throw Error("[to_vector] tensor has no data (it is symbolic: created while tracing)");
   }
-  if (!device().is_cpu()) return cpu().to_vector<T>(loc);
+  if (!device().is_cpu()) return detach().cpu().to_vector<T>(loc);
   int64_t n = numel();
   std::vector<T> out(static_cast<size_t>(n));
   if (n == 0) return out;

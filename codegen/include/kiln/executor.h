@@ -61,6 +61,9 @@ struct ExecutorOptions {
   bool in_place = true;     ///< pointwise kernels may overwrite a dying input of their size
   bool horizontal = true;   ///< batch independent launches of one kernel into one launch
   bool reassociate = true;  ///< see CompileOptions::reassociate
+  /// Where the graph runs: every input lives there (CPU scalars excepted);
+  /// fused kernels come from that device's backend (CUDA: printed, NVRTC).
+  Device device = Device::cpu();
 };
 
 /// A prepared graph (schedule, kernels, last uses and symbol bindings

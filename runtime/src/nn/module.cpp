@@ -291,6 +291,19 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  NoGradGuard ng;
+  auto move = [&](const Tensor& t) {
+    if (t.device() == device) return;
+    swap_in(t, t.detach().to(device));
+    Tensor g = t.grad();
+    if (g.defined()) t.set_grad(g.detach().to(device));
+  };
+  for (auto& [n, t] : named_parameters()) move(t);
+  for (auto& [n, t] : named_buffers()) move(t);
+  return *this;
+}
+
 void Module::zero_grad(bool set_to_none) {
   for (auto& [n, p] : named_parameters()) {
     Tensor g = p.grad();

@@ -89,6 +89,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// `param.data = param.data.to(dtype)`), so handles kept by subclasses and
   /// optimizers stay valid; views taken earlier keep the old data.
   Module& to(DType dtype);
+  /// Moves parameters, buffers and their .grad to `device` the same way (data
+  /// swapped behind each TensorImpl), like PyTorch's `model.to(device)`: move
+  /// the model before making its optimizer, whose state follows the parameters.
+  Module& to(Device device);
   /// Clears gradients: undefined (set_to_none) or zero-filled in place.
   void zero_grad(bool set_to_none = true);
   /// Calls fn on every descendant, then on this module (like PyTorch's apply).

@@ -1,0 +1,155 @@
+// kiln::compile on CUDA tensors: the graph runs on the device of its inputs,
+// fused groups as printed GPU kernels, the other nodes through the device
+// runtime; results against the same function run eagerly on the CPU. Runs on
+// a real GPU, or on the emulated device (KILN_CUDA_EMULATE) in CI.
+#include <cmath>
+
+#include "kiln/compile.h"
+#include "kiln/cuda.h"
+#include "kiln/nn/nn.h"
+#include "kiln/optim/optim.h"
+
+namespace kiln {
+namespace {
+
+class CudaCompile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+    manual_seed(5);
+  }
+};
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const auto a = gpu.to_vector<double>();  // item/to_vector read device tensors that require grad
+  const auto b = cpu.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_LE(std::abs(a[i] - b[i]), tol * (1 + std::abs(b[i])))
+        << what << " element " << i << ": GPU " << a[i] << ", CPU " << b[i];
+}
+
+TEST_F(CudaCompile, PointwiseAndRowReductionsRunAsDeviceKernels) {
+  auto f = [](const Tensor& x, const Tensor& y) {
+    const Tensor g = 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
+    return softmax(g * y, -1) + layer_norm(x, {x.size(-1)});
+  };
+  auto cf = compile(f, {.warmup = 0});
+  const Tensor x = randn({33, 70}), y = randn({70});
+  const Tensor want = f(x, y);
+  for (int call = 0; call < 2; ++call) expect_close(cf(x.cuda(), y.cuda()), want, 2e-5, "call");
+  EXPECT_EQ(cf.stats().traces, 1);
+  EXPECT_GT(cf.stats().fused_kernels, 0);
+  EXPECT_GT(cf.stats().last_kernel_launches, 0);
+}
+
+TEST_F(CudaCompile, ColumnSumsAndMatmulsStayUnfusedOnTheDevice) {
+  auto f = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    const Tensor h = relu(matmul(x, w) + b);
+    return std::make_pair(h.sum({0}), (h * h).mean());
+  };
+  auto cf = compile(
+      [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+        auto [s, m] = f(x, w, b);
+        return s + m;
+      },
+      {.warmup = 0});
+  const Tensor x = randn({16, 24}), w = randn({24, 8}), b = randn({8});
+  auto [s, m] = f(x, w, b);
+  expect_close(cf(x.cuda(), w.cuda(), b.cuda()), s + m, 1e-4, "column sum");
+}
+
+TEST_F(CudaCompile, TrainingStepGradientsMatchTheCpu) {
+  const Tensor x = randn({8, 12}), w0 = randn({12, 6}) * 0.3, t = randn({8, 6});
+  auto loss_of = [](const Tensor& x, const Tensor& w, const Tensor& t) {
+    return ((tanh(matmul(x, w)) - t) * (tanh(matmul(x, w)) - t)).mean();
+  };
+  Tensor w_cpu = w0.clone().requires_grad_();
+  loss_of(x, w_cpu, t).backward();
+  Tensor w_gpu = w0.cuda().requires_grad_();
+  auto cf = compile([&](const Tensor& x, const Tensor& t) { return loss_of(x, w_gpu, t); },
+                    {.warmup = 0});
+  const Tensor l = cf(x.cuda(), t.cuda());
+  l.backward();
+  ASSERT_TRUE(w_gpu.grad().defined());
+  expect_close(w_gpu.grad(), w_cpu.grad(), 1e-4, "w.grad");
+}
+
+TEST_F(CudaCompile, MovingTheArgumentsToAnotherDeviceRetraces) {
+  auto cf = compile([](const Tensor& x) { return exp(x) * 2; }, {.warmup = 0});
+  const Tensor x = randn({10});
+  expect_close(cf(x.cuda()), exp(x) * 2, 1e-6, "cuda");
+  const Tensor c = cf(x);  // now on the CPU: a new plan, not the CUDA one
+  EXPECT_EQ(c.device(), Device::cpu());
+  EXPECT_TRUE(allclose(c, exp(x) * 2, 1e-6, 1e-7));
+  EXPECT_EQ(cf.stats().traces, 2);
+}
+
+// model.to(device) moves parameters and gradients behind the same handles.
+TEST_F(CudaCompile, ModuleToMovesParametersInPlace) {
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  const Tensor w = lin->weight;
+  const Tensor before = w.clone();
+  (lin->forward(ones({1, 3})).sum()).backward();
+  lin->to(Device::cuda());
+  EXPECT_TRUE(lin->weight.is_same(w));
+  EXPECT_EQ(w.device(), Device::cuda());
+  EXPECT_TRUE(w.requires_grad());
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().device(), Device::cuda());
+  expect_close(w, before, 0, "weight values");
+  lin->to(Device::cpu());
+  EXPECT_EQ(w.device(), Device::cpu());
+}
+
+// The examples' MLP (2-5-1, ReLU, sigmoid, BCE, SGD) trained on the device,
+// eagerly and as one compiled step, follows the CPU's losses.
+TEST_F(CudaCompile, MlpTrainsOnTheDeviceLikeOnTheCpu) {
+  auto make = [] {
+    manual_seed(0);
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(2, 5));
+    m->push_back(std::make_shared<nn::ReLU>());
+    m->push_back(std::make_shared<nn::Linear>(5, 1));
+    m->push_back(std::make_shared<nn::Sigmoid>());
+    return m;
+  };
+  const Tensor x = from_vector<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
+  const Tensor y = from_vector<float>({1.f, 0.f, 1.f}, {3, 1});
+  auto train = [&](Device dev, bool compiled) {
+    auto model = make();
+    model->to(dev);
+    const Tensor xd = x.to(dev), yd = y.to(dev);
+    nn::BCELoss criterion;
+    optim::SGD opt(model->parameters(), {.lr = 0.5});
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = criterion(model->forward(xd), yd);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto cstep = compile(step);
+    std::vector<double> losses;
+    for (int i = 0; i < 30; ++i) {
+      const Tensor l = compiled ? cstep() : step();
+      EXPECT_EQ(l.device(), dev);
+      losses.push_back(l.item<double>());
+    }
+    if (compiled) {
+      EXPECT_EQ(cstep.stats().traces, 1);
+    }
+    return losses;
+  };
+  const std::vector<double> cpu = train(Device::cpu(), false);
+  for (bool compiled : {false, true}) {
+    const std::vector<double> gpu = train(Device::cuda(), compiled);
+    for (size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_NEAR(gpu[i], cpu[i], 1e-5) << (compiled ? "compiled" : "eager") << " step " << i;
+  }
+  EXPECT_LT(cpu.back(), cpu.front());
+}
+
+}  // namespace
+}  // namespace kiln
