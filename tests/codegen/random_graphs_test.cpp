@@ -299,6 +299,13 @@ TEST_P(RandomPrograms, CompiledMatchesEager) {
     first = std::strtoull(one, nullptr, 10);
     last = first + 1;
   }
+  // The compiled graph holds the composites' primitive ops: their eager
+  // reference is the same primitives (the fused eager composites are checked
+  // against those in tests/runtime/eager_fusion_test.cpp).
+  struct Unfused {
+    Unfused() { set_eager_fusion(false); }
+    ~Unfused() { set_eager_fusion(true); }
+  } unfused;
   int failed = 0;
   for (uint64_t seed = first; seed < last; ++seed) {
     std::string report = check_program(seed);
