@@ -26,12 +26,21 @@
 
 namespace kiln::cuda {
 namespace {
-thread_local std::string t_detail;
+// A plain array, not a std::string: thread-local destructors run before
+// static ones at exit, and destroyed statics (cached modules) still call in.
+constexpr size_t kDetailMax = 16384;
+thread_local char t_detail[kDetailMax];
+
+void set_detail(const std::string& d) {
+  const size_t n = std::min(d.size(), kDetailMax - 1);
+  std::memcpy(t_detail, d.data(), n);
+  t_detail[n] = '\0';
+}
 }  // namespace
 
 std::string take_emulated_detail() {
-  std::string d;
-  d.swap(t_detail);
+  std::string d(t_detail);
+  t_detail[0] = '\0';
   return d;
 }
 
@@ -108,11 +117,20 @@ struct Emu {
 };
 
 Emu* g = nullptr;
+// Set at exit before PoCL's own destructors run (the handler is registered
+// after PoCL loads). Static objects destroyed later (cached modules, say)
+// then get CUDA_ERROR_DEINITIALIZED, as from a real driver shutting down,
+// instead of calling into a torn-down PoCL; the destroy calls still free
+// kiln's own bookkeeping (no leak reports) but leave PoCL's objects alone.
+std::atomic<bool> g_exiting{false};
+bool exiting() {
+  return g_exiting.load(std::memory_order_relaxed);
+}
 int g_context_tag = 0;  // the primary context's handle points here
 thread_local CUcontext t_current = nullptr;
 
-CUresult fail(CUresult r, std::string detail) {
-  t_detail = std::move(detail);
+CUresult fail(CUresult r, const std::string& detail) {
+  set_detail(detail);
   return r;
 }
 
@@ -406,8 +424,10 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* m, const void* image) {
 CUresult CUDAAPI cuModuleUnload(CUmodule m) {
   auto* mod = reinterpret_cast<Mod*>(m);
   if (!mod) return CUDA_ERROR_INVALID_HANDLE;
-  for (auto& [name, f] : mod->fns) g->cl.clReleaseKernel(f->k);  // queued launches keep theirs
-  g->cl.clReleaseProgram(mod->prog);
+  if (!exiting()) {
+    for (auto& [name, f] : mod->fns) g->cl.clReleaseKernel(f->k);  // queued launches keep theirs
+    g->cl.clReleaseProgram(mod->prog);
+  }
   delete mod;
   return CUDA_SUCCESS;
 }
@@ -538,7 +558,7 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
     std::lock_guard<std::mutex> lock(g->mu);
     if (!g->streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
   }
-  g->cl.clReleaseCommandQueue(st->q);  // queued work still completes
+  if (!exiting()) g->cl.clReleaseCommandQueue(st->q);  // queued work still completes
   delete st;
   return CUDA_SUCCESS;
 }
@@ -598,28 +618,33 @@ CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
 CUresult CUDAAPI cuEventDestroy(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  if (e->ev) g->cl.clReleaseEvent(e->ev);
+  if (e->ev && !exiting()) g->cl.clReleaseEvent(e->ev);
   delete e;
   return CUDA_SUCCESS;
 }
 
 }  // namespace emu
 
-// Set at exit before PoCL's own destructors run (the handler is registered
-// after PoCL loads): static objects destroyed later (cached modules, say)
-// then get CUDA_ERROR_DEINITIALIZED, as from a real driver shutting down,
-// instead of calling into a torn-down PoCL.
-std::atomic<bool> g_exiting{false};
-
 // Each entry point as the table holds it: what an earlier call left in the
 // detail is cleared first, so a failure's detail is always its own.
+template <auto F>
+constexpr bool kFreesOwn = false;  // a destroy call that runs at exit too
+template <>
+constexpr bool kFreesOwn<&emu::cuModuleUnload> = true;
+template <>
+constexpr bool kFreesOwn<&emu::cuStreamDestroy> = true;
+template <>
+constexpr bool kFreesOwn<&emu::cuEventDestroy> = true;
+template <>
+constexpr bool kFreesOwn<&emu::cuMemFreeHost> = true;
+
 template <auto F>
 struct Fresh;
 template <class... A, CUresult(CUDAAPI* F)(A...)>
 struct Fresh<F> {
   static CUresult CUDAAPI call(A... a) {
-    if (g_exiting.load(std::memory_order_relaxed)) return CUDA_ERROR_DEINITIALIZED;
-    t_detail.clear();
+    if (!kFreesOwn<F> && exiting()) return CUDA_ERROR_DEINITIALIZED;
+    t_detail[0] = '\0';
     return F(a...);
   }
 };
