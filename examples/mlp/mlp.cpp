@@ -9,17 +9,18 @@
 
 namespace kiln::examples {
 
-MlpResult train_mlp(int epochs, std::ostream& log, double lr) {
+MlpResult train_mlp(int epochs, std::ostream& log, double lr, Device device) {
   manual_seed(0);
   // Three samples, two features; label 1 when the second feature dominates.
-  Tensor x = from_vector<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
-  Tensor y = from_vector<float>({1.f, 0.f, 1.f}, {3, 1});
+  Tensor x = from_vector<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2}).to(device);
+  Tensor y = from_vector<float>({1.f, 0.f, 1.f}, {3, 1}).to(device);
 
   auto model = std::make_shared<nn::Sequential>();
   model->push_back(std::make_shared<nn::Linear>(2, 5));
   model->push_back(std::make_shared<nn::ReLU>());
   model->push_back(std::make_shared<nn::Linear>(5, 1));
   model->push_back(std::make_shared<nn::Sigmoid>());
+  model->to(device);  // before the optimizer, whose state follows the parameters
   nn::BCELoss criterion;
   optim::SGD opt(model->parameters(), {.lr = lr});
 

@@ -5,6 +5,8 @@
 #include <ostream>
 #include <vector>
 
+#include "kiln/device.h"
+
 namespace kiln::examples {
 
 /// What a training run produced.
@@ -13,8 +15,8 @@ struct MlpResult {
   double accuracy = 0;         ///< on the training set, after training
 };
 
-/// Trains for `epochs` full-batch epochs (lr 0.01), printing the loss every
-/// 100 epochs and the final accuracy to `log`.
-MlpResult train_mlp(int epochs, std::ostream& log, double lr = 0.01);
+/// Trains for `epochs` full-batch epochs (lr 0.01) on `device`, printing the
+/// loss every 100 epochs and the final accuracy to `log`.
+MlpResult train_mlp(int epochs, std::ostream& log, double lr = 0.01, Device device = Device::cpu());
 
 }  // namespace kiln::examples
