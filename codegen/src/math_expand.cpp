@@ -12,6 +12,7 @@
 #include <limits>
 #include <mutex>
 
+#include "kernel_ir_util.h"
 #include "kiln/error.h"
 
 namespace kiln::kir {
@@ -364,21 +365,10 @@ int sincos_f32(B& b, int x, bool sine) {
   return b.sel(b.cmp(OpId::eq, e, b.c(I, 255)), b.op(OpId::sub, x, x), r);
 }
 
+// pow and the float math ops of the table (kFloatMath) except sqrt and rsqrt,
+// which are correctly rounded instructions everywhere.
 constexpr bool expandable_op(OpId op) {
-  switch (op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::erf:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::pow:
-      return true;
-    default:
-      return false;
-  }
+  return op == OpId::pow || (detail::is_float_math(op) && op != OpId::sqrt && op != OpId::rsqrt);
 }
 
 // The f32 body of `op` on inputs x (and y for pow).
