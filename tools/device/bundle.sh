@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build/device
-targets=(cuda_tests cuda_probe nccl_tests)
+targets=(cuda_tests cuda_probe cuda_harness nccl_tests)
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF \
     -DKILN_BUILD_EXAMPLES=OFF $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
@@ -17,7 +17,7 @@ cmake --build "$build" --target "${targets[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/tests/codegen/cuda/cuda_tests" "$build/bench/cuda_probe" \
+cp "$build/tests/codegen/cuda/cuda_tests" "$build/bench/cuda_probe" "$build/bench/cuda_harness" \
   "$build/tests/distributed/nccl/nccl_tests" "$stage/bin/"
 # Every shared library they load, except the C/C++ runtime the device's newer
 # Ubuntu already has.

@@ -30,3 +30,4 @@ echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
 fi
 "$work/bin/cuda_probe" --n 16777216 --reps 30 2>&1 | tee "$out/cuda_probe.txt"
 "$work/bin/cuda_probe" --n 268435456 --reps 10 2>&1 | tee -a "$out/cuda_probe.txt"
+"$work/bin/cuda_harness" --reps 15 2>&1 | tee "$out/cuda_harness.txt"

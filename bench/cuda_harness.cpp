@@ -1,0 +1,159 @@
+// Eager against compiled kiln on a CUDA device (plain executable; run by
+// tools/device/gpu_checks.sh on a lent machine): GELU, softmax and layer_norm
+// over 16M f32 against the device's copy bandwidth, and an MLP training step
+// against its cuBLAS floor (the step's matmuls alone, through the same
+// cuBLASLt calls). Wall-clock medians of paired rounds, the device
+// synchronized after every call.
+//   cuda_harness [--reps R]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "driver.h"
+#include "kiln/compile.h"
+#include "kiln/cuda.h"
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "kiln/optim/optim.h"
+
+using namespace kiln;
+
+namespace {
+
+double once_ms(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  cuda::synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Medians of `reps` paired rounds of a and b (alternating which runs first).
+std::pair<double, double> paired(int reps, const std::function<void()>& a,
+                                 const std::function<void()>& b) {
+  for (int w = 0; w < 3; ++w) {
+    once_ms(a);
+    once_ms(b);
+  }
+  std::vector<double> ta, tb;
+  for (int r = 0; r < reps; ++r) {
+    if (r % 2) {
+      ta.push_back(once_ms(a));
+      tb.push_back(once_ms(b));
+    } else {
+      tb.push_back(once_ms(b));
+      ta.push_back(once_ms(a));
+    }
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+Tensor gelu_tanh(const Tensor& x) {
+  return 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
+}
+
+void row(const char* name, double eager, double compiled, double bytes, double copy_ms) {
+  const double gbs = bytes / compiled / 1e6;
+  std::printf(
+      "%-28s eager %8.3f ms   compiled %8.3f ms (%.1fx)   compiled %6.0f GB/s = %3.0f%% of copy\n",
+      name, eager, compiled, eager / compiled, gbs, 100 * copy_ms / compiled);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 15;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  if (!cuda::is_available()) {
+    std::printf("no CUDA device: %s\n", cuda::unavailable_reason().c_str());
+    return 0;
+  }
+  try {
+    const Device dev = Device::cuda();
+    const int64_t n = int64_t{1} << 24;
+    manual_seed(0);
+    const Tensor x = randn({n}).cuda();
+    Tensor y = empty_like(x);
+    const double bytes = 2.0 * static_cast<double>(n) * 4;  // read + write once
+    // The baseline: a device-to-device copy of the same bytes.
+    const double copy_ms =
+        paired(
+            reps,
+            [&] {
+              cuda::check(cuda::driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(y.data_ptr()),
+                                                      reinterpret_cast<CUdeviceptr>(x.data_ptr()),
+                                                      static_cast<size_t>(n) * 4),
+                          "cuMemcpyDtoD");
+            },
+            [] {})
+            .first;
+    std::printf("cuMemcpyDtoD 16M f32 %.3f ms (%.0f GB/s)\n", copy_ms, bytes / copy_ms / 1e6);
+
+    auto gelu_c = compile([](const Tensor& t) { return gelu_tanh(t); });
+    auto [ge, gc] = paired(
+        reps, [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); });
+    row("GELU (tanh) 16M", ge, gc, bytes, copy_ms);
+
+    const Tensor xs = x.reshape({16384, 1024});
+    auto sm_c = compile([](const Tensor& t) { return softmax(t, -1); });
+    auto [se, sc] = paired(
+        reps, [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); });
+    row("softmax [16384, 1024]", se, sc, bytes, copy_ms);
+
+    const Tensor w = randn({1024}).cuda(), b = randn({1024}).cuda();
+    auto ln = [](const Tensor& t, const Tensor& w, const Tensor& b) {
+      return layer_norm(t, {1024}, w, b);
+    };
+    auto ln_c = compile(ln);
+    auto [le, lc] = paired(
+        reps, [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); });
+    row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
+
+    // MLP step: 1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096.
+    const int64_t B = 4096, D = 1024, H = 4096;
+    auto model = std::make_shared<nn::Sequential>();
+    model->push_back(std::make_shared<nn::Linear>(D, H));
+    model->push_back(std::make_shared<nn::GELU>());
+    model->push_back(std::make_shared<nn::Linear>(H, D));
+    model->to(dev);
+    optim::SGD opt(model->parameters(), {.lr = 1e-3});
+    const Tensor in = randn({B, D}).cuda(), target = randn({B, D}).cuda();
+    auto step = [&] {
+      opt.zero_grad();
+      Tensor loss = mse_loss(model->forward(in), target);
+      loss.backward();
+      opt.step();
+      return loss;
+    };
+    auto step_c = compile(step);
+    auto [me, mc] = paired(
+        reps, [&] { (void)step(); }, [&] { (void)step_c(); });
+    // The floor: the step's five products (two forward; dW2, dh, dW1 backward).
+    const Tensor h = randn({B, H}).cuda(), g = randn({B, D}).cuda(), w2 = randn({D, H}).cuda();
+    const Tensor w1 = randn({H, D}).cuda(), dh = randn({B, H}).cuda();
+    const double floor_ms = paired(
+                                reps,
+                                [&] {
+                                  (void)matmul(in, w1.t());
+                                  (void)matmul(h, w2.t());
+                                  (void)matmul(g.t(), h);
+                                  (void)matmul(g, w2);
+                                  (void)matmul(dh.t(), in);
+                                },
+                                [] {})
+                                .first;
+    std::printf(
+        "MLP step (4096x1024 -> 4096 -> 1024, f32) eager %.3f ms  compiled %.3f ms  cuBLAS floor "
+        "%.3f ms  -> eager %.2fx, compiled %.2fx of the floor (traces %d)\n",
+        me, mc, floor_ms, me / floor_ms, mc / floor_ms, step_c.stats().traces);
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
