@@ -188,8 +188,8 @@ Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c
 Val apply_prim(const Expr& e, DType in, const Val& a, const Val& b, const Val& c) {
   const bool f32 = in == DType::f32, i32 = in == DType::i32;
   auto flt = [&](auto fn) {
-    return f32 ? put<float>(fn(static_cast<float>(a.f), static_cast<float>(b.f),
-                               static_cast<float>(c.f)))
+    return f32 ? put<float>(
+                     fn(static_cast<float>(a.f), static_cast<float>(b.f), static_cast<float>(c.f)))
                : put<double>(fn(a.f, b.f, c.f));
   };
   auto integer = [&](int64_t v) {
@@ -251,8 +251,8 @@ Val apply_expansion(OpId op, DType in, const Val& a, const Val& b, std::vector<V
       const Val& q = m > 1 ? scratch[static_cast<size_t>(ops[1])] : none;
       const Val& r = m > 2 ? scratch[static_cast<size_t>(ops[2])] : none;
       const DType t = f[static_cast<size_t>(ops[0])].dtype;
-      scratch[j] = x.kind == ExprKind::kOp ? apply(x.op, t, x.dtype, p, q, r)
-                                           : apply_prim(x, t, p, q, r);
+      scratch[j] =
+          x.kind == ExprKind::kOp ? apply(x.op, t, x.dtype, p, q, r) : apply_prim(x, t, p, q, r);
     }
   }
   return scratch.back();
