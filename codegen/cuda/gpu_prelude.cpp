@@ -16,6 +16,7 @@ typedef long long kiln_i64;
 typedef unsigned long long kiln_u64;
 #define KILN_KERNEL extern "C" __global__
 #define KILN_GLOBAL
+#define KILN_CONSTANT __constant__
 #define KILN_FN __device__ __forceinline__
 // Local memory for the emulated warp shuffles (none on a real GPU).
 #define KILN_SHUFFLE_SCRATCH
@@ -40,6 +41,7 @@ typedef long kiln_i64;
 typedef ulong kiln_u64;
 #define KILN_KERNEL __kernel
 #define KILN_GLOBAL __global
+#define KILN_CONSTANT __constant
 #define KILN_FN static inline
 #define __shared__ __local
 #define threadIdx ((uint3)((uint)get_local_id(0), (uint)get_local_id(1), (uint)get_local_id(2)))
@@ -50,7 +52,9 @@ typedef ulong kiln_u64;
 #define __int_as_float(x) as_float((int)(x))
 #define __uint_as_float(x) as_float((uint)(x))
 #define __float_as_uint(x) as_uint((float)(x))
+#define __float_as_int(x) as_int((float)(x))
 #define __longlong_as_double(x) as_double((long)(x))
+#define __double_as_longlong(x) as_long((double)(x))
 #define expf(x) exp(x)
 #define logf(x) log(x)
 #define log1pf(x) log1p(x)
@@ -64,6 +68,7 @@ typedef ulong kiln_u64;
 #define fabsf(x) fabs(x)
 #define floorf(x) floor(x)
 #define rintf(x) rint(x)
+#define truncf(x) trunc(x)
 #define ldexpf(x, e) ldexp(x, e)
 #define KILN_SHUFFLE_SCRATCH __local kiln_u64 kiln_shfl[1024]
 #define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))

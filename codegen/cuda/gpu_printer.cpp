@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
+#include <span>
 #include <sstream>
 
 #include "gpu_printer_internal.h"
 #include "kiln/error.h"
+#include "math_expand.h"
 
 namespace kiln::cuda {
 namespace detail {
@@ -222,6 +225,66 @@ std::string op_expr(OpId op, DType in, DType out, const std::string& x, const st
   return float_math(op, in, x);
 }
 
+std::string prim_expr(const Expr& e, DType in, const std::string& x, const std::string& y,
+                      const std::string& z) {
+  const bool d = in == DType::f64;
+  const bool i32 = in == DType::i32;
+  switch (e.prim) {
+    case kir::Prim::kFma:
+      return str(d ? "fma(" : "fmaf(", x, ", ", y, ", ", z, ")");
+    case kir::Prim::kRint:
+      return str(d ? "rint(" : "rintf(", x, ")");
+    case kir::Prim::kTrunc:
+      return str(d ? "trunc(" : "truncf(", x, ")");
+    case kir::Prim::kBitcast:
+      switch (in) {
+        case DType::f32:
+          return str("__float_as_int(", x, ")");
+        case DType::i32:
+          return str("__int_as_float(", x, ")");
+        case DType::f64:
+          return str("(kiln_i64)__double_as_longlong(", x, ")");
+        default:
+          return str("__longlong_as_double(", x, ")");
+      }
+    case kir::Prim::kShl:  // in the unsigned type: no overflow
+      return i32 ? str("(int)((unsigned)", x, " << ", y, ")")
+                 : str("(kiln_i64)((kiln_u64)", x, " << ", y, ")");
+    case kir::Prim::kShr:  // signed: sign-filling on both targets
+      return str("(", x, " >> ", y, ")");
+    case kir::Prim::kAnd:
+      return str("(", x, " & ", y, ")");
+    case kir::Prim::kOr:
+      return str("(", x, " | ", y, ")");
+    case kir::Prim::kXor:
+      return str("(", x, " ^ ", y, ")");
+    case kir::Prim::kTable:
+      return str("kiln_table", e.arg, "[", x, "]");
+  }
+  KILN_ASSERT(false, "no GPU rule for primitive ", kir::prim_name(e.prim));
+  return "";
+}
+
+std::string tables_for(const Kernel& k) {
+  std::ostringstream os;
+  std::set<int> done;
+  for (const Expr& e : k.exprs) {
+    if (e.kind != ExprKind::kPrim || e.prim != kir::Prim::kTable || !done.insert(e.arg).second)
+      continue;
+    const std::span<const int32_t> t = kir::math_table(e.arg);
+    // Guarded: a program holds many kernels and defines each table once.
+    os << "#ifndef KILN_TABLE" << e.arg << "\n#define KILN_TABLE" << e.arg
+       << "\nKILN_CONSTANT int kiln_table" << e.arg << "[" << t.size() << "] = {";
+    for (size_t i = 0; i < t.size(); ++i) {
+      char buf[24];
+      std::snprintf(buf, sizeof buf, "(int)0x%08xu", static_cast<uint32_t>(t[i]));
+      os << (i % 6 ? ", " : (i ? ",\n  " : "\n  ")) << buf;
+    }
+    os << "};\n#endif\n";
+  }
+  return os.str();
+}
+
 // f16/bf16 results are rounded to their storage type after every op.
 std::string rounded(DType t, const std::string& v) {
   if (t == DType::f16) return str("kiln_rt_f16(", v, ")");
@@ -332,6 +395,12 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
         mt << decl << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c))) << ";\n";
         break;
       }
+      case ExprKind::kPrim: {
+        auto v = [&](int j) { return j < 0 ? std::string() : str("e", j, sfx); };
+        mt << decl << prim_expr(e, k.exprs[static_cast<size_t>(e.a)].dtype, v(e.a), v(e.b), v(e.c))
+           << ";\n";
+        break;
+      }
       case ExprKind::kReduced:
         KILN_ASSERT(false, "reductions are refused by print_kernel");
     }
@@ -349,8 +418,9 @@ std::string print_kernel(const Kernel& k, const std::string& symbol) {
   kir::verify(k);
   KILN_CHECK(printable(k), "[cuda] kernel '", k.name,
              "': column sums (accumulating stores) are not printed for the GPU yet");
-  if (k.has_reductions()) return detail::print_row_kernel(k, symbol);
+  if (k.has_reductions()) return tables_for(k) + detail::print_row_kernel(k, symbol);
   std::ostringstream os;
+  os << tables_for(k);
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
   // element is loaded before it is stored, by the same thread.
   os << "KILN_KERNEL void " << symbol << "(";

@@ -19,6 +19,13 @@ std::string constant(const kir::Expr& e);
 /// Op `op` over operands x, y, z of dtype `in` yielding `out` (before rounding).
 std::string op_expr(OpId op, DType in, DType out, const std::string& x, const std::string& y,
                     const std::string& z);
+/// Primitive e.prim (kPrim: math expansions) over operands x, y, z of dtype
+/// `in`, exactly as the interpreter computes it.
+std::string prim_expr(const kir::Expr& e, DType in, const std::string& x, const std::string& y,
+                      const std::string& z);
+/// The constant tables (math_table) `k` reads, as guarded file-scope arrays
+/// printed ahead of its kernel ("" if none).
+std::string tables_for(const kir::Kernel& k);
 /// v rounded to f16/bf16 after an op (other dtypes: v).
 std::string rounded(DType t, const std::string& v);
 /// Element `off` of buffer p as its compute type.

@@ -106,6 +106,11 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
       case ExprKind::kReduced:
         os << "red" << e.arg;
         break;
+      case ExprKind::kPrim: {
+        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x, sfx); };
+        os << prim_expr(e, k.exprs[static_cast<size_t>(e.a)].dtype, v(e.a), v(e.b), v(e.c));
+        break;
+      }
       case ExprKind::kOp: {
         const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
                                              : k.exprs[static_cast<size_t>(e.a)].dtype;

@@ -9,6 +9,7 @@
 #include "codegen/cuda/row_kernels.h"
 #include "driver.h"
 #include "gpu_printer.h"
+#include "math_expand.h"
 #include "module.h"
 
 namespace kiln::cuda {
@@ -162,6 +163,46 @@ TEST(CudaLaunch, EveryOpKernelMatchesTheInterpreter) {
   }
   std::printf("[cuda] %zu op kernels checked; float math within %lld ulp\n", kernels.size(),
               static_cast<long long>(worst_math));
+}
+
+// The op kernels whose float math has a kernel-IR expansion (math_expand.h),
+// printed expanded: the device computes the interpreter's bits exactly (the
+// same polynomials with explicit fma, no contraction) on a GPU and on the
+// emulated device alike.
+TEST(CudaLaunch, MathExpansionsMatchTheInterpreterBitForBit) {
+  if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
+  set_device(0);
+  std::vector<testing::OpKernel> kernels;
+  for (testing::OpKernel& ok : testing::op_kernels())
+    if (kir::has_math_expansion(ok.op, ok.in)) kernels.push_back(std::move(ok));
+  ASSERT_GE(kernels.size(), 27u);  // 9 functions in f32, f16 and bf16
+  std::string source = device_prelude();
+  for (size_t i = 0; i < kernels.size(); ++i)
+    source += print_kernel(kir::expand_math(kernels[i].k), "m" + std::to_string(i));
+  const std::vector<char> image = compile_for_device(source, "math_kernels.cu", 0);
+  Module mod(image.data());
+  std::mt19937 rng(5);
+  const std::vector<int64_t> sizes = {37, 53};
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const kir::Kernel& k = kernels[i].k;
+    auto ref = kir::testing::make_buffers(k, sizes, rng, pick);
+    auto ptrs = kir::testing::pointers(ref);
+    kir::interpret(k, 0, kir::work_items(k, sizes.data()), ptrs.data(), sizes.data());
+    const size_t o = k.args.size() - 1;
+    const kir::testing::Buffer got =
+        run_on_gpu(mod, "m" + std::to_string(i), kir::expand_math(k), ref, sizes)[o];
+    const size_t es = dtype_size(kernels[i].out);
+    int bad = 0;
+    for (int64_t e = 0; e < got.numel && bad < 3; ++e) {
+      const double want = ref[o].get(e), have = got.get(e);
+      if (std::memcmp(ref[o].bytes.data() + e * es, got.bytes.data() + e * es, es) == 0 ||
+          (std::isnan(want) && std::isnan(have)))
+        continue;
+      ++bad;
+      ADD_FAILURE() << k.name << " element " << e << ": device " << have << ", interpreter " << want
+                    << " (a = " << ref[0].get(e) << ")";
+    }
+  }
 }
 
 // Row kernels on several shapes (an empty row, a row shorter than a warp, rows

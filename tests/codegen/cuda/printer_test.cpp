@@ -7,6 +7,7 @@
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
 #include "gpu_printer.h"
+#include "math_expand.h"
 #include "nvrtc_lib.h"
 
 namespace kiln::cuda {
@@ -113,6 +114,21 @@ TEST(Nvrtc, EveryPrintedOpKernelCompilesWithoutSpills) {
   EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
   EXPECT_NE(out.log.find("Used"), std::string::npos) << "no ptxas report:\n" << out.log;
 #endif
+}
+
+// Kernels printed through their math expansions (kPrim: fma, rint, bit casts,
+// shifts, the constant table): pointwise and row kernels compile for sm_90.
+TEST(Nvrtc, MathExpansionsCompile) {
+  std::string source = cuda_prelude();
+  int n = 0;
+  for (const auto& k : testing::op_kernels())
+    if (kir::has_math_expansion(k.op, k.in))
+      source += print_kernel(kir::expand_math(k.k), "m" + std::to_string(n++));
+  for (const auto& r : testing::row_kernels())
+    source += print_kernel(kir::expand_math(r.k), "r" + std::to_string(n++));
+  EXPECT_NE(source.find("kiln_table0["), std::string::npos);  // sin/cos read the table
+  EXPECT_NE(nvrtc_compile(source, "math_kernels.cu", 90, /*cubin=*/false).ptx.find(".target sm_90"),
+            std::string::npos);
 }
 
 TEST(Nvrtc, CompileErrorsNameTheProgramAndShowTheLog) {
