@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <vector>
@@ -43,19 +44,48 @@ T lane_sum(int64_t n, F&& f) {
   return acc[0] + tail;
 }
 
+// 32-byte vectors (GCC/Clang vector extensions): GCC does not vectorize a
+// float max reduction without -ffinite-math-only, whatever the pragma above.
+template <typename T>
+struct Vec32;
+template <>
+struct Vec32<float> {
+  typedef float V __attribute__((vector_size(32)));
+  typedef int32_t M __attribute__((vector_size(32)));
+};
+template <>
+struct Vec32<double> {
+  typedef double V __attribute__((vector_size(32)));
+  typedef int64_t M __attribute__((vector_size(32)));
+};
+
 // Largest element of x[0, n), NaN if any is NaN, -inf for an empty row.
 template <typename T>
 T row_max(const T* x, int64_t n) {
+  using V = typename Vec32<T>::V;
+  using M = typename Vec32<T>::M;
+  constexpr int64_t kW = sizeof(V) / sizeof(T);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  T acc[kLanes];
-  std::fill(acc, acc + kLanes, kNegInf);
+  V acc = V{} + kNegInf;
+  M nan = M{};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] = vec::max_nan(acc[j], x[i + j]);
+  for (; i + kW <= n; i += kW) {
+    V v;
+    std::memcpy(&v, x + i, sizeof v);
+    acc = v > acc ? v : acc;
+    nan |= v != v;
+  }
   T m = kNegInf;
-  for (; i < n; ++i) m = vec::max_nan(m, x[i]);
-  for (int64_t j = 0; j < kLanes; ++j) m = vec::max_nan(m, acc[j]);
-  return m;
+  bool any_nan = false;
+  for (int64_t j = 0; j < kW; ++j) {
+    m = acc[j] > m ? acc[j] : m;
+    any_nan = any_nan || nan[j] != 0;
+  }
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    any_nan = any_nan || x[i] != x[i];
+  }
+  return any_nan ? std::numeric_limits<T>::quiet_NaN() : m;
 }
 
 // Rows per task: about 16K elements of work each.

@@ -55,10 +55,4 @@ inline T sigmoid(T x) {
   return T(1) / (T(1) + exp<T>(-x));
 }
 
-/// max that propagates NaN from either side (as amax does).
-template <typename T>
-inline T max_nan(T a, T b) {
-  return (b > a || b != b) ? b : a;
-}
-
 }  // namespace kiln::ops::vec

@@ -133,6 +133,45 @@ void sgd_typed(const SgdConfig& c, const std::vector<SgdJob>& jobs) {
   });
 }
 
+template <typename T>
+void rmsprop_typed(const RmspropConfig& c, const std::vector<RmspropJob>& jobs) {
+  const T wd = static_cast<T>(c.weight_decay), alpha = static_cast<T>(c.alpha);
+  const T oma = static_cast<T>(c.one_minus_alpha), again = static_cast<T>(c.alpha_again);
+  const T eps = static_cast<T>(c.eps), mom = static_cast<T>(c.momentum);
+  const T neg_lr = static_cast<T>(c.neg_lr);
+  multi_tensor(jobs, [&](const RmspropJob& j, int64_t b, int64_t e) {
+    T* __restrict p = j.p.data<T>();
+    const T* __restrict g = j.grad.data<T>();
+    T* __restrict sq = j.square_avg.data<T>();
+    T* __restrict ga = c.centered ? j.grad_avg.data<T>() : nullptr;
+    T* __restrict buf = c.has_momentum ? j.buf.data<T>() : nullptr;
+    for (int64_t i = b; i < e; ++i) {
+      T gi = c.maximize ? -g[i] : g[i];
+      if (c.has_decay) gi = gi + p[i] * wd;
+      T si = sq[i] * alpha;
+      si = si + gi * oma * gi;
+      sq[i] = si;
+      T avg;
+      if (c.centered) {
+        T a = ga[i];
+        a = c.small ? a + (gi - a) * oma : gi - (gi - a) * again;
+        ga[i] = a;
+        avg = std::sqrt(si - a * a);
+      } else {
+        avg = std::sqrt(si);
+      }
+      avg = avg + eps;
+      if (c.has_momentum) {
+        const T bi = buf[i] * mom + gi * T(1) / avg;
+        buf[i] = bi;
+        p[i] = p[i] + bi * neg_lr;
+      } else {
+        p[i] = p[i] + gi * neg_lr / avg;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
@@ -181,6 +220,26 @@ void sgd_step(const SgdConfig& c, const std::vector<SgdJob>& jobs) {
   for (const SgdJob& j : jobs) {
     bump(j.p);
     if (c.has_momentum && !j.first) bump(j.buf);
+  }
+}
+
+void rmsprop_step(const RmspropConfig& c, const std::vector<RmspropJob>& jobs) {
+  if (jobs.empty()) return;
+  for (DType dt : {DType::f32, DType::f64}) {
+    std::vector<RmspropJob> part;
+    for (const RmspropJob& j : jobs)
+      if (j.p.dtype() == dt) part.push_back(j);
+    if (part.empty()) continue;
+    if (dt == DType::f32)
+      rmsprop_typed<float>(c, part);
+    else
+      rmsprop_typed<double>(c, part);
+  }
+  for (const RmspropJob& j : jobs) {
+    bump(j.p);
+    bump(j.square_avg);
+    if (c.centered) bump(j.grad_avg);
+    if (c.has_momentum) bump(j.buf);
   }
 }
 

@@ -46,4 +46,17 @@ struct SgdConfig {
 /// Runs the jobs (one launch) and bumps the version of every tensor written.
 void sgd_step(const SgdConfig& c, const std::vector<SgdJob>& jobs);
 
+/// One parameter's RMSprop update (grad_avg: centered only; buf: momentum only).
+struct RmspropJob {
+  Tensor p, grad, square_avg, grad_avg, buf;
+};
+/// The group-wide part of an RMSprop update.
+struct RmspropConfig {
+  bool has_decay = false, centered = false, small = true, has_momentum = false, maximize = false;
+  double weight_decay = 0, alpha = 0, one_minus_alpha = 0, alpha_again = 0, eps = 0, momentum = 0,
+         neg_lr = 0;
+};
+/// Runs the jobs (one launch) and bumps the version of every tensor written.
+void rmsprop_step(const RmspropConfig& c, const std::vector<RmspropJob>& jobs);
+
 }  // namespace kiln::optim::detail

@@ -4,6 +4,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "optim/fused_step.h"
 #include "update_ops.h"
 
 namespace kiln::optim {
@@ -35,14 +36,16 @@ RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions defaults)
     : RMSprop(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, defaults) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions defaults)
-    : Optimizer("RMSprop", to_hyperparams(defaults)) {
+    : Optimizer("RMSprop", to_hyperparams(defaults)), fused_(defaults.fused) {
   init_groups(std::move(groups));
 }
 
 RMSpropOptions RMSprop::options(size_t g) const {
   KILN_CHECK(g < param_groups().size(), tag(), "no parameter group ", g, " (there are ",
              param_groups().size(), ")");
-  return from_group(param_groups()[g]);
+  RMSpropOptions o = from_group(param_groups()[g]);
+  o.fused = fused_;
+  return o;
 }
 
 void RMSprop::check_group(const ParamGroup& group) const {
@@ -79,19 +82,40 @@ void RMSprop::step() {
     const Tensor eps = hyper(gi, "eps");
     const Tensor momentum = o.momentum > 0 ? hyper(gi, "momentum") : Tensor();
     const Tensor neg_lr = host_scalar([this, gi] { return -param_groups()[gi].get("lr"); });
+    // The fused step reads the same host numbers and does the arithmetic in one pass.
+    detail::RmspropConfig cfg{.has_decay = o.weight_decay != 0,
+                              .centered = o.centered,
+                              .small = std::abs(1 - o.alpha) < 0.5,
+                              .has_momentum = o.momentum > 0,
+                              .maximize = o.maximize};
+    std::vector<detail::RmspropJob> jobs;
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (o.maximize) grad = neg(grad);
       StateDict& st = mutable_state(p);
       host_scalar([this, p] { return increment_step(mutable_state(p)); });
       Tensor square_avg = state_buffer(st, "square_avg", p);
+      Tensor grad_avg = o.centered ? state_buffer(st, "grad_avg", p) : Tensor();
+      Tensor buf = o.momentum > 0 ? state_buffer(st, "momentum_buffer", p) : Tensor();
+      if (fused_ && detail::fusable(p, {&grad, &square_avg, &grad_avg, &buf})) {
+        if (jobs.empty()) {
+          cfg.weight_decay = wd.defined() ? wd.item<double>() : 0.0;
+          cfg.alpha = alpha.item<double>();
+          cfg.one_minus_alpha = one_minus_alpha.item<double>();
+          cfg.alpha_again = alpha_again.defined() ? alpha_again.item<double>() : 0.0;
+          cfg.eps = eps.item<double>();
+          cfg.momentum = momentum.defined() ? momentum.item<double>() : 0.0;
+          cfg.neg_lr = neg_lr.item<double>();
+        }
+        jobs.push_back({p, grad, square_avg, grad_avg, buf});
+        continue;
+      }
+      if (o.maximize) grad = neg(grad);
       if (o.weight_decay != 0) grad = add(grad, mul(p, wd));
       square_avg.mul_(alpha);
       detail::addcmul_(square_avg, grad, grad, one_minus_alpha);
       Tensor avg;
       if (o.centered) {
-        Tensor grad_avg = state_buffer(st, "grad_avg", p);
         detail::lerp_(grad_avg, grad, std::abs(1 - o.alpha) < 0.5, one_minus_alpha, alpha_again);
         avg = sqrt(sub(square_avg, mul(grad_avg, grad_avg)));
       } else {
@@ -99,7 +123,6 @@ void RMSprop::step() {
       }
       avg = add(avg, eps);
       if (o.momentum > 0) {
-        Tensor buf = state_buffer(st, "momentum_buffer", p);
         buf.mul_(momentum);
         detail::addcdiv_(buf, grad, avg, 1.0);
         p.add_(mul(buf, neg_lr));
@@ -107,6 +130,7 @@ void RMSprop::step() {
         p.add_(div(mul(grad, neg_lr), avg));  // addcdiv_ with a host-scalar value
       }
     }
+    detail::rmsprop_step(cfg, jobs);
   }
 }
 

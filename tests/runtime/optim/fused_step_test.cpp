@@ -114,12 +114,32 @@ TEST(FusedStep, SgdMatchesThePerOpFormBitForBit) {
           dt, "SGD variant " + std::to_string(i));
 }
 
+TEST(FusedStep, RmspropMatchesThePerOpFormBitForBit) {
+  std::vector<optim::RMSpropOptions> vs = {
+      {.lr = 1e-2},
+      {.lr = 1e-2, .centered = true},
+      {.lr = 1e-2, .alpha = 0.3, .centered = true},  // lerp's other formula
+      {.lr = 1e-2, .weight_decay = 0.1, .momentum = 0.9},
+      {.lr = 1e-2, .momentum = 0.5, .centered = true, .maximize = true},
+  };
+  for (DType dt : {DType::f32, DType::f64})
+    for (size_t i = 0; i < vs.size(); ++i)
+      expect_same(
+          [&](std::vector<Tensor> ps, bool fused) {
+            optim::RMSpropOptions o = vs[i];
+            o.fused = fused;
+            return std::make_unique<optim::RMSprop>(std::move(ps), o);
+          },
+          dt, "RMSprop variant " + std::to_string(i));
+}
+
 TEST(FusedStep, OptionsReportTheFlag) {
   Tensor p = randn({3}).requires_grad_();
   EXPECT_TRUE(optim::Adam({p}).options(0).fused);
   EXPECT_FALSE(optim::Adam({p}, {.fused = false}).options(0).fused);
   EXPECT_FALSE(optim::AdamW({p}, {.fused = false}).options(0).fused);
   EXPECT_FALSE(optim::SGD({p}, {.fused = false}).options(0).fused);
+  EXPECT_FALSE(optim::RMSprop({p}, {.fused = false}).options(0).fused);
 }
 
 TEST(FusedStep, HalfPrecisionParametersTakeThePerOpForm) {

@@ -14,6 +14,9 @@ struct RMSpropOptions {
   double momentum = 0.0;
   bool centered = false;  ///< normalize by an estimate of the gradient's variance
   bool maximize = false;
+  /// Eager steps update each parameter in one pass, all parameters in one launch
+  /// (PyTorch's fused=True; same results). false: one op at a time, as traced.
+  bool fused = true;
 };
 
 /// torch.optim.RMSprop. State per parameter: step, square_avg (+ momentum_buffer, grad_avg).
@@ -31,6 +34,9 @@ class RMSprop : public Optimizer {
   void check_group(const ParamGroup& group) const override;
   std::optional<double> structural_form(const std::string& key, double value) const override;
   std::vector<std::string> nonnegative_state() const override { return {"square_avg"}; }
+
+ private:
+  bool fused_ = true;
 };
 
 }  // namespace kiln::optim
