@@ -24,10 +24,12 @@
 // (partial sums in vector lanes; f32 sums in float per chunk of the row, chunks
 // added in double; without reassoc f32 sums accumulate in double as eager
 // does), and `nnan nsz` maxnum/minnum with a separate NaN flag that restores
-// NaN propagation; also `arcp` divisions, so a division by a value that is
-// invariant in the loop (softmax's row sum) becomes one reciprocal per row and
-// a multiply per element (within an ulp of the division). f16/bf16 values live
-// in float registers and are rounded after every op.
+// NaN propagation; also, in kernels with reductions, `arcp` divisions, so a
+// division by a value that is invariant in the loop (softmax's row sum)
+// becomes one reciprocal per row and a multiply per element (within an ulp of
+// the division). Pointwise kernels divide exactly, so they equal the
+// interpreter bit for bit. f16/bf16 values live in float registers and are
+// rounded after every op.
 #include "llvm_emit.h"
 
 #include <bit>
@@ -86,7 +88,7 @@ class Emitter : public detail::IrText {
         row_(k.exprs.size()),
         loop_(k.exprs.size()),
         red_(k.reductions.size()) {
-    arcp_ = k.reassoc;
+    arcp_ = k.reassoc && k.has_reductions();  // pointwise kernels stay bit-exact
   }
 
   std::string run() {

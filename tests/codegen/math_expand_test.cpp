@@ -511,6 +511,32 @@ TEST_F(MathExpand, ExpandedKernelComputesTheSameBits) {
   }
 }
 
+// A pointwise kernel stays bit-exact with reassociation allowed: a division by
+// a value that is the same along the row (here a per-row scale) is a division,
+// not a multiplication by a reciprocal hoisted out of the loop.
+TEST_F(MathExpand, PointwiseDivisionByARowValueIsExact) {
+  SKIP_WITHOUT_LLVM();
+  for (DType t : {DType::f32, DType::f64, DType::bf16}) {
+    Builder b(2, str("rowdiv_", dtype_name(t)));
+    ASSERT_TRUE(b.k.reassoc);
+    const int x = b.load(b.in(t, {true, true}));
+    const int r = b.load(b.in(t, {true, false}));
+    b.store(b.out(t, {true, true}), b.op(OpId::div, t, x, b.op(OpId::exp, t, r)));
+    const std::vector<int64_t> sizes{16, 1000};
+    std::mt19937 rng(9);
+    auto in = testing::make_buffers(b.k, sizes, rng, [](DType, std::mt19937& g) {
+      return std::uniform_real_distribution<double>(-3, 3)(g);
+    });
+    auto ref = in;
+    auto pj = testing::pointers(in), pr = testing::pointers(ref);
+    get_kernel(b.k)->launch(pj.data(), sizes.data());
+    interpret(b.k, 0, work_items(b.k, sizes.data()), pr.data(), sizes.data());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < ref[2].numel; ++i) differ += in[2].get(i) != ref[2].get(i);
+    EXPECT_EQ(differ, 0) << t << ": elements where compiled != interpreted";
+  }
+}
+
 // Verifier errors name the bad primitive.
 TEST_F(MathExpand, VerifierChecksPrimitives) {
   auto expect = [](const Kernel& k, const std::string& what) {

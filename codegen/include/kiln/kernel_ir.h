@@ -31,13 +31,14 @@
 // expansions of math_expand.h (polynomials with explicit fma, <= 4 ulp from
 // libm), which the interpreter and every backend evaluate alike, so compiled
 // and interpreted pointwise results are equal bit for bit (f64 calls libm on
-// both sides). Reductions use
-// eager's accumulators (f32/f64 sums in double, f16/bf16 in float, integers in
-// wrapping i64); max/min propagate NaN. With Kernel::reassoc the backend may
-// reorder a reduction (vector partial sums, f32 sums accumulated in float over
-// chunks of the row: results differ by rounding, and a max/min over +0 and -0
-// may return either zero); without it, reductions run in index order and
-// compiled results equal the interpreter's exactly.
+// both sides). Reductions use eager's accumulators (f32/f64 sums in double,
+// f16/bf16 in float, integers in wrapping i64); max/min propagate NaN. With
+// Kernel::reassoc the backend may reorder a reduction (vector partial sums, f32
+// sums accumulated in float over chunks of the row: results differ by
+// rounding, and a max/min over +0 and -0 may return either zero) and, in a
+// kernel with reductions, divide by a row-level value through its reciprocal
+// (within an ulp); without it, reductions run in index order and compiled
+// results equal the interpreter's exactly. Pointwise kernels are exact either way.
 // Float -> integer casts of values outside the target range are undefined (as
 // in C++). Aliasing: an output may share memory with an input only exactly (same
 // dtype and dense pattern; every element is loaded before it is stored);
@@ -166,8 +167,9 @@ struct Kernel {
   std::vector<Expr> exprs;
   std::vector<Reduction> reductions;
   std::vector<Store> stores;
-  /// Reductions may be reassociated (vectorized partial sums) — documented
-  /// tolerance: results may differ from eager's order by rounding.
+  /// Reductions may be reassociated (vectorized partial sums) and divisions in
+  /// kernels with reductions use reciprocals — documented tolerance: results
+  /// may differ from eager's order by rounding.
   bool reassoc = true;
 
   int num_phases() const;
