@@ -14,6 +14,7 @@
 
 #include "cublaslt.h"
 #include "device_kernels.h"
+#include "device_ops.h"
 #include "driver.h"
 #include "gpu_printer.h"
 #include "kiln/device_runtime.h"
@@ -385,10 +386,14 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::sum || op == OpId::max || op == OpId::min)
     return reduce(op, in[0], attrs, out[0]);
   if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
+  if (op == OpId::gather) return device_gather(in[0], attrs.i("dim"), in[1], out[0]);
+  if (op == OpId::index_select) return device_index_select(in[0], attrs.i("dim"), in[1], out[0]);
+  if (op == OpId::scatter_add)
+    return device_scatter_add(in[0], attrs.i("dim"), in[1], in[2], out[0]);
   KILN_CHECK(false, "[", info.name,
              "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
-             "elementwise ops, sum/max/min, matmul, views and copies so far); move the operands "
-             "to the CPU with .cpu()");
+             "elementwise ops, sum/max/min, matmul, gather/index_select/scatter_add, views and "
+             "copies so far); move the operands to the CPU with .cpu()");
 }
 
 // ---------------- fused kernels of compiled graphs ----------------
@@ -436,6 +441,11 @@ const bool g_registered = [] {
 }();
 
 }  // namespace
+
+CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol) {
+  use_device(device);
+  return g_runtime.kernels().get(device, source, symbol);
+}
 
 void synchronize(int device) {
   device_runtime(Device::cuda(device), "synchronize").synchronize(device);

@@ -151,6 +151,10 @@ KILN_FN bool kiln_pow_b8(bool a, bool b) { return a || !b; }
 typedef struct KilnStrides {
   kiln_i64 size[8], dst[8], src[8];
 } KilnStrides;
+// Sizes and element strides of the indexing kernels (print_gather, ...).
+typedef struct KilnIndexGeom {
+  kiln_i64 size[8], out[8], x[8], idx[8];
+} KilnIndexGeom;
 )";
 
 }  // namespace

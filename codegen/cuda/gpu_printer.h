@@ -46,6 +46,25 @@ struct KilnStrides {
 /// KilnStrides g) with rank <= 8 sizes and element strides in g.
 std::string print_strided_copy(DType from, DType to, const std::string& symbol);
 
+/// The indexing kernels' shape argument, laid out as the prelude's
+/// KilnIndexGeom: sizes of the iteration space and the element strides of the
+/// output, the data operand and the index along each dim (rank <= 8).
+struct KilnIndexGeom {
+  long long size[8], out[8], x[8], idx[8];
+};
+
+/// out = x gathered along `dim` (torch.gather; index_select with the index
+/// broadcast): parameters (out, x, idx, err, n, rank, dim, bound, KilnIndexGeom g)
+/// over the n elements of out; an index outside [0, bound) is skipped and
+/// recorded in err[0] = 1, err[1] = the index.
+std::string print_gather(DType t, DType index_t, const std::string& symbol);
+/// out[.., idx[.., k, ..], ..] += src[.., k, ..] along `dim` (torch.scatter_add
+/// into a copy of its input): parameters (out, src, idx, err, lines, rank, dim,
+/// bound, len, KilnIndexGeom g over the index's shape); each thread adds one
+/// line of the index in order, so results do not depend on scheduling (lines
+/// never share an output element) and no atomics are needed.
+std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
+
 /// True when print_kernel supports `k` (no accumulating stores).
 bool printable(const kir::Kernel& k);
 

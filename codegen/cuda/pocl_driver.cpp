@@ -439,6 +439,7 @@ size_t value_size(const std::string& type) {
     return 8;
   if (type == "int" || type == "uint" || type == "float") return 4;
   if (type == "KilnStrides" || type == "struct KilnStrides") return sizeof(KilnStrides);
+  if (type == "KilnIndexGeom" || type == "struct KilnIndexGeom") return sizeof(KilnIndexGeom);
   return 0;
 }
 

@@ -15,6 +15,11 @@ Tensor empty(const Dims& shape, DType dtype = DType::f32);
 Tensor zeros(const Dims& shape, DType dtype = DType::f32);
 Tensor ones(const Dims& shape, DType dtype = DType::f32);
 Tensor full(const Dims& shape, const Scalar& value, DType dtype = DType::f32);
+/// The same factories made on `device` (filled there: no host buffer copied),
+/// as PyTorch's `torch.zeros(shape, device=...)`.
+Tensor zeros(const Dims& shape, DType dtype, Device device);
+Tensor ones(const Dims& shape, DType dtype, Device device);
+Tensor full(const Dims& shape, const Scalar& value, DType dtype, Device device);
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);

@@ -379,19 +379,35 @@ Tensor full(const Dims& shape, const Scalar& value, DType dtype) {
   return ops::call_factory(OpId::full, at);
 }
 
+Tensor full(const Dims& shape, const Scalar& value, DType dtype, Device device) {
+  if (device.is_cpu()) return full(shape, value, dtype);
+  check_shape(shape, "full");
+  Tensor t = make_tensor(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+Tensor zeros(const Dims& shape, DType dtype, Device device) {
+  return full(shape, 0, dtype, device);
+}
+Tensor ones(const Dims& shape, DType dtype, Device device) {
+  return full(shape, 1, dtype, device);
+}
+
 Tensor empty_like(const Tensor& t) {
-  return empty(t.shape(), t.dtype()).to(t.device());
+  if (t.device().is_cpu()) return empty(t.shape(), t.dtype());
+  check_shape(t.shape(), "empty_like");
+  return make_tensor(t.shape(), t.dtype(), t.device());
 }
 // On t's device, as PyTorch's *_like (autograd seeds and zero gradients with
 // them: a CUDA graph must get CUDA tensors).
 Tensor zeros_like(const Tensor& t) {
-  return zeros(t.shape(), t.dtype()).to(t.device());
+  return zeros(t.shape(), t.dtype(), t.device());
 }
 Tensor ones_like(const Tensor& t) {
-  return ones(t.shape(), t.dtype()).to(t.device());
+  return ones(t.shape(), t.dtype(), t.device());
 }
 Tensor full_like(const Tensor& t, const Scalar& value) {
-  return full(t.shape(), value, t.dtype()).to(t.device());
+  return full(t.shape(), value, t.dtype(), t.device());
 }
 
 Tensor arange(const Scalar& end) { return arange(0, end, 1); }

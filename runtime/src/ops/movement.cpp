@@ -200,7 +200,7 @@ void vjp_slice(const VjpArgs& a, std::vector<Tensor>& gi) {
   Dims ishape(static_cast<size_t>(rank), 1);
   ishape[d] = idx.numel();
   Tensor index = expand(reshape(idx, ishape), g.shape());
-  gi[0] = scatter_add(zeros(in_shape, g.dtype()), d, index, g);
+  gi[0] = scatter_add(zeros(in_shape, g.dtype(), g.device()), d, index, g);
 }
 
 // ---------------- copy ----------------
@@ -401,7 +401,8 @@ void kernel_gather(std::span<const Tensor> in, const Attrs& a, std::span<Tensor>
 }
 void vjp_gather(const VjpArgs& a, std::vector<Tensor>& gi) {
   int64_t d = a.attrs.i("dim");
-  gi[0] = scatter_add(zeros(a.in_meta[0].shape, a.grads[0].dtype()), d, a.inputs[1], a.grads[0]);
+  gi[0] = scatter_add(zeros(a.in_meta[0].shape, a.grads[0].dtype(), a.grads[0].device()), d,
+                      a.inputs[1], a.grads[0]);
 }
 
 void infer_index_select(std::span<const Tensor> in, const Attrs& a,
@@ -448,7 +449,7 @@ void vjp_index_select(const VjpArgs& a, std::vector<Tensor>& gi) {
   Dims ishape(in_shape.size(), 1);
   ishape[d] = a.inputs[1].numel();
   Tensor index = expand(reshape(a.inputs[1], ishape), g.shape());
-  gi[0] = scatter_add(zeros(in_shape, g.dtype()), d, index, g);
+  gi[0] = scatter_add(zeros(in_shape, g.dtype(), g.device()), d, index, g);
 }
 
 void infer_scatter_add(std::span<const Tensor> in, const Attrs& a,

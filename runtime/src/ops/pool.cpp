@@ -227,7 +227,7 @@ void vjp_max(const VjpArgs& a, std::vector<Tensor>& gi) {
   Dims fx = batched ? Dims{xs[0], xs[1], H * W} : Dims{xs[0], H * W};
   Dims fy = batched ? Dims{xs[0], xs[1], Ho * Wo} : Dims{xs[0], Ho * Wo};
   const int64_t dim = batched ? 2 : 1;
-  Tensor r = scatter_add(zeros(fx, g.dtype()), dim, reshape(idx, fy), reshape(g, fy));
+  Tensor r = scatter_add(zeros(fx, g.dtype(), g.device()), dim, reshape(idx, fy), reshape(g, fy));
   gi[0] = reshape(r, xs);
 }
 

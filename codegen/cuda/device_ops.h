@@ -1,0 +1,30 @@
+// Internal: eager CUDA ops beyond the kernel IR's (the device runtime,
+// cuda_device.cpp, dispatches to them): indexing through the printer's
+// gather/scatter kernels. Each checks its indices on the device and raises
+// kiln::Error naming the op and the offending index (one small device-to-host
+// read per call).
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+namespace kiln {
+class Tensor;
+}
+
+namespace kiln::cuda {
+
+/// The compiled function `symbol` of `source` (the dialect's prelude added) on
+/// `device`, compiled once per source (the device runtime's cache).
+CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol);
+
+/// out = gather(x, dim, index) (torch.gather); `out` has index's shape.
+void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+/// out = index_select(x, dim, index) for a 0-d or 1-D index.
+void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+/// out = scatter_add(x, dim, index, src): a copy of x with src added at index.
+void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                        const Tensor& out);
+
+}  // namespace kiln::cuda
