@@ -575,8 +575,10 @@ CUresult CUDAAPI cuEventRecord(CUevent ev, CUstream s) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   cl_event m = nullptr;
-  const cl_int r = g->cl.clEnqueueMarkerWithWaitList(enqueue_point(s), 0, nullptr, &m);
+  cl_command_queue q = enqueue_point(s);
+  const cl_int r = g->cl.clEnqueueMarkerWithWaitList(q, 0, nullptr, &m);
   if (r != CL_SUCCESS) return cl_fail(r, "clEnqueueMarkerWithWaitList");
+  g->cl.clFlush(q);  // submitted, so a query without a wait can see it complete
   if (e->ev) g->cl.clReleaseEvent(e->ev);
   e->ev = m;
   return CUDA_SUCCESS;
@@ -599,7 +601,6 @@ CUresult CUDAAPI cuEventQuery(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   if (!e->ev) return CUDA_SUCCESS;
-  g->cl.clFlush(g->null_stream.q);
   cl_int status = CL_QUEUED;
   g->cl.clGetEventInfo(e->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
   return status == CL_COMPLETE ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
