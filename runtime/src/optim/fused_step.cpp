@@ -3,7 +3,9 @@
 // Bit-exact with the per-op form needs every product rounded before its sum:
 // no contraction into fma (GCC contracts by default, even in ISO C++ mode).
 // GCC only if-converts (and so vectorizes) amsgrad's NaN-aware maximum with
-// -fno-trapping-math: nothing here tests floating-point exception flags.
+// -fno-trapping-math, and sqrt without errno (-fno-math-errno, set for this
+// file in runtime/CMakeLists.txt: GCC's optimize pragma cannot): nothing here
+// tests floating-point exception flags or errno.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
