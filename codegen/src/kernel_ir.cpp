@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <type_traits>
 
 #include "kernel_ir_util.h"
@@ -72,9 +73,12 @@ constexpr bool is_arith(OpId op) {
   return op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div ||
          op == OpId::pow || op == OpId::maximum || op == OpId::minimum;
 }
-constexpr bool is_same_type_unary(OpId op) {
-  return op == OpId::neg || op == OpId::abs || op == OpId::sign || op == OpId::relu ||
-         op == OpId::copy;
+// The unary ops of the table that keep their operand's dtype (not kFloatMath,
+// not logical_not's bool), and copy.
+bool is_same_type_unary(OpId op) {
+  const OpInfo& info = op_info(op);
+  return op == OpId::copy || (std::strcmp(info.family, "unary") == 0 && !info.has(kFloatMath) &&
+                              op != OpId::logical_not);
 }
 
 // Number formatting that reads back exactly (%.17g of a double).
