@@ -26,7 +26,7 @@ class Reverser : public nn::Module {
   }
   // tokens: i64 [B, L] -> logits [B, L, vocab]
   Tensor forward(const Tensor& tokens) override {
-    Tensor x = (*tok)(tokens) + (*pos)(arange(seq_len_));
+    Tensor x = (*tok)(tokens) + (*pos)(arange(seq_len_).to(tokens.device()));
     return (*head)((*encoder)(x));
   }
 
@@ -50,13 +50,14 @@ std::pair<Tensor, Tensor> make_batch(const ReverseOptions& o, int64_t n) {
 ReverseResult train_reverse(const ReverseOptions& o, std::ostream& log) {
   manual_seed(o.seed);
   auto model = std::make_shared<Reverser>(o);
+  model->to(o.device);  // before the optimizer, whose state follows the parameters
   optim::AdamW opt(model->parameters(), {.lr = o.lr, .weight_decay = 0.01});
   optim::OneCycleLR sched(opt, o.lr, o.steps);
   ReverseResult r;
   for (int step = 1; step <= o.steps; ++step) {
     auto [x, y] = make_batch(o, o.batch_size);
-    Tensor logits = (*model)(x);
-    Tensor loss = cross_entropy(logits.reshape({-1, o.vocab}), y.reshape({-1}));
+    Tensor logits = (*model)(x.to(o.device));
+    Tensor loss = cross_entropy(logits.reshape({-1, o.vocab}), y.to(o.device).reshape({-1}));
     opt.zero_grad();
     loss.backward();
     optim::clip_grad_norm_(model->parameters(), 1.0);
@@ -70,7 +71,7 @@ ReverseResult train_reverse(const ReverseOptions& o, std::ostream& log) {
   NoGradGuard no_grad;
   model->eval();
   auto [x, y] = make_batch(o, 1024);
-  Tensor pred = argmax((*model)(x), -1);
+  Tensor pred = argmax((*model)(x.to(o.device)).cpu(), -1);
   Tensor hit = eq(pred, y);
   r.token_accuracy = sum(hit).item<double>() / static_cast<double>(hit.numel());
   r.sequence_accuracy =

@@ -5,6 +5,8 @@
 #include <ostream>
 #include <vector>
 
+#include "kiln/device.h"
+
 namespace kiln::examples {
 
 /// Task and model size.
@@ -18,6 +20,7 @@ struct ReverseOptions {
   int steps = 600;
   double lr = 1e-3;
   uint64_t seed = 0;
+  Device device = Device::cpu();  ///< where the model trains (batches are drawn on the CPU)
 };
 
 /// Figures of a run.
