@@ -175,7 +175,9 @@ cl_command_queue enqueue_point(CUstream s) {
   std::vector<cl_event> evs;
   for (Stream* o : others) {
     cl_event e = nullptr;
-    if (g->cl.clEnqueueMarkerWithWaitList(o->q, 0, nullptr, &e) == CL_SUCCESS) evs.push_back(e);
+    if (g->cl.clEnqueueMarkerWithWaitList(o->q, 0, nullptr, &e) != CL_SUCCESS) continue;
+    g->cl.clFlush(o->q);  // OpenCL waits across queues only for submitted commands
+    evs.push_back(e);
   }
   if (!evs.empty()) {
     g->cl.clEnqueueBarrierWithWaitList(st->q, static_cast<cl_uint>(evs.size()), evs.data(),

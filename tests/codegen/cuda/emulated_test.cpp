@@ -120,6 +120,31 @@ TEST(CudaDevice, OutOfMemoryIsAClearError) {
   EXPECT_EQ(ones({3}).cuda().cpu().sum().item<float>(), 3.0f);  // the device still works
 }
 
+// CUDA's legacy null stream: a synchronous copy waits for kernels queued on
+// blocking streams (created without CU_STREAM_NON_BLOCKING), with no event.
+TEST(CudaDevice, TheNullStreamWaitsForBlockingStreams) {
+  if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
+  set_device(0);
+  kir::testing::Builder bld(1, "add_one");
+  const int x = bld.load(bld.in(DType::f32, {true}));
+  bld.store(bld.out(DType::f32, {true}),
+            bld.op(OpId::add, DType::f32, x, bld.cnst(DType::f32, 1.0)));
+  const std::vector<char> image =
+      compile_for_device(device_prelude() + print_kernel(bld.k, "add_one"), "add_one.cu", 0);
+  Module mod(image.data());
+  const int64_t n = 1 << 20;
+  std::vector<float> host(n, 2.0f);
+  DeviceBuffer in(n * 4), out(n * 4);
+  in.upload(host.data(), n * 4);
+  CUstream s = nullptr;
+  check(driver().cuStreamCreateWithPriority(&s, 0, 0), "cuStreamCreate");
+  launch_kernel(mod.function("add_one"), bld.k, {in.get(), out.get()}, &n, s);
+  out.download(host.data(), n * 4);  // cuMemcpyDtoH on the null stream
+  EXPECT_EQ(host[0], 3.0f);
+  EXPECT_EQ(host[n - 1], 3.0f);
+  check(driver().cuStreamDestroy(s), "cuStreamDestroy");
+}
+
 class EmulatedDevice : public ::testing::Test {
  protected:
   void SetUp() override {
