@@ -4,7 +4,7 @@
 // against its cuBLAS floor (the step's matmuls alone, through the same
 // cuBLASLt calls). Wall-clock medians of paired rounds, the device
 // synchronized after every call.
-//   cuda_harness [--reps R]
+//   cuda_harness [--reps R] [--small]   (--small: tiny sizes, to check it runs)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,15 +67,18 @@ void row(const char* name, double eager, double compiled, double bytes, double c
 
 int main(int argc, char** argv) {
   int reps = 15;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  bool small = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--small")) small = true;
+  }
   if (!cuda::is_available()) {
     std::printf("no CUDA device: %s\n", cuda::unavailable_reason().c_str());
     return 0;
   }
   try {
     const Device dev = Device::cuda();
-    const int64_t n = int64_t{1} << 24;
+    const int64_t n = small ? int64_t{1} << 14 : int64_t{1} << 24;
     manual_seed(0);
     const Tensor x = randn({n}).cuda();
     Tensor y = empty_like(x);
@@ -99,7 +102,7 @@ int main(int argc, char** argv) {
         reps, [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); });
     row("GELU (tanh) 16M", ge, gc, bytes, copy_ms);
 
-    const Tensor xs = x.reshape({16384, 1024});
+    const Tensor xs = x.reshape({n / 1024, 1024});
     auto sm_c = compile([](const Tensor& t) { return softmax(t, -1); });
     auto [se, sc] = paired(
         reps, [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); });
@@ -107,7 +110,7 @@ int main(int argc, char** argv) {
 
     const Tensor w = randn({1024}).cuda(), b = randn({1024}).cuda();
     auto ln = [](const Tensor& t, const Tensor& w, const Tensor& b) {
-      return layer_norm(t, {1024}, w, b);
+      return layer_norm(t, {t.size(-1)}, w, b);
     };
     auto ln_c = compile(ln);
     auto [le, lc] = paired(
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
 
     // MLP step: 1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096.
-    const int64_t B = 4096, D = 1024, H = 4096;
+    const int64_t B = small ? 64 : 4096, D = small ? 32 : 1024, H = 4 * D;
     auto model = std::make_shared<nn::Sequential>();
     model->push_back(std::make_shared<nn::Linear>(D, H));
     model->push_back(std::make_shared<nn::GELU>());
@@ -151,6 +154,49 @@ int main(int argc, char** argv) {
         "MLP step (4096x1024 -> 4096 -> 1024, f32) eager %.3f ms  compiled %.3f ms  cuBLAS floor "
         "%.3f ms  -> eager %.2fx, compiled %.2fx of the floor (traces %d)\n",
         me, mc, floor_ms, me / floor_ms, mc / floor_ms, step_c.stats().traces);
+
+    // Transformer step: token + position embeddings, pre-norm encoder layers,
+    // a vocabulary head, cross-entropy, AdamW (the harness's CPU workload, larger).
+    const int64_t V = small ? 50 : 1000, L = small ? 16 : 256, E = small ? 32 : 512;
+    const int64_t NB = small ? 4 : 32, layers = 2;
+    manual_seed(1);
+    auto tok = std::make_shared<nn::Embedding>(V, E);
+    auto pos = std::make_shared<nn::Embedding>(L, E);
+    nn::TransformerEncoderLayerOptions lo;
+    lo.dim_feedforward = 4 * E;
+    lo.dropout = 0.0;
+    lo.norm_first = true;
+    lo.activation = "gelu";
+    auto enc = std::make_shared<nn::TransformerEncoder>(
+        std::make_shared<nn::TransformerEncoderLayer>(E, E / 64 > 0 ? E / 64 : 2, lo), layers,
+        std::make_shared<nn::LayerNorm>(E));
+    auto head = std::make_shared<nn::Linear>(E, V);
+    std::vector<Tensor> params;
+    for (nn::Module* m :
+         std::initializer_list<nn::Module*>{tok.get(), pos.get(), enc.get(), head.get()}) {
+      m->to(dev);
+      for (const Tensor& p : m->parameters()) params.push_back(p);
+    }
+    optim::AdamW adamw(params, {.lr = 1e-4});
+    const Tensor tokens = randint(0, V, {NB, L}).cuda(), labels = randint(0, V, {NB * L}).cuda();
+    const Tensor positions = arange(L).cuda();
+    auto tstep = [&] {
+      adamw.zero_grad();
+      const Tensor h = (*enc)((*tok)(tokens) + (*pos)(positions));
+      Tensor loss = cross_entropy((*head)(h).reshape({NB * L, V}), labels);
+      loss.backward();
+      adamw.step();
+      return loss;
+    };
+    auto tstep_c = compile(tstep);
+    auto [te, tc] = paired(
+        reps, [&] { (void)tstep(); }, [&] { (void)tstep_c(); });
+    std::printf(
+        "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
+        "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)\n",
+        static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
+        static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
+        tstep_c.stats().traces);
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;

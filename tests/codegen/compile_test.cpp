@@ -366,5 +366,19 @@ TEST(Compile, DumpWritesGraphs) {
   std::filesystem::remove_all(dir);
 }
 
+// An embedding lookup of captured indices compiles (its range check cannot
+// read values while tracing); an index out of range still fails when it runs.
+TEST(Compile, EmbeddingOfCapturedIndices) {
+  manual_seed(2);
+  nn::Embedding emb(10, 4);
+  const Tensor idx = arange(5);
+  auto f = compile([&] { return emb(idx).sum(); }, {.warmup = 0});
+  EXPECT_TRUE(allclose(f(), emb(idx).sum(), 1e-6, 1e-6));
+  EXPECT_EQ(f.stats().traces, 1);
+  const Tensor bad = from_vector<int64_t>({3, 12}, {2});
+  auto g = compile([&] { return emb(bad).sum(); }, {.warmup = 0});
+  EXPECT_THROW(g(), Error);
+}
+
 }  // namespace
 }  // namespace kiln

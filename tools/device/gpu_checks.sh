@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine (carry .device, made by tools/device/bundle.sh):
 # the CUDA test suite and the probe, logs into $OUT (or ./device-out).
-#   tools/device/gpu_checks.sh [--probe-only]
+#   tools/device/gpu_checks.sh [--probe-only | --tests-and-harness]
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -25,9 +25,13 @@ export KILN_CACHE_DIR="$work/cache"
 if [ "${1:-}" != "--probe-only" ]; then
 "$work/bin/cuda_tests" 2>&1 | tee "$out/cuda_tests.txt"
 echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
+fi
+if [ -z "${1:-}" ]; then
 "$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
 echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
 fi
+if [ "${1:-}" != "--tests-and-harness" ]; then
 "$work/bin/cuda_probe" --n 16777216 --reps 30 2>&1 | tee "$out/cuda_probe.txt"
 "$work/bin/cuda_probe" --n 268435456 --reps 10 2>&1 | tee -a "$out/cuda_probe.txt"
-"$work/bin/cuda_harness" --reps 15 2>&1 | tee "$out/cuda_harness.txt"
+fi
+[ "${1:-}" = "--probe-only" ] || "$work/bin/cuda_harness" --reps 15 2>&1 | tee "$out/cuda_harness.txt"

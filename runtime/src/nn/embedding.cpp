@@ -2,6 +2,7 @@
 #include "kiln/nn/embedding.h"
 
 #include "kiln/autograd.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "kiln/nn/init.h"
 
@@ -34,8 +35,10 @@ void Embedding::reset_parameters() {
 Tensor Embedding::forward(const Tensor& indices) {
   KILN_CHECK(is_integral(indices.dtype()), "[Embedding] indices must be an integer tensor, got ",
              indices.dtype());
-  // Checked here to name the layer; symbolic (traced) indices have no values to check.
-  if (indices.numel() > 0 && !indices.is_symbolic()) {
+  // Checked here to name the layer. While tracing there are no values to read
+  // (symbolic indices, or captured ones whose reads would be traced): the
+  // lookup's own kernel checks them when the compiled function runs.
+  if (indices.numel() > 0 && !indices.is_symbolic() && !current_recorder()) {
     Tensor i64 = cast(indices, DType::i64);
     int64_t lo = amin(i64).item<int64_t>(), hi = amax(i64).item<int64_t>();
     KILN_CHECK(lo >= 0 && hi < num_, "[Embedding] index out of range: indices span [", lo, ", ", hi,
