@@ -37,20 +37,28 @@ std::string read_file(const std::string& path) {
 
 // An unintended change of the printed code shows here. If it is intended, copy
 // the printed file over the golden one.
-TEST(GpuPrinter, GoldenBroadcastKernel) {
-  const std::string got = print_kernel(golden_kernel(), "kiln_golden");
+void expect_golden(const std::string& file, const std::string& got) {
   // The source tree's path from the build, else relative to the working
   // directory (a bundle run from the repository root on another machine).
-  std::string path = str(KILN_GOLDEN_DIR, "/broadcast_where.cu");
-  if (!std::filesystem::exists(path)) path = "tests/codegen/cuda/golden/broadcast_where.cu";
-  ASSERT_TRUE(std::filesystem::exists(path)) << path;
-  const std::string want = read_file(path);
+  std::string path = str(KILN_GOLDEN_DIR, "/", file);
+  if (!std::filesystem::exists(path)) path = "tests/codegen/cuda/golden/" + file;
+  const std::string want = std::filesystem::exists(path) ? read_file(path) : "(missing)";
   if (got != want) {
-    const auto fresh = std::filesystem::temp_directory_path() / "kiln_broadcast_where.cu";
+    const auto fresh = std::filesystem::temp_directory_path() / ("kiln_" + file);
     std::ofstream(fresh) << got;
     FAIL() << "printed code differs from " << path << " (new version written to " << fresh << "):\n"
            << got;
   }
+}
+
+TEST(GpuPrinter, GoldenBroadcastKernel) {
+  expect_golden("broadcast_where.cu", print_kernel(golden_kernel(), "kiln_golden"));
+}
+
+// A row kernel: softmax with its logsumexp row store (two phases, shuffles).
+TEST(GpuPrinter, GoldenSoftmaxRowKernel) {
+  expect_golden("softmax_rows.cu",
+                print_kernel(testing::softmax_kernel(DType::f32), "kiln_softmax"));
 }
 
 TEST(GpuPrinter, RefusesColumnSumsClearly) {
