@@ -135,43 +135,66 @@ void sgd_typed(const SgdConfig& c, const std::vector<SgdJob>& jobs) {
   });
 }
 
-template <typename T>
-void rmsprop_typed(const RmspropConfig& c, const std::vector<RmspropJob>& jobs) {
+// Calls f.template operator()<B...>() with the runtime flags as template
+// arguments, so each combination gets its own branch-free loop.
+template <bool... Bs, typename F>
+void with_flags(F&& f) {
+  f.template operator()<Bs...>();
+}
+template <bool... Bs, typename F, typename... Rest>
+void with_flags(F&& f, bool b, Rest... rest) {
+  if (b)
+    with_flags<Bs..., true>(f, rest...);
+  else
+    with_flags<Bs..., false>(f, rest...);
+}
+
+template <typename T, bool Decay, bool Centered, bool Small, bool Mom, bool Max>
+void rmsprop_range(const RmspropConfig& c, const RmspropJob& j, int64_t b, int64_t e) {
   const T wd = static_cast<T>(c.weight_decay), alpha = static_cast<T>(c.alpha);
   const T oma = static_cast<T>(c.one_minus_alpha), again = static_cast<T>(c.alpha_again);
   const T eps = static_cast<T>(c.eps), mom = static_cast<T>(c.momentum);
   const T neg_lr = static_cast<T>(c.neg_lr);
-  multi_tensor(jobs, [&](const RmspropJob& j, int64_t b, int64_t e) {
-    T* __restrict p = j.p.data<T>();
-    const T* __restrict g = j.grad.data<T>();
-    T* __restrict sq = j.square_avg.data<T>();
-    T* __restrict ga = c.centered ? j.grad_avg.data<T>() : nullptr;
-    T* __restrict buf = c.has_momentum ? j.buf.data<T>() : nullptr;
-    for (int64_t i = b; i < e; ++i) {
-      T gi = c.maximize ? -g[i] : g[i];
-      if (c.has_decay) gi = gi + p[i] * wd;
-      T si = sq[i] * alpha;
-      si = si + gi * oma * gi;
-      sq[i] = si;
-      T avg;
-      if (c.centered) {
-        T a = ga[i];
-        a = c.small ? a + (gi - a) * oma : gi - (gi - a) * again;
-        ga[i] = a;
-        avg = std::sqrt(si - a * a);
-      } else {
-        avg = std::sqrt(si);
-      }
-      avg = avg + eps;
-      if (c.has_momentum) {
-        const T bi = buf[i] * mom + gi * T(1) / avg;
-        buf[i] = bi;
-        p[i] = p[i] + bi * neg_lr;
-      } else {
-        p[i] = p[i] + gi * neg_lr / avg;
-      }
+  T* __restrict p = j.p.data<T>();
+  const T* __restrict g = j.grad.data<T>();
+  T* __restrict sq = j.square_avg.data<T>();
+  T* __restrict ga = Centered ? j.grad_avg.data<T>() : nullptr;
+  T* __restrict buf = Mom ? j.buf.data<T>() : nullptr;
+  for (int64_t i = b; i < e; ++i) {
+    T gi = Max ? -g[i] : g[i];
+    if constexpr (Decay) gi = gi + p[i] * wd;
+    T si = sq[i] * alpha;
+    si = si + gi * oma * gi;
+    sq[i] = si;
+    T avg;
+    if constexpr (Centered) {
+      T a = ga[i];
+      a = Small ? a + (gi - a) * oma : gi - (gi - a) * again;
+      ga[i] = a;
+      avg = std::sqrt(si - a * a);
+    } else {
+      avg = std::sqrt(si);
     }
-  });
+    avg = avg + eps;
+    if constexpr (Mom) {
+      const T bi = buf[i] * mom + gi * T(1) / avg;
+      buf[i] = bi;
+      p[i] = p[i] + bi * neg_lr;
+    } else {
+      p[i] = p[i] + gi * neg_lr / avg;
+    }
+  }
+}
+
+template <typename T>
+void rmsprop_typed(const RmspropConfig& c, const std::vector<RmspropJob>& jobs) {
+  with_flags(
+      [&]<bool Decay, bool Centered, bool Small, bool Mom, bool Max>() {
+        multi_tensor(jobs, [&](const RmspropJob& j, int64_t b, int64_t e) {
+          rmsprop_range<T, Decay, Centered, Small, Mom, Max>(c, j, b, e);
+        });
+      },
+      c.has_decay, c.centered, c.small, c.has_momentum, c.maximize);
 }
 
 }  // namespace
