@@ -6,6 +6,9 @@
 // Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
 // parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
 // also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
+// Eager runs twice: as shipped (fused composites and optimizer steps) and with
+// both off (set_eager_fusion(false), fused = false: one primitive op at a time),
+// their ratio from paired rounds.
 #include <cblas.h>
 
 #include <algorithm>
@@ -131,6 +134,8 @@ struct Row {
          passes_ms = 0;
   double bytes = 0, flops = 0;  // per call, for GB/s or GFLOP/s
   double ref_ratio = 0;         // compiled / the row's hardware reference time, paired rounds
+  double eager_unfused_ms = 0;  // eager with fusion off (paired rounds' median)
+  double fusion_ratio = 0;      // eager / eager with fusion off, paired rounds
   double thread_ratio = 0;      // compiled at the pool's size / at 1 thread, paired rounds
   int64_t peak_bytes = 0;
   int traces = 0;  // of the compiled function: 1 = no re-trace after the warm-up
@@ -164,8 +169,16 @@ int g_rounds = 5;
 // identical but separate state (training steps move their parameters): their
 // second calls are compared (the compiled one is the first traced run, after the
 // eager warm-up call). The ratios to `ref` and to 1 thread come from paired rounds.
+// Eager mode with its fused composites off, for a scope.
+struct UnfusedScope {
+  UnfusedScope() { set_eager_fusion(false); }
+  ~UnfusedScope() { set_eager_fusion(true); }
+};
+
+// `unfused` (optional): the eager work with fusion off (composites and optimizer steps).
 template <typename E, typename C>
-Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Reference& ref = {}) {
+Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Reference& ref = {},
+            const std::function<void()>& unfused = {}) {
   Row r;
   r.name = name;
   auto c = compile(comp_fn, {.name = name});
@@ -176,7 +189,7 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
   r.compiled_ms = time_ms([&] { c(); }, reps);
   const int threads = num_threads();
   const int per_round = std::max(2, reps / 3);
-  std::vector<double> ref_ratios, thread_ratios, one_ms;
+  std::vector<double> ref_ratios, thread_ratios, one_ms, unfused_ms, fusion_ratios;
   for (int round = 0; round < g_rounds; ++round) {
     double full = 0, one = 0, ref_ms = 0;
     auto time_full = [&] { full = time_ms([&] { c(); }, per_round); };
@@ -198,6 +211,24 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
     thread_ratios.push_back(full / one);
     one_ms.push_back(one);
     if (ref) ref_ratios.push_back(full / ref_ms);
+    if (unfused) {
+      double fused_ms = 0, plain_ms = 0;
+      auto time_fused = [&] { fused_ms = time_ms([&] { eager_fn(); }, per_round); };
+      auto time_plain = [&] { plain_ms = time_ms(unfused, per_round); };
+      if (round % 2 == 0) {
+        time_fused();
+        time_plain();
+      } else {
+        time_plain();
+        time_fused();
+      }
+      unfused_ms.push_back(plain_ms);
+      fusion_ratios.push_back(fused_ms / plain_ms);
+    }
+  }
+  if (unfused) {
+    r.eager_unfused_ms = median(unfused_ms);
+    r.fusion_ratio = median(fusion_ratios);
   }
   r.compiled_1t_ms = median(one_ms);
   r.thread_ratio = median(thread_ratios);
@@ -210,15 +241,25 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
 }
 
 template <typename F>
-Row measure(const std::string& name, F fn, int reps, const Reference& ref = {}) {
-  return measure(name, fn, fn, reps, ref);
+Row measure(const std::string& name, F fn, int reps, const Reference& ref = {},
+            const std::function<void()>& unfused = {}) {
+  return measure(name, fn, fn, reps, ref, unfused);
+}
+
+// fn with the eager composites unfused.
+template <typename F>
+std::function<void()> unfused_form(F fn) {
+  return [fn] {
+    UnfusedScope u;
+    fn();
+  };
 }
 
 // An Adam step over `n` parameters (ten tensors) with fixed gradients.
 struct AdamStep {
   std::vector<Tensor> params;
   std::unique_ptr<optim::Adam> opt;
-  explicit AdamStep(int64_t n) {
+  explicit AdamStep(int64_t n, bool fused = true) {
     manual_seed(1);
     for (int i = 0; i < 10; ++i) {
       Tensor p = randn({n / 10});
@@ -226,7 +267,7 @@ struct AdamStep {
       p.set_grad(randn({n / 10}));
       params.push_back(p);
     }
-    opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-3});
+    opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 1e-3, .fused = fused});
   }
   std::vector<Tensor> operator()() {
     opt->step();
@@ -265,11 +306,12 @@ struct CnnStep {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<optim::Adam> opt;
   Tensor x, y;
-  CnnStep() {
+  explicit CnnStep(bool fused = true) {
     manual_seed(3);
     model = examples::make_fashion_model("cnn");
     model->eval();  // no dropout: eager and compiled compare exactly
-    opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
+    opt = std::make_unique<optim::Adam>(model->parameters(),
+                                        optim::AdamOptions{.lr = 1e-3, .fused = fused});
     x = randn({128, 1, 28, 28});
     y = randint(0, 10, {128});
   }
@@ -307,7 +349,7 @@ struct ResnetStep {
   std::unique_ptr<optim::SGD> opt;
   std::unique_ptr<optim::OneCycleLR> sched;
   Tensor x, y;
-  ResnetStep() {
+  explicit ResnetStep(bool fused = true) {
     manual_seed(5);
     model = std::make_shared<nn::Sequential>();
     model->push_back(std::make_shared<nn::Conv2d>(3, 32, nn::Size2{3, 3},
@@ -319,8 +361,8 @@ struct ResnetStep {
     model->push_back(std::make_shared<nn::AvgPool2d>(nn::Size2{32, 32}));
     model->push_back(std::make_shared<nn::Flatten>());
     model->push_back(std::make_shared<nn::Linear>(32, 10));
-    opt = std::make_unique<optim::SGD>(model->parameters(),
-                                       optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    opt = std::make_unique<optim::SGD>(
+        model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .fused = fused});
     sched = std::make_unique<optim::OneCycleLR>(*opt, 0.1, 100000);
     x = randn({32, 3, 32, 32});
     y = randint(0, 10, {32});
@@ -432,9 +474,10 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   if (want("gelu_tanh_16M")) {
     auto gelu = [&] { return std::vector<Tensor>{kiln::gelu(gx, "tanh")}; };
-    Row r = measure("gelu_tanh_16M", gelu, reps, [&] {
-      return time_ms([&] { gelu_loop(gx.data<float>(), gy.data<float>(), n16m); }, 3);
-    });
+    Row r = measure(
+        "gelu_tanh_16M", gelu, reps,
+        [&] { return time_ms([&] { gelu_loop(gx.data<float>(), gy.data<float>(), n16m); }, 3); },
+        unfused_form(gelu));
     r.bytes = 8.0 * static_cast<double>(n16m);
     rows.push_back(r);
   }
@@ -442,61 +485,62 @@ int main(int argc, char** argv) {
   Tensor x = randn({rws, 1024});
   if (want("softmax_4096x1024")) {
     const double bytes = 8.0 * static_cast<double>(x.numel());
-    Row r = measure(
-        "softmax_4096x1024", [&] { return std::vector<Tensor>{softmax(x, -1)}; }, reps,
-        bandwidth_ref(bytes));
+    auto fn = [&] { return std::vector<Tensor>{softmax(x, -1)}; };
+    Row r = measure("softmax_4096x1024", fn, reps, bandwidth_ref(bytes), unfused_form(fn));
     r.bytes = bytes;
     rows.push_back(r);
   }
   if (want("layer_norm_4096x1024")) {
     Tensor w = ones({1024}), b = zeros({1024});
     const double bytes = 8.0 * static_cast<double>(x.numel());
-    Row l = measure(
-        "layer_norm_4096x1024",
-        [&] { return std::vector<Tensor>{layer_norm(x, {1024}, w, b, 1e-5)}; }, reps,
-        bandwidth_ref(bytes));
+    auto fn = [&] { return std::vector<Tensor>{layer_norm(x, {1024}, w, b, 1e-5)}; };
+    Row l = measure("layer_norm_4096x1024", fn, reps, bandwidth_ref(bytes), unfused_form(fn));
     l.bytes = bytes;
     rows.push_back(l);
   }
   if (want("adam_10M")) {
     const int64_t n = quick ? 1000000 : 10000000;
-    AdamStep a(n), b(n);
+    AdamStep a(n), b(n), u(n, false);
     const double bytes = 28.0 * static_cast<double>(n);
     Row r = measure(
-        "adam_10M", [&] { return a(); }, [&] { return b(); }, reps, bandwidth_ref(bytes));
+        "adam_10M", [&] { return a(); }, [&] { return b(); }, reps, bandwidth_ref(bytes),
+        unfused_form([&] { u(); }));
     r.bytes = bytes;
     rows.push_back(r);
   }
   if (want("mlp_step_sgd")) {
-    MlpStep a, b;
+    MlpStep a, b, u(false);
     // Matmul FLOPs the step performs: forward, every weight gradient, and the
     // input gradients of layers 2 and 3 (the batch does not require grad).
     const double fwd = 784.0 * 1024 + 1024.0 * 1024 + 1024.0 * 10;
     const double flops = 2.0 * 128 * (2 * fwd + 1024.0 * 1024 + 1024.0 * 10);
     Row r = measure(
-        "mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps, gemm_ref(flops));
+        "mlp_step_sgd", [&] { return a(); }, [&] { return b(); }, reps, gemm_ref(flops),
+        unfused_form([&] { u(); }));
     r.flops = flops;
     rows.push_back(r);
   }
   if (want("transformer_fwd_bwd")) {
-    TransformerStep a, b;
+    TransformerStep a, b, u;
     Row r = measure(
         "transformer_fwd_bwd", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5,
-        gemm_ref(TransformerStep::flops()));
+        gemm_ref(TransformerStep::flops()), unfused_form([&] { u(); }));
     r.flops = TransformerStep::flops();
     rows.push_back(r);
   }
   if (want("cnn_step_adam")) {
-    CnnStep a, b;
+    CnnStep a, b, u(false);
     Row r = measure(
-        "cnn_step_adam", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
+        "cnn_step_adam", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5, {},
+        unfused_form([&] { u(); }));
     rows.push_back(r);
   }
 
   if (want("resnet_bn_onecycle")) {
-    ResnetStep a, b;
+    ResnetStep a, b, u(false);
     Row r = measure(
-        "resnet_bn_onecycle", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5);
+        "resnet_bn_onecycle", [&] { return a(); }, [&] { return b(); }, quick ? 2 : 5, {},
+        unfused_form([&] { u(); }));
     rows.push_back(r);
   }
 
@@ -504,16 +548,17 @@ int main(int argc, char** argv) {
       "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
       "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
       num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
-  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s\n", "workload", "eager ms",
-              "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s", "peak MB",
-              "max|diff|", "traces");
+  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s %9s %8s\n", "workload",
+              "eager ms", "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s",
+              "peak MB", "max|diff|", "traces", "unfused", "fused/un");
   for (const Row& r : rows) {
     const double gbs = r.bytes > 0 ? r.bytes / (r.compiled_ms * 1e6) : 0;
     const double gfl = r.flops > 0 ? r.flops / (r.compiled_ms * 1e6) : 0;
-    std::printf("%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g %6d\n",
-                r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms,
-                r.compiled_1t_ms, r.trace_ms, r.passes_ms, gbs, gfl,
-                static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff, r.traces);
+    std::printf(
+        "%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g %6d %9.2f %7.2fx\n",
+        r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms, r.compiled_1t_ms,
+        r.trace_ms, r.passes_ms, gbs, gfl, static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff,
+        r.traces, r.eager_unfused_ms, r.fusion_ratio);
   }
   auto by = [&](const char* name) -> const Row* {
     for (const Row& r : rows)
@@ -570,7 +615,9 @@ int main(int argc, char** argv) {
         << ", \"compiled_ms\": " << r.compiled_ms << ", \"compiled_1t_ms\": " << r.compiled_1t_ms
         << ", \"trace_ms\": " << r.trace_ms << ", \"passes_ms\": " << r.passes_ms
         << ", \"reference_ratio\": " << r.ref_ratio << ", \"thread_ratio\": " << r.thread_ratio
-        << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff << "}";
+        << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff
+        << ", \"eager_unfused_ms\": " << r.eager_unfused_ms
+        << ", \"eager_fusion_ratio\": " << r.fusion_ratio << "}";
     }
     f << "]}\n";
   }

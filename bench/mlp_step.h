@@ -15,15 +15,16 @@ struct MlpStep {
   std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
   std::unique_ptr<optim::SGD> opt;
   Tensor x, y;
-  MlpStep() {
+  /// `fused`: the optimizer's fused eager step (SGDOptions::fused).
+  explicit MlpStep(bool fused = true) {
     manual_seed(0);
     model->push_back(std::make_shared<nn::Linear>(784, 1024));
     model->push_back(std::make_shared<nn::ReLU>());
     model->push_back(std::make_shared<nn::Linear>(1024, 1024));
     model->push_back(std::make_shared<nn::ReLU>());
     model->push_back(std::make_shared<nn::Linear>(1024, 10));
-    opt = std::make_unique<optim::SGD>(model->parameters(),
-                                       optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+    opt = std::make_unique<optim::SGD>(
+        model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .fused = fused});
     x = randn({128, 784});
     y = randint(0, 10, {128});
   }
