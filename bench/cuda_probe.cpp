@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
         static_cast<double>(info.total_memory) / (1 << 30), info.l2_bytes >> 20, driver().version,
         peak);
     const kir::Kernel copy = copy_kernel(), gelu = gelu_kernel(), softmax = softmax_kernel();
-    const std::string src = cuda_prelude() + print_kernel(copy, "kcopy") +
+    const std::string src = device_prelude() + print_kernel(copy, "kcopy") +
                             print_kernel(gelu, "kgelu") + print_kernel(softmax, "ksoftmax");
     const std::vector<char> image = compile_for_device(src, "probe.cu", 0);
     Module mod(image.data());
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     DeviceBuffer wb(static_cast<size_t>(n) * 4), bb(static_cast<size_t>(n) * 4);
     const kir::Kernel ln1k = layer_norm_kernel(1024), ln4k = layer_norm_kernel(4096);
     const int unrolls[3] = {4, 8, 16};
-    std::string row_src = cuda_prelude();
+    std::string row_src = device_prelude();
     for (int u : unrolls)
       row_src += cuda::detail::print_row_kernel(softmax, str("ksm_u", u), u) +
                  cuda::detail::print_row_kernel(ln1k, str("kln1k_u", u), u) +
