@@ -392,12 +392,15 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::pad || op == OpId::cat) return info.kernel(in, attrs, out);
   if (op == OpId::gather) return device_gather(in[0], attrs.i("dim"), in[1], out[0]);
   if (op == OpId::index_select) return device_index_select(in[0], attrs.i("dim"), in[1], out[0]);
+  if (op == OpId::argmax || op == OpId::argmin)
+    return device_arg_extreme(op == OpId::argmax, in[0], attrs.i("dim"), attrs.b("keepdim"),
+                              attrs.b("flat"), out[0]);
   if (op == OpId::scatter_add)
     return device_scatter_add(in[0], attrs.i("dim"), in[1], in[2], out[0]);
   KILN_CHECK(false, "[", info.name,
              "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
-             "elementwise ops, sum/max/min, matmul, gather/index_select/scatter_add, views and "
-             "copies so far); move the operands to the CPU with .cpu()");
+             "elementwise ops, sum/max/min/argmax/argmin, matmul, gather/index_select/scatter_add, "
+             "pad/cat, views and copies so far); move the operands to the CPU with .cpu()");
 }
 
 // ---------------- fused kernels of compiled graphs ----------------

@@ -7,6 +7,7 @@
 #include "driver.h"
 #include "gpu_printer.h"
 #include "kiln/error.h"
+#include "kiln/functional.h"
 #include "kiln/tensor.h"
 #include "module.h"
 
@@ -94,6 +95,25 @@ void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, cons
   Dims strides(static_cast<size_t>(std::max<int64_t>(out.dim(), 1)), 0);
   strides[static_cast<size_t>(d)] = idx.strides()[0];
   gather_impl(x, d, idx, strides, out, "index_select");
+}
+
+void device_arg_extreme(bool is_max, const Tensor& x0, int64_t dim, bool keepdim, bool flat,
+                        const Tensor& out) {
+  const char* op = is_max ? "argmax" : "argmin";
+  const Tensor x = flat ? x0.reshape({-1}) : at_least_1d(x0);
+  const int64_t d = flat ? 0 : wrap(dim, x0.dim(), op);
+  const int64_t n = x.shape()[static_cast<size_t>(d)];
+  KILN_CHECK(n > 0, "[", op, "] cannot reduce over a zero-size dimension (shape ", x0.shape(), ")");
+  // The extreme (NaN if the line has one), then the first position holding it.
+  const Tensor m = is_max ? amax(x, {d}, true) : amin(x, {d}, true);
+  const Tensor hit = logical_or(eq(x, m), logical_and(ne(x, x), ne(m, m)));
+  Dims line(static_cast<size_t>(x.dim()), 1);
+  line[static_cast<size_t>(d)] = n;
+  const Tensor pos = arange(n).to(x.device()).reshape(line);
+  Tensor first = amin(where(hit, pos, full({}, n, DType::i64)), {d}, keepdim && !flat);
+  if (first.shape() != out.shape()) first = first.reshape(out.shape());
+  Tensor o = out;
+  o.copy_(first);
 }
 
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,

@@ -23,6 +23,11 @@ CUfunction cached_kernel(int device, const std::string& source, const std::strin
 void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 /// out = index_select(x, dim, index) for a 0-d or 1-D index.
 void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+/// out = argmax/argmin(x) (`is_max`) with the op's attrs (dim, keepdim, flat):
+/// the first position of the extreme, NaN counting as the extreme, built from
+/// the device's reductions and elementwise ops.
+void device_arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim, bool flat,
+                        const Tensor& out);
 /// out = scatter_add(x, dim, index, src): a copy of x with src added at index.
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out);

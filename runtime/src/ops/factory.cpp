@@ -509,11 +509,13 @@ Tensor rand(const Dims& shape, DType dtype) {
 Tensor randn(const Dims& shape, DType dtype) {
   return ops::random_tensor(true, shape, dtype, "randn");
 }
+// On t's device, drawn on the CPU and copied: the same numbers as on the CPU
+// (one Philox stream), at the cost of a copy (dropout masks on CUDA).
 Tensor rand_like(const Tensor& t) {
-  return ops::random_tensor(false, t.shape(), t.dtype(), "rand_like");
+  return ops::random_tensor(false, t.shape(), t.dtype(), "rand_like").to(t.device());
 }
 Tensor randn_like(const Tensor& t) {
-  return ops::random_tensor(true, t.shape(), t.dtype(), "randn_like");
+  return ops::random_tensor(true, t.shape(), t.dtype(), "randn_like").to(t.device());
 }
 
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {
