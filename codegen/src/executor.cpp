@@ -513,23 +513,15 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
       if (first.device_kernel) {
         // On a device: one launch per instance, queued in order.
         for (const Launch& l : launches) first.device_kernel->launch(l.ptrs.data(), l.sizes.data());
-        ++st.kernel_launches;
-        launches.clear();
-        for (int f : step.free_after) {
-          mem.drop(slots[static_cast<size_t>(f)]);
-          slots[static_cast<size_t>(f)] = Tensor();
-        }
-        fire(s + 1);
-        continue;
-      }
-      const kir::LoadedKernel& kernel = *first.kernel;
-      if (launches.size() == 1 && !launches[0].sums.empty()) {
+      } else if (launches.size() == 1 && !launches[0].sums.empty()) {
+        const kir::LoadedKernel& kernel = *first.kernel;
         const Launch& l = launches[0];
         detail::launch_with_column_sums(kernel, l.ptrs, l.sizes.data(), l.items, l.blocks, l.sums);
       } else if (launches.size() == 1) {
-        kernel.launch(launches[0].ptrs.data(), launches[0].sizes.data());
+        first.kernel->launch(launches[0].ptrs.data(), launches[0].sizes.data());
       } else {
         // One launch over the concatenated work items of every instance.
+        const kir::LoadedKernel& kernel = *first.kernel;
         std::vector<int64_t> start(launches.size() + 1, 0);
         int64_t max_inner = 1;
         for (size_t i = 0; i < launches.size(); ++i) {
