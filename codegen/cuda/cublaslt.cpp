@@ -15,6 +15,7 @@
 #include "driver.h"
 #include "kiln/cuda.h"
 #include "kiln/error.h"
+#include "kiln/shared_library.h"
 #include "module.h"
 
 namespace kiln::cuda {
@@ -47,19 +48,10 @@ struct Lib {
 const Lib& lib() {
   static const Lib l = [] {
     Lib r;
-    std::string tried;
-    void* h = nullptr;
-    for (const std::string& path :
-         {std::string("libcublasLt.so.13"), str(KILN_CUDA_LIBDIR, "/libcublasLt.so.13")}) {
-      h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (h) break;
-      const char* why = dlerror();
-      tried += str("\n  ", path, ": ", why ? why : "?");
-    }
-    if (!h) {
-      r.error = "cuBLASLt (libcublasLt.so.13, CUDA 13) could not be loaded:" + tried;
-      return r;
-    }
+    void* h =
+        open_shared_library({"libcublasLt.so.13", str(KILN_CUDA_LIBDIR, "/libcublasLt.so.13")},
+                            "cuBLASLt (libcublasLt.so.13, CUDA 13)", r.error);
+    if (!h) return r;
 #define KILN_CUBLASLT_RESOLVE(name)                             \
   r.name = reinterpret_cast<decltype(r.name)>(dlsym(h, #name)); \
   if (!r.name && r.error.empty()) r.error = "libcublasLt.so.13 lacks " #name;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "kiln/shared_library.h"
 
 namespace kiln::cuda {
 namespace {
@@ -42,19 +43,9 @@ struct Nvrtc {
 const Nvrtc& lib() {
   static const Nvrtc n = [] {
     Nvrtc r;
-    std::string tried;
-    void* h = nullptr;
-    for (const std::string& path :
-         {std::string("libnvrtc.so.13"), str(KILN_CUDA_LIBDIR, "/libnvrtc.so.13")}) {
-      h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (h) break;
-      const char* why = dlerror();
-      tried += str("\n  ", path, ": ", why ? why : "?");
-    }
-    if (!h) {
-      r.error = "NVRTC (libnvrtc.so.13, CUDA 13) could not be loaded:" + tried;
-      return r;
-    }
+    void* h = open_shared_library({"libnvrtc.so.13", str(KILN_CUDA_LIBDIR, "/libnvrtc.so.13")},
+                                  "NVRTC (libnvrtc.so.13, CUDA 13)", r.error);
+    if (!h) return r;
 #define KILN_NVRTC_RESOLVE(name)                                \
   r.name = reinterpret_cast<decltype(r.name)>(dlsym(h, #name)); \
   if (!r.name && r.error.empty()) r.error = "libnvrtc.so.13 lacks " #name;

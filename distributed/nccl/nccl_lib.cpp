@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include "kiln/error.h"
+#include "kiln/shared_library.h"
 
 namespace kiln::dist::nccl {
 namespace {
@@ -16,19 +17,9 @@ struct Loaded {
 const Loaded& loaded() {
   static const Loaded l = [] {
     Loaded r;
-    std::string tried;
-    void* h = nullptr;
-    for (const std::string& path :
-         {std::string("libnccl.so.2"), str(KILN_NCCL_LIBDIR, "/libnccl.so.2")}) {
-      h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (h) break;
-      const char* why = dlerror();
-      tried += str("\n  ", path, ": ", why ? why : "?");
-    }
-    if (!h) {
-      r.error = "NCCL (libnccl.so.2) could not be loaded:" + tried;
-      return r;
-    }
+    void* h = open_shared_library({"libnccl.so.2", str(KILN_NCCL_LIBDIR, "/libnccl.so.2")},
+                                  "NCCL (libnccl.so.2)", r.error);
+    if (!h) return r;
 #define KILN_NCCL_RESOLVE(name)                                     \
   r.n.name = reinterpret_cast<decltype(r.n.name)>(dlsym(h, #name)); \
   if (!r.n.name && r.error.empty()) r.error = "libnccl.so.2 lacks " #name;
