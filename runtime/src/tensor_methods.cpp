@@ -12,15 +12,14 @@ Tensor Tensor::to(Device d) const {
   if (device() == d) return *this;
   KILN_CHECK(!is_symbolic(), "[to] moving a traced tensor from ", device(), " to ", d,
              " is not supported inside kiln::compile");
-  KILN_CHECK(!(grad_mode_enabled() && requires_grad()),
-             "[to] moving a tensor that requires grad "
-             "from ",
-             device(), " to ", d,
-             " is not differentiable yet: move it before setting "
-             "requires_grad, or detach() it");
   Tensor out = make_tensor(shape(), dtype(), d);
   ops::copy_into(out, *this);
-  return out;
+  if (!(grad_mode_enabled() && requires_grad())) return out;
+  // Differentiable like PyTorch's: the gradient moves back to this device.
+  const Device from = device();
+  return attach_function("ToDeviceBackward", {*this}, {out}, [from](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{g[0].defined() ? g[0].to(from) : Tensor()};
+  })[0];
 }
 Tensor Tensor::cpu() const {
   return to(Device::cpu());

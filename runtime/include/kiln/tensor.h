@@ -134,8 +134,8 @@ class Tensor {
 
   // ---- conversion and copying ----
   Tensor to(DType t) const;
-  /// A copy on device `d` (this tensor when already there). Not differentiable
-  /// yet: a tensor that requires grad is refused (detach() it first).
+  /// A copy on device `d` (this tensor when already there); differentiable,
+  /// the gradient moving back to this tensor's device.
   Tensor to(Device d) const;
   /// to(Device::cpu()) and to(Device::cuda(index)).
   Tensor cpu() const;

@@ -61,5 +61,29 @@ TEST_F(CudaOps, RandomDrawsEqualTheCpusAndDropoutWorks) {
   expect_equal(db, da, "dropout");
 }
 
+// to(device) is differentiable, as in PyTorch: the gradient goes back to the
+// source device, through both directions and twice (double backward).
+TEST_F(CudaOps, MovingBetweenDevicesIsDifferentiable) {
+  const Tensor w = randn({3, 4}).requires_grad_();
+  ((w.cuda() * w.cuda()).sum() * 2).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().device(), Device::cpu());
+  EXPECT_TRUE(allclose(w.grad(), w.detach() * 4, 1e-6, 1e-6));
+
+  const Tensor v = randn({5}).cuda().requires_grad_();
+  (v.cpu().exp().sum()).backward();
+  ASSERT_TRUE(v.grad().defined());
+  EXPECT_EQ(v.grad().device(), Device::cuda());
+  const auto g = v.grad().to_vector<double>(), e = v.detach().cpu().exp().to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-5);
+
+  const Tensor x = randn({4}).requires_grad_();
+  const Tensor y = (x.cuda() * x.cuda() * x.cuda()).sum();
+  const Tensor dx = grad({y}, {x}, {}, {.create_graph = true})[0];
+  const Tensor ddx = grad({dx.sum()}, {x})[0];  // d/dx sum(3x^2) = 6x
+  EXPECT_EQ(ddx.device(), Device::cpu());
+  EXPECT_TRUE(allclose(ddx, x.detach() * 6, 1e-5, 1e-5));
+}
+
 }  // namespace
 }  // namespace kiln
