@@ -17,5 +17,7 @@ std::string new_segment_name(const std::string& what);
 void track_segment(const std::string& name);
 /// shm_unlink(name) and stop tracking it.
 void unlink_segment(const std::string& name);
+/// Stops tracking `name` without unlinking it (its shm_open failed).
+void untrack_segment(const std::string& name);
 
 }  // namespace kiln::dist::detail

@@ -156,6 +156,10 @@ void track_segment(const std::string& name) {
 
 void unlink_segment(const std::string& name) {
   ::shm_unlink(name.c_str());
+  untrack_segment(name);
+}
+
+void untrack_segment(const std::string& name) {
   const std::string path = kShmDir + name.substr(name[0] == '/' ? 1 : 0);
   const pid_t me = ::getpid();
   for (Slot& s : g_slots) {

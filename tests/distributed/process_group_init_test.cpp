@@ -15,12 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/scoped_env.h"
-#include "distributed/wait_child.h"
+#include "distributed/forked_ranks.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/functional.h"
 #include "runtime/test_util.h"
@@ -30,7 +31,6 @@ namespace {
 
 using kiln::testing::expect_error;
 using kiln::testing::ScopedEnv;
-using kiln::testing::wait_child;
 using namespace std::chrono_literals;
 
 // A port that was free a moment ago (rank 0 binds it again).
@@ -56,38 +56,35 @@ uint16_t free_port() {
     }                                                                              \
   } while (0)
 
-// Forks `n` children running body(rank); each must exit 0 within `limit`.
+// Forks `n` rank processes running body(rank, value); each must exit 0 within
+// `limit`. `after_fork` (e.g. starting a store server) runs in the parent once
+// every rank is forked, and its result is each rank's `value` (see
+// forked_ranks.h for why nothing may start a thread before the forks).
 // Children leave with _exit (no destructors or gtest teardown of the parent's
 // state) and keep tensors small: the parent's intra-op pool threads do not
 // exist after fork, so a child must never reach parallel_for.
-void run_processes(int n, const std::function<void(int)>& body, std::chrono::seconds limit = 10s) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int rc = 0;
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-        rc = 2;
-      }
-      std::fflush(stderr);
-      ::_exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  auto deadline = Clock::now() + limit;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    const int status = wait_child(pids[r], deadline);
-    if (status == -1) {
+void run_processes(int n, const std::function<void(int, uint64_t)>& body,
+                   const std::function<uint64_t()>& after_fork, std::chrono::seconds limit = 10s) {
+  kiln::testing::ForkedRanks ranks(n, [&](int rank, uint64_t value) {
+    body(rank, value);
+    return 0;
+  });
+  ASSERT_EQ(int(ranks.pids().size()), n) << "fork failed";
+  ranks.start(after_fork ? after_fork() : 0);
+  const auto statuses = ranks.wait(Clock::now() + limit);
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r] == -1) {
       ADD_FAILURE() << "rank " << r << " did not finish in time";
       continue;
     }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "rank " << r << " exit status " << status;
+    EXPECT_TRUE(WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0)
+        << "rank " << r << " exit status " << statuses[r];
   }
+}
+
+void run_processes(int n, const std::function<void(int)>& body, std::chrono::seconds limit = 10s) {
+  run_processes(
+      n, [&](int rank, uint64_t) { body(rank); }, {}, limit);
 }
 
 void set_env(const char* name, const std::string& value) {
@@ -150,26 +147,33 @@ TEST(InitProcessGroup, EnvRankZeroHostsTheStore) {
 // env:// under kilnrun: the launcher's store (here the parent's, with a token)
 // and KILN_USE_AGENT_STORE=1, so rank 0 does not serve.
 TEST(InitProcessGroup, EnvWithAgentStoreAndToken) {
-  TCPStoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.token = "secret-token";
-  TCPStoreServer agent(so);
-  run_processes(2, [&](int rank) {
-    set_env("RANK", std::to_string(rank));
-    set_env("WORLD_SIZE", "2");
-    set_env("MASTER_ADDR", "127.0.0.1");
-    set_env("MASTER_PORT", std::to_string(agent.port()));
-    set_env("KILN_USE_AGENT_STORE", "1");
-    set_env("KILN_STORE_TOKEN", "secret-token");
-    ::unsetenv("LOCAL_RANK");
-    InitOptions o;
-    o.timeout = 5000ms;
-    init_process_group(o);
-    CHILD_CHECK(get_local_rank() == 0);
-    CHILD_CHECK(sum_of_ones_ok(2));
-    default_group()->barrier()->wait();
-    destroy_process_group();
-  });
+  std::unique_ptr<TCPStoreServer> agent;
+  auto start_agent = [&]() -> uint64_t {
+    TCPStoreServerOptions so;
+    so.host = "127.0.0.1";
+    so.token = "secret-token";
+    agent = std::make_unique<TCPStoreServer>(so);
+    return agent->port();
+  };
+  run_processes(
+      2,
+      [&](int rank, uint64_t port) {
+        set_env("RANK", std::to_string(rank));
+        set_env("WORLD_SIZE", "2");
+        set_env("MASTER_ADDR", "127.0.0.1");
+        set_env("MASTER_PORT", std::to_string(port));
+        set_env("KILN_USE_AGENT_STORE", "1");
+        set_env("KILN_STORE_TOKEN", "secret-token");
+        ::unsetenv("LOCAL_RANK");
+        InitOptions o;
+        o.timeout = 5000ms;
+        init_process_group(o);
+        CHILD_CHECK(get_local_rank() == 0);
+        CHILD_CHECK(sum_of_ones_ok(2));
+        default_group()->barrier()->wait();
+        destroy_process_group();
+      },
+      start_agent);
 }
 
 // tcp://host:port with the rank and world size given in InitOptions.

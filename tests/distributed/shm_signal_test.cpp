@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/forked_ranks.h"
 #include "distributed/thread_group.h"
-#include "distributed/wait_child.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/shm_segments.h"
 
@@ -52,42 +52,33 @@ extern "C" void exit_42(int) {
 // it. Returns rank 0's wait status after SIGTERM; no segment of the job may
 // be left.
 int sigterm_during_comm_buffer(bool own_handler) {
+  const std::string token = kiln::str("shm-signal-test-", ::getpid(), own_handler ? "-h" : "");
+  const std::string prefix = job_segment_prefix(token);
+  // Forked before the server thread starts (see forked_ranks.h).
+  testing::ForkedRanks ranks(2, [&](int r, uint64_t port) {
+    ::setenv("KILN_STORE_TOKEN", token.c_str(), 1);
+    if (own_handler) ::signal(SIGTERM, exit_42);
+    auto pg = make_gloo_group(testing::store_client(uint16_t(port), 10000ms), r, 2,
+                              testing::loopback_options(10000ms, 1), "signal");
+    if (pg->transport() != "shm") return 3;
+    if (r == 0) pg->make_comm_buffer(1000, DType::f32);  // waits for rank 1's buffer
+    std::this_thread::sleep_for(20s);                    // until killed
+    return 2;
+  });
   TCPStoreServerOptions so;
   so.host = "127.0.0.1";
   TCPStoreServer server(so);
-  const std::string token = kiln::str("shm-signal-test-", ::getpid(), own_handler ? "-h" : "");
-  const std::string prefix = job_segment_prefix(token);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = ::fork();
-    EXPECT_GE(pid, 0);
-    if (pid != 0) {
-      pids.push_back(pid);
-      continue;
-    }
-    ::setenv("KILN_STORE_TOKEN", token.c_str(), 1);
-    if (own_handler) ::signal(SIGTERM, exit_42);
-    try {
-      auto pg = make_gloo_group(testing::store_client(server.port(), 10000ms), r, 2,
-                                testing::loopback_options(10000ms, 1), "signal");
-      if (pg->transport() != "shm") ::_exit(3);
-      if (r == 0) pg->make_comm_buffer(1000, DType::f32);  // waits for rank 1's buffer
-      std::this_thread::sleep_for(20s);                    // until killed
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-    }
-    ::_exit(2);
-  }
+  ranks.start(server.port());
   // Rank 0's comm buffer exists under the job's prefix: it waits for rank 1.
   auto deadline = std::chrono::steady_clock::now() + 5s;
   while (!any_contains(shm_names_starting(prefix), "buffer") &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(5ms);
   EXPECT_TRUE(any_contains(shm_names_starting(prefix), "buffer")) << "no comm buffer appeared";
-  ::kill(pids[0], SIGTERM);
-  const int status = testing::wait_child(pids[0], std::chrono::steady_clock::now() + 5s);
-  ::kill(pids[1], SIGKILL);
-  testing::wait_child(pids[1], std::chrono::steady_clock::now() + 5s);
+  ::kill(ranks.pids().at(0), SIGTERM);
+  const int status = ranks.wait_rank(0, std::chrono::steady_clock::now() + 5s);
+  ::kill(ranks.pids().at(1), SIGKILL);
+  ranks.wait_rank(1, std::chrono::steady_clock::now() + 5s);
   auto left = shm_names_starting(prefix);
   EXPECT_EQ(left, std::vector<std::string>{}) << "left in /dev/shm";
   for (const auto& n : left) ::unlink(("/dev/shm/" + n).c_str());

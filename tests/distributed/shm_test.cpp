@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "../../distributed/src/shm/shm_world.h"  // the chunk size
+#include "distributed/forked_ranks.h"
 #include "distributed/thread_group.h"
-#include "distributed/wait_child.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/functional.h"
@@ -559,48 +559,35 @@ TEST(ShmTransport, TimeoutNamesThePeer) {
 // all-reduce; rank 0 gets a kiln::Error naming the peer well within the
 // timeout (its pid is watched), and destroying the group does not hang.
 TEST(ShmTransport, PeerProcessDiesMidCollective) {
-  TCPStoreServer server(loopback_server());
   const std::string prefix = unique_prefix("die");
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid != 0) {
-      pids.push_back(pid);
-      continue;
+  // Forked before the server thread starts (see forked_ranks.h).
+  kiln::testing::ForkedRanks ranks(2, [&](int r, uint64_t port) {
+    auto pg = make_gloo_group(client(uint16_t(port)), r, 2, options(1, 8000ms), prefix);
+    Tensor t = ones({64});
+    pg->all_reduce(t)->wait();
+    if (r == 1) {
+      std::this_thread::sleep_for(200ms);
+      ::kill(::getpid(), SIGKILL);
     }
-    int rc = 0;
+    auto t0 = Clock::now();
+    std::string msg;
     try {
-      auto pg = make_gloo_group(client(server.port()), r, 2, options(1, 8000ms), prefix);
-      Tensor t = ones({64});
       pg->all_reduce(t)->wait();
-      if (r == 1) {
-        std::this_thread::sleep_for(200ms);
-        ::kill(::getpid(), SIGKILL);
-      }
-      auto t0 = Clock::now();
-      std::string msg;
-      try {
-        pg->all_reduce(t)->wait();
-      } catch (const Error& e) {
-        msg = e.what();
-      }
-      bool ok = msg.find("all_reduce #1") != std::string::npos &&
-                msg.find("failed on rank 0/2") != std::string::npos &&
-                msg.find("exited") != std::string::npos &&
-                msg.find("(peer: rank 1)") != std::string::npos && Clock::now() - t0 < 3s;
-      if (!ok) std::fprintf(stderr, "unexpected: '%s'\n", msg.c_str());
-      rc = ok ? 0 : 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d threw: %s\n", r, e.what());
-      rc = 2;
+    } catch (const Error& e) {
+      msg = e.what();
     }
-    std::fflush(stderr);
-    ::_exit(rc);
-  }
-  auto deadline = Clock::now() + 20s;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    const int status = kiln::testing::wait_child(pids[r], deadline);
+    bool ok = msg.find("all_reduce #1") != std::string::npos &&
+              msg.find("failed on rank 0/2") != std::string::npos &&
+              msg.find("exited") != std::string::npos &&
+              msg.find("(peer: rank 1)") != std::string::npos && Clock::now() - t0 < 3s;
+    if (!ok) std::fprintf(stderr, "unexpected: '%s'\n", msg.c_str());
+    return ok ? 0 : 1;
+  });
+  TCPStoreServer server(loopback_server());
+  ranks.start(server.port());
+  const auto statuses = ranks.wait(Clock::now() + 20s);
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    const int status = statuses[r];
     if (status == -1) {
       ADD_FAILURE() << "rank " << r << " did not finish in time";
       continue;

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/wait_child.h"
+#include "distributed/forked_ranks.h"
 #include "runtime/test_util.h"
 
 namespace kiln::dist {
@@ -33,8 +33,12 @@ using Clock = std::chrono::steady_clock;
 using kiln::testing::expect_error;
 using namespace std::chrono_literals;
 
-Bytes b(const std::string& s) { return Bytes(s.begin(), s.end()); }
-std::string s(const Bytes& v) { return std::string(v.begin(), v.end()); }
+Bytes b(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
+std::string s(const Bytes& v) {
+  return std::string(v.begin(), v.end());
+}
 
 TCPStoreServerOptions loopback_server(const std::string& token = "") {
   TCPStoreServerOptions o;
@@ -179,33 +183,22 @@ TEST(TCPStore, ManyThreads) {
 
 // Two forked processes rendezvous through a server in the parent.
 TEST(TCPStore, TwoProcesses) {
+  // Forked before the server thread starts (see forked_ranks.h).
+  kiln::testing::ForkedRanks ranks(2, [](int rank, uint64_t port) {
+    TCPStore c(client(uint16_t(port)));
+    c.add("arrived", 1);
+    c.set(kiln::str("rank", rank), b(kiln::str("hello from ", rank)));
+    if (s(c.get(kiln::str("rank", 1 - rank))) != kiln::str("hello from ", 1 - rank)) return 1;
+    c.wait({"rank0", "rank1"}, 3000ms);
+    c.compare_set("leader", {}, b(std::to_string(rank)));
+    return 0;
+  });
   TCPStoreServer server(loopback_server());
-  uint16_t port = server.port();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 2; ++rank) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int rc = 0;
-      try {
-        TCPStore c(client(port));
-        c.add("arrived", 1);
-        c.set(kiln::str("rank", rank), b(kiln::str("hello from ", rank)));
-        if (s(c.get(kiln::str("rank", 1 - rank))) != kiln::str("hello from ", 1 - rank)) rc = 1;
-        c.wait({"rank0", "rank1"}, 3000ms);
-        c.compare_set("leader", {}, b(std::to_string(rank)));
-      } catch (...) {
-        rc = 2;
-      }
-      ::_exit(rc);  // no destructors: the server object belongs to the parent
-    }
-    pids.push_back(pid);
-  }
-  auto deadline = Clock::now() + 8s;
-  for (pid_t pid : pids) {
-    const int status = kiln::testing::wait_child(pid, deadline);
+  const uint16_t port = server.port();
+  ranks.start(port);
+  for (int status : ranks.wait(Clock::now() + 8s)) {
     if (status == -1) {
-      ADD_FAILURE() << "child " << pid << " did not finish in time";
+      ADD_FAILURE() << "a child did not finish in time";
       continue;
     }
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
@@ -248,9 +241,12 @@ TEST(TCPStore, TimeoutsNameKeysAndPeer) {
   TCPStore c(client(server.port()));
   c.set("a", b("1"));
   auto t0 = Clock::now();
-  expect_error([&] { c.wait({"a", "b", "c"}, 300ms); },
-               {"[store] wait([\"a\", \"b\", \"c\"]) timed out after 300 ms", where.c_str(),
-                "missing keys: [\"b\", \"c\"]"});
+  expect_error(
+      [&] {
+        c.wait({"a", "b", "c"}, 300ms);
+      },
+      {"[store] wait([\"a\", \"b\", \"c\"]) timed out after 300 ms", where.c_str(),
+       "missing keys: [\"b\", \"c\"]"});
   long ms = ms_since(t0);
   EXPECT_GE(ms, 250);
   EXPECT_LT(ms, 1300);

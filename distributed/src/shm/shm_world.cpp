@@ -65,6 +65,9 @@ std::string from_bytes(const Bytes& b) {
 // SIGBUS later) and maps the segment. nullptr and `why` on failure. The name
 // is tracked (unlinked on SIGTERM) until detail::unlink_segment.
 std::byte* create_segment(const std::string& name, size_t bytes, std::string& why) {
+  // Tracked before it exists: a SIGTERM between shm_open and tracking would
+  // leave it in /dev/shm (unlinking a name not yet created is harmless).
+  detail::track_segment(name);
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {  // left by a crashed process with the same pid: ours now
     ::shm_unlink(name.c_str());
@@ -72,9 +75,9 @@ std::byte* create_segment(const std::string& name, size_t bytes, std::string& wh
   }
   if (fd < 0) {
     why = kiln::str("shm_open(", name, "): ", std::strerror(errno));
+    detail::untrack_segment(name);
     return nullptr;
   }
-  detail::track_segment(name);
   int err = ::ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
   if (err == 0) err = ::posix_fallocate(fd, 0, off_t(bytes));
   void* p = MAP_FAILED;
