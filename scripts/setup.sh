@@ -10,7 +10,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev
   llvm-19-dev libzstd-dev libxxhash-dev libgloo-dev
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
-  python3 python3-pip
+  python3 python3-pip ccache
 )
 
 missing=()
