@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "kiln/profiler.h"
 
 namespace kiln {
 namespace {
@@ -40,6 +41,42 @@ class CachingCpuAllocator final : public Allocator {
 
   void* allocate(size_t nbytes) override {
     size_t c = size_class(nbytes);
+    void* p = allocate_class(c, nbytes);
+    if (profiler::enabled() && profiler::profile_memory()) [[unlikely]]
+      profiler::on_alloc(p, c, stats().current_bytes);
+    return p;
+  }
+
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    size_t c = size_class(nbytes);
+    int64_t current = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.current_bytes -= static_cast<int64_t>(c);
+      stats_.cached_bytes += static_cast<int64_t>(c);
+      free_[c].push_back(p);
+      current = stats_.current_bytes;
+    }
+    if (profiler::enabled() && profiler::profile_memory()) [[unlikely]]
+      profiler::on_free(p, c, current);
+  }
+
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes = stats_.current_bytes;
+  }
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_all_locked();
+  }
+
+ private:
+  void* allocate_class(size_t c, size_t nbytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
     auto& list = free_[c];
@@ -63,29 +100,6 @@ class CachingCpuAllocator final : public Allocator {
     return p;
   }
 
-  void deallocate(void* p, size_t nbytes) override {
-    if (!p) return;
-    size_t c = size_class(nbytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.current_bytes -= static_cast<int64_t>(c);
-    stats_.cached_bytes += static_cast<int64_t>(c);
-    free_[c].push_back(p);
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_all_locked();
-  }
-
- private:
   static void* os_alloc(size_t c) {
     void* p = std::aligned_alloc(kAlign, c);
     // Large blocks: ask for transparent huge pages (fewer TLB misses and faults).

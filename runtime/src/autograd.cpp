@@ -2,6 +2,7 @@
 // rule (written in Tensor ops, so running it with grad mode on builds a new
 // graph: that is create_graph / double backward).
 #include "kiln/autograd.h"
+#include "kiln/profiler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -426,7 +427,14 @@ void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_g
     }
     bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
     std::vector<Tensor> out;
-    if (run && any) out = n->apply(std::move(grads));
+    if (run && any) {
+      if (profiler::enabled()) [[unlikely]] {
+        profiler::Span span("autograd", n->name());
+        out = n->apply(std::move(grads));
+      } else {
+        out = n->apply(std::move(grads));
+      }
+    }
     if (!retain_graph) n->release();
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];

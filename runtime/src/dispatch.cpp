@@ -3,6 +3,7 @@
 #include "autograd_internal.h"
 #include "kiln/autograd.h"
 #include "kiln/device_runtime.h"
+#include "kiln/profiler.h"
 
 namespace kiln {
 namespace {
@@ -105,9 +106,38 @@ Device op_device(const OpInfo& info, std::span<const Tensor> inputs, std::vector
   }
   return dev;
 }
+
+std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
+                                        const Attrs& attrs);
+
+// The profiled path: a span named after the op (its inputs' shapes and dtypes
+// when asked), kept off dispatch's own body so the fast path has no span.
+[[gnu::noinline]] std::vector<Tensor> dispatch_profiled(OpId op, std::span<const Tensor> inputs,
+                                                        const Attrs& attrs) {
+  profiler::Span span("op", op_info(op).name);
+  if (span.active() && profiler::record_shapes()) {
+    std::string shapes, dtypes;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = inputs[i];
+      shapes += str(i ? ", " : "", t.defined() ? str(t.shape()) : "undefined");
+      dtypes += str(i ? ", " : "", t.defined() ? str(t.dtype()) : "-");
+    }
+    span.arg("shapes", shapes);
+    span.arg("dtypes", dtypes);
+  }
+  return dispatch_unprofiled(op, inputs, attrs);
+}
 }  // namespace
 
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (profiler::enabled()) [[unlikely]]
+    return dispatch_profiled(op, inputs, attrs);
+  return dispatch_unprofiled(op, inputs, attrs);
+}
+
+namespace {
+std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
+                                        const Attrs& attrs) {
   const OpInfo& info = op_info(op);
   if (info.arity >= 0) {
     KILN_ASSERT(static_cast<int>(inputs.size()) == info.arity, info.name, " expects ", info.arity,
@@ -150,6 +180,7 @@ std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attr
   }
   return outs;
 }
+}  // namespace
 
 Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
   auto outs = dispatch(op, inputs, attrs);

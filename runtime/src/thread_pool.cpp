@@ -21,6 +21,7 @@
 
 #include "kiln/env.h"
 #include "kiln/error.h"
+#include "kiln/profiler.h"
 
 namespace kiln {
 namespace {
@@ -99,7 +100,11 @@ class Pool {
     size_ = std::max(1, n);
     spin_us_ = spin;
     quit_ = false;
-    for (int i = 0; i + 1 < size_; ++i) workers_.emplace_back([this] { loop(); });
+    for (int i = 0; i + 1 < size_; ++i)
+      workers_.emplace_back([this, i] {
+        profiler::set_thread_name(str("pool worker ", i + 1));
+        loop();
+      });
   }
   void stop() {
     {
@@ -117,7 +122,14 @@ class Pool {
       if (b >= end_) return;
       int64_t e = std::min(end_, b + chunk_);
       try {
-        (*job_)(b, e);
+        if (profiler::enabled()) [[unlikely]] {
+          profiler::Span span("pool", "chunk");
+          span.arg("begin", b);
+          span.arg("end", e);
+          (*job_)(b, e);
+        } else {
+          (*job_)(b, e);
+        }
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!error_) error_ = std::current_exception();

@@ -54,6 +54,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_EMULATE", "",
      "pocl runs CUDA devices on the emulated device (OpenCL on the CPU through PoCL) instead of "
      "the NVIDIA driver; pocl-if-no-gpu does so only when the driver is unusable (the tests)"},
+    {"KILN_PROFILE", "",
+     "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
+     "directory gets rank<N>.json, or trace.json outside a process group)"},
     {"KILN_SHM", "1",
      "0 makes Gloo process groups whose ranks share one host run their collectives over TCP "
      "instead of shared memory"},

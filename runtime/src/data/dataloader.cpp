@@ -19,6 +19,7 @@
 #include "kiln/autograd.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
+#include "kiln/profiler.h"
 
 namespace kiln::data {
 
@@ -77,9 +78,11 @@ class Epoch {
       KILN_CHECK(!stop_.load(), kStopped);
       if (next_yield_ >= count()) return false;
       int64_t b = next_yield_++;
+      profiler::Span span("data", "dataloader batch");  // loaded inline: the wait is the build
       out = build(b);
       return true;
     }
+    profiler::Span span("data", "dataloader wait");
     std::unique_lock<std::mutex> lock(mu_);
     if (next_yield_ >= count()) return false;
     Slot& s = slots_[static_cast<size_t>(next_yield_) % slots_.size()];
@@ -149,6 +152,7 @@ class Epoch {
       Slot result;
       result.batch = b;
       try {
+        profiler::Span span("data", "load batch");
         result.value = build(b);
       } catch (...) {
         result.error = std::current_exception();
