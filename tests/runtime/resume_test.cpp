@@ -44,12 +44,7 @@ struct Trainer {
     for (auto& [k, v] : model->state_dict()) sd.set("model." + k, v);
     for (auto& [k, v] : opt->state_dict()) sd.set("optim." + k, v);
     for (auto& [k, v] : sched->state_dict()) sd.set("sched." + k, v);
-    Generator g = default_generator();
-    int64_t seed, offset;
-    std::memcpy(&seed, &g.seed, 8);
-    std::memcpy(&offset, &g.offset, 8);
-    sd.set("rng.seed", from_vector<int64_t>({seed}));
-    sd.set("rng.offset", from_vector<int64_t>({offset}));
+    sd.set("rng", default_generator().get_state());
     return sd;
   }
   void restore(const StateDict& sd) {
@@ -62,9 +57,7 @@ struct Trainer {
     model->load_state_dict(sub("model."));
     opt->load_state_dict(sub("optim."));
     sched->load_state_dict(sub("sched."));
-    int64_t seed = sd.at("rng.seed").item<int64_t>(), offset = sd.at("rng.offset").item<int64_t>();
-    std::memcpy(&default_generator().seed, &seed, 8);
-    std::memcpy(&default_generator().offset, &offset, 8);
+    default_generator().set_state(sd.at("rng"));
   }
 };
 
@@ -97,4 +90,38 @@ TEST(Resume, SaveLoadContinueIsBitIdentical) {
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << k;
   }
   EXPECT_EQ(straight.opt->param_groups()[0].lr(), second.opt->param_groups()[0].lr());
+}
+
+// The RNG state travels in the checkpoint: after resuming, dropout draws the
+// masks the uninterrupted run draws, and without it (fresh seed) it would not.
+TEST(Resume, ResumedRunDrawsTheSameDropoutMasks) {
+  const int n = 4;
+  auto masks = [](int count) {
+    std::vector<std::vector<float>> out;
+    for (int i = 0; i < count; ++i)
+      out.push_back(dropout(ones({64}), 0.5, /*train=*/true).to_vector<float>());
+    return out;
+  };
+  Trainer straight(1);
+  manual_seed(123);
+  for (int k = 0; k < n; ++k) straight.step(k);
+  auto want = masks(3);
+
+  Trainer first(1);
+  manual_seed(123);
+  for (int k = 0; k < n; ++k) first.step(k);
+  auto path = std::filesystem::temp_directory_path() /
+              ("kiln_resume_rng_" + std::to_string(::getpid()) + ".safetensors");
+  save(path.string(), first.checkpoint());
+  StateDict sd = load(path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(sd.at("rng").dtype(), DType::u8);
+
+  Trainer second(2);
+  manual_seed(555);
+  (void)randn({7});  // the resumed process has drawn other numbers meanwhile
+  auto unrestored = masks(1);
+  second.restore(sd);
+  EXPECT_EQ(masks(3), want);
+  EXPECT_NE(unrestored[0], want[0]);
 }

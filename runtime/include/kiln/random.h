@@ -7,6 +7,8 @@
 
 namespace kiln {
 
+class Tensor;
+
 /// Philox4x32-10: four 32-bit outputs for a 128-bit counter and 64-bit key.
 std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key);
 
@@ -27,9 +29,34 @@ struct Generator {
     offset += (n + 3) / 4 * 4;
     return o;
   }
+  /// The state as a CPU u8 tensor of 16 bytes, seed then offset, little-endian
+  /// (torch.Generator.get_state): store it in a checkpoint's StateDict.
+  Tensor get_state() const;
+  /// Restores a state from get_state(). kiln::Error unless `state` is a CPU u8
+  /// tensor of shape [16] whose offset is a multiple of 4 (as advance leaves it).
+  void set_state(const Tensor& state);
 };
 
 /// The process-wide default generator (seeded by manual_seed).
 Generator& default_generator();
+
+/// torch.get_rng_state(): default_generator().get_state().
+Tensor get_rng_state();
+/// torch.set_rng_state(state): default_generator().set_state(state).
+void set_rng_state(const Tensor& state);
+
+/// torch.random.fork_rng() as a scope: saves the default generator's state and
+/// restores it on exit (exceptions included), so draws made inside do not shift
+/// the draws made after it.
+class RngStateGuard {
+ public:
+  RngStateGuard() : saved_(default_generator()) {}
+  ~RngStateGuard() { default_generator() = saved_; }
+  RngStateGuard(const RngStateGuard&) = delete;
+  RngStateGuard& operator=(const RngStateGuard&) = delete;
+
+ private:
+  Generator saved_;
+};
 
 }  // namespace kiln
