@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/autograd.h"
 #include "kiln/functional.h"
 #include "kiln/nn/init.h"
 
@@ -24,7 +25,11 @@ Tensor additive(const Tensor& mask, DType dtype) {
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads,
                                        MultiheadAttentionOptions options)
-    : embed_dim_(embed_dim), num_heads_(num_heads), opts_(options) {
+    : embed_dim_(embed_dim),
+      num_heads_(num_heads),
+      kdim_(options.kdim == 0 ? embed_dim : options.kdim),
+      vdim_(options.vdim == 0 ? embed_dim : options.vdim),
+      opts_(options) {
   KILN_CHECK(embed_dim > 0 && num_heads > 0,
              "[MultiheadAttention] embed_dim and num_heads must be positive, got ", embed_dim,
              " and ", num_heads);
@@ -32,21 +37,77 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads,
              ") must be divisible by num_heads (", num_heads, ")");
   KILN_CHECK(opts_.dropout >= 0.0 && opts_.dropout <= 1.0,
              "[MultiheadAttention] dropout must be in [0, 1], got ", opts_.dropout);
+  KILN_CHECK(opts_.kdim >= 0 && opts_.vdim >= 0,
+             "[MultiheadAttention] kdim and vdim must be positive (or 0: embed_dim), got ",
+             opts_.kdim, " and ", opts_.vdim);
   const int64_t E = embed_dim;
-  in_proj_weight = register_parameter("in_proj_weight", empty({3 * E, E}));
-  in_proj_bias = register_parameter("in_proj_bias", opts_.bias ? empty({3 * E}) : Tensor());
+  // PyTorch's registration order, hence its state_dict order.
+  if (opts_.separate_projections || kdim_ != E || vdim_ != E) {
+    register_parameter("q_proj_weight", q_proj_weight, empty({E, E}));
+    register_parameter("k_proj_weight", k_proj_weight, empty({E, kdim_}));
+    register_parameter("v_proj_weight", v_proj_weight, empty({E, vdim_}));
+  } else {
+    register_parameter("in_proj_weight", in_proj_weight, empty({3 * E, E}));
+  }
+  register_parameter("in_proj_bias", in_proj_bias, opts_.bias ? empty({3 * E}) : Tensor());
   out_proj = register_module("out_proj", std::make_shared<Linear>(E, E, opts_.bias));
   reset_parameters();
 }
 
 void MultiheadAttention::reset_parameters() {
-  init::xavier_uniform_(in_proj_weight);
+  for (Tensor* w : {&in_proj_weight, &q_proj_weight, &k_proj_weight, &v_proj_weight})
+    if (w->defined()) init::xavier_uniform_(*w);
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
   if (out_proj->bias.defined()) init::zeros_(out_proj->bias);
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) {
   return std::get<0>(forward(x, x, x));
+}
+
+Tensor MultiheadAttention::forward_args(const std::vector<Tensor>& args) {
+  KILN_CHECK(args.size() == 1 || (args.size() >= 3 && args.size() <= 5),
+             "[MultiheadAttention] forward_args takes (x) or (query, key, value[, attn_mask[, "
+             "key_padding_mask]]), got ",
+             args.size(), " tensors");
+  if (args.size() == 1) return forward(args[0]);
+  const Tensor none;
+  return std::get<0>(forward(args[0], args[1], args[2], args.size() > 3 ? args[3] : none,
+                             args.size() > 4 ? args[4] : none));
+}
+
+Tensor MultiheadAttention::proj_weight(int64_t i) const {
+  if (separate_projections())
+    return i == 0 ? q_proj_weight : i == 1 ? k_proj_weight : v_proj_weight;
+  return narrow(in_proj_weight, 0, i * embed_dim_, embed_dim_);
+}
+
+void MultiheadAttention::load_projections(const Tensor& q_weight, const Tensor& k_weight,
+                                          const Tensor& v_weight, const Tensor& q_bias,
+                                          const Tensor& k_bias, const Tensor& v_bias) {
+  const char* op = "[MultiheadAttention] load_projections:";
+  const int64_t E = embed_dim_;
+  const Tensor* w[3] = {&q_weight, &k_weight, &v_weight};
+  const Tensor* b[3] = {&q_bias, &k_bias, &v_bias};
+  const int64_t in[3] = {E, kdim_, vdim_};
+  const char* names[3] = {"q", "k", "v"};
+  const bool biases = q_bias.defined() || k_bias.defined() || v_bias.defined();
+  for (int i = 0; i < 3; ++i) {
+    KILN_CHECK(w[i]->defined() && w[i]->shape() == Dims({E, in[i]}), op, " the ", names[i],
+               " weight must have shape ", Dims({E, in[i]}), ", got ",
+               w[i]->defined() ? w[i]->shape() : Dims{});
+    if (!biases) continue;
+    KILN_CHECK(b[i]->defined() && b[i]->shape() == Dims({E}), op, " the ", names[i],
+               " bias must have shape ", Dims({E}), " (biases are all given or none), got ",
+               b[i]->defined() ? b[i]->shape() : Dims{});
+  }
+  KILN_CHECK(!biases || in_proj_bias.defined(), op,
+             " biases given but the module was built with bias = false");
+  NoGradGuard ng;  // views of the parameters: copy_ writes them in place
+  for (int i = 0; i < 3; ++i) {
+    proj_weight(i).copy_(*w[i]);
+    if (biases) narrow(in_proj_bias, 0, i * E, E).copy_(*b[i]);
+  }
 }
 
 std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key,
@@ -60,9 +121,10 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
                  value.dim() == query.dim(),
              op, " query, key and value must all be 3-D (batched) or 2-D (unbatched), got shapes ",
              query.shape(), ", ", key.shape(), " and ", value.shape());
-  KILN_CHECK(query.size(-1) == E && key.size(-1) == E && value.size(-1) == E, op,
-             " query, key and value must end with embed_dim = ", E, ", got shapes ", query.shape(),
-             ", ", key.shape(), " and ", value.shape());
+  KILN_CHECK(query.size(-1) == E && key.size(-1) == kdim_ && value.size(-1) == vdim_, op,
+             " query, key and value must end with embed_dim = ", E, ", kdim = ", kdim_,
+             " and vdim = ", vdim_, ", got shapes ", query.shape(), ", ", key.shape(), " and ",
+             value.shape());
   KILN_CHECK(is_floating(query.dtype()), op, " expected a floating query, got ", query.dtype());
   const bool batched = query.dim() == 3;
   // Work in [B, L, E].
@@ -81,11 +143,11 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   // Projections; one GEMM for self-attention (the same tensor three times).
   Tensor q, k, v;
   const Tensor& b = in_proj_bias;
-  if (query.is_same(key) && key.is_same(value)) {
+  if (query.is_same(key) && key.is_same(value) && !separate_projections()) {
     Tensor qkv = linear(q_in, in_proj_weight, b);
     q = narrow(qkv, -1, 0, E), k = narrow(qkv, -1, E, E), v = narrow(qkv, -1, 2 * E, E);
   } else {
-    auto w = [&](int64_t i) { return narrow(in_proj_weight, 0, i * E, E); };
+    auto w = [&](int64_t i) { return proj_weight(i); };
     auto bb = [&](int64_t i) { return b.defined() ? narrow(b, 0, i * E, E) : Tensor(); };
     q = linear(q_in, w(0), bb(0)), k = linear(k_in, w(1), bb(1)), v = linear(v_in, w(2), bb(2));
   }

@@ -37,9 +37,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Con
              "[Conv2d] padding must be non-negative, got ", tuple2(opts_.padding));
   KILN_CHECK(opts_.dilation.h > 0 && opts_.dilation.w > 0,
              "[Conv2d] dilation must be positive, got ", tuple2(opts_.dilation));
-  weight =
-      register_parameter("weight", empty({out_channels, in_channels / g, kernel_.h, kernel_.w}));
-  bias = register_parameter("bias", opts_.bias ? empty({out_channels}) : Tensor());
+  register_parameter("weight", weight,
+                     empty({out_channels, in_channels / g, kernel_.h, kernel_.w}));
+  register_parameter("bias", bias, opts_.bias ? empty({out_channels}) : Tensor());
   reset_parameters();
 }
 

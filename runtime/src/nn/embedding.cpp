@@ -20,7 +20,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim,
                " must be within num_embeddings = ", num_embeddings);
     if (p < 0) padding_idx_ = p + num_embeddings;
   }
-  weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
+  register_parameter("weight", weight, empty({num_embeddings, embedding_dim}));
   reset_parameters();
 }
 
@@ -44,7 +44,7 @@ Tensor Embedding::forward(const Tensor& indices) {
     KILN_CHECK(lo >= 0 && hi < num_, "[Embedding] index out of range: indices span [", lo, ", ", hi,
                "] but num_embeddings = ", num_, " (weight shape ", weight.shape(), ")");
   }
-  Tensor out = embedding(weight, indices);
+  Tensor out = embedding(indices, weight);
   if (!padding_idx_) return out;
   // Lookups of the padding row take the detached value: the same numbers, no
   // gradient into that row (PyTorch's embedding_backward skips it).

@@ -17,8 +17,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
   KILN_CHECK(in_features >= 0 && out_features >= 0,
              "[Linear] in_features and out_features must be non-negative, got ", in_features,
              " and ", out_features);
-  weight = register_parameter("weight", empty({out_features, in_features}));
-  bias = register_parameter("bias", with_bias ? empty({out_features}) : Tensor());
+  register_parameter("weight", weight, empty({out_features, in_features}));
+  register_parameter("bias", bias, with_bias ? empty({out_features}) : Tensor());
   reset_parameters();
 }
 

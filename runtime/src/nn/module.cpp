@@ -116,7 +116,13 @@ std::string tensor_path(const Tensor& t) {
   std::lock_guard<std::mutex> lock(live_mutex());
   std::string best;  // the longest dotted name: the path from the outermost module
   for (const Module* m : live_modules()) {
-    for (const auto& list : {m->named_parameters(true), m->named_buffers(true)})
+    NamedTensors params;
+    try {
+      params = m->named_parameters(true);
+    } catch (const Error&) {
+      continue;  // a member holding a computed tensor: diagnostics must not throw
+    }
+    for (const auto& list : {params, m->named_buffers(true)})
       for (const auto& [name, p] : list)
         if (p.impl() == t.impl() && name.size() > best.size()) best = name;
   }
@@ -141,7 +147,8 @@ void Module::check_new_name(const std::string& name, const char* what) const {
   };
   KILN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "[Module] ", this->name(),
              ": cannot register ", what, " \"", name,
-             "\": the name is already used by a parameter, buffer or submodule");
+             "\": the name is already used by a parameter, buffer or submodule (to change a "
+             "parameter's tensor, e.g. to tie weights, use replace_parameter)");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -154,14 +161,41 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
                " (only floating tensors can)");
     t.requires_grad_(requires_grad);
   }
-  params_.push_back({name, t, true});
+  params_.push_back({name, t, nullptr, true});
+  return t;
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor t,
+                                   bool requires_grad) {
+  slot = register_parameter(name, std::move(t), requires_grad);
+  params_.back().tensor = Tensor();
+  params_.back().slot = &slot;
+  return slot;
+}
+
+Tensor Module::replace_parameter(const std::string& name, const Tensor& t) {
+  auto it =
+      std::find_if(params_.begin(), params_.end(), [&](const Entry& e) { return e.name == name; });
+  KILN_CHECK(it != params_.end(), "[Module] ", this->name(), ".replace_parameter: there is no ",
+             "parameter named \"", name, "\"");
+  KILN_CHECK(!t.defined() || t.is_leaf(), "[Module] ", this->name(), ".replace_parameter(\"", name,
+             "\"): expected a parameter (a leaf tensor) or an undefined tensor, got a tensor "
+             "computed by ops (pass the parameter itself, or a detached tensor)");
+  it->value() = t;
   return t;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
   check_new_name(name, "buffer");
-  buffers_.push_back({name, t, persistent});
+  buffers_.push_back({name, t, nullptr, persistent});
   return t;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor t, bool persistent) {
+  slot = register_buffer(name, std::move(t), persistent);
+  buffers_.back().tensor = Tensor();
+  buffers_.back().slot = &slot;
+  return slot;
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
@@ -186,12 +220,18 @@ void Module::set_child(const std::string& name, std::shared_ptr<Module> m) {
 void Module::collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out,
                      std::vector<const TensorImpl*>& seen) const {
   for (const Entry& e : buffers ? buffers_ : params_) {
-    if (!e.tensor.defined()) continue;
-    const TensorImpl* p = e.tensor.impl();
+    const Tensor& t = e.value();
+    if (!t.defined()) continue;
+    // A member assigned a computed tensor (`weight = other * 2`) is no parameter:
+    // training it would update nothing (PyTorch refuses the assignment).
+    KILN_CHECK(buffers || t.is_leaf(), "[Module] ", name(), ": parameter \"", prefix + e.name,
+               "\" holds a tensor computed by ops, not a leaf: assign a parameter (tying: "
+               "head->weight = wte->weight) or a detached tensor");
+    const TensorImpl* p = t.impl();
     // A tensor shared by two modules (tied weights) is listed once, like PyTorch.
     if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
     seen.push_back(p);
-    out.emplace_back(prefix + e.name, e.tensor);
+    out.emplace_back(prefix + e.name, t);
   }
   if (!recurse) return;
   for (const auto& [n, c] : children_) c->collect(prefix + n + ".", true, buffers, out, seen);
@@ -330,9 +370,9 @@ Module& Module::apply(const std::function<void(Module&)>& fn) {
 
 void Module::collect_state(const std::string& prefix, StateDict& out) const {
   for (const Entry& e : params_)
-    if (e.tensor.defined()) out.set(prefix + e.name, e.tensor.detach());
+    if (e.value().defined()) out.set(prefix + e.name, e.value().detach());
   for (const Entry& e : buffers_)
-    if (e.tensor.defined() && e.persistent) out.set(prefix + e.name, e.tensor.detach());
+    if (e.value().defined() && e.persistent) out.set(prefix + e.name, e.value().detach());
   for (const auto& [n, c] : children_) c->collect_state(prefix + n + ".", out);
 }
 
@@ -385,6 +425,14 @@ Tensor Module::forward(const Tensor&) {
                   "or call the module's own forward overload"));
 }
 
+Tensor Module::forward_args(const std::vector<Tensor>& args) {
+  KILN_CHECK(!args.empty(), "[Module] ", name(), ".forward_args: no input tensor");
+  for (size_t i = 1; i < args.size(); ++i)
+    KILN_CHECK(!args[i].defined(), "[Module] ", name(), " takes one input tensor, got ",
+               args.size(), " (argument ", i, " is defined): override forward_args to accept more");
+  return forward(args[0]);
+}
+
 std::shared_ptr<Module> Module::clone() const {
   throw Error(str("[Module] ", name(), " does not implement clone()"));
 }
@@ -395,8 +443,8 @@ void Module::copy_state_from(const Module& src) {
     KILN_CHECK(dst.size() == from.size(), "[Module] clone of ", name(), ": ", what,
                " lists differ");
     for (size_t i = 0; i < dst.size(); ++i) {
-      const Tensor& s = from[i].tensor;
-      Tensor d = dst[i].tensor;  // shares the impl
+      const Tensor& s = from[i].value();
+      Tensor d = dst[i].value();  // shares the impl
       KILN_CHECK(d.defined() == s.defined() && (!s.defined() || d.shape() == s.shape()),
                  "[Module] clone of ", name(), ": ", what, " \"", from[i].name,
                  "\" differs in shape");

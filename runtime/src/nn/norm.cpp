@@ -72,8 +72,8 @@ LayerNorm::LayerNorm(Dims normalized_shape, double eps, bool elementwise_affine,
   KILN_CHECK(!shape_.empty(), "[LayerNorm] normalized_shape must have at least one dim");
   for (int64_t s : shape_)
     KILN_CHECK(s > 0, "[LayerNorm] normalized_shape must be positive, got ", shape_);
-  weight = register_parameter("weight", affine_ ? empty(shape_) : Tensor());
-  bias = register_parameter("bias", affine_ && with_bias_ ? empty(shape_) : Tensor());
+  register_parameter("weight", weight, affine_ ? empty(shape_) : Tensor());
+  register_parameter("bias", bias, affine_ && with_bias_ ? empty(shape_) : Tensor());
   reset_parameters();
 }
 
@@ -114,13 +114,13 @@ BatchNormBase::BatchNormBase(const char* layer, int64_t num_features, BatchNormO
   KILN_CHECK(!opts_.momentum || (*opts_.momentum >= 0.0 && *opts_.momentum <= 1.0), "[", layer,
              "] momentum must be in [0, 1], got ", opts_.momentum.value_or(0.0));
   const int64_t C = num_features;
-  weight = register_parameter("weight", opts_.affine ? empty({C}) : Tensor());
-  bias = register_parameter("bias", opts_.affine ? empty({C}) : Tensor());
+  register_parameter("weight", weight, opts_.affine ? empty({C}) : Tensor());
+  register_parameter("bias", bias, opts_.affine ? empty({C}) : Tensor());
   const bool track = opts_.track_running_stats;
-  running_mean = register_buffer("running_mean", track ? zeros({C}) : Tensor());
-  running_var = register_buffer("running_var", track ? ones({C}) : Tensor());
-  num_batches_tracked =
-      register_buffer("num_batches_tracked", track ? zeros({}, DType::i64) : Tensor());
+  register_buffer("running_mean", running_mean, track ? zeros({C}) : Tensor());
+  register_buffer("running_var", running_var, track ? ones({C}) : Tensor());
+  register_buffer("num_batches_tracked", num_batches_tracked,
+                  track ? zeros({}, DType::i64) : Tensor());
   reset_parameters();
 }
 

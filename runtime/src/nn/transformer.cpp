@@ -1,6 +1,8 @@
 // TransformerEncoderLayer and TransformerEncoder.
 #include "kiln/nn/transformer.h"
 
+#include <array>
+
 #include "kiln/functional.h"
 
 namespace kiln::nn {
@@ -105,13 +107,34 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask,
     if (auto enc = std::dynamic_pointer_cast<TransformerEncoderLayer>(l)) {
       x = enc->forward(x, mask, src_key_padding_mask, is_causal);
     } else {
-      KILN_CHECK(!mask.defined() && !src_key_padding_mask.defined() && !is_causal,
-                 "[TransformerEncoder] masks need TransformerEncoderLayer layers, got a ",
-                 l->name());
-      x = l->forward(x);
+      KILN_CHECK(!is_causal, "[TransformerEncoder] is_causal needs TransformerEncoderLayer ",
+                 "layers, got a ", l->name(), " (pass a causal mask instead)");
+      x = l->forward_args({x, mask, src_key_padding_mask});
     }
   }
   return norm ? norm->forward(x) : x;
+}
+
+namespace {
+// (src[, mask[, padding_mask]]) for the forward_args of the encoder and its layer.
+std::array<Tensor, 3> encoder_args(const std::vector<Tensor>& args, const std::string& who) {
+  KILN_CHECK(args.size() >= 1 && args.size() <= 3, "[", who,
+             "] forward_args takes (src[, src_mask[, src_key_padding_mask]]), got ", args.size(),
+             " tensors");
+  std::array<Tensor, 3> out;
+  for (size_t i = 0; i < args.size(); ++i) out[i] = args[i];
+  return out;
+}
+}  // namespace
+
+Tensor TransformerEncoderLayer::forward_args(const std::vector<Tensor>& args) {
+  auto [src, mask, kpm] = encoder_args(args, name());
+  return forward(src, mask, kpm);
+}
+
+Tensor TransformerEncoder::forward_args(const std::vector<Tensor>& args) {
+  auto [src, mask, kpm] = encoder_args(args, name());
+  return forward(src, mask, kpm);
 }
 
 std::shared_ptr<Module> TransformerEncoder::clone() const {

@@ -12,6 +12,12 @@ class Loss : public Module {
   virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
   /// Losses need a target: the one-argument form raises an error.
   Tensor forward(const Tensor& x) override { return Module::forward(x); }
+  /// forward_args({input, target}) = forward(input, target).
+  Tensor forward_args(const std::vector<Tensor>& args) override {
+    KILN_CHECK(args.size() == 2, "[", name(), "] takes (input, target), got ", args.size(),
+               " tensors");
+    return forward(args[0], args[1]);
+  }
   using Module::operator();
   Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
 };

@@ -47,10 +47,26 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Registers a parameter: a leaf (non-leaves are detached) whose requires_grad
   /// is set to `requires_grad`. An undefined tensor is allowed (an absent bias)
   /// and skipped everywhere. Returns the handle now owned by the module.
+  /// The module keeps its own handle: assigning to a copy of it later (e.g. a
+  /// member) does not re-point the parameter; use the slot form or replace_parameter.
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  /// Registers the member `slot` (set to t, made a parameter as above) as
+  /// parameter `name`: the module reads the member, so assigning to it re-points
+  /// the parameter, as in PyTorch (weight tying: `head->weight = wte->weight`).
+  /// Built-in layers register their members this way. Returns `slot`.
+  Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor t,
+                             bool requires_grad = true);
+  /// Replaces the value of the registered parameter `name` (and of its member,
+  /// for the slot form) by `t`, a leaf such as another module's parameter (its
+  /// requires_grad is kept) or undefined; kiln::Error for an unknown name or a
+  /// tensor computed by ops (PyTorch refuses non-Parameters too). Returns t.
+  Tensor replace_parameter(const std::string& name, const Tensor& t);
   /// Registers a buffer (state that is not trained: running stats, masks).
   /// Non-persistent buffers stay out of state_dict().
   Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  /// Registers the member `slot` (set to t) as buffer `name`; assigning to the
+  /// member re-points the buffer. Returns `slot`.
+  Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor t, bool persistent = true);
   /// Registers a child module; returns it with its own type.
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
@@ -66,7 +82,9 @@ class Module : public std::enable_shared_from_this<Module> {
     return m;
   }
 
-  // ---- traversal (dotted names, registration order, shared tensors listed once) ----
+  // ---- traversal (dotted names, registration order, shared tensors listed once,
+  // under their first name, like PyTorch; a parameter member assigned a tensor
+  // computed by ops is a kiln::Error naming it) ----
   NamedTensors named_parameters(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
   NamedTensors named_buffers(bool recurse = true) const;
@@ -100,6 +118,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// Parameters then persistent buffers of each module, children after their
   /// parent, with dotted names; detached tensors sharing the module's storage.
+  /// A shared (tied) tensor appears under each of its names, like PyTorch's;
+  /// load_state_dict writes each name into the one storage.
   StateDict state_dict() const;
   /// Copies values from `sd` in place (no grad). Raises kiln::Error listing
   /// missing and unexpected keys (strict) and shape mismatches (always); nothing
@@ -110,6 +130,18 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The computation; the default raises an error naming the module.
   virtual Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward over several tensors (PyTorch's module(x, mask, ...)), so code that
+  /// holds a Module pointer (a ModuleList, TransformerEncoder) can pass masks.
+  /// The default takes one tensor, plus undefined ones (absent masks), and calls
+  /// forward(x); modules taking more (attention, losses) override it.
+  virtual Tensor forward_args(const std::vector<Tensor>& args);
+  /// module(x, mask, ...): forward_args({x, mask, ...}).
+  template <typename... More>
+  requires(std::is_convertible_v<const More&, Tensor>&&...) Tensor operator()(const Tensor& x,
+                                                                              const Tensor& y,
+                                                                              const More&... more) {
+    return forward_args({x, y, Tensor(more)...});
+  }
   /// A deep copy (same type, options, values, requires_grad and mode). Built-in
   /// layers implement it; the default raises an error.
   virtual std::shared_ptr<Module> clone() const;
@@ -126,8 +158,11 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   struct Entry {
     std::string name;
-    Tensor tensor;
+    Tensor tensor;           // the value, unless slot is set
+    Tensor* slot = nullptr;  // the subclass member that holds the value
     bool persistent = true;
+    const Tensor& value() const { return slot ? *slot : tensor; }
+    Tensor& value() { return slot ? *slot : tensor; }
   };
   void check_new_name(const std::string& name, const char* what) const;
   void add_child(const std::string& name, std::shared_ptr<Module> m);

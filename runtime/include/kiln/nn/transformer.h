@@ -36,6 +36,8 @@ class TransformerEncoderLayer : public Module {
   /// src [B, L, d_model]; masks as MultiheadAttention's attn_mask / key_padding_mask.
   Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = {},
                  bool is_causal = false);
+  /// forward_args({src[, src_mask[, src_key_padding_mask]]}).
+  Tensor forward_args(const std::vector<Tensor>& args) override;
   std::shared_ptr<Module> clone() const override;
 
   int64_t d_model() const { return d_model_; }
@@ -68,9 +70,12 @@ class TransformerEncoder : public Module {
   TransformerEncoder(const std::function<std::shared_ptr<Module>()>& make_layer, int64_t num_layers,
                      std::shared_ptr<Module> norm = nullptr);
   Tensor forward(const Tensor& src) override;
-  /// Runs every layer with the same masks, then the final norm.
+  /// Runs every layer with the same masks, then the final norm. Layers of
+  /// other types get the masks through forward_args({x, mask, padding_mask}).
   Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = {},
                  bool is_causal = false);
+  /// forward_args({src[, mask[, src_key_padding_mask]]}).
+  Tensor forward_args(const std::vector<Tensor>& args) override;
   std::shared_ptr<Module> clone() const override;
 
   std::shared_ptr<ModuleList> layers;
