@@ -120,6 +120,22 @@ class GradModeGuard {
   bool prev_;
 };
 
+/// c10::InferenceMode (torch.inference_mode()): no tape is recorded in its scope;
+/// enabled = false leaves grad mode as it is. kiln has no separate inference
+/// tensors: results are ordinary tensors that do not require grad.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true) : prev_(grad_mode_enabled()) {
+    if (enabled) set_grad_mode(false);
+  }
+  ~InferenceMode() { set_grad_mode(prev_); }
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Runs backward from `outputs` with `grad_outputs` (undefined = ones for scalars),
 /// accumulating into the .grad of leaves.
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
