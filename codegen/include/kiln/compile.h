@@ -1,8 +1,9 @@
 // kiln::compile: trace a C++ function over tensors into an IR graph, optimize
 // it and run it through the executor, keyed by a guarded signature.
-//
+// Example:
 //   auto step = kiln::compile([&](const Tensor& x, const Tensor& y) {
-//     auto loss = F::cross_entropy(model(x), y);
+//     opt.zero_grad();
+//     auto loss = kiln::cross_entropy(model->forward(x), y);
 //     loss.backward();
 //     opt.step();
 //     return loss;

@@ -8,6 +8,9 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/data/dataset.h"
@@ -34,6 +37,35 @@ struct DataLoaderOptions {
   std::shared_ptr<Sampler> sampler = nullptr;  ///< overrides shuffle/seed when set
 };
 
+/// One batch: its fields (a std::vector<Tensor>, so indexing and iteration work
+/// as on any Example) that also unpack like PyTorch's `for x, y in loader`:
+/// `for (auto& [x, y] : loader)` needs exactly two fields and raises
+/// kiln::Error naming the count otherwise (index other batches: batch[2]).
+class Batch : public Example {
+ public:
+  using Example::Example;
+  Batch() = default;
+  Batch(Example fields) : Example(std::move(fields)) {}  // NOLINT: implicit, as the vector
+  /// Field I of a two-field batch (the structured-binding protocol).
+  template <size_t I>
+  Tensor& get() {
+    check_pair();
+    return (*this)[I];
+  }
+  template <size_t I>
+  const Tensor& get() const {
+    check_pair();
+    return (*this)[I];
+  }
+
+ private:
+  void check_pair() const {
+    KILN_CHECK(size() == 2,
+               "[DataLoader] `auto& [x, y] = batch` unpacks two fields, this batch has ", size(),
+               ": index it instead (batch[0], batch[1], ...)");
+  }
+};
+
 namespace detail {
 class Epoch;
 }
@@ -46,10 +78,10 @@ class DataLoader {
   class Iterator {
    public:
     using iterator_category = std::input_iterator_tag;
-    using value_type = Example;
+    using value_type = Batch;
     using difference_type = std::ptrdiff_t;
-    using pointer = Example*;
-    using reference = Example&;
+    using pointer = Batch*;
+    using reference = Batch&;
 
     Iterator() = default;  ///< the end iterator
     Iterator(Iterator&& o) noexcept = default;
@@ -58,8 +90,8 @@ class DataLoader {
     Iterator& operator=(const Iterator&) = delete;
     ~Iterator();
 
-    Example& operator*() { return batch_; }
-    Example* operator->() { return &batch_; }
+    Batch& operator*() { return batch_; }
+    Batch* operator->() { return &batch_; }
     /// Fetches the next batch; rethrows (at that batch) what a worker or the
     /// collate function threw. The failing batch is skipped if iteration goes on.
     Iterator& operator++();
@@ -72,7 +104,7 @@ class DataLoader {
     void fetch();
 
     std::shared_ptr<detail::Epoch> epoch_;  // null at the end
-    Example batch_;
+    Batch batch_;
   };
 
   /// Raises kiln::Error on a null dataset, batch_size < 1, num_workers < 0,
@@ -106,3 +138,11 @@ class DataLoader {
 };
 
 }  // namespace kiln::data
+
+// A Batch unpacks into two tensors (`auto& [x, y] = batch`).
+template <>
+struct std::tuple_size<kiln::data::Batch> : std::integral_constant<size_t, 2> {};
+template <size_t I>
+struct std::tuple_element<I, kiln::data::Batch> {
+  using type = kiln::Tensor;
+};
