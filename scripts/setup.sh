@@ -11,6 +11,7 @@ PACKAGES=(
   llvm-19-dev libzstd-dev libxxhash-dev libgloo-dev
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
   python3 python3-pip ccache
+  libprotobuf-dev protobuf-compiler libisal-dev
 )
 
 missing=()
@@ -28,10 +29,16 @@ if ((${#missing[@]})); then
 fi
 
 # Python side of the tests: PyPI's safetensors (the format's reference
-# implementation) reads files kiln writes. Installed only when missing.
+# implementation) reads files kiln writes, and so does tensorboard's event
+# reader (EventAccumulator). Installed only when missing.
 PY=python3
-if ! "$PY" -c "import safetensors, numpy" >/dev/null 2>&1; then
-  echo "setup: installing safetensors and numpy from PyPI"
-  "$PY" -m pip install -q --disable-pip-version-check safetensors numpy >/dev/null 2>&1 ||
-    "$PY" -m pip install -q --disable-pip-version-check --break-system-packages safetensors numpy >/dev/null
+py_missing=()
+"$PY" -c "import safetensors, numpy" >/dev/null 2>&1 || py_missing+=(safetensors numpy)
+"$PY" -c "import tensorboard.backend.event_processing.event_accumulator" >/dev/null 2>&1 ||
+  py_missing+=(tensorboard)
+if ((${#py_missing[@]})); then
+  echo "setup: installing ${py_missing[*]} from PyPI"
+  "$PY" -m pip install -q --disable-pip-version-check "${py_missing[@]}" >/dev/null 2>&1 ||
+    "$PY" -m pip install -q --disable-pip-version-check --break-system-packages \
+      "${py_missing[@]}" >/dev/null
 fi
