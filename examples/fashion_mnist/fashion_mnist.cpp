@@ -2,11 +2,13 @@
 
 #include <chrono>
 #include <iomanip>
+#include <optional>
 
 #include "kiln/compile.h"
 #include "kiln/data/data.h"
 #include "kiln/kiln.h"
 #include "kiln/optim/optim.h"
+#include "kiln/tensorboard/summary_writer.h"
 
 namespace kiln::examples {
 
@@ -96,6 +98,12 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
       train_step,
       {.enabled = opts.compile, .dynamic = {{0, 0}, {1, 0}}, .name = "fashion_train_step"});
 
+  // TensorBoard: the loss of every step, and per epoch the mean loss, the test
+  // accuracy and the learning rate.
+  std::optional<tensorboard::SummaryWriter> tb;
+  if (!opts.logdir.empty()) tb.emplace(opts.logdir);
+  int64_t global_step = 0;
+
   std::vector<EpochStats> stats;
   for (int epoch = 1; epoch <= opts.epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
@@ -106,6 +114,8 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
       Tensor loss = step(batch[0], batch[1]);
       double l = loss.item<double>();
       loss_sum += l;
+      if (tb) tb->add_scalar("loss/train_step", l, global_step);
+      ++global_step;
       ++steps;
       samples += batch[1].numel();
       bar.update(l, batch[1].numel());
@@ -119,6 +129,12 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     s.ms_per_step = steps ? 1000.0 * secs / static_cast<double>(steps) : 0.0;
     s.test_accuracy = evaluate(*model, test_loader);
     stats.push_back(s);
+    if (tb) {
+      tb->add_scalar("loss/train", s.train_loss, epoch);
+      tb->add_scalar("accuracy/test", s.test_accuracy, epoch);
+      tb->add_scalar("lr", opt.param_groups()[0].get("lr"), epoch);
+      tb->flush();  // an epoch's figures are on disk when its line is printed
+    }
     log << "epoch " << epoch << "  loss " << std::fixed << std::setprecision(4) << s.train_loss
         << "  test accuracy " << std::setprecision(2) << 100.0 * s.test_accuracy << "%  "
         << std::setprecision(1) << s.seconds << " s  " << std::setprecision(0)
@@ -128,9 +144,13 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
 }
 
 void compare_eager_compiled(FashionOptions opts, std::ostream& log, std::ostream& out) {
+  // Each run logs to its own TensorBoard run, so the two curves sit side by side.
+  const std::string logdir = opts.logdir;
   opts.compile = false;
+  if (!logdir.empty()) opts.logdir = logdir + "/eager";
   const std::vector<EpochStats> eager = train_fashion_mnist(opts, log);
   opts.compile = true;
+  if (!logdir.empty()) opts.logdir = logdir + "/compiled";
   const std::vector<EpochStats> comp = train_fashion_mnist(opts, log);
   // The first compiled epoch pays for tracing and JIT compilation; the steady
   // state is the last epoch (the first one when there is only one).

@@ -26,6 +26,7 @@ struct FashionOptions {
   uint64_t seed = 0;
   int num_workers = 1;   ///< background batch-building threads
   bool compile = false;  ///< run the training step through kiln::compile
+  std::string logdir;    ///< TensorBoard log directory: loss, accuracy, lr ("" = none)
 };
 
 /// One epoch's figures.

@@ -1,9 +1,10 @@
 // Trains an MLP or the small CNN on Fashion-MNIST and prints per-epoch loss,
 // test accuracy and throughput.
 //   fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] [--lr X] [--root DIR]
-//                 [--compile | --compare]
+//                 [--compile | --compare] [--logdir DIR]
 // --compare trains eagerly and then compiled from the same seed and prints the
-// side-by-side table (the README's main demo).
+// side-by-side table (the README's main demo). --logdir writes loss, test
+// accuracy and learning rate for TensorBoard (`tensorboard --logdir DIR`).
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -39,9 +40,11 @@ int main(int argc, char** argv) {
       opts.compile = true;
     else if (a == "--compare")
       compare = true;
+    else if (a == "--logdir")
+      opts.logdir = next();
     else {
       std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
-                   "[--lr X] [--root DIR] [--compile | --compare]\n";
+                   "[--lr X] [--root DIR] [--compile | --compare] [--logdir DIR]\n";
       return a == "--help" ? 0 : 2;
     }
   }

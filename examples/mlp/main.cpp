@@ -1,13 +1,17 @@
 // Trains the classic 2->5->1 MLP for 1000 epochs and prints loss and accuracy.
-//   mlp [--device cpu|cuda]
+//   mlp [--device cpu|cuda] [--logdir DIR]
+// --logdir writes loss, learning rate and accuracy for TensorBoard
+// (`tensorboard --logdir DIR`).
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "kiln/cuda.h"
 #include "mlp.h"
 
 int main(int argc, char** argv) {
   kiln::Device device = kiln::Device::cpu();
+  std::string logdir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
       const std::string d = argv[++i];
@@ -17,8 +21,10 @@ int main(int argc, char** argv) {
         std::cerr << "error: --device takes cpu or cuda, got '" << d << "'\n";
         return 2;
       }
+    } else if (!std::strcmp(argv[i], "--logdir") && i + 1 < argc) {
+      logdir = argv[++i];
     } else {
-      std::cerr << "usage: mlp [--device cpu|cuda]\n";
+      std::cerr << "usage: mlp [--device cpu|cuda] [--logdir DIR]\n";
       return 2;
     }
   }
@@ -28,7 +34,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    kiln::examples::train_mlp(1000, std::cout, 0.01, device);
+    kiln::examples::train_mlp(1000, std::cout, 0.01, device, logdir);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

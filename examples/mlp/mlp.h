@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "kiln/device.h"
@@ -16,7 +17,9 @@ struct MlpResult {
 };
 
 /// Trains for `epochs` full-batch epochs (lr 0.01) on `device`, printing the
-/// loss every 100 epochs and the final accuracy to `log`.
-MlpResult train_mlp(int epochs, std::ostream& log, double lr = 0.01, Device device = Device::cpu());
+/// loss every 100 epochs and the final accuracy to `log`; with a `logdir`, also
+/// writes loss, learning rate and accuracy there for TensorBoard.
+MlpResult train_mlp(int epochs, std::ostream& log, double lr = 0.01, Device device = Device::cpu(),
+                    const std::string& logdir = "");
 
 }  // namespace kiln::examples

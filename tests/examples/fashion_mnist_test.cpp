@@ -1,11 +1,13 @@
 // Smoke-tests the Fashion-MNIST example on a small slice of the real dataset.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
 
 #include "fashion_mnist.h"
 #include "kiln/data/fashion_mnist.h"
+#include "kiln/tensorboard/record.h"
 
 namespace {
 bool have_data() {
@@ -29,6 +31,33 @@ TEST(ExampleFashionMnist, TrainsOnASlice) {
     EXPECT_GT(stats[0].test_accuracy, 0.5) << model << "\n" << log.str();
     EXPECT_NE(log.str().find("test accuracy"), std::string::npos);
   }
+}
+
+// `fashion_mnist --logdir DIR`: a loss per step, then per epoch the mean loss,
+// the test accuracy and the learning rate, on disk when the epoch ends.
+TEST(ExampleFashionMnist, LogsForTensorboard) {
+  if (!have_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiln_fashion_tb_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  kiln::examples::FashionOptions o;
+  o.model = "mlp";
+  o.epochs = 2;
+  o.batch_size = 50;
+  o.train_limit = 100;
+  o.test_limit = 100;
+  o.logdir = dir.string();
+  std::ostringstream log;
+  kiln::examples::train_fashion_mnist(o, log);
+  std::vector<fs::path> files(fs::directory_iterator(dir), {});
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<std::string> records = kiln::tensorboard::read_records(files[0].string());
+  ASSERT_EQ(records.size(), 1u + 2 * (2 + 3));
+  EXPECT_NE(records[1].find("loss/train_step"), std::string::npos);
+  EXPECT_NE(records[4].find("accuracy/test"), std::string::npos);
+  EXPECT_NE(records[5].find("lr"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // The compiled training step (traced forward + backward + Adam, dynamic batch)

@@ -1,9 +1,12 @@
 // Verifies the MLP example trains: the loss falls and an accuracy is printed.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "kiln/cuda.h"
+#include "kiln/tensorboard/record.h"
 #include "mlp.h"
 
 TEST(ExampleMlp, LossFallsAndAccuracyIsPrinted) {
@@ -22,6 +25,25 @@ TEST(ExampleMlp, FitsWithLargerLearningRate) {
   std::ostringstream log;
   auto r = kiln::examples::train_mlp(2000, log, 0.5);
   EXPECT_DOUBLE_EQ(r.accuracy, 1.0) << log.str();
+}
+
+// `mlp --logdir DIR`: per epoch a loss and a learning rate, then the accuracy,
+// after the file-version record (their contents are checked by
+// tests/runtime/tensorboard with TensorBoard's reader).
+TEST(ExampleMlp, LogsForTensorboard) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kiln_mlp_tb_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::ostringstream log;
+  kiln::examples::train_mlp(20, log, 0.01, kiln::Device::cpu(), dir.string());
+  std::vector<fs::path> files(fs::directory_iterator(dir), {});
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<std::string> records = kiln::tensorboard::read_records(files[0].string());
+  ASSERT_EQ(records.size(), 1u + 20 * 2 + 1);
+  EXPECT_NE(records[1].find("loss/train"), std::string::npos);
+  EXPECT_NE(records[2].find("lr"), std::string::npos);
+  EXPECT_NE(records.back().find("accuracy/train"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // `mlp --device cuda`: the same training on a CUDA device (a GPU, or the
