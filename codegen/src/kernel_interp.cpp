@@ -165,6 +165,8 @@ Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c
 #define KIR_CASE_movement(name)
 #define KIR_CASE_factory(name)
 #define KIR_CASE_collective(name)
+#define KIR_CASE_scan(name)
+#define KIR_CASE_sort(name)
 #define KILN_OP(name, family, arity, traits) KIR_CASE_##family(name)
 #include "kiln/ops.def"
 #undef KILN_OP
@@ -176,6 +178,8 @@ Val apply(OpId op, DType in, DType out, const Val& a, const Val& b, const Val& c
 #undef KIR_CASE_movement
 #undef KIR_CASE_factory
 #undef KIR_CASE_collective
+#undef KIR_CASE_scan
+#undef KIR_CASE_sort
       default:
         break;
     }

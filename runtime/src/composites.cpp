@@ -205,13 +205,17 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   return x * (keep * (1.0 / (1.0 - p)));
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+// Argument order of F.embedding(input, weight); a call in the old (weight,
+// indices) order fails the integer check below with a message saying so.
+Tensor embedding(const Tensor& input, const Tensor& weight) {
+  KILN_CHECK(is_integral(input.dtype()),
+             "[embedding] input (the indices, the first argument, as "
+             "in F.embedding(input, weight)) must be an integer tensor, got ",
+             input.dtype());
   KILN_CHECK(weight.dim() == 2, "[embedding] weight must be 2-D [num_embeddings, dim], got shape ",
              weight.shape());
-  KILN_CHECK(is_integral(indices.dtype()), "[embedding] indices must be an integer tensor, got ",
-             indices.dtype());
-  Tensor flat = reshape(cast(indices, DType::i64), {indices.numel()});
-  Dims shape = indices.shape();
+  Tensor flat = reshape(cast(input, DType::i64), {input.numel()});
+  Dims shape = input.shape();
   shape.push_back(weight.size(1));
   return reshape(index_select(weight, 0, flat), shape);
 }

@@ -103,15 +103,326 @@ Tensor& Tensor::clamp_(const Scalar& lo, const Scalar& hi) {
   return inplace(*this, kiln::clamp(*this, lo, hi), "clamp_");
 }
 
+// ---- methods forwarding to the free functions (kiln:: qualified: the
+// member names hide them) ----
+Tensor Tensor::neg() const {
+  return kiln::neg(*this);
+}
+Tensor Tensor::abs() const {
+  return kiln::abs(*this);
+}
+Tensor Tensor::exp() const {
+  return kiln::exp(*this);
+}
+Tensor Tensor::log() const {
+  return kiln::log(*this);
+}
+Tensor Tensor::log1p() const {
+  return kiln::log1p(*this);
+}
+Tensor Tensor::sqrt() const {
+  return kiln::sqrt(*this);
+}
+Tensor Tensor::rsqrt() const {
+  return kiln::rsqrt(*this);
+}
+Tensor Tensor::tanh() const {
+  return kiln::tanh(*this);
+}
+Tensor Tensor::sigmoid() const {
+  return kiln::sigmoid(*this);
+}
+Tensor Tensor::relu() const {
+  return kiln::relu(*this);
+}
+Tensor Tensor::sin() const {
+  return kiln::sin(*this);
+}
+Tensor Tensor::cos() const {
+  return kiln::cos(*this);
+}
+Tensor Tensor::erf() const {
+  return kiln::erf(*this);
+}
+Tensor Tensor::sign() const {
+  return kiln::sign(*this);
+}
+Tensor Tensor::logical_not() const {
+  return kiln::logical_not(*this);
+}
+Tensor Tensor::square() const {
+  return kiln::square(*this);
+}
+Tensor Tensor::reciprocal() const {
+  return kiln::reciprocal(*this);
+}
+Tensor Tensor::isnan() const {
+  return kiln::isnan(*this);
+}
+Tensor Tensor::isinf() const {
+  return kiln::isinf(*this);
+}
+Tensor Tensor::isfinite() const {
+  return kiln::isfinite(*this);
+}
+Tensor Tensor::nan_to_num(std::optional<double> n, std::optional<double> p,
+                          std::optional<double> m) const {
+  return kiln::nan_to_num(*this, n, p, m);
+}
+
+// alpha scales the other operand, as torch.add(x, o, alpha=...).
+Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const {
+  return alpha.to_double() == 1.0 ? kiln::add(*this, o) : kiln::add(*this, kiln::mul(o, alpha));
+}
+Tensor Tensor::add(const Scalar& o) const {
+  return kiln::add(*this, o);
+}
+Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const {
+  return alpha.to_double() == 1.0 ? kiln::sub(*this, o) : kiln::sub(*this, kiln::mul(o, alpha));
+}
+Tensor Tensor::sub(const Scalar& o) const {
+  return kiln::sub(*this, o);
+}
+Tensor Tensor::mul(const Tensor& o) const {
+  return kiln::mul(*this, o);
+}
+Tensor Tensor::mul(const Scalar& o) const {
+  return kiln::mul(*this, o);
+}
+Tensor Tensor::div(const Tensor& o) const {
+  return kiln::div(*this, o);
+}
+Tensor Tensor::div(const Scalar& o) const {
+  return kiln::div(*this, o);
+}
+Tensor Tensor::pow(const Tensor& e) const {
+  return kiln::pow(*this, e);
+}
+Tensor Tensor::pow(const Scalar& e) const {
+  return kiln::pow(*this, e);
+}
+Tensor Tensor::maximum(const Tensor& o) const {
+  return kiln::maximum(*this, o);
+}
+Tensor Tensor::minimum(const Tensor& o) const {
+  return kiln::minimum(*this, o);
+}
+Tensor Tensor::eq(const Tensor& o) const {
+  return kiln::eq(*this, o);
+}
+Tensor Tensor::eq(const Scalar& o) const {
+  return kiln::eq(*this, o);
+}
+Tensor Tensor::ne(const Tensor& o) const {
+  return kiln::ne(*this, o);
+}
+Tensor Tensor::ne(const Scalar& o) const {
+  return kiln::ne(*this, o);
+}
+Tensor Tensor::lt(const Tensor& o) const {
+  return kiln::lt(*this, o);
+}
+Tensor Tensor::lt(const Scalar& o) const {
+  return kiln::lt(*this, o);
+}
+Tensor Tensor::le(const Tensor& o) const {
+  return kiln::le(*this, o);
+}
+Tensor Tensor::le(const Scalar& o) const {
+  return kiln::le(*this, o);
+}
+Tensor Tensor::gt(const Tensor& o) const {
+  return kiln::gt(*this, o);
+}
+Tensor Tensor::gt(const Scalar& o) const {
+  return kiln::gt(*this, o);
+}
+Tensor Tensor::ge(const Tensor& o) const {
+  return kiln::ge(*this, o);
+}
+Tensor Tensor::ge(const Scalar& o) const {
+  return kiln::ge(*this, o);
+}
+Tensor Tensor::logical_and(const Tensor& o) const {
+  return kiln::logical_and(*this, o);
+}
+Tensor Tensor::logical_or(const Tensor& o) const {
+  return kiln::logical_or(*this, o);
+}
+Tensor Tensor::where(const Tensor& c, const Tensor& o) const {
+  return kiln::where(c, *this, o);
+}
+Tensor Tensor::where(const Tensor& c, const Scalar& o) const {
+  return kiln::where(c, *this, o);
+}
+Tensor Tensor::masked_fill(const Tensor& m, const Scalar& v) const {
+  return kiln::masked_fill(*this, m, v);
+}
+Tensor Tensor::clamp(const Scalar& lo, const Scalar& hi) const {
+  return kiln::clamp(*this, lo, hi);
+}
+Tensor Tensor::clamp(const Tensor& lo, const Tensor& hi) const {
+  return kiln::clamp(*this, lo, hi);
+}
+Tensor Tensor::clamp_min(const Scalar& lo) const {
+  return kiln::clamp_min(*this, lo);
+}
+Tensor Tensor::clamp_min(const Tensor& lo) const {
+  return kiln::clamp_min(*this, lo);
+}
+Tensor Tensor::clamp_max(const Scalar& hi) const {
+  return kiln::clamp_max(*this, hi);
+}
+Tensor Tensor::clamp_max(const Tensor& hi) const {
+  return kiln::clamp_max(*this, hi);
+}
+Tensor Tensor::clip(const Scalar& lo, const Scalar& hi) const {
+  return kiln::clip(*this, lo, hi);
+}
+Tensor Tensor::clip(const Tensor& lo, const Tensor& hi) const {
+  return kiln::clip(*this, lo, hi);
+}
+
 Tensor Tensor::sum(const Dims& d, bool k) const { return kiln::sum(*this, d, k); }
 Tensor Tensor::mean(const Dims& d, bool k) const { return kiln::mean(*this, d, k); }
+Tensor Tensor::amax(const Dims& d, bool k) const {
+  return kiln::amax(*this, d, k);
+}
+Tensor Tensor::amin(const Dims& d, bool k) const {
+  return kiln::amin(*this, d, k);
+}
 Tensor Tensor::max() const { return kiln::amax(*this); }
+std::tuple<Tensor, Tensor> Tensor::max(int64_t d, bool k) const {
+  return kiln::max(*this, d, k);
+}
+Tensor Tensor::max(const Tensor& o) const {
+  return kiln::maximum(*this, o);
+}
 Tensor Tensor::min() const { return kiln::amin(*this); }
+std::tuple<Tensor, Tensor> Tensor::min(int64_t d, bool k) const {
+  return kiln::min(*this, d, k);
+}
+Tensor Tensor::min(const Tensor& o) const {
+  return kiln::minimum(*this, o);
+}
+Tensor Tensor::argmax(std::optional<int64_t> d, bool k) const {
+  return kiln::argmax(*this, d, k);
+}
+Tensor Tensor::argmin(std::optional<int64_t> d, bool k) const {
+  return kiln::argmin(*this, d, k);
+}
+Tensor Tensor::var(const Dims& d, int64_t c, bool k) const {
+  return kiln::var(*this, d, c, k);
+}
+Tensor Tensor::std(const Dims& d, int64_t c, bool k) const {
+  return kiln::std(*this, d, c, k);
+}
+Tensor Tensor::logsumexp(const Dims& d, bool k) const {
+  return kiln::logsumexp(*this, d, k);
+}
+Tensor Tensor::norm(double p, const Dims& d, bool k) const {
+  return kiln::norm(*this, p, d, k);
+}
+Tensor Tensor::softmax(int64_t d) const {
+  return kiln::softmax(*this, d);
+}
+Tensor Tensor::log_softmax(int64_t d) const {
+  return kiln::log_softmax(*this, d);
+}
+
+Tensor Tensor::cumsum(int64_t d) const {
+  return kiln::cumsum(*this, d);
+}
+Tensor Tensor::cumprod(int64_t d) const {
+  return kiln::cumprod(*this, d);
+}
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t d, bool desc, bool stable) const {
+  return kiln::sort(*this, d, desc, stable);
+}
+Tensor Tensor::argsort(int64_t d, bool desc, bool stable) const {
+  return kiln::argsort(*this, d, desc, stable);
+}
+std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest, bool sorted) const {
+  return kiln::topk(*this, k, d, largest, sorted);
+}
+Tensor Tensor::multinomial(int64_t n, bool replacement, Generator* g) const {
+  return kiln::multinomial(*this, n, replacement, g);
+}
+
 Tensor Tensor::matmul(const Tensor& o) const { return kiln::matmul(*this, o); }
-Tensor Tensor::exp() const { return kiln::exp(*this); }
-Tensor Tensor::log() const { return kiln::log(*this); }
-Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
-Tensor Tensor::abs() const { return kiln::abs(*this); }
-Tensor Tensor::pow(const Scalar& e) const { return kiln::pow(*this, e); }
+Tensor Tensor::bmm(const Tensor& o) const {
+  return kiln::bmm(*this, o);
+}
+Tensor Tensor::baddbmm(const Tensor& b1, const Tensor& b2, const Scalar& beta,
+                       const Scalar& alpha) const {
+  return kiln::baddbmm(*this, b1, b2, beta, alpha);
+}
+Tensor Tensor::outer(const Tensor& o) const {
+  return kiln::outer(*this, o);
+}
+
+Tensor Tensor::gather(int64_t d, const Tensor& i) const {
+  return kiln::gather(*this, d, i);
+}
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const {
+  return kiln::index_select(*this, d, i);
+}
+Tensor Tensor::scatter_add(int64_t d, const Tensor& i, const Tensor& src) const {
+  return kiln::scatter_add(*this, d, i, src);
+}
+Tensor Tensor::masked_select(const Tensor& m) const {
+  return kiln::masked_select(*this, m);
+}
+Tensor Tensor::nonzero() const {
+  return kiln::nonzero(*this);
+}
+Tensor Tensor::tril(int64_t d) const {
+  return kiln::tril(*this, d);
+}
+Tensor Tensor::triu(int64_t d) const {
+  return kiln::triu(*this, d);
+}
+Tensor Tensor::repeat(const Dims& r) const {
+  return kiln::repeat(*this, r);
+}
+Tensor Tensor::tile(const Dims& r) const {
+  return kiln::tile(*this, r);
+}
+Tensor Tensor::roll(const Dims& s, const Dims& d) const {
+  return kiln::roll(*this, s, d);
+}
+Tensor Tensor::flip(const Dims& d) const {
+  return kiln::flip(*this, d);
+}
+std::vector<Tensor> Tensor::split(int64_t s, int64_t d) const {
+  return kiln::split(*this, s, d);
+}
+std::vector<Tensor> Tensor::split(const Dims& s, int64_t d) const {
+  return kiln::split_with_sizes(*this, s, d);
+}
+std::vector<Tensor> Tensor::split_with_sizes(const Dims& s, int64_t d) const {
+  return kiln::split_with_sizes(*this, s, d);
+}
+std::vector<Tensor> Tensor::chunk(int64_t c, int64_t d) const {
+  return kiln::chunk(*this, c, d);
+}
+std::vector<Tensor> Tensor::unbind(int64_t d) const {
+  return kiln::unbind(*this, d);
+}
+Tensor Tensor::expand_as(const Tensor& o) const {
+  return kiln::expand(*this, o.shape());
+}
+Tensor Tensor::reshape_as(const Tensor& o) const {
+  return kiln::reshape(*this, o.shape());
+}
+Tensor Tensor::view_as(const Tensor& o) const {
+  return view(o.shape());
+}
+Tensor Tensor::type_as(const Tensor& o) const {
+  return kiln::cast(*this, o.dtype());
+}
+Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) {
+  return commit(*this, kiln::masked_fill(*this, m, v), "masked_fill_");
+}
 
 }  // namespace kiln

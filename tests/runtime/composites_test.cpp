@@ -499,7 +499,7 @@ TEST(CompositeEmbedding, ValuesGradientsErrors) {
   V wv = randv(15, 25);
   Tensor w = f64(wv, {5, 3});
   Tensor idx = from_vector<int64_t>({4, 0, 2, 2}, {2, 2});
-  Tensor e = embedding(w, idx);
+  Tensor e = embedding(idx, w);
   EXPECT_EQ(e.shape(), (Dims{2, 2, 3}));
   V want;
   for (int64_t i : {4, 0, 2, 2})
@@ -507,18 +507,19 @@ TEST(CompositeEmbedding, ValuesGradientsErrors) {
   expect_near(vals(e), want);
   // Non-contiguous indices and i32 indices.
   Tensor idx_t = from_vector<int64_t>({4, 2, 0, 2}, {2, 2}).transpose(0, 1);
-  expect_near(vals(embedding(w, idx_t)), want);
-  expect_near(vals(embedding(w, cast(idx, DType::i32))), want);
+  expect_near(vals(embedding(idx_t, w)), want);
+  expect_near(vals(embedding(cast(idx, DType::i32), w)), want);
   Tensor wl = leaf(wv, {5, 3});
-  embedding(wl, idx).sum().backward();
+  embedding(idx, wl).sum().backward();
   expect_near(vals(wl.grad()), {1, 1, 1, 0, 0, 0, 2, 2, 2, 0, 0, 0, 1, 1, 1});
-  EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{embedding(in[0], idx)};
-            }, {leaf(wv, {5, 3})}),
-            "");
-  expect_error([&] { embedding(w, from_vector<double>({1.0})); }, "[embedding]");
-  expect_error([&] { embedding(f64(wv, {15}), idx); }, "[embedding]");
-  EXPECT_THROW(embedding(w, from_vector<int64_t>({5})), Error);  // index_select's range check
+  EXPECT_EQ(
+      gradcheck(
+          [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{embedding(idx, in[0])}; },
+          {leaf(wv, {5, 3})}),
+      "");
+  expect_error([&] { embedding(from_vector<double>({1.0}), w); }, "[embedding]");
+  expect_error([&] { embedding(idx, f64(wv, {15})); }, "[embedding]");
+  EXPECT_THROW(embedding(from_vector<int64_t>({5}), w), Error);  // index_select's range check
 }
 
 namespace {
@@ -677,7 +678,7 @@ TEST(CompositeTracing, RunsWithoutData) {
   expect_meta(layer_norm(x, {3, 4}, ones({3, 4}), zeros({3, 4})), {2, 3, 4});
   expect_meta(linear(x, zeros({5, 4}), zeros({5})), {2, 3, 5});
   expect_meta(dropout(x, 0.3), {2, 3, 4});
-  expect_meta(embedding(zeros({7, 4}), zeros({2, 5}, DType::i64)), {2, 5, 4});
+  expect_meta(embedding(zeros({2, 5}, DType::i64), zeros({7, 4})), {2, 5, 4});
   Tensor q = zeros({2, 3, 4}), k = zeros({2, 5, 4}), v = zeros({2, 5, 6});
   expect_meta(scaled_dot_product_attention(q, k, v), {2, 3, 6});
   expect_meta(scaled_dot_product_attention(q, k, v, {}, true), {2, 3, 6});

@@ -186,7 +186,7 @@ TEST(HostileValues, NegativeIndicesAreOutOfRange) {
   Tensor w = ones({4, 2});
   expect_error(
       [&] {
-        embedding(w, from_vector<int64_t>({0, -1}));
+        embedding(from_vector<int64_t>({0, -1}), w);
       },
       {"[index_select] index -1 is out of bounds for dimension 0 with size 4"});
   Tensor x = ones({2, 3});

@@ -103,6 +103,8 @@ std::vector<OpCase> linalg_cases(OpId op);
 std::vector<OpCase> conv_cases(OpId op);
 std::vector<OpCase> movement_cases(OpId op);
 std::vector<OpCase> factory_cases(OpId op);
+std::vector<OpCase> scan_cases(OpId op);
+std::vector<OpCase> sort_cases(OpId op);
 
 /// The documented Philox stream of factory.cpp: word j of `seed`.
 uint32_t philox_word(uint64_t seed, uint64_t j);

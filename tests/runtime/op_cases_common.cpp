@@ -236,6 +236,8 @@ std::vector<OpCase> op_cases(OpId op) {
   if (fam == "conv") return conv_cases(op);
   if (fam == "movement") return movement_cases(op);
   if (fam == "factory") return factory_cases(op);
+  if (fam == "scan") return scan_cases(op);
+  if (fam == "sort") return sort_cases(op);
   return {};
 }
 

@@ -2,13 +2,17 @@
 // the composites written with them (they get autograd and tracing for free).
 #pragma once
 
+#include <concepts>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/tensor.h"
 
 namespace kiln {
+
+struct Generator;
 
 // ---------------- factories ----------------
 Tensor empty(const Dims& shape, DType dtype = DType::f32);
@@ -55,6 +59,16 @@ Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = DType
 Tensor bernoulli(const Tensor& p);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
+/// num_samples i64 category indices per row of probs ([C] -> [num_samples], or
+/// [N, C] -> [N, num_samples]), each row a finite, non-negative weighting, not
+/// necessarily normalized (torch.multinomial). With replacement: inverse CDF of
+/// one uniform per sample; without: the num_samples largest u^(1/p) over one
+/// uniform per category (needs num_samples <= the row's nonzero weights). The
+/// f64 uniforms are Philox draws (same numbers eager and compiled) from
+/// `generator` (default: the default generator; another one is eager only).
+/// Bad weights raise kiln::Error from the kernel, in compiled calls too.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* generator = nullptr);
 
 // ---------------- unary elementwise ----------------
 #define KILN_UNARY_DECL(name) Tensor name(const Tensor& x);
@@ -132,11 +146,105 @@ Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 /// Variance with Bessel's correction `correction` (1 = unbiased, as torch.var).
 Tensor var(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, int64_t correction = 1, bool keepdim = false);
+/// PyTorch's `unbiased` spelling: var(x, dims, unbiased ? 1 : 0, keepdim). Only
+/// a bool selects it (`var(x, {1}, false)`); an integer is a correction.
+template <std::same_as<bool> B>
+Tensor var(const Tensor& x, const Dims& dims, B unbiased, bool keepdim = false) {
+  return var(x, dims, int64_t{unbiased ? 1 : 0}, keepdim);
+}
+template <std::same_as<bool> B>
+Tensor var(const Tensor& x, B unbiased) {
+  return var(x, Dims{}, int64_t{unbiased ? 1 : 0}, false);
+}
+template <std::same_as<bool> B>
+Tensor std(const Tensor& x, const Dims& dims, B unbiased, bool keepdim = false) {
+  return std(x, dims, int64_t{unbiased ? 1 : 0}, keepdim);
+}
+template <std::same_as<bool> B>
+Tensor std(const Tensor& x, B unbiased) {
+  return std(x, Dims{}, int64_t{unbiased ? 1 : 0}, false);
+}
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+/// One-dim spellings (sum(x, 1), amax(x, -1, true), var(x, 0)); braced lists
+/// such as sum(x, {0, 1}) still take the Dims overloads.
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor sum(const Tensor& x, I dim, bool keepdim = false) {
+  return sum(x, Dims{static_cast<int64_t>(dim)}, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor mean(const Tensor& x, I dim, bool keepdim = false) {
+  return mean(x, Dims{static_cast<int64_t>(dim)}, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor amax(const Tensor& x, I dim, bool keepdim = false) {
+  return amax(x, Dims{static_cast<int64_t>(dim)}, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor amin(const Tensor& x, I dim, bool keepdim = false) {
+  return amin(x, Dims{static_cast<int64_t>(dim)}, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor logsumexp(const Tensor& x, I dim, bool keepdim = false) {
+  return logsumexp(x, Dims{static_cast<int64_t>(dim)}, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor
+    var(const Tensor& x, I dim, int64_t correction = 1, bool keepdim = false) {
+  return var(x, Dims{static_cast<int64_t>(dim)}, correction, keepdim);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor
+    std(const Tensor& x, I dim, int64_t correction = 1, bool keepdim = false) {
+  return std(x, Dims{static_cast<int64_t>(dim)}, correction, keepdim);
+}
+/// (values, i64 indices) of the maxima / minima along dim, as torch.max(x, dim):
+/// the first extreme's index (NaN counts as the extreme); the gradient goes to it.
+std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// torch.linalg.vector_norm: (sum |x|^ord)^(1/ord) over `dims` (all when empty)
+/// of a floating x; ord = inf / -inf: the largest / smallest |x|; ord = 0: the
+/// number of nonzeros. The gradient at a zero norm is 0, as in PyTorch.
+Tensor vector_norm(const Tensor& x, double ord = 2.0, const Dims& dims = {}, bool keepdim = false);
+/// torch.norm with a p-norm: vector_norm(x, p, dims, keepdim).
+Tensor norm(const Tensor& x, double p = 2.0, const Dims& dims = {}, bool keepdim = false);
+
+// ---------------- scans and ordering ----------------
+/// Running sum along dim (integer and bool inputs sum in i64, as torch.cumsum).
+Tensor cumsum(const Tensor& x, int64_t dim);
+/// Running product along dim (integers in i64). Its gradient is exact where x
+/// has zeros, as PyTorch's.
+Tensor cumprod(const Tensor& x, int64_t dim);
+/// (values, i64 indices) of x sorted along dim; NaN sorts as the largest value.
+/// Equal values always keep their input order, so stable = false gives the
+/// same (stable) order as stable = true (PyTorch then promises no order).
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false,
+                                bool stable = false);
+/// The indices of sort(x, dim, descending, stable).
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// The k largest (largest = false: smallest) entries along dim and their i64
+/// indices, in sorted order; of equal values the lower index comes first.
+/// `sorted` is accepted for PyTorch's spelling (results are always sorted).
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                bool sorted = true);
 
 // ---------------- linear algebra, convolution, pooling ----------------
 /// Matrix product with NumPy semantics: 1-D operands, batched and broadcast batch dims.
 Tensor matmul(const Tensor& a, const Tensor& b);
+/// Batched matrix product of [B, n, m] and [B, m, p] (no broadcasting, as torch.bmm).
+Tensor bmm(const Tensor& a, const Tensor& b);
+/// beta * input + alpha * bmm(batch1, batch2); input broadcasts to [B, n, p]
+/// and is ignored when beta = 0 (its NaNs too), as torch.baddbmm.
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2,
+               const Scalar& beta = 1, const Scalar& alpha = 1);
+/// Outer product of two 1-D tensors: [n] x [m] -> [n, m].
+Tensor outer(const Tensor& a, const Tensor& b);
+/// Einstein summation (torch.einsum) for a subset: labels are letters, each at
+/// most once per operand (no traces/diagonals) and once in the output; no
+/// "..."; without "->" the output is the labels seen once, sorted. Operands
+/// are contracted left to right with permutes, sums and batched matmuls
+/// ("ij,jk->ik", "bij,bjk->bik", "bhld,bhsd->bhls", "i,j->ij", "ij->ji",
+/// "ij->i", "ij,ij->"). Anything else raises kiln::Error.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 
 /// Geometry of the functional conv2d (PyTorch's argument names; libtorch's name:
 /// nn::Conv2dOptions configures the nn::Conv2d module).
@@ -192,6 +300,38 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor triu(const Tensor& x, int64_t diagonal = 0);
+/// x repeated `repeats[i]` times along dim i (torch.Tensor.repeat); extra
+/// leading repeats add dims.
+Tensor repeat(const Tensor& x, const Dims& repeats);
+/// torch.tile: repeat, with `reps` padded by leading 1s when shorter than x's rank.
+Tensor tile(const Tensor& x, const Dims& reps);
+/// Rolls elements by shifts[i] along dims[i] (wrapping around); with no dims,
+/// rolls the flattened tensor by shifts[0] and restores the shape.
+Tensor roll(const Tensor& x, const Dims& shifts, const Dims& dims = {});
+/// Reverses the order along each of `dims`.
+Tensor flip(const Tensor& x, const Dims& dims);
+/// Views of x along dim, each split_size long (the last may be shorter).
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+/// Views of x along dim with the given lengths (they must sum to x.size(dim)).
+/// A one-element braced list `{n}` picks the split_size overload: use
+/// split_with_sizes for it.
+std::vector<Tensor> split(const Tensor& x, const Dims& split_sizes, int64_t dim = 0);
+std::vector<Tensor> split_with_sizes(const Tensor& x, const Dims& split_sizes, int64_t dim = 0);
+/// At most `chunks` views of x along dim, each ceil(size / chunks) long.
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+/// The slices x.select(dim, i) for every i.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+/// i64 [n, x.dim()] indices of x's nonzero elements in row-major order. The
+/// result's shape depends on values: eager only (a traced call raises kiln::Error).
+Tensor nonzero(const Tensor& x);
+/// x's elements where the bool `mask` (broadcast together) is true, as a 1-D
+/// tensor in row-major order (PyTorch's x[mask]); differentiable in x. Eager
+/// only, as nonzero.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+/// i64 [..., num_classes] one-hot rows of integer `index` (F.one_hot); each
+/// index must lie in [0, num_classes) (checked by the kernel, compiled too);
+/// num_classes < 0 uses max(index) + 1 (reads values: eager only).
+Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
 
 // ---------------- composites ----------------
 Tensor square(const Tensor& x);
@@ -199,6 +339,22 @@ Tensor reciprocal(const Tensor& x);
 Tensor clamp(const Tensor& x, const Scalar& lo, const Scalar& hi);
 Tensor clamp_min(const Tensor& x, const Scalar& lo);
 Tensor clamp_max(const Tensor& x, const Scalar& hi);
+/// clamp with tensor bounds (broadcast, promoted; an undefined bound is no bound).
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
+Tensor clamp_min(const Tensor& x, const Tensor& lo);
+Tensor clamp_max(const Tensor& x, const Tensor& hi);
+/// Aliases of clamp (torch.clip).
+Tensor clip(const Tensor& x, const Scalar& lo, const Scalar& hi);
+Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi);
+/// Bool tensors: NaN / +-inf / finite elements (integers are always finite).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+/// Replaces NaN by `nan`, +inf by `posinf` and -inf by `neginf` (defaults: 0,
+/// the dtype's largest and lowest finite values), as torch.nan_to_num.
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan = 0.0,
+                  std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
@@ -217,9 +373,15 @@ bool eager_fusion_enabled();
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
-/// Rows of `weight` picked by integer `indices` (any shape), each in
-/// [0, num_embeddings): negative indices are errors, as in PyTorch.
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+/// Rows of `weight` [num_embeddings, dim] picked by the integer `input` (any
+/// shape), each in [0, num_embeddings): negative indices are errors. Argument
+/// order of torch.nn.functional.embedding(input, weight).
+Tensor embedding(const Tensor& input, const Tensor& weight);
+/// x / max(||x||_p along dim, eps) (torch.nn.functional.normalize).
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+/// Cosine similarity of a and b (broadcast) along dim, each norm clamped at
+/// eps (torch.nn.functional.cosine_similarity).
+Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = 1, double eps = 1e-8);
 
 /// How losses combine per-element values.
 enum class Reduction { None, Mean, Sum };

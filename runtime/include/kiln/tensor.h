@@ -2,11 +2,13 @@
 // a Storage, with autograd state. Views share storage and its version counter.
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <source_location>
+#include <tuple>
 #include <vector>
 
 #include "kiln/allocator.h"
@@ -20,6 +22,7 @@ namespace kiln {
 
 class Tensor;
 struct AutogradMeta;
+struct Generator;
 class Node;
 
 /// Memory block shared by a tensor and all its views.
@@ -174,17 +177,172 @@ class Tensor {
   Tensor& fill_(const Scalar& v);
   Tensor& clamp_(const Scalar& lo, const Scalar& hi);
 
-  // ---- common methods (free functions in functional.h) ----
-  Tensor sum(const Dims& dims = {}, bool keepdim = false) const;
-  Tensor mean(const Dims& dims = {}, bool keepdim = false) const;
-  Tensor max() const;
-  Tensor min() const;
-  Tensor matmul(const Tensor& o) const;
+  // ---- methods: the free functions of functional.h that PyTorch also offers
+  // as Tensor methods, with its argument order and defaults ----
+  // unary
+  Tensor neg() const;
+  Tensor abs() const;
   Tensor exp() const;
   Tensor log() const;
+  Tensor log1p() const;
   Tensor sqrt() const;
-  Tensor abs() const;
+  Tensor rsqrt() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor erf() const;
+  Tensor sign() const;
+  Tensor logical_not() const;
+  Tensor square() const;
+  Tensor reciprocal() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor nan_to_num(std::optional<double> nan = 0.0, std::optional<double> posinf = std::nullopt,
+                    std::optional<double> neginf = std::nullopt) const;
+  // binary (broadcasting, promoting)
+  Tensor add(const Tensor& o, const Scalar& alpha = 1) const;
+  Tensor add(const Scalar& o) const;
+  Tensor sub(const Tensor& o, const Scalar& alpha = 1) const;
+  Tensor sub(const Scalar& o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor mul(const Scalar& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor div(const Scalar& o) const;
+  Tensor pow(const Tensor& e) const;
   Tensor pow(const Scalar& e) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor eq(const Scalar& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor ne(const Scalar& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor lt(const Scalar& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor le(const Scalar& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor gt(const Scalar& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor ge(const Scalar& o) const;
+  Tensor logical_and(const Tensor& o) const;
+  Tensor logical_or(const Tensor& o) const;
+  /// condition ? *this : other (torch.Tensor.where).
+  Tensor where(const Tensor& condition, const Tensor& other) const;
+  Tensor where(const Tensor& condition, const Scalar& other) const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  Tensor clamp(const Scalar& lo, const Scalar& hi) const;
+  Tensor clamp(const Tensor& lo, const Tensor& hi) const;
+  Tensor clamp_min(const Scalar& lo) const;
+  Tensor clamp_min(const Tensor& lo) const;
+  Tensor clamp_max(const Scalar& hi) const;
+  Tensor clamp_max(const Tensor& hi) const;
+  Tensor clip(const Scalar& lo, const Scalar& hi) const;
+  Tensor clip(const Tensor& lo, const Tensor& hi) const;
+  // reductions (empty dims: all dims)
+  Tensor sum(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor mean(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor amax(const Dims& dims = {}, bool keepdim = false) const;
+  Tensor amin(const Dims& dims = {}, bool keepdim = false) const;
+  /// The largest element (0-d).
+  Tensor max() const;
+  /// (values, i64 indices) of the maxima along dim (torch.max(x, dim)).
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  /// Elementwise maximum (torch.max(x, other)).
+  Tensor max(const Tensor& other) const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor min(const Tensor& other) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor var(const Dims& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  Tensor std(const Dims& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  /// PyTorch's `unbiased` spelling (only a bool selects it; an integer is a correction).
+  template <std::same_as<bool> B>
+  Tensor var(const Dims& dims, B unbiased, bool keepdim = false) const {
+    return var(dims, int64_t{unbiased ? 1 : 0}, keepdim);
+  }
+  template <std::same_as<bool> B>
+  Tensor var(B unbiased) const {
+    return var(Dims{}, int64_t{unbiased ? 1 : 0}, false);
+  }
+  template <std::same_as<bool> B>
+  Tensor std(const Dims& dims, B unbiased, bool keepdim = false) const {
+    return std(dims, int64_t{unbiased ? 1 : 0}, keepdim);
+  }
+  template <std::same_as<bool> B>
+  Tensor std(B unbiased) const {
+    return std(Dims{}, int64_t{unbiased ? 1 : 0}, false);
+  }
+  Tensor logsumexp(const Dims& dims, bool keepdim = false) const;
+  /// One-dim spellings (x.sum(1), x.amax(-1, true), x.var(0)); braced lists
+  /// such as x.sum({0, 1}) still take the Dims overloads.
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor sum(I dim, bool keepdim = false)
+  const { return sum(Dims{static_cast<int64_t>(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor mean(I dim, bool keepdim = false)
+  const { return mean(Dims{static_cast<int64_t>(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor amax(I dim, bool keepdim = false)
+  const { return amax(Dims{static_cast<int64_t>(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor amin(I dim, bool keepdim = false)
+  const { return amin(Dims{static_cast<int64_t>(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor logsumexp(I dim, bool keepdim = false)
+  const { return logsumexp(Dims{static_cast<int64_t>(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor var(I dim, int64_t correction = 1, bool keepdim = false)
+  const { return var(Dims{static_cast<int64_t>(dim)}, correction, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor std(I dim, int64_t correction = 1, bool keepdim = false)
+  const { return std(Dims{static_cast<int64_t>(dim)}, correction, keepdim); }
+  Tensor norm(double p = 2.0, const Dims& dims = {}, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  // scans, ordering, sampling
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false,
+                                  bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                  bool sorted = true) const;
+  Tensor multinomial(int64_t num_samples, bool replacement = false,
+                     Generator* generator = nullptr) const;
+  // linear algebra
+  Tensor matmul(const Tensor& o) const;
+  Tensor bmm(const Tensor& o) const;
+  Tensor baddbmm(const Tensor& batch1, const Tensor& batch2, const Scalar& beta = 1,
+                 const Scalar& alpha = 1) const;
+  Tensor outer(const Tensor& o) const;
+  // indexing and movement (copies)
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor masked_select(const Tensor& mask) const;
+  Tensor nonzero() const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor repeat(const Dims& repeats) const;
+  Tensor tile(const Dims& reps) const;
+  Tensor roll(const Dims& shifts, const Dims& dims = {}) const;
+  Tensor flip(const Dims& dims) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(const Dims& split_sizes, int64_t dim = 0) const;
+  std::vector<Tensor> split_with_sizes(const Dims& split_sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor reshape_as(const Tensor& other) const;
+  Tensor view_as(const Tensor& other) const;
+  /// This tensor converted to other's dtype.
+  Tensor type_as(const Tensor& other) const;
+  /// In-place masked_fill (bumps the version counter).
+  Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
 
   TensorImpl* impl() const {
     KILN_CHECK(impl_ != nullptr, "[tensor] operation on an undefined tensor");

@@ -25,6 +25,8 @@ const ops::OpTable& table() {
     ops::register_movement(*tb);
     ops::register_factory(*tb);
     ops::register_collective(*tb);
+    ops::register_scan(*tb);
+    ops::register_sort(*tb);
     return tb;
   }();
   return *t;

@@ -21,5 +21,7 @@ void register_conv(OpTable& t);
 void register_movement(OpTable& t);
 void register_factory(OpTable& t);
 void register_collective(OpTable& t);
+void register_scan(OpTable& t);
+void register_sort(OpTable& t);
 
 }  // namespace kiln::ops

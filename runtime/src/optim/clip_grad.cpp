@@ -11,7 +11,7 @@ namespace kiln::optim {
 
 namespace {
 // torch.linalg.vector_norm(x, ord) for ord > 0 or +inf, as a 0-d tensor of x's dtype.
-Tensor vector_norm(const Tensor& x, double ord) {
+Tensor grad_norm(const Tensor& x, double ord) {
   if (x.numel() == 0) return scalar_tensor(0.0, x.dtype());
   if (std::isinf(ord)) return amax(abs(x));
   if (ord == 1) return sum(abs(x));
@@ -44,8 +44,8 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     dt = promote_types(dt, g.dtype());
   }
   std::vector<Tensor> norms;
-  for (auto& g : grads) norms.push_back(cast(vector_norm(g, norm_type), dt));
-  Tensor total = vector_norm(stack(norms), norm_type);
+  for (auto& g : grads) norms.push_back(cast(grad_norm(g, norm_type), dt));
+  Tensor total = grad_norm(stack(norms), norm_type);
   if (error_if_nonfinite) {
     double v = total.item<double>();
     KILN_CHECK(std::isfinite(v), "[clip_grad_norm_] the total norm of order ", norm_type,

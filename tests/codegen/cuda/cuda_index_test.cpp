@@ -87,7 +87,7 @@ TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
   const Tensor w0 = randn({10, 6}), tokens = from_vector<int64_t>({3, 1, 3, 9, 0, 3}, {2, 3});
   const Tensor target = from_vector<int64_t>({2, 5, 0, 1, 4, 2}, {6});
   auto loss_of = [&](const Tensor& w, const Tensor& tok, const Tensor& tgt) {
-    return cross_entropy(embedding(w, tok).reshape({6, 6}), tgt);
+    return cross_entropy(embedding(tok, w).reshape({6, 6}), tgt);
   };
   Tensor wc = w0.clone().requires_grad_();
   const Tensor lc = loss_of(wc, tokens, target);
