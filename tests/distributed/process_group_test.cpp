@@ -244,7 +244,74 @@ TEST(ProcessGroupGloo, EveryCollectiveMatchesReference) {
     Tensor empty_t = zeros({0}, DType::f32);
     pg.all_reduce(empty_t)->wait();
     pg.broadcast(empty_t, 0)->wait();
+    auto er = pg.recv(zeros({0}, DType::f32), (rank + size - 1) % size);
     pg.send(empty_t, (rank + 1) % size)->wait();
+    er->wait();
+  });
+}
+
+// A send and a recv that disagree on dtype or element count fail on both
+// ranks with a kiln::Error naming both sides, and the recv's tensor is left
+// as it was (a larger send aborted inside Gloo, a smaller one wrote part of
+// the tensor); the group stays usable.
+TEST(ProcessGroupGloo, SendRecvMismatchFailsBothSides) {
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    struct Case {
+      Tensor sent, received;
+      std::string sent_text, received_text;
+    };
+    std::vector<Case> cases = {
+        {ones({200}), zeros({100}), "f32 with 200 elements", "f32 with 100 elements"},
+        {ones({3}), zeros({8}), "f32 with 3 elements", "f32 with 8 elements"},
+        {ones({4}), zeros({4}, DType::i32), "f32 with 4 elements", "i32 with 4 elements"},
+        {zeros({0}), zeros({5}), "f32 with 0 elements", "f32 with 5 elements"},
+    };
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
+      const std::string sent = "the send of rank 0 has " + c.sent_text,
+                        received = "the recv of rank 1 has " + c.received_text;
+      if (rank == 0) {
+        expect_error([&] { pg.send(c.sent, 1, int(k))->wait(); },
+                     {"[send]", sent.c_str(), received.c_str(), "group stays usable"});
+      } else {
+        expect_error([&] { pg.recv(c.received, 0, int(k))->wait(); },
+                     {"[recv]", sent.c_str(), received.c_str(), "group stays usable"});
+        expect_values(
+            c.received, [](int64_t) { return 0.0; }, "a recv that failed");
+      }
+      // The same tag, matching now: the connection is still in step.
+      Tensor got = zeros({6});
+      if (rank == 0) {
+        pg.send(full({6}, double(k + 1)), 1, int(k))->wait();
+      } else {
+        pg.recv(got, 0, int(k))->wait();
+        expect_values(
+            got, [&](int64_t) { return double(k + 1); }, "after a mismatch");
+      }
+    }
+    pg.barrier()->wait();
+  });
+}
+
+// Each send/recv is posted when issued: a sender that waits for its second
+// send before issuing the first completes although the receiver posted (and
+// waits for) the recvs in the other order.
+TEST(ProcessGroupGloo, SendsWaitedOutOfTheRecvsOrder) {
+  run_ranks(2, [&](int rank, ProcessGroup& pg) {
+    if (rank == 0) {
+      pg.send(full({4}, 2.0), 1, 2)->wait();
+      pg.send(full({4}, 1.0), 1, 1)->wait();
+    } else {
+      Tensor one = zeros({4}), two = zeros({4});
+      auto a = pg.recv(one, 0, 1);
+      auto b = pg.recv(two, 0, 2);
+      a->wait();
+      b->wait();
+      expect_values(
+          one, [](int64_t) { return 1.0; }, "tag 1");
+      expect_values(
+          two, [](int64_t) { return 2.0; }, "tag 2");
+    }
   });
 }
 

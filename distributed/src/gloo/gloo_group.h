@@ -96,12 +96,24 @@ inline OpInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}
   return i;
 }
 
+// A send's or recv's Gloo buffers, each kept alive (also after a failure,
+// until the contexts close) and aborted when the group is destroyed.
+struct PointToPoint {
+  /// Keeps `b`; false (and `b` aborted) once abort() ran.
+  bool add(BufPtr b);
+  /// Ends every wait on the buffers now and later.
+  void abort();
+
+  std::mutex mu;
+  std::vector<BufPtr> bufs;  // guarded by mu
+  bool aborted = false;      // guarded by mu
+};
+
 struct Task {
   std::shared_ptr<WorkImpl> work;
   RunFn run;
   uint32_t tag = 0;
-  BufPtr p2p;  // send/recv: the posted buffer (aborted when the group is destroyed)
-  bool is_send = false;
+  std::shared_ptr<PointToPoint> p2p;  // send/recv only
   Signature sig;  // collectives: compared across ranks before the payload moves
 };
 
@@ -172,6 +184,13 @@ class GlooGroup final : public ProcessGroup {
   mutable std::mutex broken_mu_;
   std::string broken_;           // the first transport failure
   std::vector<Task> graveyard_;  // aborted send/recv: kept until the contexts close
+
+  // Each recv waits on a thread of its own: it posts its payload only once
+  // the sender's header arrived, and one recv must not hold up another.
+  void run_recv(Task t);
+  std::mutex recvs_mu_;
+  std::condition_variable recvs_cv_;
+  std::vector<std::shared_ptr<PointToPoint>> recvs_;  // running; aborted by the destructor
 };
 
 }  // namespace kiln::dist::gloo_backend

@@ -6,9 +6,10 @@
 // every rank (the ordering contract makes it so). The tag is the collective's
 // sequence number, which keeps Gloo's slots apart even within one lane.
 // Send/recv are posted on the caller's thread on a separate context (they are
-// outside the collective order) and completed by one more lane that waits for
-// them in posting order; every transfer is already posted, so waiting in order
-// cannot deadlock.
+// outside the collective order), after a header exchange that makes a send
+// and recv that disagree fail instead of aborting in Gloo; sends are waited
+// for by one more lane in posting order, each recv on a thread of its own
+// (process_group_gloo_p2p.cpp).
 //
 // Failures. Any exception from Gloo (a peer closed its sockets, a timeout) is
 // turned into a kiln::Error naming the op, the rank and the group, and marks
@@ -217,16 +218,15 @@ CtxPtr GlooGroup::connect(const std::string& name) {
 GlooGroup::~GlooGroup() {
   // Queued ops fail; a running collective ends within its timeout; a waiting
   // send/recv is aborted.
+  {
+    std::unique_lock lock(recvs_mu_);
+    for (auto& r : recvs_) r->abort();
+    recvs_cv_.wait(lock, [&] { return recvs_.empty(); });
+  }
   auto stop = [](Lane& lane) {
     std::lock_guard lock(lane.mu);
     lane.stop = true;
-    if (lane.current && lane.current->p2p) {
-      if (lane.current->is_send) {
-        lane.current->p2p->abortWaitSend();
-      } else {
-        lane.current->p2p->abortWaitRecv();
-      }
-    }
+    if (lane.current && lane.current->p2p) lane.current->p2p->abort();
     lane.cv.notify_all();
   };
   for (auto& lane : lanes_) stop(*lane);
@@ -364,67 +364,9 @@ WorkPtr GlooGroup::collective(OpInfo info, Signature sig, std::vector<Tensor> re
           lane.cpu = cpu;
       }
     }
-    lane.queue.push_back(
-        Task{work, std::move(run), uint32_t(work->info().seq), nullptr, false, sig});
+    lane.queue.push_back(Task{work, std::move(run), uint32_t(work->info().seq), nullptr, sig});
   }
   lane.cv.notify_one();
-  return work;
-}
-
-WorkPtr GlooGroup::point_to_point(const char* op, Tensor t, int peer, int tag, bool is_send) {
-  detail::check_cpu_tensor(op, t);
-  const char* role = is_send ? "dst" : "src";
-  KILN_CHECK(peer >= 0 && peer < size_ && peer != rank_, "[", op, "] ", role, " ", peer,
-             " must be another rank of the group (size ", size_, ", this rank ", rank_, ")");
-  KILN_CHECK(tag >= 0, "[", op, "] tag must be >= 0; got ", tag);
-  OpInfo info = tensor_op(op, t, kiln::str(role, "=", peer, " tag=", tag));
-  std::lock_guard lock(issue_mu_);
-  info.seq = next_p2p_++;
-  if (std::string b = broken(); !b.empty())
-    return detail::failed_work(info, where_, log_,
-                               kiln::str("[", op, "] ", info.str(), " failed on ", where_,
-                                         ": the group is unusable after an earlier failure: ", b));
-  uint64_t id = log_->add(info.str());
-  auto work =
-      std::make_shared<WorkImpl>(info, where_, std::vector<Tensor>{t}, opts_.timeout, log_, id);
-  if (t.numel() == 0) {
-    work->mark_done();
-    return work;
-  }
-  BufPtr buf;
-  try {
-    buf = p2p_->ctx->createUnboundBuffer(t.data_ptr(), nbytes(t));
-    if (is_send) {
-      buf->send(peer, uint64_t(tag));
-    } else {
-      buf->recv(peer, uint64_t(tag));
-    }
-  } catch (const std::exception& e) {
-    std::string msg = work->failure(kiln::str("Gloo: ", e.what(), " (peer: rank ", peer, ")"));
-    {
-      std::lock_guard g(broken_mu_);
-      if (broken_.empty()) broken_ = msg;
-    }
-    work->mark_failed(msg);
-    return work;
-  }
-  Millis timeout = opts_.timeout;
-  RunFn wait = [buf, is_send, timeout, peer](const LaneRun&) {
-    bool ok = false;
-    try {
-      ok = is_send ? buf->waitSend(nullptr, timeout) : buf->waitRecv(nullptr, timeout);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw std::runtime_error(kiln::str(e.what(), " (peer: rank ", peer, ")"));
-    }
-    if (!ok) kiln::throw_error("aborted: the process group was destroyed");
-  };
-  {
-    std::lock_guard l(p2p_->mu);
-    p2p_->queue.push_back(Task{work, std::move(wait), 0, buf, is_send, {}});
-  }
-  p2p_->cv.notify_one();
   return work;
 }
 
@@ -443,15 +385,6 @@ Tensor GlooGroup::make_comm_buffer(int64_t numel, DType dtype) {
   std::byte* own = buf->bases[size_t(rank_)];              // zeroed by ftruncate
   return from_blob(own, {numel}, dtype, [buf](void*) {});  // unmapped with the last view
 }
-
-WorkPtr GlooGroup::send(Tensor t, int dst, int tag) {
-  return point_to_point("send", std::move(t), dst, tag, true);
-}
-
-WorkPtr GlooGroup::recv(Tensor t, int src, int tag) {
-  return point_to_point("recv", std::move(t), src, tag, false);
-}
-
 
 }  // namespace gloo_backend
 
