@@ -6,9 +6,11 @@
 #include <cblas.h>
 #include <sys/resource.h>
 
+#include <memory>
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/profiler.h"
 
 using namespace kiln;
 
@@ -41,6 +43,29 @@ void BM_DispatchAddScalar1(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_DispatchAddScalar1);
+
+// BM_DispatchAdd1 while a profile records (arg 1: with shapes and the
+// allocator's events). The profile restarts every 100k ops, untimed, so its
+// buffers stay small.
+void BM_DispatchAdd1Profiled(benchmark::State& state) {
+  const profiler::Options opts{.record_shapes = state.range(0) != 0,
+                               .profile_memory = state.range(0) != 0};
+  Tensor a = ones({1}), b = ones({1});
+  auto p = std::make_unique<profiler::Profile>(opts);
+  int64_t n = 0;
+  for (auto _ : state) {
+    Tensor c = add(a, b);
+    benchmark::DoNotOptimize(c.impl());
+    if (++n % 100000 == 0) {
+      state.PauseTiming();
+      p.reset();
+      p = std::make_unique<profiler::Profile>(opts);
+      state.ResumeTiming();
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_DispatchAdd1Profiled)->Arg(0)->Arg(1);
 
 constexpr int64_t kBig = 16 * 1024 * 1024;
 

@@ -15,6 +15,7 @@
 #include "kiln/ir/generalize.h"
 #include "kiln/ir/text.h"
 #include "kiln/passes/pass_manager.h"
+#include "kiln/profiler.h"
 #include "kiln/random.h"
 #include "partition.h"
 
@@ -252,6 +253,8 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
                                                           const std::vector<double>& statics,
                                                           std::vector<double>& spec,
                                                           const Body& body) {
+  profiler::Span span("compile", "compile " + opts.name);  // trace, passes, codegen, first run
+  const int64_t trace_start = profiler::now_ns();
   auto t0 = std::chrono::steady_clock::now();
   auto plan = std::make_shared<Plan>();
   fill_signature(*plan, args, statics, opts);
@@ -326,6 +329,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     throw;
   }
   ir::TraceResult res = tr.finish(results, grads);
+  profiler::record_span("compile", "trace", trace_start, profiler::now_ns());
   stats.trace_ms += ms_since(t0);
   ++stats.traces;
 

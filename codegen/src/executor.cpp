@@ -34,6 +34,7 @@
 #include "kiln/functional.h"
 #include "kiln/ir/verify.h"
 #include "kiln/kernel_cache.h"
+#include "kiln/profiler.h"
 #include "kiln/thread_pool.h"
 #include "lower.h"
 #include "placement.h"
@@ -375,6 +376,7 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
       ++st.nodes_run;
     } else if (step.node) {
       const ir::Node& n = *step.node;
+      profiler::Span nspan("node", n.info().name);  // an unfused node (BLAS, eager kernel)
       ins.clear();
       for (int i : step.in) ins.push_back(slots[static_cast<size_t>(i)]);
       Attrs attrs = n.sym_attrs.empty() ? n.attrs : n.eval_attrs(syms);
@@ -510,6 +512,22 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
         ++st.kernels_run;
       }
       const Group& first = groups_[static_cast<size_t>(step.groups.front())];
+      profiler::Span kspan("kernel", first.lowered.kernel.name);
+      if (kspan.active()) [[unlikely]] {
+        // Iteration space and bytes read + written (every argument once); on a
+        // device the span is the launch's queueing, not the kernel's run.
+        int64_t bytes = 0, items = 0;
+        for (size_t i = 0; i < launches.size(); ++i) {
+          items += launches[i].items;
+          for (int sl : groups_[static_cast<size_t>(step.groups[i])].arg_slot)
+            if (const Tensor& t = slots[static_cast<size_t>(sl)]; t.defined())
+              bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+        }
+        kspan.arg("instances", static_cast<int64_t>(launches.size()));
+        kspan.arg("work_items", items);
+        kspan.arg("sizes", str(launches.front().sizes));
+        kspan.set_bytes(bytes);
+      }
       if (first.device_kernel) {
         // On a device: one launch per instance, queued in order.
         for (const Launch& l : launches) first.device_kernel->launch(l.ptrs.data(), l.sizes.data());

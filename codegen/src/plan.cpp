@@ -9,6 +9,7 @@
 #include "kiln/functional.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/remat.h"
+#include "kiln/profiler.h"
 #include "kiln/random.h"
 #include "ops/loops.h"
 #include "partition.h"
@@ -227,6 +228,7 @@ ExecutorOptions executor_options(const CompileOptions& opts, Device device) {
 // `p` (given for the whole or forward graph) receives the remat pass's report.
 std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts,
                                     Plan* p = nullptr) {
+  profiler::Span span("compile", "passes");
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
   passes::RematScope remat({.memory_budget = opts.memory_budget});
@@ -285,7 +287,10 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
       p.device = c->device;
   if (p.result_grad.empty()) {
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
-    p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
+    {
+      profiler::Span span("compile", "codegen");  // fusion plan, lowering, kernels
+      p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
+    }
     p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
     p.num_fwd_outputs = p.outputs.size();
     return;
@@ -310,6 +315,7 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   p.num_fwd_outputs = p.outputs.size();
   p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts, &p));
   p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
+  profiler::Span span("compile", "codegen");  // fusion plans, lowering, kernels
   p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
   p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
   p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device));
@@ -340,6 +346,7 @@ void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
 }  // namespace
 
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
+  profiler::Span span("compile", "run compiled");
   std::vector<double> hv(p.hosts.size());
   {
     UntracedGuard untraced;

@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <ostream>
 
 #include "kiln/error.h"
+#include "kiln/profiler.h"
 
 namespace kiln::launcher {
 
@@ -87,6 +90,9 @@ std::optional<int> parse_args(int argc, const char* const* argv, Options& o, std
                  "seconds to wait for the store and for every node's launcher (at most a week)")
       ->check(seconds_in(0, 604800, true))
       ->capture_default_str();
+  app.add_option("--profile", o.profile_dir,
+                 "profile every worker (KILN_PROFILE): DIR/rank<N>.json per rank, merged at the "
+                 "end into DIR/trace.json (clocks aligned to rank 0's through the store)");
   app.add_option("--token", o.token,
                  "store token shared by the job's launchers (default: env KILN_STORE_TOKEN)");
   app.footer(kFooter);
@@ -136,6 +142,7 @@ std::vector<std::string> worker_env(const std::vector<std::string>& base, const 
       {"KILN_USE_AGENT_STORE", "1"},
   };
   if (!o.token.empty()) set.emplace_back("KILN_STORE_TOKEN", o.token);
+  if (!o.profile_dir.empty()) set.emplace_back("KILN_PROFILE", o.profile_dir + "/rank%r.json");
   auto name_of = [](const std::string& entry) { return entry.substr(0, entry.find('=')); };
   auto has = [&](const std::string& name) {
     for (const auto& e : base)
@@ -158,6 +165,25 @@ std::vector<std::string> worker_env(const std::vector<std::string>& base, const 
   }
   for (const auto& [k, v] : set) env.push_back(kiln::str(k, "=", v));
   return env;
+}
+
+std::string merge_profile_dir(const std::string& dir) {
+  std::vector<std::pair<int, std::string>> ranks;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= 9 || !name.starts_with("rank") || !name.ends_with(".json")) continue;
+    const std::string digits = name.substr(4, name.size() - 9);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    ranks.emplace_back(std::stoi(digits), entry.path().string());
+  }
+  if (ranks.empty()) return "";
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<std::string> files;
+  for (auto& [r, f] : ranks) files.push_back(f);
+  const std::string out = (std::filesystem::path(dir) / "trace.json").string();
+  profiler::merge_chrome_traces(files, out);
+  return out;
 }
 
 int exit_code_of_status(int status) {

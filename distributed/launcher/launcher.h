@@ -24,6 +24,7 @@ struct Options {
   double grace_seconds = 5;  ///< SIGTERM -> SIGKILL delay when tearing down
   double rdzv_timeout_seconds = 300;  ///< how long launchers wait for each other
   std::string token;         ///< KILN_STORE_TOKEN of the job (--token or the env)
+  std::string profile_dir;   ///< --profile: per-rank traces here, merged into trace.json
   std::vector<std::string> program;  ///< the program and its arguments
 };
 
@@ -36,6 +37,11 @@ std::optional<int> parse_args(int argc, const char* const* argv, Options& o,
 /// variables set or replaced (RANK, LOCAL_RANK, WORLD_SIZE, ...).
 std::vector<std::string> worker_env(const std::vector<std::string>& base, const Options& o,
                                     int local_rank, int restart_count);
+
+/// Merges DIR/rank<N>.json (the workers' traces, already on rank 0's clock)
+/// into DIR/trace.json, ranks in order. Returns its path, or "" when no rank
+/// wrote a trace.
+std::string merge_profile_dir(const std::string& dir);
 
 /// The exit code a launcher reports for a wait() status: the code itself, or
 /// 128 + signal for a worker killed by a signal (like a shell).

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -737,9 +738,21 @@ int run_job(const Options& opts) {
 
 }  // namespace
 
-int run(const Options& o) {
+int run(const Options& opts) {
   try {
-    return run_job(o);
+    Options o = opts;
+    if (!o.profile_dir.empty()) {
+      // Absolute, so workers that change directory still write there.
+      o.profile_dir = std::filesystem::absolute(o.profile_dir).string();
+      std::filesystem::create_directories(o.profile_dir);
+    }
+    const int code = run_job(o);
+    if (!o.profile_dir.empty()) {
+      const std::string merged = merge_profile_dir(o.profile_dir);
+      say(merged.empty() ? kiln::str("--profile: no rank wrote a trace in ", o.profile_dir)
+                         : kiln::str("profile of every rank: ", merged));
+    }
+    return code;
   } catch (const std::exception& e) {
     say(kiln::str("error: ", e.what()));
     return 1;

@@ -17,6 +17,7 @@
 #include "kiln/dispatch.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/functional.h"
+#include "kiln/profiler.h"
 
 namespace kiln::dist {
 namespace {
@@ -348,6 +349,9 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       GradBucket gb{next_bucket, b.buffer, {}, b.offsets};
       for (size_t k : b.params) gb.parameters.push_back(params[k].tensor);
       b.launched = Clock::now();
+      profiler::Span span("ddp", "launch bucket");
+      span.arg("bucket", static_cast<int64_t>(next_bucket));
+      span.arg("bytes", b.buffer.numel() * static_cast<int64_t>(dtype_size(b.buffer.dtype())));
       b.work = hook ? hook(*pg, gb) : allreduce_hook(*pg, gb);
       KILN_CHECK(b.work != nullptr, kTag, "the comm hook returned no Work for bucket ",
                  next_bucket);
@@ -400,6 +404,8 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     std::vector<Clock::time_point> launches;
     for (size_t b = 0; b < buckets.size(); ++b) {
       try {
+        profiler::Span span("ddp", "wait bucket");
+        span.arg("bucket", static_cast<int64_t>(b));
         buckets[b].work->wait();
       } catch (const Error& e) {
         throw Error(str(kTag, "the all-reduce of bucket ", b, " (", buckets[b].params.size(),

@@ -15,6 +15,7 @@
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "process_group_impl.h"
+#include "profiler_clock.h"
 
 namespace kiln::dist {
 
@@ -214,6 +215,7 @@ void init_process_group(const InitOptions& opts) {
     if (loopback && env_value("GLOO_SOCKET_IFNAME").empty()) po.host = "127.0.0.1";
     s.group = make_gloo_group(s.store, r.rank, r.world_size, po, prefix);
     s.options = po;
+    detail::align_profiler_clock(*s.store, prefix, r.rank, r.world_size);
   } catch (...) {
     s.group.reset();
     s.store.reset();

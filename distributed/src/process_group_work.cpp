@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kiln/error.h"
+#include "kiln/profiler.h"
 #include "process_group_impl.h"
 
 namespace kiln::dist::detail {
@@ -14,6 +15,31 @@ namespace {
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t ns_of(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// The collective's bytes per rank ("f32" x numel); 0 when it has no dtype.
+int64_t bytes_of(const OpInfo& info) {
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (info.dtype == dtype_name(DType(d)))
+      return info.numel * static_cast<int64_t>(dtype_size(DType(d)));
+  return 0;
+}
+
+// A finished collective as a span on the thread that ran it (a lane).
+void profile_collective(const OpInfo& info, Clock::time_point start, Clock::time_point end) {
+  const int64_t bytes = bytes_of(info);
+  const double secs = std::chrono::duration<double>(end - start).count();
+  std::string args = kiln::str("\"seq\":", info.seq, ",\"bytes\":", bytes);
+  if (!info.dtype.empty())
+    args +=
+        kiln::str(",\"dtype\":\"", info.dtype, "\",\"shape\":", profiler::json_quote(info.shape));
+  if (!info.detail.empty()) args += ",\"detail\":" + profiler::json_quote(info.detail);
+  if (bytes > 0 && secs > 0) args += kiln::str(",\"GB/s\":", double(bytes) / secs / 1e9);
+  profiler::record_span("collective", info.op, ns_of(start), ns_of(end), std::move(args));
 }
 
 }  // namespace
@@ -112,6 +138,8 @@ std::string WorkImpl::failure(const std::string& why) const {
 }
 
 void WorkImpl::wait(Millis timeout) {
+  profiler::Span span("collective", profiler::enabled() ? "wait " + info_.op : std::string());
+  span.arg("seq", static_cast<int64_t>(info_.seq));
   if (timeout.count() < 0) timeout = default_timeout_;
   timeout = std::min<Millis>(timeout, std::chrono::hours(24 * 365));  // now + max overflows
   std::unique_lock lock(mu_);
@@ -152,6 +180,9 @@ std::string WorkImpl::describe() const {
 }
 
 void WorkImpl::mark_started() {
+  // The thread that runs collectives (a backend's lane), named in traces.
+  if (profiler::enabled()) [[unlikely]]
+    profiler::set_thread_name("collective lane");
   {
     std::lock_guard lock(mu_);
     start_ = Clock::now();
@@ -166,6 +197,8 @@ void WorkImpl::mark_done() {
     if (start_ == Clock::time_point{}) start_ = end_;
     state_ = State::kDone;
   }
+  if (profiler::enabled()) [[unlikely]]
+    profile_collective(info_, start_time(), end_time());
   log_->finished(log_id_);
   cv_.notify_all();
 }

@@ -116,11 +116,19 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
                                                         const Attrs& attrs) {
   profiler::Span span("op", op_info(op).name);
   if (span.active() && profiler::record_shapes()) {
-    std::string shapes, dtypes;
+    std::string shapes, dtypes;  // "[4, 16], [16, 8]" and "f32, f32" (no streams: hot when on)
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& t = inputs[i];
-      shapes += str(i ? ", " : "", t.defined() ? str(t.shape()) : "undefined");
-      dtypes += str(i ? ", " : "", t.defined() ? str(t.dtype()) : "-");
+      if (i) shapes += ", ", dtypes += ", ";
+      if (!t.defined()) {
+        shapes += "undefined", dtypes += "-";
+        continue;
+      }
+      shapes += '[';
+      for (size_t d = 0; d < t.shape().size(); ++d)
+        shapes += (d ? ", " : "") + std::to_string(t.shape()[d]);
+      shapes += ']';
+      dtypes += dtype_name(t.dtype());
     }
     span.arg("shapes", shapes);
     span.arg("dtypes", dtypes);

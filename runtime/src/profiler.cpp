@@ -319,14 +319,15 @@ int process_rank() {
 
 void on_alloc(const void* ptr, size_t bytes, int64_t current_bytes) {
   const int64_t t = now_ns();
-  push({"memory", "memory", 'C', t, 0, 0, str("\"allocated_bytes\":", current_bytes)});
+  push({"memory", "memory", 'C', t, 0, 0, "\"allocated_bytes\":" + std::to_string(current_bytes)});
   Registry& r = registry();
   std::lock_guard lock(r.live_mu);
   r.live[ptr] = {ptr, bytes, t_scope ? *t_scope : std::string(), os_tid()};
 }
 
 void on_free(const void* ptr, size_t, int64_t current_bytes) {
-  push({"memory", "memory", 'C', now_ns(), 0, 0, str("\"allocated_bytes\":", current_bytes)});
+  push({"memory", "memory", 'C', now_ns(), 0, 0,
+        "\"allocated_bytes\":" + std::to_string(current_bytes)});
   Registry& r = registry();
   std::lock_guard lock(r.live_mu);
   r.live.erase(ptr);
