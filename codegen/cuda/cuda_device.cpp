@@ -386,10 +386,9 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::sum || op == OpId::max || op == OpId::min)
     return reduce(op, in[0], attrs, out[0]);
   if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
-  // pad and cat are built from fills and strided copies into views of their
-  // output (copy_into goes to this runtime's copy): their kernels run as they are.
-  // (An op-table trait would say so for every device runtime; today only these.)
-  if (op == OpId::pad || op == OpId::cat) return info.kernel(in, attrs, out);
+  // Built from fills and strided copies into views of their output
+  // (copy_into goes to this runtime's copy): their kernels run as they are.
+  if (info.has(kCopies)) return info.kernel(in, attrs, out);
   if (op == OpId::gather) return device_gather(in[0], attrs.i("dim"), in[1], out[0]);
   if (op == OpId::index_select) return device_index_select(in[0], attrs.i("dim"), in[1], out[0]);
   if (op == OpId::argmax || op == OpId::argmin)

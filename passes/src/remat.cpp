@@ -25,7 +25,7 @@
 //    sink side is recomputed. Ties prefer saving a needed value itself (no
 //    recomputation for nothing).
 // 4. What may be recomputed, by tier. Default policy: cheap elementwise ops
-//    (add, mul, compares, where, casts... not exp/erf/tanh/div: costly_math),
+//    (add, mul, compares, where, casts... not the kCostly ops of ops.def),
 //    views and fills: the recomputation fuses into the backward's kernels, so
 //    it costs little beyond bandwidth already paid. Under a memory budget,
 //    tiers escalate while the budget is not met: + costly math; + reductions
@@ -276,35 +276,11 @@ class FlowNet {
 // ---- rule 4: tiers ----
 
 struct Tier {
-  bool math = false;        // transcendental elementwise ops (see costly_math)
+  bool math = false;        // kCostly elementwise ops (ops.def)
   bool reductions = false;  // reductions and non-view movement ops
   int depth = 0;            // opaque ops (matmul, conv): all but every (depth+1)-th
   const char* name = "";
 };
-
-// Elementwise ops that cost tens of instructions per element on the CPU
-// (polynomial approximations, divisions): recomputing GELU's erf in the
-// backward made a 16-layer MLP step 1.47x slower (bench/remat_bench), so the
-// default policy leaves them saved.
-bool costly_math(const Node& n) {
-  switch (n.op) {
-    case OpId::exp:
-    case OpId::log:
-    case OpId::log1p:
-    case OpId::sqrt:
-    case OpId::rsqrt:
-    case OpId::tanh:
-    case OpId::sigmoid:
-    case OpId::sin:
-    case OpId::cos:
-    case OpId::erf:
-    case OpId::div:
-    case OpId::pow:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // True if n may be recomputed in tier t; `opaque_rank` is n's number among
 // the opaque nodes before the cut (rule 4: every (depth+1)-th one is kept).
@@ -313,7 +289,9 @@ bool recomputable(const Node& n, const Tier& t, int opaque_rank) {
   const OpInfo& info = n.info();
   if (info.has(kRandom) || info.has(kCollective)) return false;
   if (info.has(kOpaque)) return t.depth > 0 && opaque_rank % (t.depth + 1) != t.depth;
-  if (info.has(kElementwise) && costly_math(n)) return t.math;
+  // kCostly: recomputing GELU's erf in the backward made a 16-layer MLP step
+  // 1.47x slower (bench/remat_bench), so the default policy keeps them saved.
+  if (info.has(kElementwise) && info.has(kCostly)) return t.math;
   if (info.has(kElementwise) || info.has(kView) || n.is_op(OpId::full)) return true;
   return t.reductions && (info.has(kReduction) || info.has(kMovement) || info.has(kFactory));
 }

@@ -43,6 +43,31 @@ TEST(OpTraits, FloatMathDecidesTheDtypeOfIntegerInputs) {
   EXPECT_FALSE(op_info(OpId::logical_not).has(kFloatMath));
 }
 
+// kCostly (what rematerialization keeps saved by default) covers every
+// kFloatMath op and the divisions; kCopies ops have kernels that any device
+// runtime runs as they are.
+TEST(OpTraits, CostlyAndCopiesTraits) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const auto op = static_cast<OpId>(i);
+    const OpInfo& info = op_info(op);
+    if (info.has(kFloatMath)) {
+      EXPECT_TRUE(info.has(kCostly)) << op_name(op);
+    }
+    if (info.has(kCostly)) {
+      EXPECT_TRUE(info.has(kElementwise)) << op_name(op);
+    }
+    if (info.has(kCopies)) {
+      EXPECT_TRUE(info.kernel != nullptr) << op_name(op);
+    }
+  }
+  EXPECT_TRUE(op_info(OpId::div).has(kCostly));
+  EXPECT_TRUE(op_info(OpId::pow).has(kCostly));
+  EXPECT_FALSE(op_info(OpId::mul).has(kCostly));
+  EXPECT_TRUE(op_info(OpId::pad).has(kCopies));
+  EXPECT_TRUE(op_info(OpId::cat).has(kCopies));
+  EXPECT_FALSE(op_info(OpId::gather).has(kCopies));
+}
+
 // The interpreter's per-op cases come from the table: every unary and binary
 // op (where/cast included) runs in a kernel of a dtype it accepts.
 TEST(OpTraits, InterpreterHasEveryElementwiseOp) {

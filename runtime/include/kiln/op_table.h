@@ -37,6 +37,8 @@ enum OpTrait : uint32_t {
   kNonDiff = 1u << 8,     ///< not differentiable: outputs never require grad
   kCollective = 1u << 9,  ///< side effects on other ranks: never folded, merged or fused
   kFloatMath = 1u << 10,  ///< computes in floating point: integer inputs give the default float
+  kCostly = 1u << 11,     ///< tens of instructions per element (approximations, division)
+  kCopies = 1u << 12,     ///< kernel only fills and copies into its outputs: runs on any device
 };
 
 /// Shape and dtype of one op output.
