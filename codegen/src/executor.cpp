@@ -143,6 +143,11 @@ class Liveness {
     }
   }
   int64_t peak() const { return peak_; }
+  int64_t current() const { return cur_; }
+  // Whether t's buffer is counted now (held, and not a graph input's).
+  bool counts(const Tensor& t) const {
+    return t.defined() && t.impl()->storage && live_.count(t.impl()->storage.get());
+  }
 
  private:
   bool on_;
@@ -249,6 +254,40 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
   return r;
 }
 
+void Executor::note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots,
+                         int64_t bytes, const std::function<bool(const Tensor&)>& counts) const {
+  // Slots are numbered as the schedule numbers them: inputs, then each node's outputs.
+  std::vector<const ir::Value*> value_of(static_cast<size_t>(num_slots_), nullptr);
+  size_t k = 0;
+  for (const ir::Value* v : graph_->inputs()) value_of[k++] = v;
+  for (const ir::Node* n : graph_->nodes())
+    for (const ir::Value* v : n->outputs) value_of[k++] = v;
+  const Step& st = steps_[step];
+  r.peak_bytes = bytes;
+  r.step =
+      st.node ? str("node ", st.node->info().name)
+              : str("kernel ", groups_[static_cast<size_t>(st.groups.front())].lowered.kernel.name);
+  r.values.clear();
+  std::unordered_set<const StorageImpl*> seen;
+  for (size_t sl = 0; sl < slots.size(); ++sl) {
+    const Tensor& t = slots[sl];
+    if (!counts(t) || !seen.insert(t.impl()->storage.get()).second) continue;
+    const ir::Value* v = value_of[sl];
+    PeakValue pv;
+    pv.value = v && !v->name.empty() ? v->name : str("%", v ? v->id() : -1);
+    pv.op = v && v->producer ? v->producer->info().name : "input";
+    if (v && v->producer && plan_.group_of[graph_->position(v->producer)] >= 0)
+      pv.op = str("fused kernel ",
+                  groups_[static_cast<size_t>(plan_.group_of[graph_->position(v->producer)])]
+                      .lowered.kernel.name);
+    pv.type = str(t.dtype(), t.shape());
+    pv.bytes = static_cast<int64_t>(t.impl()->storage->nbytes);
+    r.values.push_back(std::move(pv));
+  }
+  std::stable_sort(r.values.begin(), r.values.end(),
+                   [](const PeakValue& a, const PeakValue& b) { return a.bytes > b.bytes; });
+}
+
 std::vector<Tensor> Executor::run(const RunArgs& args) const {
   const ir::Graph& g = *graph_;
   KILN_CHECK(args.inputs.size() == g.inputs().size(), "[executor] the graph takes ",
@@ -334,7 +373,10 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
     }
     return -1;
   };
-  Liveness mem(args.stats != nullptr);
+  // A profile recording memory gets the values alive at this run's peak.
+  const bool peak_report = profiler::enabled() && profiler::profile_memory();
+  PeakReport peak;
+  Liveness mem(args.stats != nullptr || peak_report);
   for (const Tensor& t : args.inputs) mem.exclude(t);
   RunStats st;
   // Host buffers (by the host's output slot) allocated by their first placed
@@ -563,6 +605,8 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
       ++st.kernel_launches;
       launches.clear();
     }
+    if (peak_report && mem.current() > peak.peak_bytes) [[unlikely]]
+      note_peak(peak, s, slots, mem.current(), [&](const Tensor& t) { return mem.counts(t); });
     for (int f : step.free_after) {
       mem.drop(slots[static_cast<size_t>(f)]);
       slots[static_cast<size_t>(f)] = Tensor();
@@ -572,6 +616,10 @@ std::vector<Tensor> Executor::run(const RunArgs& args) const {
   if (args.stats) {
     st.peak_bytes = mem.peak();
     *args.stats = st;
+  }
+  if (peak_report && peak.peak_bytes > 0) {
+    peak.plan = opts_.name;
+    profiler::record_peak_report(std::move(peak));
   }
   std::vector<Tensor> result;
   result.reserve(output_slots_.size());

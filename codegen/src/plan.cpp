@@ -216,8 +216,10 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
 
 namespace {
 
-ExecutorOptions executor_options(const CompileOptions& opts, Device device) {
+ExecutorOptions executor_options(const CompileOptions& opts, Device device,
+                                 const char* part = "forward") {
   ExecutorOptions eo;
+  eo.name = str(part, " of ", opts.name);
   eo.device = device;
   eo.fuse = opts.fuse;
   eo.kernels = opts.kernels;
@@ -289,7 +291,7 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
     {
       profiler::Span span("compile", "codegen");  // fusion plan, lowering, kernels
-      p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
+      p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device, "graph"));
     }
     p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
     p.num_fwd_outputs = p.outputs.size();
@@ -318,7 +320,8 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   profiler::Span span("compile", "codegen");  // fusion plans, lowering, kernels
   p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
   p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
-  p.bwd_exec = std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device));
+  p.bwd_exec =
+      std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device, "backward"));
 }
 
 namespace {

@@ -45,6 +45,7 @@ struct Registry {
   int64_t clock_offset = 0;
   std::mutex live_mu;
   std::unordered_map<const void*, MemoryBlock> live;
+  std::vector<PeakReport> peaks;  // the latest per plan, while memory is recorded
   Profile* env_profile = nullptr;
   std::string env_path;
 };
@@ -226,6 +227,7 @@ void Profile::stop() {
     }
     std::lock_guard ll(r.live_mu);
     r.live.clear();
+    r.peaks.clear();
   }
   std::stable_sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
     if (a.tid != b.tid) return a.tid < b.tid;
@@ -333,6 +335,25 @@ void on_free(const void* ptr, size_t, int64_t current_bytes) {
   r.live.erase(ptr);
 }
 
+void record_peak_report(PeakReport rep) {
+  const int64_t t = now_ns();
+  std::string args = "\"peak_bytes\":" + std::to_string(rep.peak_bytes) +
+                     ",\"step\":" + json_quote(rep.step) + ",\"values\":[";
+  for (size_t i = 0; i < rep.values.size() && i < 20; ++i)
+    args += (i ? "," : "") + json_quote(str(rep.values[i].value, " ", rep.values[i].type, " ",
+                                            rep.values[i].bytes, " B from ", rep.values[i].op));
+  args += "]";
+  push({"peak of " + rep.plan, "memory", 'X', t, 0, 0, std::move(args)});
+  Registry& r = registry();
+  std::lock_guard lock(r.live_mu);
+  for (PeakReport& p : r.peaks)
+    if (p.plan == rep.plan) {
+      p = std::move(rep);
+      return;
+    }
+  r.peaks.push_back(std::move(rep));
+}
+
 }  // namespace kiln::profiler
 
 namespace kiln {
@@ -344,6 +365,7 @@ MemorySnapshot memory_snapshot() {
   {
     std::lock_guard lock(r.live_mu);
     for (const auto& [p, b] : r.live) s.blocks.push_back(b);
+    s.compiled_peaks = r.peaks;
   }
   std::sort(s.blocks.begin(), s.blocks.end(), [](const MemoryBlock& a, const MemoryBlock& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.ptr < b.ptr;

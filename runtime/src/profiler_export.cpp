@@ -202,6 +202,14 @@ std::string MemorySnapshot::str(size_t max_blocks) const {
      << ", peak " << profiler::human_bytes(static_cast<double>(stats.peak_bytes)) << ", cached "
      << profiler::human_bytes(static_cast<double>(stats.cached_bytes)) << ", " << stats.num_allocs
      << " allocations (" << stats.num_cache_hits << " from the cache)\n";
+  for (const PeakReport& p : compiled_peaks) {
+    os << "peak of " << p.plan << ": " << profiler::human_bytes(static_cast<double>(p.peak_bytes))
+       << " at " << p.step << "; alive then:\n";
+    for (size_t i = 0; i < p.values.size() && i < max_blocks; ++i)
+      os << "  " << p.values[i].value << " " << p.values[i].type << " "
+         << profiler::human_bytes(static_cast<double>(p.values[i].bytes)) << " from "
+         << p.values[i].op << "\n";
+  }
   if (blocks.empty()) {
     os << "no live blocks recorded (blocks are tracked while a profile with profile_memory "
           "records)\n";

@@ -22,6 +22,7 @@ namespace kiln {
 namespace detail {
 struct Placement;
 }
+struct PeakReport;
 
 /// Figures of one run.
 struct RunStats {
@@ -64,6 +65,8 @@ struct ExecutorOptions {
   /// Where the graph runs: every input lives there (CPU scalars excepted);
   /// fused kernels come from that device's backend (CUDA: printed, NVRTC).
   Device device = Device::cpu();
+  /// What the graph is, in profiler peak reports ("forward of step").
+  std::string name = "graph";
 };
 
 /// A prepared graph (schedule, kernels, last uses and symbol bindings
@@ -97,6 +100,9 @@ class Executor {
   struct Destinations;
   void build_schedule();
   Destinations destinations(const RunArgs& args) const;
+  // Fills `r` with the buffers alive after `step` (a new peak of `bytes`).
+  void note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots, int64_t bytes,
+                 const std::function<bool(const Tensor&)>& counts) const;
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions opts_;
   passes::FusionPlan plan_;

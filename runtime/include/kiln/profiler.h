@@ -22,6 +22,10 @@
 
 #include "kiln/allocator.h"
 
+namespace kiln {
+struct PeakReport;
+}  // namespace kiln
+
 namespace kiln::profiler {
 
 namespace detail {
@@ -139,6 +143,10 @@ int64_t clock_offset_ns();
 void on_alloc(const void* ptr, size_t bytes, int64_t current_bytes);
 void on_free(const void* ptr, size_t bytes, int64_t current_bytes);
 
+/// Keeps `r` as its graph's latest peak report (the executor calls this when
+/// profile_memory()) and adds it to the trace as a zero-length "peak" span.
+void record_peak_report(PeakReport r);
+
 /// Merges Chrome trace files (each already on rank 0's clock) into one.
 void merge_chrome_traces(const std::vector<std::string>& inputs, const std::string& output);
 
@@ -158,11 +166,30 @@ struct MemoryBlock {
   int64_t tid = 0;
 };
 
+/// One value held at a compiled run's peak.
+struct PeakValue {
+  std::string value;  ///< the IR value ("%12", or its name)
+  std::string op;     ///< its producer ("conv2d", "fused kernel <name>")
+  std::string type;   ///< "f32[64, 32, 14, 14]"
+  int64_t bytes = 0;  ///< its buffer (shared buffers are listed once)
+};
+
+/// Where a compiled run's intermediate buffers peaked and what was alive then
+/// (measured by the executor, graph inputs excluded).
+struct PeakReport {
+  std::string plan;  ///< which graph ("forward of <name>", "backward ...")
+  int64_t peak_bytes = 0;
+  std::string step;               ///< the step that reached the peak
+  std::vector<PeakValue> values;  ///< largest first
+};
+
 /// The CPU allocator's counters and, while a profile with profile_memory
 /// records, the blocks allocated since it started that are still live.
 struct MemorySnapshot {
   AllocatorStats stats;
   std::vector<MemoryBlock> blocks;  ///< largest first
+  /// While recording memory: the last peak report of each compiled graph run.
+  std::vector<PeakReport> compiled_peaks;
   /// A text report: counters, then bytes by op, then the largest blocks.
   std::string str(size_t max_blocks = 20) const;
 };
