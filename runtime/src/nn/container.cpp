@@ -19,6 +19,7 @@ void ModuleSequence::clone_into(ModuleSequence& dst) const {
   // Mode first, while dst is empty: the clones then keep their own modes.
   dst.train(is_training());
   for (size_t i = 0; i < items_.size(); ++i) dst.append(names_[i], items_[i]->clone());
+  dst.copy_ties_from(*this);  // weights tied across elements stay tied
 }
 
 Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 #include <typeinfo>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/autograd.h"
@@ -464,6 +465,28 @@ void Module::copy_state_from(const Module& src) {
              ": submodule lists differ");
   for (size_t i = 0; i < children_.size(); ++i)
     children_[i].second->copy_state_from(*src.children_[i].second);
+  copy_ties_from(src);
+}
+
+void Module::collect_entries(std::vector<const Entry*>& out) const {
+  for (const Entry& e : params_) out.push_back(&e);
+  for (const Entry& e : buffers_) out.push_back(&e);
+  for (const auto& [n, c] : children_) c->collect_entries(out);
+}
+
+void Module::copy_ties_from(const Module& src) {
+  std::vector<const Entry*> from, to;
+  src.collect_entries(from);
+  collect_entries(to);
+  if (from.size() != to.size()) return;
+  std::unordered_map<const TensorImpl*, size_t> first;  // src tensor -> its first entry
+  for (size_t i = 0; i < from.size(); ++i) {
+    const Tensor& t = from[i]->value();
+    if (!t.defined()) continue;
+    auto [it, fresh] = first.emplace(t.impl(), i);
+    // Entries are this module tree's own: writing through them re-points a slot.
+    if (!fresh) const_cast<Entry*>(to[i])->value() = to[it->second]->value();
+  }
 }
 
 std::string Module::repr() const {

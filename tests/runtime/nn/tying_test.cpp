@@ -136,3 +136,19 @@ TEST(WeightTying, AMemberAssignedAComputedTensorIsAnError) {
   m.head->weight = m.wte->weight * 2.0;  // not a parameter: would train nothing
   expect_error([&] { (void)m.parameters(); }, {"\"head.weight\"", "computed by ops"});
 }
+
+TEST(WeightTying, ClonesKeepTheTie) {
+  manual_seed(4);
+  auto wte = std::make_shared<nn::Embedding>(kVocab, kDim);
+  auto head = std::make_shared<nn::Linear>(kDim, kVocab, false);
+  head->weight = wte->weight;
+  nn::Sequential seq{wte, head};
+  auto copy = clone_as(seq);
+  ASSERT_EQ(copy->parameters().size(), 1u);
+  auto cw = copy->at<nn::Embedding>(0);
+  auto ch = copy->at<nn::Linear>(1);
+  EXPECT_TRUE(ch->weight.is_same(cw->weight));
+  EXPECT_FALSE(cw->weight.is_same(wte->weight));  // a deep copy
+  expect_equal(cw->weight, wte->weight);
+  EXPECT_TRUE(cw->weight.requires_grad());
+}

@@ -154,6 +154,10 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Copies values, requires_grad and training flags of `src` (same structure)
   /// into this module; helper for clone() implementations.
   void copy_state_from(const Module& src);
+  /// Shares tensors between this module's parameters and buffers wherever
+  /// `src` (same structure) shares them, so clones keep tied weights as
+  /// PyTorch's deepcopy does; a different structure is left as it is.
+  void copy_ties_from(const Module& src);
 
  private:
   struct Entry {
@@ -170,6 +174,7 @@ class Module : public std::enable_shared_from_this<Module> {
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out,
                std::vector<const TensorImpl*>& seen) const;
   void collect_state(const std::string& prefix, StateDict& out) const;
+  void collect_entries(std::vector<const Entry*>& out) const;
   void collect_modules(const std::string& prefix, NamedModules& out,
                        std::vector<const Module*>& seen);
 
