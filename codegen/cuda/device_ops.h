@@ -1,6 +1,7 @@
 // Internal: eager CUDA ops beyond the kernel IR's (the device runtime,
 // cuda_device.cpp, dispatches to them): indexing through the printer's
-// gather/scatter kernels. Each checks its indices on the device and raises
+// gather/scatter kernels (cuda_index.cpp), convolution from the device's own
+// ops (cuda_conv.cpp). Each checks its indices on the device and raises
 // kiln::Error naming the op and the offending index (one small device-to-host
 // read per call).
 #pragma once
@@ -10,6 +11,7 @@
 #include <string>
 
 namespace kiln {
+class Attrs;
 class Tensor;
 }
 
@@ -31,5 +33,16 @@ void device_arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim,
 /// out = scatter_add(x, dim, index, src): a copy of x with src added at index.
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out);
+
+/// out = conv2d(x, w) with the op's attrs (stride, padding, dilation, groups):
+/// im2col as a strided view + copy, then a batched cuBLASLt product.
+void device_conv2d(const Tensor& x, const Tensor& w, const Attrs& attrs, const Tensor& out);
+/// out = conv2d_grad_input(grad, w): the columns' gradient, then col2im as
+/// one strided add per kernel tap.
+void device_conv2d_grad_input(const Tensor& grad, const Tensor& w, const Attrs& attrs,
+                              const Tensor& out);
+/// out = conv2d_grad_weight(x, grad): grad x im2col(x)^T, summed over the batch.
+void device_conv2d_grad_weight(const Tensor& x, const Tensor& grad, const Attrs& attrs,
+                               const Tensor& out);
 
 }  // namespace kiln::cuda
