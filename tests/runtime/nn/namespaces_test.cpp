@@ -43,4 +43,19 @@ TEST(Namespaces, OptionStructsAreUnambiguous) {
   (void)bn, (void)enc, (void)adam, (void)adamw, (void)rms;
 }
 
+// Issue 22's state and data names, with every namespace open.
+TEST(Namespaces, StateAndDataNamesAreUnambiguous) {
+  Tensor state = get_rng_state();
+  {
+    RngStateGuard fork;
+    InferenceMode no_tape;
+    (void)rand({2});
+  }
+  set_rng_state(state);
+  Batch batch{ones({2}), zeros({2})};
+  auto& [x, y] = batch;
+  EXPECT_EQ(x.size(0), y.size(0));
+  EXPECT_TRUE(equal(get_rng_state(), state));
+}
+
 }  // namespace
