@@ -184,7 +184,9 @@ Profile::Profile(Options opts) : opts_(opts) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   if (r.sessions++ == 0) {
-    // A fresh start: drop what spans ending after the last session left.
+    // A fresh start: drop what spans ending after the last session left, and
+    // the buffers of threads that have exited since.
+    std::erase_if(r.buffers, [](const auto& b) { return b.use_count() == 1; });
     for (auto& b : r.buffers) {
       std::lock_guard bl(b->mu);
       b->events.clear();
