@@ -4,10 +4,15 @@
 #include "kiln/tensorboard/summary_writer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cfloat>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <regex>
 #include <thread>
 
@@ -255,6 +260,68 @@ TEST(SummaryWriter, UnwritableLogdirNamesThePath) {
   test::write_file(dir.file("m_x"), "x");
   EXPECT_ERROR_HAS(w.add_scalars("m", {{"x", 1.0}}, 0), dir.file("m_x"));
   w.add_scalar("still", 1.0, 0);
+}
+
+// Runs `body` in a child process whose files may not grow past `max_bytes`
+// (writes past it fail with EFBIG); returns the child's exit status.
+template <typename F>
+int in_child_with_file_limit(rlim_t max_bytes, F&& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{max_bytes, max_bytes};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = 3;
+    try {
+      rc = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: unexpected exception: %s\n", e.what());
+    }
+    ::_exit(rc);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+// Whether `e` is a write failure that names `w`'s event file.
+bool names_file(const Error& e, const SummaryWriter& w) {
+  const std::string m = e.what();
+  return m.find(w.file_path()) != std::string::npos && m.find("failed") != std::string::npos;
+}
+
+// Child bodies for WriteFailuresNameTheFile: 0 when the error named the file.
+int fails_in_flush(const std::string& logdir) {
+  SummaryWriter w(logdir, {.max_queue = 100000});
+  for (int i = 0; i < 100; ++i) w.add_scalar("tag", i, i);
+  try {
+    w.flush();
+  } catch (const Error& e) {
+    return names_file(e, w) ? 0 : 2;
+  }
+  return 1;
+}
+
+int fails_in_background(const std::string& logdir) {
+  SummaryWriter w(logdir, {.max_queue = 100000, .flush_secs = 0.001});
+  try {
+    for (int i = 0; i < 100; ++i) w.add_scalar("tag", i, i);
+    for (int i = 0; i < 5000; ++i) {  // a bounded wait for the background flush to fail
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      w.add_scalar("more", 0, 0);
+    }
+  } catch (const Error& e) {
+    return names_file(e, w) ? 0 : 2;
+  }
+  return 1;
+}
+
+// A failed write (here: past the file-size limit) is a kiln::Error naming the
+// file, from flush(), or from the next call after a failed background flush.
+TEST(SummaryWriter, WriteFailuresNameTheFile) {
+  test::ScratchDir dir;
+  EXPECT_EQ(in_child_with_file_limit(200, [&] { return fails_in_flush(dir.file("a")); }), 0);
+  EXPECT_EQ(in_child_with_file_limit(200, [&] { return fails_in_background(dir.file("b")); }), 0);
 }
 
 TEST(SummaryWriter, BadOptionsAreRefused) {
