@@ -3,6 +3,7 @@
 // example has set up, as the parameters of the function each example runs in.
 #pragma once
 
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -12,12 +13,13 @@
 using namespace kiln;
 
 // model: the network; opt: its optimizer; loader: a DataLoader of (x, y)
-// batches; x, y: one batch.
-#define KILN_DOC_PARAMS                                                                 \
-  [[maybe_unused]] std::shared_ptr<kiln::nn::Module> model,                             \
-      [[maybe_unused]] kiln::optim::Optimizer &opt,                                     \
-      [[maybe_unused]] kiln::data::DataLoader &loader, [[maybe_unused]] kiln::Tensor x, \
-      [[maybe_unused]] kiln::Tensor y
+// batches; step: a training step on a batch (e.g. a compiled one); x, y: one batch.
+#define KILN_DOC_PARAMS                                                                            \
+  [[maybe_unused]] std::shared_ptr<kiln::nn::Module> model,                                        \
+      [[maybe_unused]] kiln::optim::Optimizer &opt,                                                \
+      [[maybe_unused]] kiln::data::DataLoader &loader,                                             \
+      [[maybe_unused]] const std::function<kiln::Tensor(const kiln::Tensor&, const kiln::Tensor&)> \
+          &step, [[maybe_unused]] kiln::Tensor x, [[maybe_unused]] kiln::Tensor y
 
 /// The number of examples extracted (defined in the generated doc_snippets.cpp).
 int kiln_doc_snippet_count();

@@ -3,10 +3,88 @@
 // it is the test. The case below guards the extraction itself.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "doc_context.h"
 
 // At least the README's compile example and compile.h's "Example:" block: fewer
 // means a fence or marker format changed and examples went unchecked.
 TEST(Docs, ExamplesAreExtracted) {
   EXPECT_GE(kiln_doc_snippet_count(), 2);
+}
+
+namespace {
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs kiln_doc_extract on `markdown` (and `header`, when given); returns its
+// exit status and sets *out to the generated file.
+int extract(const std::string& markdown, const std::string& header, std::string* out) {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_docs_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "in.md") << markdown;
+  // Appended piece by piece: GCC 12 warns (falsely) on a chain of operator+.
+  std::string cmd = KILN_DOC_EXTRACT;
+  for (const char* f : {"out.cpp", "in.md", "in.h"}) {
+    if (f == std::string("in.h")) {
+      if (header.empty()) break;
+      std::ofstream(dir / f) << header;
+    }
+    cmd += ' ';
+    cmd += (dir / f).string();
+  }
+  cmd += " 2>/dev/null";
+  int rc = std::system(cmd.c_str());
+  *out = read_all(dir / "out.cpp");
+  std::filesystem::remove_all(dir);
+  return rc;
+}
+
+}  // namespace
+
+// The marker conventions: plain blocks become function bodies (with #line
+// pointing at the source), toplevel ones stay at namespace scope, skipped ones
+// and other languages are left out; header blocks need "// Example:".
+TEST(Docs, ExtractorFollowsTheMarkers) {
+  const std::string md =
+      "text\n```cpp\nint in_body = 1;\n#include <vector>\n```\n"
+      "<!-- doc-test: skip -->\n```cpp\nnot c++ at all\n```\n"
+      "<!-- doc-test: toplevel -->\n```cpp\nstruct AtTop {};\n```\n"
+      "```sh\necho no\n```\n";
+  const std::string h =
+      "// intro\n//   indented prose, not extracted\n// Example:\n//   int from_header = 2;\n"
+      "//     int deeper = 3;\n#pragma once\n";
+  std::string out;
+  ASSERT_EQ(extract(md, h, &out), 0);
+  EXPECT_NE(out.find("void snippet_1(KILN_DOC_PARAMS) {\n{\n#line 3 "), std::string::npos) << out;
+  EXPECT_NE(out.find("int in_body = 1;"), std::string::npos);
+  // Includes move to the top: before the first function, blanked in the body.
+  EXPECT_LT(out.find("#include <vector>"), out.find("void snippet_1"));
+  EXPECT_EQ(out.find("#include <vector>", out.find("void snippet_1")), std::string::npos);
+  EXPECT_EQ(out.find("not c++ at all"), std::string::npos);
+  EXPECT_EQ(out.find("echo no"), std::string::npos);
+  EXPECT_EQ(out.find("indented prose"), std::string::npos);
+  // At namespace scope: right after the first body closes, no function opened.
+  EXPECT_NE(out.find("}\n}\n\n#line 12 "), std::string::npos) << out;
+  EXPECT_NE(out.find("struct AtTop {};"), std::string::npos);
+  EXPECT_NE(out.find("int from_header = 2;\n  int deeper = 3;"), std::string::npos) << out;
+  EXPECT_NE(out.find("return 3; }"), std::string::npos);  // three snippets
+}
+
+TEST(Docs, ExtractorRejectsMalformedInput) {
+  std::string out;
+  EXPECT_NE(extract("```cpp\nint unclosed;\n", "", &out), 0);
+  EXPECT_NE(extract("<!-- doc-test: sometimes -->\n```cpp\nint a;\n```\n", "", &out), 0);
+  EXPECT_NE(extract("", "// Example:\nint not_a_comment;\n", &out), 0);
 }
