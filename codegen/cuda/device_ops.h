@@ -1,7 +1,7 @@
 // Internal: eager CUDA ops beyond the kernel IR's (the device runtime,
 // cuda_device.cpp, dispatches to them): indexing through the printer's
-// gather/scatter kernels (cuda_index.cpp), convolution from the device's own
-// ops (cuda_conv.cpp). Each checks its indices on the device and raises
+// gather/scatter kernels (cuda_index.cpp), convolution and pooling from the
+// device's own ops (cuda_conv.cpp, cuda_pool.cpp). Each checks its indices on the device and raises
 // kiln::Error naming the op and the offending index (one small device-to-host
 // read per call).
 #pragma once
@@ -44,5 +44,14 @@ void device_conv2d_grad_input(const Tensor& grad, const Tensor& w, const Attrs& 
 /// out = conv2d_grad_weight(x, grad): grad x im2col(x)^T, summed over the batch.
 void device_conv2d_grad_weight(const Tensor& x, const Tensor& grad, const Attrs& attrs,
                                const Tensor& out);
+
+/// values, indices = max_pool2d(x) with the op's attrs: the first maximum (or
+/// NaN) of each window, padding never; indices flat over each plane (H * W).
+void device_max_pool2d(const Tensor& x, const Attrs& attrs, const Tensor& values,
+                       const Tensor& indices);
+/// out = avg_pool2d(x) with the op's attrs (count_include_pad as on the CPU).
+void device_avg_pool2d(const Tensor& x, const Attrs& attrs, const Tensor& out);
+/// out = avg_pool2d_grad(grad): each window's share added back (scatter_add).
+void device_avg_pool2d_grad(const Tensor& grad, const Attrs& attrs, const Tensor& out);
 
 }  // namespace kiln::cuda

@@ -1,8 +1,11 @@
-// conv2d on CUDA tensors against the CPU kernel: forward and both gradients
-// (through autograd, so conv2d_grad_input and conv2d_grad_weight run on the
-// device too), over strides, padding, dilation, groups, 1x1 and whole-image
-// kernels, in f32 and f64. Runs on a GPU or on the emulated device.
+// The conv family on CUDA tensors against the CPU kernels: conv2d forward and
+// both gradients (through autograd, so conv2d_grad_input and
+// conv2d_grad_weight run on the device too) over strides, padding, dilation,
+// groups, 1x1 and whole-image kernels; max_pool2d (values and indices equal,
+// ties, NaN, integer extremes) and avg_pool2d with their gradients. Runs on a
+// GPU or on the emulated device.
 #include <cmath>
+#include <limits>
 
 #include "kiln/cuda.h"
 
@@ -77,6 +80,75 @@ TEST_F(CudaConv, Conv2dModuleOnTheDevice) {
   ASSERT_EQ(params.size(), grads.size());
   for (size_t i = 0; i < params.size(); ++i)
     expect_close(params[i].grad(), grads[i], 1e-4, str("gradient ", i));
+}
+
+void expect_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_TRUE(gpu.device().is_cuda()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(b[i])) {
+      ASSERT_TRUE(std::isnan(a[i])) << what << " element " << i;
+    } else {
+      ASSERT_EQ(a[i], b[i]) << what << " element " << i;
+    }
+  }
+}
+
+std::vector<Pool2dOptions> pool_cases() {
+  return {{{2, 2}, {}, {0, 0}, {1, 1}, true},
+          {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true},
+          {{3, 2}, {1, 2}, {1, 0}, {2, 1}, true},
+          {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+          {{4, 4}, {3, 3}, {2, 2}, {1, 1}, false}};
+}
+
+// Values and indices equal the CPU's exactly (the first maximum of a window,
+// the first NaN, never the padding), in float and integer dtypes; gradients
+// through the indices.
+TEST_F(CudaConv, MaxPoolMatchesTheCpu) {
+  Tensor x = randn({2, 3, 9, 10});
+  x = where(gt(x, 1.5), std::nan(""), x);  // some NaN windows
+  const Tensor ties = (randn({2, 3, 9, 10}) * 2.0).to(DType::i32).to(DType::f32);  // many ties
+  const Tensor low = full({1, 2, 6, 6}, double(std::numeric_limits<int64_t>::lowest()), DType::i64);
+  for (const Pool2dOptions& o : pool_cases()) {
+    const std::string what = str("kernel ", o.kernel_size, " stride ", o.stride, " padding ",
+                                 o.padding, " dilation ", o.dilation);
+    for (const Tensor& t : {x, ties, ties.to(DType::i32), low, x[0]}) {
+      auto [vc, ic] = max_pool2d_with_indices(t, o);
+      auto [vg, ig] = max_pool2d_with_indices(t.cuda(), o);
+      expect_equal(vg, vc, what + str(" values ", t.dtype()));
+      expect_equal(ig, ic, what + str(" indices ", t.dtype()));
+    }
+    Tensor xc = x.detach(), xg = x.cuda();
+    xc.requires_grad_();
+    xg.requires_grad_();
+    const Tensor r = randn(max_pool2d(x, o).shape());
+    sum(nan_to_num(max_pool2d(xc, o)) * r).backward();
+    sum(nan_to_num(max_pool2d(xg, o)) * r.cuda()).backward();
+    expect_close(xg.grad(), xc.grad(), 1e-6, what + " gradient");
+  }
+}
+
+TEST_F(CudaConv, AvgPoolMatchesTheCpu) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = randn({2, 3, 9, 10}).to(dt);
+    for (Pool2dOptions o : pool_cases()) {
+      o.dilation = {1, 1};  // avg_pool2d has none
+      const std::string what = str("kernel ", o.kernel_size, " stride ", o.stride, " padding ",
+                                   o.padding, " count_include_pad ", o.count_include_pad, " ", dt);
+      Tensor xc = x.detach(), xg = x.cuda();
+      xc.requires_grad_();
+      xg.requires_grad_();
+      const Tensor yc = avg_pool2d(xc, o), yg = avg_pool2d(xg, o);
+      expect_close(yg, yc, 1e-5, what);
+      const Tensor r = randn(yc.shape()).to(dt);
+      sum(yc * r).backward();
+      sum(yg * r.cuda()).backward();
+      expect_close(xg.grad(), xc.grad(), 1e-5, what + " gradient");
+    }
+  }
 }
 
 }  // namespace
