@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kiln/dispatch.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/tensor.h"
@@ -30,7 +31,18 @@ std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uin
   return {c0, c1, c2, c3};
 }
 
+namespace {
+// A traced function replays its draws from the generator's state at each call;
+// reading or setting the state inside it would be baked into the trace.
+void check_eager(const char* op) {
+  KILN_CHECK(current_recorder() == nullptr, "[", op,
+             "] is not traceable: the random state read or set inside kiln::compile would be "
+             "fixed at trace time (call it outside the compiled function)");
+}
+}  // namespace
+
 Tensor Generator::get_state() const {
+  check_eager("Generator::get_state");
   std::vector<uint8_t> bytes(16);
   for (int i = 0; i < 8; ++i) {
     bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(seed >> (8 * i));
@@ -40,6 +52,7 @@ Tensor Generator::get_state() const {
 }
 
 void Generator::set_state(const Tensor& state) {
+  check_eager("Generator::set_state");
   KILN_CHECK(state.defined(), "[Generator::set_state] the state is an undefined tensor");
   KILN_CHECK(state.dtype() == DType::u8 && state.shape() == Dims{16} && state.device().is_cpu(),
              "[Generator::set_state] expected the CPU u8 tensor of shape [16] that get_state "
@@ -56,6 +69,10 @@ void Generator::set_state(const Tensor& state) {
              " is not a multiple of 4: not a state get_state returns");
   seed = s;
   offset = o;
+}
+
+RngStateGuard::RngStateGuard() : saved_(default_generator()) {
+  check_eager("RngStateGuard");
 }
 
 Tensor get_rng_state() {

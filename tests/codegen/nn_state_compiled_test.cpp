@@ -6,6 +6,7 @@
 #include "codegen/compare.h"
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
+#include "runtime/test_util.h"
 
 namespace kiln {
 namespace {
@@ -64,6 +65,28 @@ TEST(NnStateCompiled, SetRngStateReplaysCompiledDropout) {
     (void)f(x);
   }
   EXPECT_EQ(f(x).to_vector<float>(), b);
+}
+
+// Reading or setting the state inside a traced call would fix it at trace time.
+TEST(NnStateCompiled, RngStateInsideACompiledFunctionIsAnError) {
+  Tensor state = get_rng_state();
+  auto get = compile([](const Tensor& x) { return x + cast(get_rng_state(), DType::f32).sum(); },
+                     {.warmup = 0});
+  testing::expect_error([&] { get(ones({1})); }, {"get_state", "not traceable"});
+  auto set = compile(
+      [&](const Tensor& x) {
+        set_rng_state(state);
+        return dropout(x, 0.5, true);
+      },
+      {.warmup = 0});
+  testing::expect_error([&] { set(ones({4})); }, {"set_state", "not traceable"});
+  auto fork = compile(
+      [](const Tensor& x) {
+        RngStateGuard g;
+        return dropout(x, 0.5, true);
+      },
+      {.warmup = 0});
+  testing::expect_error([&] { fork(ones({4})); }, {"RngStateGuard", "not traceable"});
 }
 
 TEST(NnStateCompiled, MasksReachAModuleThroughForwardArgs) {

@@ -31,9 +31,12 @@ struct Generator {
   }
   /// The state as a CPU u8 tensor of 16 bytes, seed then offset, little-endian
   /// (torch.Generator.get_state): store it in a checkpoint's StateDict.
+  /// Eager only: inside kiln::compile it is a kiln::Error (a traced call would
+  /// bake in the state of the trace).
   Tensor get_state() const;
   /// Restores a state from get_state(). kiln::Error unless `state` is a CPU u8
-  /// tensor of shape [16] whose offset is a multiple of 4 (as advance leaves it).
+  /// tensor of shape [16] whose offset is a multiple of 4 (as advance leaves
+  /// it); eager only, like get_state.
   void set_state(const Tensor& state);
 };
 
@@ -50,7 +53,8 @@ void set_rng_state(const Tensor& state);
 /// the draws made after it.
 class RngStateGuard {
  public:
-  RngStateGuard() : saved_(default_generator()) {}
+  /// kiln::Error inside kiln::compile (eager only, like get_state).
+  RngStateGuard();
   ~RngStateGuard() { default_generator() = saved_; }
   RngStateGuard(const RngStateGuard&) = delete;
   RngStateGuard& operator=(const RngStateGuard&) = delete;
