@@ -45,6 +45,9 @@ bool valid_utf8(const std::string& s) {
 
 void check_tag(const char* op, const std::string& tag) {
   KILN_CHECK(!tag.empty(), "[", op, "] the tag is empty");
+  // A NUL would also cut the tag short in messages and sub-run directory names.
+  KILN_CHECK(tag.find('\0') == std::string::npos, "[", op,
+             "] the tag contains a NUL byte at offset ", tag.find('\0'));
   KILN_CHECK(valid_utf8(tag), "[", op, "] the tag '", tag, "' is not valid UTF-8");
 }
 
@@ -146,6 +149,8 @@ struct SummaryWriter::State {
 SummaryWriter::SummaryWriter(std::string logdir, WriterOptions options)
     : state_(std::make_unique<State>()) {
   KILN_CHECK(!logdir.empty(), "[SummaryWriter] the log directory is empty");
+  KILN_CHECK(logdir.find('\0') == std::string::npos,
+             "[SummaryWriter] the log directory contains a NUL byte at offset ", logdir.find('\0'));
   KILN_CHECK(options.max_queue >= 1, "[SummaryWriter] max_queue ", options.max_queue,
              " must be at least 1");
   KILN_CHECK(options.flush_secs > 0 && std::isfinite(options.flush_secs),
@@ -185,9 +190,8 @@ void SummaryWriter::add_scalars(const std::string& main_tag,
   std::replace(prefix.begin(), prefix.end(), '/', '_');
   for (const auto& [tag, value] : values) {
     check_tag("add_scalars", tag);
-    KILN_CHECK(tag.find('/') == std::string::npos && tag.find('\0') == std::string::npos,
-               "[add_scalars] the tag '", tag,
-               "' names a sub-run directory: it must not contain '/' or NUL");
+    KILN_CHECK(tag.find('/') == std::string::npos, "[add_scalars] the tag '", tag,
+               "' names a sub-run directory: it must not contain '/'");
   }
   std::lock_guard lock(state_->mu);
   state_->check_usable("add_scalars");

@@ -255,6 +255,11 @@ TEST(SummaryWriter, UnwritableLogdirNamesThePath) {
                    "cannot create the log directory '" + file + "/sub'");
   EXPECT_ERROR_HAS(SummaryWriter{file}, "cannot create the log directory '" + file + "'");
   EXPECT_ERROR_HAS(SummaryWriter{""}, "log directory is empty");
+  // A NUL would cut the path short: the files would land elsewhere.
+  EXPECT_ERROR_HAS(
+      SummaryWriter(dir.file("a") + std::string("\0b", 2)),
+      "the log directory contains a NUL byte at offset " + std::to_string(dir.file("a").size()));
+  EXPECT_FALSE(fs::exists(dir.file("a")));
   // A sub-run that cannot be created is an error too, and the writer goes on.
   SummaryWriter w(dir.path().string());
   test::write_file(dir.file("m_x"), "x");
@@ -337,11 +342,14 @@ TEST(SummaryWriter, BadTagsAndValuesAreRefused) {
   SummaryWriter w(dir.file("run"));
   EXPECT_ERROR_HAS(w.add_scalar("", 1, 0), "[add_scalar] the tag is empty");
   EXPECT_ERROR_HAS(w.add_scalar("bad\xff", 1, 0), "is not valid UTF-8");
+  EXPECT_ERROR_HAS(w.add_text(std::string("a\0", 2), "x", 0), "NUL byte at offset 1");
   EXPECT_ERROR_HAS(w.add_scalar("ok", 1, 0, NAN), "wall_time nan");
   EXPECT_ERROR_HAS(w.add_text("t", "\xc0\x80", 0), "[add_text] 't': the text is not valid UTF-8");
   EXPECT_ERROR_HAS(w.add_text("\xed\xa0\x80", "surrogate", 0), "not valid UTF-8");
   EXPECT_ERROR_HAS(w.add_scalars("m", {{"a/b", 1.0}}, 0), "'a/b' names a sub-run directory");
   EXPECT_ERROR_HAS(w.add_scalars("m", {{"", 1.0}}, 0), "[add_scalars] the tag is empty");
+  EXPECT_ERROR_HAS(w.add_scalars(std::string("m\0x", 3), {{"a", 1.0}}, 0),
+                   "[add_scalars] the tag contains a NUL byte at offset 1");
   EXPECT_ERROR_HAS(w.add_histogram("h", std::vector<double>{1.0, NAN}, 0),
                    "'h': value nan at index 1 is not finite");
   EXPECT_ERROR_HAS(w.add_histogram("h", from_vector<float>({INFINITY}), 0), "value inf");
