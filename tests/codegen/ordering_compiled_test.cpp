@@ -124,8 +124,9 @@ TEST(OrderingCompiled, MultinomialDrawsTheSameNumbers) {
   EXPECT_NE(eager[0], eager[2]);  // the generator moved on
 }
 
-// Verifies bad probabilities fail a compiled call with the kernel's kiln::Error,
-// and an explicit generator or a value-dependent shape is refused while tracing.
+// Verifies bad probabilities (and one_hot's out-of-range classes) fail a compiled
+// call with the kernel's kiln::Error, and an explicit generator or a value-dependent shape is
+// refused while tracing.
 TEST(OrderingCompiled, ErrorsInsideCompile) {
   auto f = compile([](const Tensor& probs) { return multinomial(probs, 2, true); }, {.warmup = 0});
   EXPECT_EQ(f(ones({2, 3})).shape(), (Dims{2, 2}));
@@ -143,6 +144,10 @@ TEST(OrderingCompiled, ErrorsInsideCompile) {
   auto h =
       compile([&g](const Tensor& probs) { return multinomial(probs, 1, true, &g); }, {.warmup = 0});
   testing::expect_error([&] { h(ones({3})); }, {"[multinomial]", "explicit generator"});
+  auto oh = compile([](const Tensor& i) { return one_hot(i, 3); }, {.warmup = 0});
+  EXPECT_EQ(oh(from_vector<int64_t>({0, 2})).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 0, 0, 0, 0, 1}));
+  EXPECT_THROW(oh(from_vector<int64_t>({0, 5})), Error);  // scatter_add's range check
   auto nz = compile([](const Tensor& x) { return nonzero(x); }, {.warmup = 0});
   testing::expect_error([&] { nz(ones({3})); }, {"[nonzero]", "not traceable"});
   auto ms = compile([](const Tensor& x) { return masked_select(x, gt(x, 0.0)); }, {.warmup = 0});

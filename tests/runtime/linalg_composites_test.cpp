@@ -204,4 +204,26 @@ TEST(LinalgComposites, NormsNormalizeCosine) {
   expect_error([] { vector_norm(from_vector<int64_t>({1, 2})); }, {"[vector_norm]", "i64"});
 }
 
+// Verifies gradcheck on bmm, outer and normalize (p = 2 and p = 1).
+TEST(LinalgComposites, GradchecksOfTheRest) {
+  EXPECT_EQ(
+      gradcheck(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{bmm(in[0], in[1])}; },
+          {leaf({2, 3, 4}, 30), leaf({2, 4, 2}, 31)}),
+      "");
+  EXPECT_EQ(
+      gradcheck(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{outer(in[0], in[1])}; },
+          {leaf({3}, 32), leaf({4}, 33)}),
+      "");
+  for (double p : {2.0, 1.0})
+    EXPECT_EQ(gradcheck(
+                  [p](const std::vector<Tensor>& in) {
+                    return std::vector<Tensor>{normalize(in[0], p, 0)};
+                  },
+                  {leaf({3, 4}, 34)}),
+              "")
+        << "p = " << p;
+}
+
 }  // namespace

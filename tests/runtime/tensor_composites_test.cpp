@@ -190,4 +190,24 @@ TEST(TensorComposites, MaxMinAlongDim) {
   EXPECT_EQ(vals(x.max(from_vector<double>({3, 3, 3}))), (V{3, 5, 5, 3, 3, 3}));
 }
 
+// Verifies gradcheck on the differentiable composites not checked above (split,
+// chunk, unbind, tile, masked_select, nan_to_num, max/min along a dim).
+TEST(TensorComposites, GradchecksOfTheRest) {
+  Tensor x = f64(randv(12, 9), {3, 4});
+  auto cat_all = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> flat;
+    for (const Tensor& t : ts) flat.push_back(t.reshape({-1}));
+    return cat(flat);
+  };
+  EXPECT_EQ(check1([&](const Tensor& t) { return cat_all(split(t, Dims{1, 3}, 1)) * 2.0; }, x), "");
+  EXPECT_EQ(check1([&](const Tensor& t) { return cat_all(chunk(t, 2, 0)).square(); }, x), "");
+  EXPECT_EQ(check1([&](const Tensor& t) { return unbind(t, 1)[2] * 3.0; }, x), "");
+  EXPECT_EQ(check1([](const Tensor& t) { return tile(t, {2, 1, 2}); }, x), "");
+  Tensor mask = from_vector<bool>({true, false, false, true});
+  EXPECT_EQ(check1([&](const Tensor& t) { return masked_select(t, mask); }, x), "");
+  EXPECT_EQ(check1([](const Tensor& t) { return nan_to_num(t); }, x), "");
+  EXPECT_EQ(check1([](const Tensor& t) { return std::get<0>(t.max(1)); }, x), "");
+  EXPECT_EQ(check1([](const Tensor& t) { return std::get<0>(min(t, 0, true)); }, x), "");
+}
+
 }  // namespace
