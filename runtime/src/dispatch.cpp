@@ -125,8 +125,10 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
         continue;
       }
       shapes += '[';
-      for (size_t d = 0; d < t.shape().size(); ++d)
-        shapes += (d ? ", " : "") + std::to_string(t.shape()[d]);
+      for (size_t d = 0; d < t.shape().size(); ++d) {
+        if (d) shapes += ", ";
+        shapes += std::to_string(t.shape()[d]);
+      }
       shapes += ']';
       dtypes += dtype_name(t.dtype());
     }

@@ -48,6 +48,7 @@ struct Registry {
   std::vector<PeakReport> peaks;  // the latest per plan, while memory is recorded
   Profile* env_profile = nullptr;
   std::string env_path;
+  pid_t env_pid = 0;  // the process that started it (a forked child does not write)
 };
 
 Registry& registry() {
@@ -103,7 +104,7 @@ std::string resolve_path(std::string path, int rank) {
 void write_env_profile() {
   Registry& r = registry();
   Profile* p = r.env_profile;
-  if (!p) return;
+  if (!p || ::getpid() != r.env_pid) return;
   r.env_profile = nullptr;
   const std::string path = resolve_path(r.env_path, r.rank);
   try {
@@ -123,6 +124,7 @@ void read_env_once() {
   if (!path.empty()) {
     Registry& r = registry();
     r.env_path = path;
+    r.env_pid = ::getpid();
     r.env_profile = new Profile({.record_shapes = true, .profile_memory = true});
     std::atexit(write_env_profile);
   }
@@ -341,9 +343,11 @@ void record_peak_report(PeakReport rep) {
   const int64_t t = now_ns();
   std::string args = "\"peak_bytes\":" + std::to_string(rep.peak_bytes) +
                      ",\"step\":" + json_quote(rep.step) + ",\"values\":[";
-  for (size_t i = 0; i < rep.values.size() && i < 20; ++i)
-    args += (i ? "," : "") + json_quote(str(rep.values[i].value, " ", rep.values[i].type, " ",
-                                            rep.values[i].bytes, " B from ", rep.values[i].op));
+  for (size_t i = 0; i < rep.values.size() && i < 20; ++i) {
+    const PeakValue& v = rep.values[i];
+    if (i) args += ',';
+    args += json_quote(str(v.value, " ", v.type, " ", v.bytes, " B from ", v.op));
+  }
   args += "]";
   push({"peak of " + rep.plan, "memory", 'X', t, 0, 0, std::move(args)});
   Registry& r = registry();
