@@ -49,13 +49,13 @@ std::shared_ptr<data::Dataset> limited(std::shared_ptr<data::FashionMNIST> ds, i
   return std::make_shared<data::Subset>(ds, idx);
 }
 
-double evaluate(nn::Module& model, data::DataLoader& loader) {
+double evaluate(nn::Module& model, data::DataLoader& loader, Device device) {
   NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0, total = 0;
   for (auto& batch : loader) {
-    Tensor pred = argmax(model(batch[0]), 1);
-    correct += sum(eq(pred, batch[1])).item<int64_t>();
+    Tensor pred = argmax(model(batch[0].to(device)), 1);
+    correct += sum(eq(pred, batch[1].to(device))).item<int64_t>();
     total += batch[1].numel();
   }
   model.train();
@@ -79,6 +79,7 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
   data::DataLoader test_loader(test_set, {.batch_size = 500, .num_workers = opts.num_workers});
 
   auto model = make_fashion_model(opts.model);
+  model->to(opts.device);  // before the optimizer, whose state follows the parameters
   optim::Adam opt(model->parameters(), {.lr = opts.lr});
   log << *model << "\n";
   log << "training " << opts.model << (opts.compile ? " (compiled)" : " (eager)") << " on "
@@ -111,7 +112,7 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     double loss_sum = 0;
     int64_t steps = 0, samples = 0;
     for (auto& batch : train_loader) {
-      Tensor loss = step(batch[0], batch[1]);
+      Tensor loss = step(batch[0].to(opts.device), batch[1].to(opts.device));
       double l = loss.item<double>();
       loss_sum += l;
       if (tb) tb->add_scalar("loss/train_step", l, global_step);
@@ -127,7 +128,7 @@ std::vector<EpochStats> train_fashion_mnist(const FashionOptions& opts, std::ost
     s.seconds = secs;
     s.samples_per_second = secs > 0 ? static_cast<double>(samples) / secs : 0.0;
     s.ms_per_step = steps ? 1000.0 * secs / static_cast<double>(steps) : 0.0;
-    s.test_accuracy = evaluate(*model, test_loader);
+    s.test_accuracy = evaluate(*model, test_loader, opts.device);
     stats.push_back(s);
     if (tb) {
       tb->add_scalar("loss/train", s.train_loss, epoch);

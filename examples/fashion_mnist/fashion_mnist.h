@@ -27,6 +27,7 @@ struct FashionOptions {
   int num_workers = 1;   ///< background batch-building threads
   bool compile = false;  ///< run the training step through kiln::compile
   std::string logdir;    ///< TensorBoard log directory: loss, accuracy, lr ("" = none)
+  Device device = Device::cpu();  ///< where the model trains (batches are moved there)
 };
 
 /// One epoch's figures.

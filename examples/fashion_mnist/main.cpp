@@ -1,7 +1,7 @@
 // Trains an MLP or the small CNN on Fashion-MNIST and prints per-epoch loss,
 // test accuracy and throughput.
 //   fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] [--lr X] [--root DIR]
-//                 [--compile | --compare] [--logdir DIR]
+//                 [--compile | --compare] [--logdir DIR] [--device cpu|cuda]
 // --compare trains eagerly and then compiled from the same seed and prints the
 // side-by-side table (the README's main demo). --logdir writes loss, test
 // accuracy and learning rate for TensorBoard (`tensorboard --logdir DIR`).
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fashion_mnist.h"
+#include "kiln/cuda.h"
 
 int main(int argc, char** argv) {
   kiln::examples::FashionOptions opts;
@@ -42,11 +43,24 @@ int main(int argc, char** argv) {
       compare = true;
     else if (a == "--logdir")
       opts.logdir = next();
-    else {
+    else if (a == "--device") {
+      const std::string d = next();
+      if (d != "cpu" && d != "cuda") {
+        std::cerr << "error: --device takes cpu or cuda, got '" << d << "'\n";
+        return 2;
+      }
+      opts.device = d == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
+    } else {
       std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
-                   "[--lr X] [--root DIR] [--compile | --compare] [--logdir DIR]\n";
+                   "[--lr X] [--root DIR] [--compile | --compare] [--logdir DIR] "
+                   "[--device cpu|cuda]\n";
       return a == "--help" ? 0 : 2;
     }
+  }
+  if (opts.device.is_cuda() && !kiln::cuda::is_available()) {
+    std::cerr << "error: --device cuda, but no CUDA device is usable: "
+              << kiln::cuda::unavailable_reason() << "\n";
+    return 1;
   }
   try {
     if (compare)

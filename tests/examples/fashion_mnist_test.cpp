@@ -4,8 +4,10 @@
 
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "fashion_mnist.h"
+#include "kiln/cuda.h"
 #include "kiln/data/fashion_mnist.h"
 #include "kiln/tensorboard/record.h"
 
@@ -30,6 +32,38 @@ TEST(ExampleFashionMnist, TrainsOnASlice) {
     ASSERT_EQ(stats.size(), 1u);
     EXPECT_GT(stats[0].test_accuracy, 0.5) << model << "\n" << log.str();
     EXPECT_NE(log.str().find("test accuracy"), std::string::npos);
+  }
+}
+
+// `fashion_mnist --device cuda`: the CNN (conv, pooling, cross-entropy, Adam)
+// trains on a CUDA device (a GPU, or the emulated device) eagerly and
+// compiled, with the CPU's losses and accuracy (same seed, same batches).
+TEST(ExampleFashionMnist, CnnTrainsOnACudaDeviceLikeOnTheCpu) {
+  if (!have_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  if (!kiln::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
+#ifdef KILN_TEST_SANITIZED
+  const std::vector<bool> modes = {false};  // eager only: ~3x slower under ASan
+#else
+  const std::vector<bool> modes = {false, true};
+#endif
+  for (bool compile : modes) {
+    kiln::examples::FashionOptions o;
+    o.epochs = 1;
+    o.train_limit = 48;  // the emulated device runs kernels slowly: two steps
+    o.test_limit = 32;
+    o.batch_size = 24;
+    o.compile = compile;
+    std::ostringstream log_cpu, log_gpu;
+    const auto cpu = kiln::examples::train_fashion_mnist(o, log_cpu);
+    o.device = kiln::Device::cuda();
+    const auto gpu = kiln::examples::train_fashion_mnist(o, log_gpu);
+    ASSERT_EQ(cpu.size(), 1u);
+    ASSERT_EQ(gpu.size(), 1u);
+    EXPECT_NEAR(gpu[0].train_loss, cpu[0].train_loss, 1e-3 * (1 + cpu[0].train_loss))
+        << (compile ? "compiled" : "eager") << "\n"
+        << log_gpu.str();
+    EXPECT_NEAR(gpu[0].test_accuracy, cpu[0].test_accuracy, 1.0 / 32) << log_gpu.str();
   }
 }
 
