@@ -343,7 +343,7 @@ TEST(IrText, CommentsWhitespaceAndNamedValues) {
 TEST(IrText, FixtureGraphsRoundTrip) {
   // The fuzz seeds in tests/fixtures/ir/ round-trip (comment-free ones exactly).
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(__FILE__).parent_path() / "../fixtures/ir";
+  const fs::path dir = fs::path(KILN_TESTS_DIR) / "fixtures/ir";
   int files = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     SCOPED_TRACE(entry.path().string());

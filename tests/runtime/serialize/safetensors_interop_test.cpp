@@ -20,7 +20,7 @@ using test::ScratchDir;
 using test::unhex;
 
 const std::string kFixtureDir =
-    (std::filesystem::path(__FILE__).parent_path() / "../../fixtures/safetensors").string();
+    (std::filesystem::path(KILN_TESTS_DIR) / "fixtures/safetensors").string();
 const std::string kFixture = kFixtureDir + "/fixture.safetensors";
 
 // Name, dtype, shape and the bytes make_fixture.py printed, in file order.
