@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "kiln/env.h"
 #include "kiln/error.h"
@@ -103,9 +104,9 @@ std::string resolve_path(std::string path, int rank) {
 // thrown (there is no caller left to catch them).
 void write_env_profile() {
   Registry& r = registry();
-  Profile* p = r.env_profile;
-  if (!p || ::getpid() != r.env_pid) return;
-  r.env_profile = nullptr;
+  if (!r.env_profile || ::getpid() != r.env_pid) return;
+  // Freed once written (LeakSanitizer counts an unreachable profile as a leak).
+  std::unique_ptr<Profile> p(std::exchange(r.env_profile, nullptr));
   const std::string path = resolve_path(r.env_path, r.rank);
   try {
     p->export_chrome_trace(path);
