@@ -12,23 +12,18 @@
 #include "kiln/kiln.h"
 #include "test_util.h"
 #include "symbolic_recorder.h"
+#include "value_util.h"
 
 using namespace kiln;
 
 namespace {
 
 using V = std::vector<double>;
+using kiln::testing::randv;
+using kiln::testing::f64;
+using kiln::testing::vals;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-V randv(size_t n, uint32_t seed, double lo = -2.0, double hi = 2.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  V v(n);
-  for (double& x : v) x = d(gen);
-  return v;
-}
-Tensor f64(const V& v, const Dims& shape) { return from_vector<double>(v, shape); }
-V vals(const Tensor& t) { return t.to_vector<double>(); }
 // Row-major [r, c] values -> row-major values of the [c, r] transpose.
 V transposed(const V& v, size_t r, size_t c) {
   V out(v.size());

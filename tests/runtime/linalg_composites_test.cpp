@@ -11,31 +11,24 @@
 
 #include "kiln/kiln.h"
 #include "test_util.h"
+#include "value_util.h"
 
 using namespace kiln;
 
 namespace {
 
 using V = std::vector<double>;
+using kiln::testing::randv;
+using kiln::testing::vals;
 using kiln::testing::expect_error;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-V randv(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> d(-2, 2);
-  V v(n);
-  for (double& x : v) x = d(gen);
-  return v;
-}
 Tensor rnd(const Dims& shape, uint32_t seed) {
   return from_vector<double>(randv(static_cast<size_t>(numel_of(shape)), seed), shape);
 }
 // A gradcheck input: random f64 values that require grad.
 Tensor leaf(const Dims& shape, uint32_t seed) {
   return rnd(shape, seed).requires_grad_();
-}
-V vals(const Tensor& t) {
-  return t.to_vector<double>();
 }
 void expect_near(const Tensor& got, const Tensor& want, double tol = 1e-10) {
   ASSERT_EQ(got.shape(), want.shape());

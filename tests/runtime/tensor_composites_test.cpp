@@ -11,33 +11,22 @@
 #include "kiln/kiln.h"
 #include "symbolic_recorder.h"
 #include "test_util.h"
+#include "value_util.h"
 
 using namespace kiln;
 
 namespace {
 
 using V = std::vector<double>;
+using kiln::testing::randv;
+using kiln::testing::f64;
+using kiln::testing::vals;
+using kiln::testing::ints;
 using I = std::vector<int64_t>;
 using kiln::testing::expect_error;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-V randv(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> d(-2, 2);
-  V v(n);
-  for (double& x : v) x = d(gen);
-  return v;
-}
-Tensor f64(const V& v, const Dims& shape) {
-  return from_vector<double>(v, shape);
-}
-V vals(const Tensor& t) {
-  return t.to_vector<double>();
-}
-I ints(const Tensor& t) {
-  return t.to_vector<int64_t>();
-}
 std::string check1(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
   return gradcheck([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; },
                    {x.detach().requires_grad_()});
