@@ -10,8 +10,8 @@
 #include <set>
 
 #include "kiln/kiln.h"
-#include "test_util.h"
 #include "symbolic_recorder.h"
+#include "test_util.h"
 #include "value_util.h"
 
 using namespace kiln;
@@ -19,8 +19,8 @@ using namespace kiln;
 namespace {
 
 using V = std::vector<double>;
-using kiln::testing::randv;
 using kiln::testing::f64;
+using kiln::testing::randv;
 using kiln::testing::vals;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
