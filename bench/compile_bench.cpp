@@ -3,10 +3,10 @@
 #include <benchmark/benchmark.h>
 
 #include "kiln/compile.h"
-#include "mlp_step.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
+#include "mlp_step.h"
 
 namespace {
 

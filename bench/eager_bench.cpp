@@ -124,9 +124,9 @@ void BM_Sgemm1024(benchmark::State& state) {
     Tensor c = matmul(a, b);
     benchmark::DoNotOptimize(c.impl());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * kN * kN * kN * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   set_num_threads(2);
 }
 BENCHMARK(BM_Sgemm1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -138,13 +138,13 @@ void BM_Sgemm1024BaselineCblas(benchmark::State& state) {
   openblas_set_num_threads(static_cast<int>(state.range(0)));
   std::vector<float> a(kN * kN, 0.5f), b(kN * kN, 0.25f), c(kN * kN);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.f, a.data(), kN,
-                b.data(), kN, 0.f, c.data(), kN);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.f, a.data(), kN, b.data(),
+                kN, 0.f, c.data(), kN);
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * kN * kN * kN * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate,
-      benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * kN * kN * kN * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   set_num_threads(2);  // also puts OpenBLAS back to one thread
 }
 BENCHMARK(BM_Sgemm1024BaselineCblas)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

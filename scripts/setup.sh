@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   nlohmann-json3-dev dataset-fashion-mnist libcli11-dev
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev clang-format-14
   llvm-19-dev libzstd-dev libxxhash-dev libgloo-dev
   pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
   python3 python3-pip ccache

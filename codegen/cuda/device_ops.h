@@ -13,7 +13,7 @@
 namespace kiln {
 class Attrs;
 class Tensor;
-}
+}  // namespace kiln
 
 namespace kiln::cuda {
 

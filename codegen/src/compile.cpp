@@ -270,7 +270,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   std::vector<Tensor> results, grads;
   std::vector<double> out_spec;
   std::vector<DiffInput> diff_inputs;
-  std::vector<int> result_grad;  // results that get a gradient input
+  std::vector<int> result_grad;       // results that get a gradient input
   std::vector<int> released_results;  // results whose graph the function consumed
   const bool grad_mode = grad_mode_enabled();
   try {

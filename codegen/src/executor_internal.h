@@ -16,8 +16,8 @@ struct Executor::Group {
   detail::LoweredGroup lowered;
   std::shared_ptr<const kir::LoadedKernel> kernel;            // on the CPU
   std::shared_ptr<const detail::DeviceKernel> device_kernel;  // on another device
-  int kernel_id = 0;          // equal ids: the same compiled kernel
-  std::vector<int> arg_slot;  // per kernel argument
+  int kernel_id = 0;                                          // equal ids: the same compiled kernel
+  std::vector<int> arg_slot;                                  // per kernel argument
   int nodes = 0;
 };
 

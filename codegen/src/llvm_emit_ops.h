@@ -12,9 +12,13 @@
 namespace kiln::kir::detail {
 
 /// Floating dtypes compute with fp instructions.
-inline bool is_f(DType t) { return is_floating(t); }
+inline bool is_f(DType t) {
+  return is_floating(t);
+}
 /// Signed integer dtypes (sdiv, icmp slt, sext).
-inline bool is_signed_int(DType t) { return t == DType::i64 || t == DType::i32; }
+inline bool is_signed_int(DType t) {
+  return t == DType::i64 || t == DType::i32;
+}
 /// Register type of a dtype: f16/bf16 compute in float, bool is i1.
 std::string ir_type(DType t);
 /// In-memory element type (bool is i8, f16 half, bf16 i16).

@@ -35,14 +35,20 @@ Failure decode(const std::string& s) {
   return f;
 }
 
-dist::Bytes bytes(const std::string& s) { return dist::Bytes(s.begin(), s.end()); }
-std::string text(const dist::Bytes& b) { return std::string(b.begin(), b.end()); }
+dist::Bytes bytes(const std::string& s) {
+  return dist::Bytes(s.begin(), s.end());
+}
+std::string text(const dist::Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-std::string key(int r, const std::string& what) { return kiln::str("kilnrun/", r, "/", what); }
+std::string key(int r, const std::string& what) {
+  return kiln::str("kilnrun/", r, "/", what);
+}
 
 }  // namespace
 
@@ -101,11 +107,17 @@ std::optional<Failure> Coordinator::poll_failure(int r) {
   return decode(text(store_->get(key(r, "failed"))));
 }
 
-void Coordinator::publish_done(int r) { store_->add(key(r, "done"), 1); }
+void Coordinator::publish_done(int r) {
+  store_->add(key(r, "done"), 1);
+}
 
-bool Coordinator::all_done(int r) { return store_->add(key(r, "done"), 0) >= o_.nnodes; }
+bool Coordinator::all_done(int r) {
+  return store_->add(key(r, "done"), 0) >= o_.nnodes;
+}
 
-void Coordinator::beat(int r) { store_->add(key(r, kiln::str("beat/", o_.node_rank)), 1); }
+void Coordinator::beat(int r) {
+  store_->add(key(r, kiln::str("beat/", o_.node_rank)), 1);
+}
 
 std::optional<Failure> Coordinator::check_beats(int r) {
   auto now = Clock::now();
@@ -120,8 +132,9 @@ std::optional<Failure> Coordinator::check_beats(int r) {
       since = now;
     } else if (now - since > kNodeSilence) {
       auto secs = std::chrono::duration_cast<std::chrono::seconds>(kNodeSilence).count();
-      return Failure{1, false, kiln::str("the launcher of node ", n,
-                                         " stopped responding (no heartbeat for ", secs, " s)")};
+      return Failure{1, false,
+                     kiln::str("the launcher of node ", n, " stopped responding (no heartbeat for ",
+                               secs, " s)")};
     }
   }
   return std::nullopt;

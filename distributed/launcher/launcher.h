@@ -20,18 +20,18 @@ struct Options {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  ///< 0: a free port (single node only)
   int max_restarts = 0;
-  std::string log_dir;       ///< empty: no per-rank logs
-  double grace_seconds = 5;  ///< SIGTERM -> SIGKILL delay when tearing down
+  std::string log_dir;                ///< empty: no per-rank logs
+  double grace_seconds = 5;           ///< SIGTERM -> SIGKILL delay when tearing down
   double rdzv_timeout_seconds = 300;  ///< how long launchers wait for each other
-  std::string token;         ///< KILN_STORE_TOKEN of the job (--token or the env)
-  std::string profile_dir;   ///< --profile: per-rank traces here, merged into trace.json
-  std::vector<std::string> program;  ///< the program and its arguments
+  std::string token;                  ///< KILN_STORE_TOKEN of the job (--token or the env)
+  std::string profile_dir;            ///< --profile: per-rank traces here, merged into trace.json
+  std::vector<std::string> program;   ///< the program and its arguments
 };
 
 /// Parses argv into `o`. Returns an exit code when the launcher must stop now
 /// (--help: 0, with the help on `out`; a bad command line: nonzero, on `err`).
-std::optional<int> parse_args(int argc, const char* const* argv, Options& o,
-                              std::ostream& out, std::ostream& err);
+std::optional<int> parse_args(int argc, const char* const* argv, Options& o, std::ostream& out,
+                              std::ostream& err);
 
 /// The environment of one worker: `base` (NAME=value entries) with the job's
 /// variables set or replaced (RANK, LOCAL_RANK, WORLD_SIZE, ...).

@@ -24,9 +24,9 @@ struct FashionOptions {
   int64_t test_limit = 0;   ///< evaluate on the first N test images (0 = all)
   std::string root = "";    ///< dataset directory ("" = Debian's package)
   uint64_t seed = 0;
-  int num_workers = 1;   ///< background batch-building threads
-  bool compile = false;  ///< run the training step through kiln::compile
-  std::string logdir;    ///< TensorBoard log directory: loss, accuracy, lr ("" = none)
+  int num_workers = 1;            ///< background batch-building threads
+  bool compile = false;           ///< run the training step through kiln::compile
+  std::string logdir;             ///< TensorBoard log directory: loss, accuracy, lr ("" = none)
   Device device = Device::cpu();  ///< where the model trains (batches are moved there)
 };
 

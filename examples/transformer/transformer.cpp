@@ -19,9 +19,9 @@ class Reverser : public nn::Module {
     lo.dropout = 0.0;
     lo.norm_first = true;
     auto layer = std::make_shared<nn::TransformerEncoderLayer>(o.d_model, o.nhead, lo);
-    encoder = register_module("encoder", std::make_shared<nn::TransformerEncoder>(
-                                             layer, o.layers,
-                                             std::make_shared<nn::LayerNorm>(o.d_model)));
+    encoder = register_module("encoder",
+                              std::make_shared<nn::TransformerEncoder>(
+                                  layer, o.layers, std::make_shared<nn::LayerNorm>(o.d_model)));
     head = register_module("head", std::make_shared<nn::Linear>(o.d_model, o.vocab));
   }
   // tokens: i64 [B, L] -> logits [B, L, vocab]

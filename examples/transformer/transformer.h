@@ -11,7 +11,7 @@ namespace kiln::examples {
 
 /// Task and model size.
 struct ReverseOptions {
-  int64_t vocab = 10;    ///< digits 0..9
+  int64_t vocab = 10;  ///< digits 0..9
   int64_t seq_len = 8;
   int64_t d_model = 64;
   int64_t nhead = 4;
@@ -25,9 +25,9 @@ struct ReverseOptions {
 
 /// Figures of a run.
 struct ReverseResult {
-  std::vector<double> losses;   ///< per step
-  double token_accuracy = 0;    ///< on 1024 fresh sequences
-  double sequence_accuracy = 0; ///< fraction reversed exactly
+  std::vector<double> losses;    ///< per step
+  double token_accuracy = 0;     ///< on 1024 fresh sequences
+  double sequence_accuracy = 0;  ///< fraction reversed exactly
 };
 
 /// Trains on random sequences, printing progress to `log`, and evaluates.

@@ -63,12 +63,16 @@ struct Token {
 };
 
 [[noreturn]] void fail_at(size_t line, size_t col, const std::string& what) {
-  throw_error("[ir.parse] line " + std::to_string(line) + ", column " + std::to_string(col) +
-              ": " + what);
+  throw_error("[ir.parse] line " + std::to_string(line) + ", column " + std::to_string(col) + ": " +
+              what);
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 int hex_digit(char c) {
   if (is_digit(c)) return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -173,11 +177,21 @@ class Lexer {
       if (!more()) fail_at(t.line, t.col, "unterminated string");
       char e = src_[pos_++];
       switch (e) {
-        case 'n': t.str += '\n'; break;
-        case 't': t.str += '\t'; break;
-        case 'r': t.str += '\r'; break;
-        case '"': t.str += '"'; break;
-        case '\\': t.str += '\\'; break;
+        case 'n':
+          t.str += '\n';
+          break;
+        case 't':
+          t.str += '\t';
+          break;
+        case 'r':
+          t.str += '\r';
+          break;
+        case '"':
+          t.str += '"';
+          break;
+        case '\\':
+          t.str += '\\';
+          break;
         case 'x': {
           int hi = more() ? hex_digit(cur()) : -1;
           int lo = pos_ + 1 < src_.size() ? hex_digit(src_[pos_ + 1]) : -1;
@@ -228,8 +242,8 @@ struct PendingSym {
 };
 
 template <typename T>
-inline constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, Half> ||
-                                 std::is_same_v<T, BFloat16>;
+inline constexpr bool kIsFloat =
+    std::is_floating_point_v<T> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 class Parser {
  public:
@@ -254,8 +268,7 @@ class Parser {
       g_->num_syms = static_cast<int>(n);
     }
     syms_known_ = true;
-    if (max_sym_ >= g_->num_syms)
-      fail_at(max_sym_line_, max_sym_col_, undeclared(max_sym_));
+    if (max_sym_ >= g_->num_syms) fail_at(max_sym_line_, max_sym_col_, undeclared(max_sym_));
     if (is_ident("rng_advance")) {
       advance();
       expect('=');
@@ -304,15 +317,19 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case Tok::kEnd: return "end of input";
-      case Tok::kString: return "a string";
-      case Tok::kValue: return "'%" + clip(t.text) + "'";
-      default: return "'" + clip(t.text) + "'";
+      case Tok::kEnd:
+        return "end of input";
+      case Tok::kString:
+        return "a string";
+      case Tok::kValue:
+        return "'%" + clip(t.text) + "'";
+      default:
+        return "'" + clip(t.text) + "'";
     }
   }
   std::string undeclared(int64_t s) const {
-    return "symbol s" + std::to_string(s) + " is not declared (the graph has syms=" +
-           std::to_string(g_->num_syms) + ")";
+    return "symbol s" + std::to_string(s) +
+           " is not declared (the graph has syms=" + std::to_string(g_->num_syms) + ")";
   }
 
   // ---- numbers and sizes ----
@@ -487,8 +504,7 @@ class Parser {
   }
 
   void define(const Token& t, Value* v) {
-    if (!values_.emplace(t.text, v).second)
-      fail(t, "%" + clip(t.text) + " is already defined");
+    if (!values_.emplace(t.text, v).second) fail(t, "%" + clip(t.text) + " is already defined");
   }
 
   void parse_input() {
@@ -617,8 +633,7 @@ class Parser {
           Token nt = tok_;
           if (nt.kind != Tok::kIdent) expected("an attribute name");
           if (attrs.size() == kMaxAttrs) fail(nt, "too many attributes");
-          if (!seen.insert(nt.text).second)
-            fail(nt, "duplicate attribute '" + clip(nt.text) + "'");
+          if (!seen.insert(nt.text).second) fail(nt, "duplicate attribute '" + clip(nt.text) + "'");
           advance();
           expect('=');
           attrs.emplace_back(nt.text, parse_attr_value(nt.text, syms));
@@ -671,14 +686,12 @@ class Parser {
       numel = 0;
     } else {
       for (int64_t d : shape) {
-        if (d > kMaxConstantElements / numel)
-          fail(ty.at, "constant has more than 2^28 elements");
+        if (d > kMaxConstantElements / numel) fail(ty.at, "constant has more than 2^28 elements");
         numel *= d;
       }
     }
-    Tensor t = visit_dtype(ty.dtype, [&](auto tag) {
-      return parse_data<decltype(tag)>(shape, numel, ty.dtype);
-    });
+    Tensor t = visit_dtype(
+        ty.dtype, [&](auto tag) { return parse_data<decltype(tag)>(shape, numel, ty.dtype); });
     std::vector<SymAttr> syms;
     if (accept('{')) {
       if (!is_ident("value")) expected("'value'");
@@ -767,6 +780,8 @@ class Parser {
 
 }  // namespace
 
-std::unique_ptr<Graph> parse(std::string_view text) { return Parser(text).run(); }
+std::unique_ptr<Graph> parse(std::string_view text) {
+  return Parser(text).run();
+}
 
 }  // namespace kiln::ir

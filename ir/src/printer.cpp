@@ -13,7 +13,9 @@
 namespace kiln::ir {
 namespace {
 
-void put_int(std::string& out, int64_t v) { out += std::to_string(v); }
+void put_int(std::string& out, int64_t v) {
+  out += std::to_string(v);
+}
 
 // Doubles always carry '.', 'e', inf or nan so that they never read back as
 // ints. to_chars is locale-independent (printf's decimal point is not).
@@ -33,7 +35,9 @@ void put_double(std::string& out, double v, int digits) {
   if (s.find_first_of(".e") == std::string_view::npos) out += ".0";
 }
 
-void put_symint(std::string& out, const SymInt& s) { out += to_string(s); }
+void put_symint(std::string& out, const SymInt& s) {
+  out += to_string(s);
+}
 
 // A scalar entry: `1/(e)` and `1.0*(e)` are doubles (eval_attrs keeps the
 // stored value's type, so a double equal to e must not read back as an int).
@@ -53,11 +57,21 @@ void put_string(std::string& out, const std::string& s) {
   for (char c : s) {
     auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (u < 0x20 || u == 0x7f) {
           out += "\\x";

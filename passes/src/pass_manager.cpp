@@ -134,7 +134,9 @@ void reset_pass_totals() {
   totals.clear();
 }
 
-std::span<const PassInfo> registered_passes() { return kPasses; }
+std::span<const PassInfo> registered_passes() {
+  return kPasses;
+}
 
 const PassInfo* find_pass(std::string_view name) {
   for (const PassInfo& p : kPasses)
@@ -163,8 +165,7 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
   std::vector<std::string> disabled = disabled_passes();
   for (const std::string& name : names) {
     const PassInfo& p = lookup(name, "");
-    if (std::find(disabled.begin(), disabled.end(), name) == disabled.end())
-      passes.push_back(&p);
+    if (std::find(disabled.begin(), disabled.end(), name) == disabled.end()) passes.push_back(&p);
   }
   const bool dump = env::get_int("KILN_DEBUG", 0) >= 2;
   const bool time = env::get_int("KILN_TIME_PASSES", 0) >= 1;
@@ -217,8 +218,8 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 // middle passes left unused. The fixpoint loop repeats the list, which covers
 // the remaining interactions (duplicates simplify creates, merged by cse).
 std::vector<std::string> standard_pipeline() {
-  return {"dce",         "cse",      "fold_constants", "elide_copies",
-          "pads_to_cat", "simplify", "dce",            "schedule_collectives"};
+  return {"dce",      "cse", "fold_constants",      "elide_copies", "pads_to_cat",
+          "simplify", "dce", "schedule_collectives"};
 }
 
 // remat decides on the final graph, once: the fixpoint loop would let cse and

@@ -207,8 +207,7 @@ Value* replacement(const Node* n) {
 Value* integer_self_difference(ir::Graph& g, Node* n) {
   if (!n->is_op(OpId::sub) || n->inputs[0] != n->inputs[1]) return nullptr;
   const Value* out = n->output();
-  if (!is_integral(out->dtype) || out->wrapped_number || !ir::is_static(out->shape))
-    return nullptr;
+  if (!is_integral(out->dtype) || out->wrapped_number || !ir::is_static(out->shape)) return nullptr;
   Attrs at;
   at.set("shape", ir::eval_shape(out->shape, {}))
       .set("value", AttrValue(0.0))

@@ -34,14 +34,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, "[", op,
-             "] query, key and value need at least 2 dims, got shapes ", q.shape(), ", ",
-             k.shape(), " and ", v.shape());
+             "] query, key and value need at least 2 dims, got shapes ", q.shape(), ", ", k.shape(),
+             " and ", v.shape());
   KILN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "[", op,
              "] query, key and value must have the same dtype, got ", q.dtype(), ", ", k.dtype(),
              " and ", v.dtype());
   KILN_CHECK(is_floating(q.dtype()), "[", op, "] expected a floating dtype, got ", q.dtype());
-  KILN_CHECK(q.size(-1) == k.size(-1), "[", op, "] query shape ", q.shape(),
-             " and key shape ", k.shape(), " must have the same embedding size (last dim)");
+  KILN_CHECK(q.size(-1) == k.size(-1), "[", op, "] query shape ", q.shape(), " and key shape ",
+             k.shape(), " must have the same embedding size (last dim)");
   KILN_CHECK(k.size(-2) == v.size(-2), "[", op, "] key shape ", k.shape(), " and value shape ",
              v.shape(), " must have the same sequence length (dim -2)");
   KILN_CHECK(!(is_causal && attn_mask.defined()), "[", op,

@@ -6,8 +6,10 @@ std::ostream& operator<<(std::ostream& os, const AttrValue& v) {
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) os << (x ? "true" : "false");
-        else os << x;
+        if constexpr (std::is_same_v<T, bool>)
+          os << (x ? "true" : "false");
+        else
+          os << x;
       },
       v);
   return os;

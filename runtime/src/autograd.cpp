@@ -98,8 +98,10 @@ class AccumulateGrad final : public Node {
       bool steal = !grad_mode_enabled() && g.is_contiguous() && g.impl_ptr().use_count() <= 2 &&
                    g.impl()->storage && g.impl()->storage.use_count() == 1 &&
                    g.dtype() == leaf.dtype();
-      if (grad_mode_enabled()) m.grad = g;
-      else m.grad = steal ? g.detach() : g.detach().clone();
+      if (grad_mode_enabled())
+        m.grad = g;
+      else
+        m.grad = steal ? g.detach() : g.detach().clone();
     } else if (grad_mode_enabled()) {
       m.grad = m.grad + g;
     } else {
@@ -164,17 +166,23 @@ void set_history(Tensor& out, const std::shared_ptr<Node>& node, uint32_t nr) {
 
 }  // namespace
 
-bool grad_mode_enabled() { return t_grad_mode; }
+bool grad_mode_enabled() {
+  return t_grad_mode;
+}
 
 namespace autograd {
-bool in_backward() { return t_callbacks != nullptr; }
+bool in_backward() {
+  return t_callbacks != nullptr;
+}
 void queue_callback(std::function<void()> cb) {
   KILN_CHECK(t_callbacks != nullptr,
              "[queue_callback] can only be called while a backward pass is running");
   t_callbacks->push_back(std::move(cb));
 }
 }  // namespace autograd
-void set_grad_mode(bool enabled) { t_grad_mode = enabled; }
+void set_grad_mode(bool enabled) {
+  t_grad_mode = enabled;
+}
 
 // ---------------- SavedTensor ----------------
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
@@ -198,9 +206,10 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const char* op) c
   if (frame_) {
     data = autograd::checkpoint_unpack(*frame_, slot_, op);
   } else if (data_.version() != version_) {
-    throw Error(str("[", op, "] a tensor saved for backward was modified by an in-place "
-                    "operation: it is at version ", data_.version(), ", expected version ",
-                    version_));
+    throw Error(str("[", op,
+                    "] a tensor saved for backward was modified by an in-place "
+                    "operation: it is at version ",
+                    data_.version(), ", expected version ", version_));
   }
   if (!is_output_) return data;
   auto fn = grad_fn_.lock();
@@ -257,7 +266,8 @@ void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
 
 void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
   if (grad_mode_enabled() && self.is_leaf() && self.requires_grad()) {
-    throw Error(str("[", op, "] a leaf tensor that requires grad is used in an in-place "
+    throw Error(str("[", op,
+                    "] a leaf tensor that requires grad is used in an in-place "
                     "operation; wrap it in NoGradGuard or use an out-of-place op"));
   }
   KILN_CHECK(result.shape() == self.shape(), "[", op, "] the result of shape ", result.shape(),
@@ -282,8 +292,10 @@ void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
   if (self.impl()->storage) ++self.impl()->storage->version;
   bool track = grad_mode_enabled() && result.requires_grad();
   if (track) {
-    KILN_CHECK(is_floating(self.dtype()), "[", op, "] cannot write a result that requires grad "
-               "into a tensor of dtype ", self.dtype());
+    KILN_CHECK(is_floating(self.dtype()), "[", op,
+               "] cannot write a result that requires grad "
+               "into a tensor of dtype ",
+               self.dtype());
     AutogradMeta& m = self.impl()->autograd_meta();
     m.grad_fn = result.grad_fn();
     m.output_nr = result.impl()->autograd ? result.impl()->autograd->output_nr : 0;
@@ -309,8 +321,10 @@ struct GraphTask {
 
 void add_to(Tensor& slot, const Tensor& g) {
   if (!g.defined()) return;
-  if (!slot.defined()) slot = g;
-  else slot = slot + g;
+  if (!slot.defined())
+    slot = g;
+  else
+    slot = slot + g;
 }
 
 void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
@@ -457,15 +471,18 @@ std::vector<Tensor> default_root_grads(const std::vector<Tensor>& outputs,
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& o = outputs[i];
     KILN_CHECK(o.defined(), "[", op, "] output ", i, " is undefined");
-    KILN_CHECK(o.requires_grad(), "[", op, "] element ", i, " of tensors does not require grad "
+    KILN_CHECK(o.requires_grad(), "[", op, "] element ", i,
+               " of tensors does not require grad "
                "and does not have a grad_fn");
     if (!grad_outputs.empty() && grad_outputs[i].defined()) {
       KILN_CHECK(grad_outputs[i].shape() == o.shape(), "[", op, "] gradient ", i, " has shape ",
                  grad_outputs[i].shape(), " but the output has shape ", o.shape());
       g[i] = grad_outputs[i];
     } else {
-      KILN_CHECK(o.numel() == 1, "[", op, "] grad can be implicitly created only for scalar "
-                 "outputs; output ", i, " has shape ", o.shape(), " (pass a gradient)");
+      KILN_CHECK(o.numel() == 1, "[", op,
+                 "] grad can be implicitly created only for scalar "
+                 "outputs; output ",
+                 i, " has shape ", o.shape(), " (pass a gradient)");
       g[i] = ones_like(o);
     }
   }
@@ -544,7 +561,8 @@ std::vector<Tensor> attach_function(const std::string& name, const std::vector<T
   auto node = std::make_shared<FunctionNode>(name, std::move(backward_fn), std::move(meta));
   node->sequence_nr = g_sequence.fetch_add(1);
   node->num_outputs = static_cast<uint32_t>(outputs.size());
-  for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? autograd::gradient_edge(t) : Edge{});
+  for (const Tensor& t : inputs)
+    node->next_edges.push_back(t.defined() ? autograd::gradient_edge(t) : Edge{});
   for (size_t i = 0; i < outs.size(); ++i)
     if (outs[i].defined() && is_floating(outs[i].dtype()))
       set_history(outs[i], node, static_cast<uint32_t>(i));

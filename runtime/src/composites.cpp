@@ -34,18 +34,26 @@ Dims squeezed_shape(const Tensor& x, const Dims& dims, const char* op) {
 
 }  // namespace
 
-Tensor square(const Tensor& x) { return mul(x, x); }
+Tensor square(const Tensor& x) {
+  return mul(x, x);
+}
 
 // 1 / x as a wrapped scalar keeps x's floating dtype; integers become the default float.
-Tensor reciprocal(const Tensor& x) { return div(1.0, x); }
+Tensor reciprocal(const Tensor& x) {
+  return div(1.0, x);
+}
 
 // maximum/minimum propagate NaN like torch.clamp; lo > hi gives hi everywhere, as in
 // PyTorch. At exact ties the primitives split the gradient (0.5) where PyTorch passes 1.
 Tensor clamp(const Tensor& x, const Scalar& lo, const Scalar& hi) {
   return minimum(maximum(x, lo), hi);
 }
-Tensor clamp_min(const Tensor& x, const Scalar& lo) { return maximum(x, lo); }
-Tensor clamp_max(const Tensor& x, const Scalar& hi) { return minimum(x, hi); }
+Tensor clamp_min(const Tensor& x, const Scalar& lo) {
+  return maximum(x, lo);
+}
+Tensor clamp_max(const Tensor& x, const Scalar& hi) {
+  return minimum(x, hi);
+}
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   KILN_CHECK(mask.dtype() == DType::b8, "[masked_fill] mask must be a bool tensor, got ",

@@ -16,9 +16,13 @@ HostScalarReplay::HostScalarReplay(std::vector<double> values)
   t_replay = this;
 }
 
-HostScalarReplay::~HostScalarReplay() { t_replay = prev_; }
+HostScalarReplay::~HostScalarReplay() {
+  t_replay = prev_;
+}
 
-Recorder* current_recorder() { return t_recorder; }
+Recorder* current_recorder() {
+  return t_recorder;
+}
 
 Recorder* set_recorder(Recorder* r) {
   Recorder* prev = t_recorder;
@@ -33,7 +37,9 @@ Tensor Recorder::host_scalar(const std::function<double()>& fn) {
 
 void Recorder::on_grad_change(const Tensor&) {}
 
-Tensor Recorder::on_detach(const Tensor&) { return {}; }
+Tensor Recorder::on_detach(const Tensor&) {
+  return {};
+}
 
 void Recorder::add_guard(std::function<std::string()>) {}
 
@@ -66,9 +72,10 @@ void host_action(const std::function<void()>& fn) {
 Tensor host_scalar(const std::function<double()>& fn) {
   if (Recorder* rec = t_recorder) return rec->host_scalar(fn);
   if (HostScalarReplay* r = t_replay) {
-    KILN_CHECK(r->pos_ < r->values_.size(), "[host_scalar] the eager run asked for more host "
-               "numbers (", r->pos_ + 1, ") than the compiled call computed (", r->values_.size(),
-               ")");
+    KILN_CHECK(r->pos_ < r->values_.size(),
+               "[host_scalar] the eager run asked for more host "
+               "numbers (",
+               r->pos_ + 1, ") than the compiled call computed (", r->values_.size(), ")");
     return scalar_tensor(Scalar(r->values_[r->pos_++]));
   }
   return scalar_tensor(Scalar(fn()));
@@ -165,7 +172,8 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
     outs = rec->record(op, inputs, attrs, metas);
   } else {
     for (const Tensor& t : inputs)
-      KILN_CHECK(!t.is_symbolic(), "[", info.name, "] got a symbolic (traced) tensor outside "
+      KILN_CHECK(!t.is_symbolic(), "[", info.name,
+                 "] got a symbolic (traced) tensor outside "
                  "of tracing");
     outs.resize(metas.size());
     std::vector<Tensor> moved;

@@ -15,14 +15,26 @@ constexpr DTypeRow kRows[kNumDTypes] = {
     {"f32", 4, 2}, {"f64", 8, 2}, {"f16", 2, 2}, {"bf16", 2, 2},
     {"i64", 8, 1}, {"i32", 4, 1}, {"u8", 1, 1},  {"bool", 1, 0},
 };
-int idx(DType t) { return static_cast<int>(t); }
+int idx(DType t) {
+  return static_cast<int>(t);
+}
 }  // namespace
 
-size_t dtype_size(DType t) { return kRows[idx(t)].size; }
-const char* dtype_name(DType t) { return kRows[idx(t)].name; }
-bool is_floating(DType t) { return kRows[idx(t)].category == 2; }
-bool is_integral(DType t) { return kRows[idx(t)].category == 1; }
-int dtype_category(DType t) { return kRows[idx(t)].category; }
+size_t dtype_size(DType t) {
+  return kRows[idx(t)].size;
+}
+const char* dtype_name(DType t) {
+  return kRows[idx(t)].name;
+}
+bool is_floating(DType t) {
+  return kRows[idx(t)].category == 2;
+}
+bool is_integral(DType t) {
+  return kRows[idx(t)].category == 1;
+}
+int dtype_category(DType t) {
+  return kRows[idx(t)].category;
+}
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;

@@ -2,7 +2,9 @@
 
 namespace kiln {
 
-void throw_error(const std::string& msg) { throw Error(msg); }
+void throw_error(const std::string& msg) {
+  throw Error(msg);
+}
 
 void throw_internal(const char* file, int line, const std::string& msg) {
   throw InternalError(str("kiln internal error at ", file, ":", line, ": ", msg,

@@ -11,7 +11,9 @@ namespace kiln {
 namespace {
 
 // Reads/writes element i (row-major) of a floating tensor as double.
-double get(const Tensor& t, int64_t i) { return element_as_double(t, i); }
+double get(const Tensor& t, int64_t i) {
+  return element_as_double(t, i);
+}
 
 void put(const Tensor& t, int64_t i, double v) {
   const Dims& sh = t.shape();
@@ -23,8 +25,10 @@ void put(const Tensor& t, int64_t i, double v) {
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T x;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) x = T(static_cast<float>(v));
-    else x = static_cast<T>(v);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      x = T(static_cast<float>(v));
+    else
+      x = static_cast<T>(v);
     std::memcpy(static_cast<char*>(t.data_ptr()) + off * static_cast<int64_t>(sizeof(T)), &x,
                 sizeof(T));
   });
@@ -51,8 +55,9 @@ std::string gradcheck(const std::function<std::vector<Tensor>(const std::vector<
   std::vector<Tensor> outs = fn(inputs);
   std::vector<Tensor> weights, diff_outs, diff_w;
   for (const Tensor& o : outs) {
-    Tensor w = (o.defined() && is_floating(o.dtype())) ? cast(rand(o.shape(), DType::f64) * 2.0 - 1.0, o.dtype())
-                                                       : Tensor();
+    Tensor w = (o.defined() && is_floating(o.dtype()))
+                   ? cast(rand(o.shape(), DType::f64) * 2.0 - 1.0, o.dtype())
+                   : Tensor();
     if (w.defined()) w = cast(w, DType::f64);
     weights.push_back(w);
     if (o.defined() && o.requires_grad()) {
@@ -67,8 +72,8 @@ std::string gradcheck(const std::function<std::vector<Tensor>(const std::vector<
 
   std::vector<Tensor> analytic(wrt.size());
   if (!diff_outs.empty())
-    analytic = grad(diff_outs, wrt, diff_w, {.retain_graph = false, .create_graph = false,
-                                             .allow_unused = true});
+    analytic = grad(diff_outs, wrt, diff_w,
+                    {.retain_graph = false, .create_graph = false, .allow_unused = true});
 
   std::string report;
   size_t k = 0;
@@ -90,7 +95,8 @@ std::string gradcheck(const std::function<std::vector<Tensor>(const std::vector<
         num = (fp - fm) / (2 * opts.eps);
       }
       double an = get(a, i);
-      if (std::abs(an - num) > opts.atol + opts.rtol * std::abs(num) || std::isnan(an) != std::isnan(num)) {
+      if (std::abs(an - num) > opts.atol + opts.rtol * std::abs(num) ||
+          std::isnan(an) != std::isnan(num)) {
         report += str("input ", ii, " element ", i, ": analytic ", an, " vs numerical ", num, "\n");
         if (report.size() > 2000) return report;
       }

@@ -8,15 +8,20 @@ namespace {
 
 Tensor reduce(const Tensor& elems, Reduction r) {
   switch (r) {
-    case Reduction::None: return elems;
-    case Reduction::Sum: return sum(elems);
-    case Reduction::Mean: return mean(elems);
+    case Reduction::None:
+      return elems;
+    case Reduction::Sum:
+      return sum(elems);
+    case Reduction::Mean:
+      return mean(elems);
   }
   return elems;
 }
 
 // The dim holding the classes: 0 for unbatched [C] input, else 1.
-int64_t class_dim_of(const Tensor& input) { return input.dim() == 1 ? 0 : 1; }
+int64_t class_dim_of(const Tensor& input) {
+  return input.dim() == 1 ? 0 : 1;
+}
 
 void check_input(const Tensor& input, const char* op, const char* what) {
   KILN_CHECK(input.dim() >= 1, "[", op, "] expected ", what,
@@ -64,8 +69,7 @@ void check_options(const CrossEntropyOptions& opts, const char* op) {
 void check_same_shape(const Tensor& input, const Tensor& target, const char* op) {
   KILN_CHECK(target.shape() == input.shape(), "[", op, "] target shape ", target.shape(),
              " does not match input shape ", input.shape());
-  KILN_CHECK(is_floating(input.dtype()), "[", op, "] input must be floating, got ",
-             input.dtype());
+  KILN_CHECK(is_floating(input.dtype()), "[", op, "] input must be floating, got ", input.dtype());
   KILN_CHECK(is_floating(target.dtype()), "[", op, "] target must be floating, got ",
              target.dtype());
 }
@@ -90,8 +94,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 
   if (target.shape() == logits.shape()) {
     // Class probabilities (PyTorch decides by the shapes being equal).
-    KILN_CHECK(is_floating(target.dtype()), "[", op, "] target with class probabilities (same "
-               "shape as logits ", logits.shape(), ") must be floating, got ", target.dtype());
+    KILN_CHECK(is_floating(target.dtype()), "[", op,
+               "] target with class probabilities (same "
+               "shape as logits ",
+               logits.shape(), ") must be floating, got ", target.dtype());
     KILN_CHECK(opts.ignore_index < 0, "[", op,
                "] ignore_index is not supported for class-probability targets");
     Tensor t = eps > 0.0 ? target * (1.0 - eps) + eps / n_classes : target;

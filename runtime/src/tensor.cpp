@@ -10,8 +10,10 @@
 namespace kiln {
 
 StorageImpl::~StorageImpl() {
-  if (allocator) allocator->deallocate(data, nbytes);
-  else if (deleter) deleter(data);
+  if (allocator)
+    allocator->deallocate(data, nbytes);
+  else if (deleter)
+    deleter(data);
 }
 
 TensorImpl::TensorImpl() : born_while_tracing(current_recorder() != nullptr) {}
@@ -22,8 +24,12 @@ AutogradMeta& TensorImpl::autograd_meta() {
   return *autograd;
 }
 
-int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::size(int64_t d) const {
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
 
 bool Tensor::is_contiguous() const {
   const auto& sh = shape();
@@ -121,8 +127,8 @@ std::vector<T> Tensor::to_vector(std::source_location loc) const {
   return out;
 }
 
-#define KILN_INST(T)                                                   \
-  template T Tensor::item<T>(std::source_location) const;              \
+#define KILN_INST(T)                                      \
+  template T Tensor::item<T>(std::source_location) const; \
   template std::vector<T> Tensor::to_vector<T>(std::source_location) const;
 KILN_INST(float)
 KILN_INST(double)
@@ -201,8 +207,10 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::requires_grad_(bool r) {
   KILN_CHECK(is_leaf() || r, "[requires_grad_] only leaf tensors can be set to not require grad");
-  KILN_CHECK(!r || is_floating(dtype()), "[requires_grad_] only floating tensors can require "
-             "gradients, got ", dtype());
+  KILN_CHECK(!r || is_floating(dtype()),
+             "[requires_grad_] only floating tensors can require "
+             "gradients, got ",
+             dtype());
   if (!r && !impl()->autograd) return *this;
   impl()->autograd_meta().requires_grad = r;
   return *this;
@@ -226,7 +234,9 @@ std::shared_ptr<Node> Tensor::grad_fn() const {
   return m ? m->grad_fn : nullptr;
 }
 
-bool Tensor::is_leaf() const { return grad_fn() == nullptr; }
+bool Tensor::is_leaf() const {
+  return grad_fn() == nullptr;
+}
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   kiln::backward({*this}, {gradient}, retain_graph, create_graph);
@@ -257,16 +267,20 @@ void Tensor::retain_grad() const {
 }
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
-  KILN_CHECK(requires_grad(), "[register_hook] cannot register a hook on a tensor that does not "
+  KILN_CHECK(requires_grad(),
+             "[register_hook] cannot register a hook on a tensor that does not "
              "require grad");
   auto fn = grad_fn();
-  if (fn) fn->pre_hooks.emplace_back(impl()->autograd->output_nr, std::move(hook));
-  else impl()->autograd_meta().leaf_hooks.push_back(std::move(hook));
+  if (fn)
+    fn->pre_hooks.emplace_back(impl()->autograd->output_nr, std::move(hook));
+  else
+    impl()->autograd_meta().leaf_hooks.push_back(std::move(hook));
 }
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook,
                                                 bool traceable) const {
-  KILN_CHECK(is_leaf() && requires_grad(), "[register_post_accumulate_grad_hook] only leaf "
+  KILN_CHECK(is_leaf() && requires_grad(),
+             "[register_post_accumulate_grad_hook] only leaf "
              "tensors that require grad accept post-accumulate-grad hooks");
   AutogradMeta& m = impl()->autograd_meta();
   (traceable ? m.traceable_post_accumulate_hooks : m.post_accumulate_hooks)

@@ -6,7 +6,9 @@
 
 namespace kiln {
 
-Tensor Tensor::to(DType t) const { return cast(*this, t); }
+Tensor Tensor::to(DType t) const {
+  return cast(*this, t);
+}
 
 Tensor Tensor::to(Device d) const {
   if (device() == d) return *this;
@@ -27,8 +29,12 @@ Tensor Tensor::cpu() const {
 Tensor Tensor::cuda(int index) const {
   return to(Device::cuda(index));
 }
-Tensor Tensor::clone() const { return copy(*this); }
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : copy(*this); }
+Tensor Tensor::clone() const {
+  return copy(*this);
+}
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : copy(*this);
+}
 
 Tensor& Tensor::copy_(const Tensor& src) {
   KILN_CHECK(src.defined(), "[copy_] source is an undefined tensor");
@@ -41,28 +47,48 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor Tensor::view(const Dims& s) const {
   Tensor r = kiln::reshape(*this, s);
   if (!is_symbolic())
-    KILN_CHECK(numel() == 0 || r.impl()->storage == impl()->storage,
-               "[view] shape ", s, " is not compatible with the input's shape ", shape(),
-               " and strides ", strides(), "; use reshape (which copies) instead");
+    KILN_CHECK(numel() == 0 || r.impl()->storage == impl()->storage, "[view] shape ", s,
+               " is not compatible with the input's shape ", shape(), " and strides ", strides(),
+               "; use reshape (which copies) instead");
   return r;
 }
-Tensor Tensor::reshape(const Dims& s) const { return kiln::reshape(*this, s); }
-Tensor Tensor::permute(const Dims& d) const { return kiln::permute(*this, d); }
-Tensor Tensor::transpose(int64_t a, int64_t b) const { return kiln::transpose(*this, a, b); }
+Tensor Tensor::reshape(const Dims& s) const {
+  return kiln::reshape(*this, s);
+}
+Tensor Tensor::permute(const Dims& d) const {
+  return kiln::permute(*this, d);
+}
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  return kiln::transpose(*this, a, b);
+}
 Tensor Tensor::t() const {
   KILN_CHECK(dim() <= 2, "[t] expects a tensor of rank <= 2, got shape ", shape());
   return dim() < 2 ? *this : kiln::transpose(*this, 0, 1);
 }
-Tensor Tensor::expand(const Dims& s) const { return kiln::expand(*this, s); }
+Tensor Tensor::expand(const Dims& s) const {
+  return kiln::expand(*this, s);
+}
 Tensor Tensor::slice(int64_t d, int64_t s, int64_t e, int64_t st) const {
   return kiln::slice(*this, d, s, e, st);
 }
-Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const { return kiln::narrow(*this, d, s, l); }
-Tensor Tensor::select(int64_t d, int64_t i) const { return kiln::select(*this, d, i); }
-Tensor Tensor::squeeze() const { return kiln::squeeze(*this); }
-Tensor Tensor::squeeze(int64_t d) const { return kiln::squeeze(*this, d); }
-Tensor Tensor::unsqueeze(int64_t d) const { return kiln::unsqueeze(*this, d); }
-Tensor Tensor::flatten(int64_t s, int64_t e) const { return kiln::flatten(*this, s, e); }
+Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const {
+  return kiln::narrow(*this, d, s, l);
+}
+Tensor Tensor::select(int64_t d, int64_t i) const {
+  return kiln::select(*this, d, i);
+}
+Tensor Tensor::squeeze() const {
+  return kiln::squeeze(*this);
+}
+Tensor Tensor::squeeze(int64_t d) const {
+  return kiln::squeeze(*this, d);
+}
+Tensor Tensor::unsqueeze(int64_t d) const {
+  return kiln::unsqueeze(*this, d);
+}
+Tensor Tensor::flatten(int64_t s, int64_t e) const {
+  return kiln::flatten(*this, s, e);
+}
 
 namespace {
 Tensor& commit(Tensor& self, const Tensor& r, const char* op) {
@@ -71,9 +97,8 @@ Tensor& commit(Tensor& self, const Tensor& r, const char* op) {
 }
 // In-place results keep self's dtype; PyTorch refuses to narrow float to int.
 void check_inplace_dtype(const Tensor& self, const Tensor& r, const char* op) {
-  KILN_CHECK(dtype_category(r.dtype()) <= dtype_category(self.dtype()), "[", op,
-             "] result dtype ", r.dtype(), " cannot be cast to the in-place output dtype ",
-             self.dtype());
+  KILN_CHECK(dtype_category(r.dtype()) <= dtype_category(self.dtype()), "[", op, "] result dtype ",
+             r.dtype(), " cannot be cast to the in-place output dtype ", self.dtype());
 }
 Tensor& inplace(Tensor& self, const Tensor& r, const char* op) {
   check_inplace_dtype(self, r, op);
@@ -89,13 +114,27 @@ Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) {
   Tensor r = (alpha.to_double() == 1.0) ? *this - o : *this - o * alpha;
   return inplace(*this, r, "sub_");
 }
-Tensor& Tensor::mul_(const Tensor& o) { return inplace(*this, *this * o, "mul_"); }
-Tensor& Tensor::div_(const Tensor& o) { return inplace(*this, *this / o, "div_"); }
-Tensor& Tensor::add_(const Scalar& s) { return inplace(*this, *this + s, "add_"); }
-Tensor& Tensor::sub_(const Scalar& s) { return inplace(*this, *this - s, "sub_"); }
-Tensor& Tensor::mul_(const Scalar& s) { return inplace(*this, *this * s, "mul_"); }
-Tensor& Tensor::div_(const Scalar& s) { return inplace(*this, *this / s, "div_"); }
-Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::mul_(const Tensor& o) {
+  return inplace(*this, *this * o, "mul_");
+}
+Tensor& Tensor::div_(const Tensor& o) {
+  return inplace(*this, *this / o, "div_");
+}
+Tensor& Tensor::add_(const Scalar& s) {
+  return inplace(*this, *this + s, "add_");
+}
+Tensor& Tensor::sub_(const Scalar& s) {
+  return inplace(*this, *this - s, "sub_");
+}
+Tensor& Tensor::mul_(const Scalar& s) {
+  return inplace(*this, *this * s, "mul_");
+}
+Tensor& Tensor::div_(const Scalar& s) {
+  return inplace(*this, *this / s, "div_");
+}
+Tensor& Tensor::zero_() {
+  return fill_(0);
+}
 Tensor& Tensor::fill_(const Scalar& v) {
   return commit(*this, kiln::expand(scalar_tensor(v, dtype(), "fill_"), shape()), "fill_");
 }
@@ -283,22 +322,30 @@ Tensor Tensor::clip(const Tensor& lo, const Tensor& hi) const {
   return kiln::clip(*this, lo, hi);
 }
 
-Tensor Tensor::sum(const Dims& d, bool k) const { return kiln::sum(*this, d, k); }
-Tensor Tensor::mean(const Dims& d, bool k) const { return kiln::mean(*this, d, k); }
+Tensor Tensor::sum(const Dims& d, bool k) const {
+  return kiln::sum(*this, d, k);
+}
+Tensor Tensor::mean(const Dims& d, bool k) const {
+  return kiln::mean(*this, d, k);
+}
 Tensor Tensor::amax(const Dims& d, bool k) const {
   return kiln::amax(*this, d, k);
 }
 Tensor Tensor::amin(const Dims& d, bool k) const {
   return kiln::amin(*this, d, k);
 }
-Tensor Tensor::max() const { return kiln::amax(*this); }
+Tensor Tensor::max() const {
+  return kiln::amax(*this);
+}
 std::tuple<Tensor, Tensor> Tensor::max(int64_t d, bool k) const {
   return kiln::max(*this, d, k);
 }
 Tensor Tensor::max(const Tensor& o) const {
   return kiln::maximum(*this, o);
 }
-Tensor Tensor::min() const { return kiln::amin(*this); }
+Tensor Tensor::min() const {
+  return kiln::amin(*this);
+}
 std::tuple<Tensor, Tensor> Tensor::min(int64_t d, bool k) const {
   return kiln::min(*this, d, k);
 }
@@ -349,7 +396,9 @@ Tensor Tensor::multinomial(int64_t n, bool replacement, Generator* g) const {
   return kiln::multinomial(*this, n, replacement, g);
 }
 
-Tensor Tensor::matmul(const Tensor& o) const { return kiln::matmul(*this, o); }
+Tensor Tensor::matmul(const Tensor& o) const {
+  return kiln::matmul(*this, o);
+}
 Tensor Tensor::bmm(const Tensor& o) const {
   return kiln::bmm(*this, o);
 }

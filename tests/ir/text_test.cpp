@@ -65,8 +65,8 @@ TEST(IrText, RoundTripMultiOutputOp) {
   Value* x = g.add_input(DType::f32, {2, 3, 8, 8}, "arg0");
   Attrs a;
   a.set("kernel_size", Dims{2, 2}).set("stride", Dims{2, 2}).set("padding", Dims{0, 0});
-  Node* pool = g.add_op(OpId::max_pool2d, {x}, a,
-                        {{DType::f32, {2, 3, 4, 4}}, {DType::i64, {2, 3, 4, 4}}});
+  Node* pool =
+      g.add_op(OpId::max_pool2d, {x}, a, {{DType::f32, {2, 3, 4, 4}}, {DType::i64, {2, 3, 4, 4}}});
   Node* r = g.add_op(OpId::relu, {pool->output(0)}, {}, {{DType::f32, {2, 3, 4, 4}}});
   g.add_output(r->output(), "out0");
   g.add_output(pool->output(1), "indices");
@@ -93,8 +93,8 @@ TEST(IrText, RoundTripEveryAttrKind) {
   const std::string text = print(g);
   for (const char* part :
        {"i=-7", "big=-9223372036854775808", "half=0.5", "two=2.0", "eps=1e-08",
-        "huge=1.0000000000000001e+300", "neg0=-0.0", "pinf=inf", "ninf=-inf", "nan=nan",
-        "yes=true", "no=false", "dt=bf16", "empty=[]", "dims=[-1, 0, 3]"})
+        "huge=1.0000000000000001e+300", "neg0=-0.0", "pinf=inf", "ninf=-inf", "nan=nan", "yes=true",
+        "no=false", "dt=bf16", "empty=[]", "dims=[-1, 0, 3]"})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   // A double stays a double and an int an int.
   auto back = parse(text);
@@ -110,9 +110,9 @@ TEST(IrText, RoundTripSymbolicDimsAndAttrs) {
   g.num_syms = 2;
   g.rng_advance = SymInt::symbolic(0, 4);
   Value* x = g.add_input(DType::f32, {SymInt::symbolic(0), 784}, "arg0");
-  Value* y = g.add_input(DType::f32, {SymInt::symbolic(0, 2, 1), SymInt::symbolic(1, -1, 4),
-                                      SymInt::symbolic(1, 1, -3)},
-                         "arg1");
+  Value* y = g.add_input(
+      DType::f32,
+      {SymInt::symbolic(0, 2, 1), SymInt::symbolic(1, -1, 4), SymInt::symbolic(1, 1, -3)}, "arg1");
   Attrs ra;
   ra.set("shape", Dims{0, 392});
   Node* r = g.add_op(OpId::reshape, {x}, ra, {{DType::f32, {SymInt::symbolic(0, 2), 392}}});
@@ -120,9 +120,10 @@ TEST(IrText, RoundTripSymbolicDimsAndAttrs) {
   Attrs sa;
   sa.set("dim", int64_t{0}).set("start", int64_t{1}).set("end", int64_t{0});
   sa.set("step", int64_t{1});
-  Node* s = g.add_op(OpId::slice, {y}, sa,
-                     {{DType::f32, {SymInt::symbolic(0, 2), SymInt::symbolic(1, -1, 4),
-                                    SymInt::symbolic(1, 1, -3)}}});
+  Node* s = g.add_op(
+      OpId::slice, {y}, sa,
+      {{DType::f32,
+        {SymInt::symbolic(0, 2), SymInt::symbolic(1, -1, 4), SymInt::symbolic(1, 1, -3)}}});
   s->sym_attrs.push_back(sym_attr("end", -1, SymInt::symbolic(0, 2, 1)));
   Attrs fa;
   fa.set("shape", Dims{0, 0}).set("value", 0.0).set("dtype", DType::f32);
@@ -141,9 +142,9 @@ TEST(IrText, RoundTripSymbolicDimsAndAttrs) {
   g.add_output(f->output(), "c");
   expect_round_trip(g);
   const std::string text = print(g);
-  for (const char* part : {"syms=2 rng_advance=4*s0 {", "f32[2*s0+1, -1*s1+4, s1-3]",
-                           "{shape=[2*s0, 392]}", "end=2*s0+1", "shape=[s1, -1*s0+5]",
-                           "value=1/(32*s0)", "value=1.0*(2*s0+1)"})
+  for (const char* part :
+       {"syms=2 rng_advance=4*s0 {", "f32[2*s0+1, -1*s1+4, s1-3]", "{shape=[2*s0, 392]}",
+        "end=2*s0+1", "shape=[s1, -1*s0+5]", "value=1/(32*s0)", "value=1.0*(2*s0+1)"})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
 }
 
@@ -207,12 +208,12 @@ TEST(IrText, RoundTripConstantsOfEveryDtype) {
   g.add_constant(make<float>({7}, {1.0f, -2.5f, 0.1f, fnan, -fnan, -finf, -0.0f}));
   g.add_constant(make<float>({2, 2}, {1.4e-45f, 3.4028235e38f, -1e-30f, 16777217.0f}));
   g.add_constant(make<double>({5}, {0.1, -0.0, 5e-324, 1.7976931348623157e308, -kNaN}));
-  g.add_constant(make<Half>({5}, {Half(1.5f), Half(65504.0f), Half(6e-8f), Half(-0.0f),
-                                  Half(fnan)}));
-  g.add_constant(make<BFloat16>({4}, {BFloat16(3.140625f), BFloat16(1e38f), BFloat16(-finf),
-                                      BFloat16(fnan)}));
-  g.add_constant(make<int64_t>({3}, {std::numeric_limits<int64_t>::min(), 0,
-                                     std::numeric_limits<int64_t>::max()}));
+  g.add_constant(
+      make<Half>({5}, {Half(1.5f), Half(65504.0f), Half(6e-8f), Half(-0.0f), Half(fnan)}));
+  g.add_constant(
+      make<BFloat16>({4}, {BFloat16(3.140625f), BFloat16(1e38f), BFloat16(-finf), BFloat16(fnan)}));
+  g.add_constant(make<int64_t>(
+      {3}, {std::numeric_limits<int64_t>::min(), 0, std::numeric_limits<int64_t>::max()}));
   g.add_constant(make<int32_t>({2}, {std::numeric_limits<int32_t>::min(), 2147483647}));
   g.add_constant(make<uint8_t>({3}, {0, 7, 255}));
   g.add_constant(make<bool>({3}, {true, false, true}));
@@ -235,10 +236,10 @@ TEST(IrText, RoundTripConstantsOfEveryDtype) {
        {"%0 = constant f32[7] [1.0, -2.5, 0.100000001, nan, -nan, -inf, -0.0]",
         "constant f16[5] [1.5, 65504.0, 5.96046448e-08, -0.0, nan]",
         "constant i64[3] [-9223372036854775808, 0, 9223372036854775807]",
-        "constant u8[3] [0, 7, 255]", "constant bool[3] [true, false, true]",
-        "constant f32[0] []", "constant f32[] 2.0", "constant wrapped f64[] 0.5\n",
-        "constant wrapped i64[] -3", "constant wrapped bool[] true",
-        "constant wrapped i32[] 9", "constant wrapped f64[] 0.03125 {value=1/(32*s0)}",
+        "constant u8[3] [0, 7, 255]", "constant bool[3] [true, false, true]", "constant f32[0] []",
+        "constant f32[] 2.0", "constant wrapped f64[] 0.5\n", "constant wrapped i64[] -3",
+        "constant wrapped bool[] true", "constant wrapped i32[] 9",
+        "constant wrapped f64[] 0.03125 {value=1/(32*s0)}",
         "constant wrapped i64[] 7 {value=s0-1}"})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
 }
@@ -285,14 +286,13 @@ TEST(IrText, RoundTripEmptyGraphAndClone) {
 }
 
 // Canonical text: what print() produces for it is the text itself.
-const char* const kCanonical =
-    R"(graph(%0: f32[s0, 784] "arg0", %1: f32[1024, 784] "cap0", )"
-    R"(%2: wrapped f64[] "host0") syms=1 rng_advance=4*s0 {
+const char* const kCanonical = R"(graph(%0: f32[s0, 784] "arg0", %1: f32[1024, 784] "cap0", )"
+                               R"(%2: wrapped f64[] "host0") syms=1 rng_advance=4*s0 {
   %3 = permute(%1) {dims=[1, 0]} : f32[784, 1024]
   %4 = matmul(%0, %3) : f32[s0, 1024]
   %5 = reshape(%4) {shape=[s0, 16, 8, 8]} : f32[s0, 16, 8, 8]
   %6, %7 = max_pool2d(%5) {kernel_size=[2, 2], stride=[2, 2], padding=[0, 0]} )"
-    R"(: f32[s0, 16, 4, 4], i64[s0, 16, 4, 4]
+                               R"(: f32[s0, 16, 4, 4], i64[s0, 16, 4, 4]
   %8 = constant wrapped f64[] 0.5
   %9 = constant f32[2, 2] [1.0, -2.5, inf, nan]
   %10 = constant wrapped f64[] 0.03125 {value=1/(32*s0)}

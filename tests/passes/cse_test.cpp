@@ -20,13 +20,15 @@ graph(%0: f32[4] "arg0", %1: f32[4] "arg1") {
   %4 = mul(%2, %3) : f32[4]
   return %4 "out0", %3 "out1"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0", %1: f32[4] "arg1") {
   %2 = add(%0, %1) : f32[4]
   %3 = mul(%2, %2) : f32[4]
   return %3 "out0", %2 "out1"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, CommutativeInputsAreUnordered) {
@@ -39,14 +41,16 @@ graph(%0: f32[4] "arg0", %1: f32[4] "arg1") {
   %5 = sub(%1, %0) : f32[4]
   return %2 "a", %3 "b", %4 "c", %5 "d"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0", %1: f32[4] "arg1") {
   %2 = add(%0, %1) : f32[4]
   %3 = sub(%0, %1) : f32[4]
   %4 = sub(%1, %0) : f32[4]
   return %2 "a", %2 "b", %3 "c", %4 "d"
 }
-)", true);
+)",
+              true);
 }
 
 // Verifies floating maximum/minimum with swapped operands stay apart (signed zeros differ).
@@ -64,7 +68,8 @@ graph(%0: f32[4] "arg0", %1: f32[4] "arg1", %2: i64[4] "arg2", %3: i64[4] "arg3"
   %10 = maximum(%0, %1) : f32[4]
   return %4 "a", %5 "b", %6 "c", %7 "d", %8 "e", %9 "f", %10 "g"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0", %1: f32[4] "arg1", %2: i64[4] "arg2", %3: i64[4] "arg3") {
   %4 = maximum(%0, %1) : f32[4]
   %5 = maximum(%1, %0) : f32[4]
@@ -73,7 +78,8 @@ graph(%0: f32[4] "arg0", %1: f32[4] "arg1", %2: i64[4] "arg2", %3: i64[4] "arg3"
   %8 = maximum(%2, %3) : i64[4]
   return %4 "a", %5 "b", %6 "c", %7 "d", %8 "e", %8 "f", %4 "g"
 }
-)", true);
+)",
+              true);
 }
 
 // Verifies the signed-zero ties of maximum/minimum that make their operand order matter.
@@ -96,14 +102,16 @@ graph(%0: f32[4] "arg0") {
   %5 = add(%2, %4) : f32[4]
   return %5 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0") {
   %1 = neg(%0) : f32[4]
   %2 = exp(%1) : f32[4]
   %3 = add(%2, %2) : f32[4]
   return %3 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, MultiOutputNodesMergeAllOutputs) {
@@ -114,12 +122,14 @@ graph(%0: f32[1, 4, 4] "arg0") {
   %3, %4 = max_pool2d(%0) {kernel_size=[2, 2]} : f32[1, 2, 2], i64[1, 2, 2]
   return %1 "v0", %4 "i1", %3 "v1"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[1, 4, 4] "arg0") {
   %1, %2 = max_pool2d(%0) {kernel_size=[2, 2]} : f32[1, 2, 2], i64[1, 2, 2]
   return %1 "v0", %2 "i1", %1 "v1"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, DifferentAttrsDoNotMerge) {
@@ -141,12 +151,14 @@ graph() {
   %1 = full() {dtype=f32, value=1.5, shape=[2]} : f32[2]
   return %0 "a", %1 "b"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = full() {shape=[2], value=1.5, dtype=f32} : f32[2]
   return %0 "a", %0 "b"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, NanAttrsMergeSignedZerosDoNot) {
@@ -159,14 +171,16 @@ graph() {
   %3 = full() {shape=[2], value=-0.0, dtype=f32} : f32[2]
   return %0 "a", %1 "b", %2 "c", %3 "d"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = full() {shape=[2], value=nan, dtype=f32} : f32[2]
   %1 = full() {shape=[2], value=0.0, dtype=f32} : f32[2]
   %2 = full() {shape=[2], value=-0.0, dtype=f32} : f32[2]
   return %0 "a", %0 "b", %1 "c", %2 "d"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, RandomNodesNeverMerge) {
@@ -196,7 +210,8 @@ graph() {
   %8 = constant f32[2] [1.0, 0.0]
   return %0 "a", %1 "b", %2 "c", %3 "d", %4 "e", %5 "f", %6 "g", %7 "h", %8 "i"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = constant f32[2] [1.0, 2.0]
   %1 = constant f64[2] [1.0, 2.0]
@@ -207,7 +222,8 @@ graph() {
   %6 = constant f32[2] [1.0, 0.0]
   return %0 "a", %0 "b", %1 "c", %2 "d", %3 "e", %4 "f", %3 "g", %5 "h", %6 "i"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, SymbolicConstantsMergeOnlyWithSameExpression) {
@@ -222,7 +238,8 @@ graph(%0: f32[s0] "arg0") syms=1 {
   %6 = mul(%0, %3) : f32[s0]
   return %4 "a", %5 "b", %6 "c"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[s0] "arg0") syms=1 {
   %1 = constant wrapped f64[] 0.5 {value=1/(s0)}
   %2 = constant wrapped f64[] 0.5 {value=1/(2*s0)}
@@ -230,7 +247,8 @@ graph(%0: f32[s0] "arg0") syms=1 {
   %4 = mul(%0, %2) : f32[s0]
   return %3 "a", %3 "b", %4 "c"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Cse, LargeConstantsAreNotCompared) {

@@ -19,12 +19,14 @@ graph(%0: f32[4] "arg0") {
   %4 = relu(%0) : f32[4]
   return %4 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0") {
   %1 = relu(%0) : f32[4]
   return %1 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Dce, KeepsGraphInputsOutputsAndLiveNodes) {
@@ -57,11 +59,13 @@ graph(%0: f32[2] "arg0") {
   %3 = add(%0, %1) : f32[2]
   return %0 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[2] "arg0") {
   return %0 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Dce, NodeUsedTwiceByOneUserIsLive) {
@@ -74,13 +78,15 @@ graph(%0: f32[3] "arg0") {
   %4 = add(%3, %3) : f32[3]
   return %4 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[3] "arg0") {
   %1 = sin(%0) : f32[3]
   %2 = add(%1, %1) : f32[3]
   return %2 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Dce, EmptyGraphUnchanged) {

@@ -22,7 +22,8 @@ graph() {
   %4 = add(%2, %3) : f32[4]
   return %4 "out0"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = constant i64[4] [0, 1, 2, 3]
   %1 = constant wrapped i64[] 2
@@ -31,7 +32,8 @@ graph() {
   %4 = constant f32[4] [0.5, 2.5, 4.5, 6.5]
   return %4 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(FoldConstants, FullAloneIsNotFolded) {
@@ -53,14 +55,16 @@ graph() {
   %2 = mul(%0, %1) : i32[3]
   return %2 "out0", %0 "twos"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = full() {shape=[3], value=2.0, ivalue=2, dtype=i32} : i32[3]
   %1 = constant i32[3] [1, 2, 3]
   %2 = constant i32[3] [2, 4, 6]
   return %2 "out0", %0 "twos"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(FoldConstants, HugeFullInputIsNotEvaluated) {
@@ -140,14 +144,16 @@ graph() {
   %1, %2 = max_pool2d(%0) {kernel_size=[2, 2]} : f32[1, 1, 1], i64[1, 1, 1]
   return %1 "v", %2 "i"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = constant f32[1, 2, 2] [1.0, 4.0, 3.0, 2.0]
   %1 = constant f32[1, 1, 1] [4.0]
   %2 = constant i64[1, 1, 1] [1]
   return %1 "v", %2 "i"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(FoldConstants, ViewResultsAndWrappedFlagsAreKept) {
@@ -162,7 +168,8 @@ graph() {
   %4 = mul(%2, %3) : wrapped f32[]
   return %1 "t", %4 "six"
 }
-)", R"(
+)",
+              R"(
 graph() {
   %0 = constant f32[2, 2] [1.0, 2.0, 3.0, 4.0]
   %1 = constant f32[2, 2] [1.0, 3.0, 2.0, 4.0]
@@ -171,7 +178,8 @@ graph() {
   %4 = constant wrapped f32[] 6.0
   return %1 "t", %4 "six"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(FoldConstants, SymbolicShapesAreNotFolded) {
@@ -212,8 +220,7 @@ TEST(FoldConstants, EvaluatesWithoutTheCallersRecorder) {
   EXPECT_TRUE(changed);
   EXPECT_EQ(after, &rec);
   EXPECT_EQ(rec.calls, 0);
-  EXPECT_EQ(g.outputs()[0]->producer->constant.to_vector<float>(),
-            (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(g.outputs()[0]->producer->constant.to_vector<float>(), (std::vector<float>{0, 1, 2}));
 }
 
 }  // namespace

@@ -54,7 +54,9 @@ inline ir::Value* op(ir::Graph& g, OpId id, std::vector<ir::Value*> in, Attrs at
 }
 
 /// Appends a constant node holding `t`.
-inline ir::Value* constant(ir::Graph& g, const Tensor& t) { return g.add_constant(t)->output(); }
+inline ir::Value* constant(ir::Graph& g, const Tensor& t) {
+  return g.add_constant(t)->output();
+}
 
 /// The ops of g's nodes in order ("constant" for constants), for quick checks.
 inline std::vector<std::string> node_ops(const ir::Graph& g) {

@@ -21,13 +21,15 @@ graph(%0: f32[4] "arg0") {
   %5 = div(%4, %1) : f32[4]
   return %5 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[4] "arg0") {
   %1 = constant wrapped f64[] 1.0
   %2 = constant f32[4] [1.0, 1.0, 1.0, 1.0]
   return %0 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, MultiplyByOneThatBroadcastsOrPromotesStays) {
@@ -58,12 +60,14 @@ graph(%0: i64[3] "arg0") {
   %4 = sub(%3, %1) : i64[3]
   return %4 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: i64[3] "arg0") {
   %1 = constant wrapped i64[] 0
   return %0 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, FloatZerosOnlyWhenSignedZeroIsKept) {
@@ -77,13 +81,15 @@ graph(%0: f32[3] "arg0") {
   %5 = sub(%4, %2) : f32[3]
   return %5 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[3] "arg0") {
   %1 = constant wrapped f64[] -0.0
   %2 = constant f32[3] [0.0, 0.0, 0.0]
   return %0 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, FloatPlusPositiveZeroStays) {
@@ -110,12 +116,14 @@ graph(%0: i32[2, 3] "arg0") {
   %1 = sub(%0, %0) : i32[2, 3]
   return %1 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: i32[2, 3] "arg0") {
   %1 = full() {shape=[2, 3], value=0.0, ivalue=0, dtype=i32} : i32[2, 3]
   return %1 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, FloatSelfDifferenceStays) {
@@ -137,13 +145,15 @@ graph(%0: f32[3] "arg0") {
   %3 = exp(%2) : f32[3]
   return %3 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[3] "arg0") {
   %1 = neg(%0) : f32[3]
   %2 = exp(%0) : f32[3]
   return %2 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, PermuteChainsCompose) {
@@ -157,14 +167,16 @@ graph(%0: f32[2, 3, 4] "arg0") {
   %4 = permute(%3) {dims=[2, 0, 1]} : f32[2, 3, 4]
   return %2 "a", %4 "b"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[2, 3, 4] "arg0") {
   %1 = permute(%0) {dims=[1, 0, 2]} : f32[3, 2, 4]
   %2 = permute(%0) {dims=[1, 2, 0]} : f32[3, 4, 2]
   %3 = permute(%0) {dims=[1, -1, 0]} : f32[3, 4, 2]
   return %2 "a", %0 "b"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, IdentityPermuteOnlyForIdentityDims) {
@@ -175,12 +187,14 @@ graph(%0: f32[3, 3] "arg0") {
   %2 = permute(%0) {dims=[1, 0]} : f32[3, 3]
   return %1 "a", %2 "b"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[3, 3] "arg0") {
   %1 = permute(%0) {dims=[1, 0]} : f32[3, 3]
   return %0 "a", %1 "b"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, ReshapeChainsCollapse) {
@@ -194,13 +208,15 @@ graph(%0: f32[2, 6] "arg0") {
   %4 = reshape(%0) {shape=[2, 6]} : f32[2, 6]
   return %2 "a", %3 "b", %4 "c"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[2, 6] "arg0") {
   %1 = reshape(%0) {shape=[3, 4]} : f32[3, 4]
   %2 = reshape(%0) {shape=[-1, 2]} : f32[6, 2]
   return %2 "a", %0 "b", %0 "c"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, SymbolicReshapeChainCollapses) {
@@ -212,13 +228,15 @@ graph(%0: f32[s0, 4] "arg0") syms=1 {
   %3 = reshape(%1) {shape=[s0, 4]} : f32[s0, 4]
   return %2 "a", %3 "b"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[s0, 4] "arg0") syms=1 {
   %1 = reshape(%0) {shape=[4*s0]} : f32[4*s0]
   %2 = reshape(%0) {shape=[2*s0, 2]} : f32[2*s0, 2]
   return %2 "a", %0 "b"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, ExpandChainsCollapse) {
@@ -232,14 +250,16 @@ graph(%0: f32[3, 1] "arg0") {
   %4 = expand(%0) {shape=[3, 1]} : f32[3, 1]
   return %2 "a", %3 "b", %4 "c"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[3, 1] "arg0") {
   %1 = expand(%0) {shape=[3, 4]} : f32[3, 4]
   %2 = expand(%0) {shape=[2, 3, 4]} : f32[2, 3, 4]
   %3 = expand(%0) {shape=[5, 3, 4]} : f32[5, 3, 4]
   return %2 "a", %3 "b", %0 "c"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, CastToSameDtype) {
@@ -250,12 +270,14 @@ graph(%0: f32[2] "arg0") {
   %2 = cast(%1) {dtype=f64} : f64[2]
   return %2 "out0"
 }
-)", R"(
+)",
+              R"(
 graph(%0: f32[2] "arg0") {
   %1 = cast(%0) {dtype=f64} : f64[2]
   return %1 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, WrappedNumberFlagIsKept) {
@@ -290,13 +312,15 @@ graph() rng_advance=2 {
   %2 = mul(%0, %1) : f32[2]
   return %2 "out0"
 }
-)", R"(
+)",
+              R"(
 graph() rng_advance=2 {
   %0 = rand_uniform() {shape=[2], dtype=f32, seed=1, offset=0} : f32[2]
   %1 = constant wrapped f64[] 1.0
   return %0 "out0"
 }
-)", true);
+)",
+              true);
 }
 
 TEST(Simplify, NothingToDoUnchanged) {

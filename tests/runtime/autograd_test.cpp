@@ -9,7 +9,9 @@
 using namespace kiln;
 
 namespace {
-Tensor vec(std::vector<double> v) { return from_vector<double>(v); }
+Tensor vec(std::vector<double> v) {
+  return from_vector<double>(v);
+}
 void expect_values(const Tensor& t, std::vector<double> want, double tol = 1e-9) {
   auto got = t.to_vector<double>();
   ASSERT_EQ(got.size(), want.size());
@@ -234,20 +236,22 @@ TEST(Autograd, CheckpointReplaysRandomness) {
 // gradcheck accepts correct gradients and reports wrong ones.
 TEST(Autograd, GradcheckDetectsWrongGradients) {
   Tensor x = vec({0.3, -0.7}).requires_grad_();
-  auto ok = gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    return {in[0].exp() * in[0]};
-  }, {x});
+  auto ok = gradcheck(
+      [](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {in[0].exp() * in[0]}; },
+      {x});
   EXPECT_EQ(ok, "");
-  auto bad = gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    // A custom function with a deliberately wrong backward.
-    Tensor y;
-    {
-      NoGradGuard ng;
-      y = in[0] * 2.0;
-    }
-    return attach_function("Wrong", {in[0]}, {y}, [](const std::vector<Tensor>& g) {
-      return std::vector<Tensor>{g[0] * 3.0};
-    });
-  }, {x});
+  auto bad = gradcheck(
+      [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        // A custom function with a deliberately wrong backward.
+        Tensor y;
+        {
+          NoGradGuard ng;
+          y = in[0] * 2.0;
+        }
+        return attach_function("Wrong", {in[0]}, {y}, [](const std::vector<Tensor>& g) {
+          return std::vector<Tensor>{g[0] * 3.0};
+        });
+      },
+      {x});
   EXPECT_NE(bad, "");
 }

@@ -43,7 +43,9 @@ void expect_near(const V& got, const V& want, double tol = 1e-12) {
   }
 }
 using kiln::testing::expect_error;
-Tensor leaf(const V& v, const Dims& shape) { return f64(v, shape).requires_grad_(); }
+Tensor leaf(const V& v, const Dims& shape) {
+  return f64(v, shape).requires_grad_();
+}
 
 // gradcheck of a one-input function.
 std::string check1(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
@@ -214,8 +216,8 @@ TEST(CompositeReduction, MeanVarStdValues) {
   Tensor t = f64(v, {4, 6}).transpose(0, 1);
   V rows;
   for (size_t r = 0; r < 4; ++r)
-    rows.push_back(mean_of(V(v.begin() + static_cast<long>(r * 6),
-                             v.begin() + static_cast<long>(r * 6 + 6))));
+    rows.push_back(
+        mean_of(V(v.begin() + static_cast<long>(r * 6), v.begin() + static_cast<long>(r * 6 + 6))));
   expect_near(vals(mean(t, {0})), rows);
   // One element with correction 1: 0/0 = NaN, as torch.var.
   EXPECT_TRUE(std::isnan(vals(var(f64({1.0}, {1})))[0]));
@@ -374,12 +376,13 @@ TEST(CompositeLayerNorm, Values) {
 TEST(CompositeLayerNorm, GradientsAndErrors) {
   V v = randv(12, 14, -2, 2);
   Tensor x = leaf(v, {3, 4}), w = leaf(randv(4, 15), {4}), b = leaf(randv(4, 16), {4});
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{layer_norm(in[0], {4}, in[1], in[2])};
-            }, {x, w, b}),
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{layer_norm(in[0], {4}, in[1], in[2])};
+                },
+                {x, w, b}),
             "");
-  EXPECT_EQ(check_double([](const Tensor& t) { return layer_norm(t, {4}); }, leaf(v, {3, 4})),
-            "");
+  EXPECT_EQ(check_double([](const Tensor& t) { return layer_norm(t, {4}); }, leaf(v, {3, 4})), "");
   Tensor w2 = f64(randv(4, 17), {4});
   EXPECT_EQ(check_double([&](const Tensor& t) { return layer_norm(t, {4}, w2); }, leaf(v, {3, 4})),
             "");
@@ -423,16 +426,21 @@ TEST(CompositeLinear, Values) {
 TEST(CompositeLinear, GradientsAndErrors) {
   Tensor x = leaf(randv(6, 21), {2, 3}), w = leaf(randv(12, 22), {4, 3}),
          b = leaf(randv(4, 23), {4});
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{linear(in[0], in[1], in[2])};
-            }, {x, w, b}),
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{linear(in[0], in[1], in[2])};
+                },
+                {x, w, b}),
             "");
   Tensor y = f64(randv(6, 24), {2, 3});
   expect_error([&] { linear(y, f64(randv(8, 1), {4, 2})); }, "[linear] input shape [2, 3]");
   expect_error([&] { linear(y, f64(randv(8, 1), {4, 2})); }, "weight shape [4, 2]");
   expect_error([&] { linear(y, f64(randv(24, 1), {2, 4, 3})); }, "[linear]");
-  expect_error([&] { linear(y, f64(randv(12, 1), {4, 3}), f64({1, 2}, {2})); },
-               "[linear] bias shape [2]");
+  expect_error(
+      [&] {
+        linear(y, f64(randv(12, 1), {4, 3}), f64({1, 2}, {2}));
+      },
+      "[linear] bias shape [2]");
 }
 
 // dropout: identity when disabled, zeros at p=1, kept fraction and scale, gradient.
@@ -465,10 +473,12 @@ TEST(CompositeDropout, ValuesAndStatistics) {
   out.sum().backward();
   expect_near(vals(g.grad()), vals(out));
   // Reseeding inside the function makes every evaluation draw the same mask.
-  EXPECT_EQ(check1([](const Tensor& t) {
-              manual_seed(5);
-              return dropout(t, 0.4);
-            }, leaf(randv(50, 40), {5, 10})),
+  EXPECT_EQ(check1(
+                [](const Tensor& t) {
+                  manual_seed(5);
+                  return dropout(t, 0.4);
+                },
+                leaf(randv(50, 40), {5, 10})),
             "");
 }
 
@@ -609,19 +619,23 @@ TEST(Attention, Gradients) {
   Tensor q = leaf(randv(12, 33), {2, 3, 2}), k = leaf(randv(16, 34), {2, 4, 2}),
          v = leaf(randv(8, 35), {2, 4, 1});
   Tensor mask = ne(from_vector<int64_t>({1, 0, 1, 1}, {1, 4}), 0);
-  EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], mask)};
-            }, {q, k, v}),
-            "");
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{
-                  scaled_dot_product_attention(in[0], in[1], in[2], {}, true)};
-            }, {q, k, v}),
-            "");
+  EXPECT_EQ(
+      gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], mask)};
+          },
+          {q, k, v}),
+      "");
+  EXPECT_EQ(
+      gradcheck(
+          [](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], {}, true)};
+          },
+          {q, k, v}),
+      "");
   Tensor kc = f64(randv(16, 34), {2, 4, 2}), vc = f64(randv(8, 35), {2, 4, 1});
-  EXPECT_EQ(check_double([&](const Tensor& t) {
-              return scaled_dot_product_attention(t, kc, vc);
-            }, leaf(randv(12, 36), {2, 3, 2})),
+  EXPECT_EQ(check_double([&](const Tensor& t) { return scaled_dot_product_attention(t, kc, vc); },
+                         leaf(randv(12, 36), {2, 3, 2})),
             "");
 }
 
@@ -637,9 +651,11 @@ TEST(Attention, Errors) {
   expect_error([&] { scaled_dot_product_attention(cast(q, DType::f32), k, v); }, op);
   expect_error([&] { scaled_dot_product_attention(q, k, v, from_vector<int64_t>({1})); }, op);
   Tensor q16 = cast(q, DType::f16);
-  expect_error([&] {
-    scaled_dot_product_attention(q16, cast(k, DType::f16), cast(v, DType::f16), f64({0}, {1}));
-  }, "attn_mask");
+  expect_error(
+      [&] {
+        scaled_dot_product_attention(q16, cast(k, DType::f16), cast(v, DType::f16), f64({0}, {1}));
+      },
+      "attn_mask");
   expect_error([&] { scaled_dot_product_attention(q, k, v, f64(randv(6, 4), {2, 3})); }, op);
 }
 

@@ -27,10 +27,10 @@ TEST(DType, ResultTypeWithScalars) {
   EXPECT_EQ((f * 2.5).dtype(), DType::f32);
   EXPECT_EQ((h * 2.5).dtype(), DType::f16);
   EXPECT_EQ((i * 2).dtype(), DType::i32);
-  EXPECT_EQ((i * 2.5).dtype(), DType::f32);            // a float scalar lifts ints to the default
+  EXPECT_EQ((i * 2.5).dtype(), DType::f32);  // a float scalar lifts ints to the default
   EXPECT_EQ((f + ones({}, DType::f64)).dtype(), DType::f32);  // 0-d tensor, same category
   EXPECT_EQ((i + ones({}, DType::f64)).dtype(), DType::f64);  // 0-d tensor, higher category
-  EXPECT_EQ((i / i).dtype(), DType::f32);              // true division
+  EXPECT_EQ((i / i).dtype(), DType::f32);                     // true division
   EXPECT_EQ(gt(f, 1).dtype(), DType::b8);
   EXPECT_EQ(sum(ones({3}, DType::b8)).dtype(), DType::i64);
 }
@@ -42,7 +42,8 @@ TEST(DType, HalfConversions) {
   EXPECT_EQ(Half(65504.0f).bits, 0x7bff);
   EXPECT_TRUE(std::isinf(static_cast<float>(Half(1e6f))));
   EXPECT_TRUE(std::isnan(static_cast<float>(Half(std::numeric_limits<float>::quiet_NaN()))));
-  EXPECT_FLOAT_EQ(static_cast<float>(Half(5.96046448e-08f)), 5.96046448e-08f);  // smallest subnormal
+  EXPECT_FLOAT_EQ(static_cast<float>(Half(5.96046448e-08f)),
+                  5.96046448e-08f);                  // smallest subnormal
   EXPECT_EQ(Half(1.0f + 1.0f / 2048).bits, 0x3c00);  // tie rounds to even
   EXPECT_EQ(BFloat16(1.0f).bits, 0x3f80);
   EXPECT_EQ(static_cast<float>(BFloat16(3.0f)), 3.0f);

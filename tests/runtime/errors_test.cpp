@@ -21,7 +21,9 @@ std::string message_of(F&& f) {
 
 // Shape mismatch in broadcasting names both shapes.
 TEST(Errors, BroadcastShapeMismatch) {
-  EXPECT_EQ(message_of([] { add(zeros({2, 3}), zeros({4})); }),
+  EXPECT_EQ(message_of([] {
+              add(zeros({2, 3}), zeros({4}));
+            }),
             "[add] shapes [2, 3] and [4] cannot be broadcast together (dim 1: 3 vs 4)");
 }
 
@@ -52,9 +54,13 @@ TEST(Errors, IndexOutOfRange) {
 
 // Wrong rank / wrong dimension.
 TEST(Errors, WrongRankAndDim) {
-  EXPECT_EQ(message_of([] { zeros({2, 3}).sum({2}); }),
+  EXPECT_EQ(message_of([] {
+              zeros({2, 3}).sum({2});
+            }),
             "[sum] dimension 2 is out of range for a tensor of rank 2 (expected in [-2, 1])");
-  EXPECT_EQ(message_of([] { zeros({2, 3}).permute({0}); }),
+  EXPECT_EQ(message_of([] {
+              zeros({2, 3}).permute({0});
+            }),
             "[permute] got 1 dims [0] for a tensor of rank 2");
   std::string m = message_of([] { conv2d(zeros({3, 4}), zeros({1, 1, 1, 1})); });
   EXPECT_NE(m.find("[conv2d]"), std::string::npos) << m;
@@ -63,7 +69,9 @@ TEST(Errors, WrongRankAndDim) {
 
 // Reshape to an incompatible element count.
 TEST(Errors, ReshapeCount) {
-  EXPECT_EQ(message_of([] { zeros({2, 3}).reshape({4}); }),
+  EXPECT_EQ(message_of([] {
+              zeros({2, 3}).reshape({4});
+            }),
             "[reshape] shape [4] is invalid for input of shape [2, 3] (6 elements)");
 }
 

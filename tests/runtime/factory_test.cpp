@@ -24,12 +24,11 @@ std::string error_of(F&& f) {
   return "";
 }
 
-#define EXPECT_ERROR_HAS(stmt, ...)                                   \
-  do {                                                                \
-    std::string msg_ = error_of([&] { (void)(stmt); });               \
-    ASSERT_FALSE(msg_.empty()) << "no kiln::Error from " #stmt;       \
-    for (const char* part : {__VA_ARGS__})                            \
-      EXPECT_NE(msg_.find(part), std::string::npos) << msg_;          \
+#define EXPECT_ERROR_HAS(stmt, ...)                                                               \
+  do {                                                                                            \
+    std::string msg_ = error_of([&] { (void)(stmt); });                                           \
+    ASSERT_FALSE(msg_.empty()) << "no kiln::Error from " #stmt;                                   \
+    for (const char* part : {__VA_ARGS__}) EXPECT_NE(msg_.find(part), std::string::npos) << msg_; \
   } while (0)
 
 using FakeRecorder = kiln::testing::SymbolicRecorder;
@@ -126,8 +125,7 @@ TEST(Factory, ArangeValuesAndDtype) {
   EXPECT_EQ(d.to_vector<double>(), (std::vector<double>{0, 1, 2}));
   EXPECT_EQ(arange(2, 8, 2, DType::u8).to_vector<uint8_t>(), (std::vector<uint8_t>{2, 4, 6}));
   // Integer dtypes truncate floating bounds first (arange(0.5, 3.5) as i64 = [0, 1, 2]).
-  EXPECT_EQ(arange(0.5, 3.5, 1, DType::i64).to_vector<int64_t>(),
-            (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(arange(0.5, 3.5, 1, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2}));
   int64_t big = int64_t{1} << 53;
   EXPECT_EQ(arange(big, big + 4, 2).to_vector<int64_t>()[1], big + 2);
 }
@@ -249,8 +247,7 @@ TEST(Factory, OpInfo) {
   EXPECT_TRUE(op_info(OpId::rand_normal).has(kRandom));
   EXPECT_FALSE(rand({2}).requires_grad());
   // A hand-built call missing an attribute is a user error, not a crash.
-  EXPECT_ERROR_HAS(dispatch1(OpId::full, std::span<const Tensor>(), Attrs()), "[full]",
-                   "shape");
+  EXPECT_ERROR_HAS(dispatch1(OpId::full, std::span<const Tensor>(), Attrs()), "[full]", "shape");
 }
 
 // manual_seed makes draws reproducible; consecutive draws differ.
@@ -362,8 +359,7 @@ TEST(Random, LikeAndDtypeErrors) {
   EXPECT_ERROR_HAS(rand({2}, DType::i64), "[rand]", "i64");
   EXPECT_ERROR_HAS(randn({2}, DType::b8), "[randn]", "bool");
   EXPECT_ERROR_HAS(rand({-2}), "[rand]", "-2");
-  EXPECT_ERROR_HAS(call_random(OpId::rand_normal, {2}, DType::i32, 0, 0), "[rand_normal]",
-                   "i32");
+  EXPECT_ERROR_HAS(call_random(OpId::rand_normal, {2}, DType::i32, 0, 0), "[rand_normal]", "i32");
 }
 
 // randint stays in [low, high), covers the range and honours the dtype.
@@ -386,8 +382,7 @@ TEST(Random, Randint) {
     EXPECT_TRUE(v >= lo && v < lo + 3);
   EXPECT_ERROR_HAS(randint(5, 5, {2}), "[randint]", "low=5", "high=5");
   EXPECT_ERROR_HAS(randint(0, 300, {2}, DType::u8), "[randint]", "300", "u8");
-  EXPECT_ERROR_HAS(randint(std::numeric_limits<int64_t>::min(), 1, {2}), "[randint]",
-                   "too large");
+  EXPECT_ERROR_HAS(randint(std::numeric_limits<int64_t>::min(), 1, {2}), "[randint]", "too large");
 }
 
 // bernoulli fires with probability p and keeps p's dtype.

@@ -18,9 +18,9 @@ using namespace kiln;
 namespace {
 
 using V = std::vector<double>;
+using kiln::testing::expect_error;
 using kiln::testing::randv;
 using kiln::testing::vals;
-using kiln::testing::expect_error;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Tensor rnd(const Dims& shape, uint32_t seed) {

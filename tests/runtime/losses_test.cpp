@@ -8,8 +8,8 @@
 #include <random>
 
 #include "kiln/kiln.h"
-#include "test_util.h"
 #include "symbolic_recorder.h"
+#include "test_util.h"
 
 using namespace kiln;
 
@@ -25,17 +25,27 @@ V randv(size_t n, uint32_t seed, double lo = -2.0, double hi = 2.0) {
   for (double& x : v) x = d(gen);
   return v;
 }
-Tensor f64(const V& v, const Dims& shape) { return from_vector<double>(v, shape); }
-Tensor i64(const I& v, const Dims& shape) { return from_vector<int64_t>(v, shape); }
-V vals(const Tensor& t) { return t.to_vector<double>(); }
-double val(const Tensor& t) { return t.to_vector<double>().at(0); }
+Tensor f64(const V& v, const Dims& shape) {
+  return from_vector<double>(v, shape);
+}
+Tensor i64(const I& v, const Dims& shape) {
+  return from_vector<int64_t>(v, shape);
+}
+V vals(const Tensor& t) {
+  return t.to_vector<double>();
+}
+double val(const Tensor& t) {
+  return t.to_vector<double>().at(0);
+}
 void expect_near(const V& got, const V& want, double tol = 1e-12) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
 }
 using kiln::testing::expect_error;
-Tensor leaf(const V& v, const Dims& shape) { return f64(v, shape).requires_grad_(); }
+Tensor leaf(const V& v, const Dims& shape) {
+  return f64(v, shape).requires_grad_();
+}
 double sum_of(const V& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -185,8 +195,8 @@ TEST(LossCrossEntropy, LabelSmoothing) {
     expect_near(vals(cross_entropy(logits, target, opts(Reduction::None, -100, eps))), want);
     EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Mean, -100, eps))),
                 sum_of(want) / kept, 1e-12);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))),
-                sum_of(want), 1e-12);
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))), sum_of(want),
+                1e-12);
   }
   // By hand: logits [1, 2, 3], target 0, eps 0.1: 0.9 * 2.4076 + 0.1 / 3 * 4.2228.
   double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
@@ -206,18 +216,20 @@ TEST(LossCrossEntropy, ProbabilityTargets) {
     expect_near(vals(cross_entropy(logits, target, opts(Reduction::None, -100, eps))), want);
     EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Mean, -100, eps))),
                 sum_of(want) / double(N * D), 1e-12);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))),
-                sum_of(want), 1e-12);
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))), sum_of(want),
+                1e-12);
   }
   // One-hot probabilities equal class indices.
   Tensor l2 = f64(randv(6, 7), {2, 3});
   Tensor onehot = f64({0, 0, 1, 1, 0, 0}, {2, 3});
   EXPECT_NEAR(val(cross_entropy(l2, onehot)), val(cross_entropy(l2, i64({2, 0}, {2}))), 1e-12);
   // Gradients w.r.t. both logits and probabilities.
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{cross_entropy(in[0], in[1], opts(Reduction::Mean, -100,
-                                                                          0.1))};
-            }, {leaf(x, {3, 4, 2}), leaf(tv, {3, 4, 2})}),
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{
+                      cross_entropy(in[0], in[1], opts(Reduction::Mean, -100, 0.1))};
+                },
+                {leaf(x, {3, 4, 2}), leaf(tv, {3, 4, 2})}),
             "");
 }
 
@@ -226,38 +238,51 @@ TEST(LossCrossEntropy, Gradients) {
   V x = randv(2 * 3 * 4, 8);
   Tensor t = i64({0, 2, -100, 1, 1, 1, 0, -100}, {2, 4});
   for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
-    EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) {
-                return std::vector<Tensor>{cross_entropy(in[0], t, opts(r, -100, 0.2))};
-              }, {leaf(x, {2, 3, 4})}),
+    EXPECT_EQ(gradcheck(
+                  [&](const std::vector<Tensor>& in) {
+                    return std::vector<Tensor>{cross_entropy(in[0], t, opts(r, -100, 0.2))};
+                  },
+                  {leaf(x, {2, 3, 4})}),
               "");
   }
   Tensor t2 = i64({0, 2, 1, 1}, {4});
   EXPECT_EQ(check_double([&](const Tensor& l) { return cross_entropy(l, t2); },
                          leaf(randv(12, 9), {4, 3})),
             "");
-  EXPECT_EQ(check_double([&](const Tensor& l) {
-              return cross_entropy(l, t, opts(Reduction::Mean, -100, 0.3));
-            }, leaf(x, {2, 3, 4})),
-            "");
+  EXPECT_EQ(
+      check_double(
+          [&](const Tensor& l) { return cross_entropy(l, t, opts(Reduction::Mean, -100, 0.3)); },
+          leaf(x, {2, 3, 4})),
+      "");
 }
 
 // cross_entropy reports shape, dtype and option errors with its name.
 TEST(LossCrossEntropy, Errors) {
   Tensor logits = f64(randv(40, 10), {4, 10});
-  expect_error([&] { cross_entropy(logits, i64({1, 2, 3}, {3})); },
-               "[cross_entropy] target shape [3] does not match logits shape [4, 10]");
+  expect_error(
+      [&] {
+        cross_entropy(logits, i64({1, 2, 3}, {3}));
+      },
+      "[cross_entropy] target shape [3] does not match logits shape [4, 10]");
   expect_error([&] { cross_entropy(logits, f64({1, 2, 3, 4}, {4})); }, "[cross_entropy]");
-  expect_error([&] { cross_entropy(logits, cast(zeros({4, 10}), DType::i64)); },
-               "[cross_entropy]");
-  expect_error([&] { cross_entropy(logits, zeros({4, 10}, DType::f64), opts(Reduction::Mean, 3)); },
-               "[cross_entropy] ignore_index");
-  expect_error([&] { cross_entropy(logits, i64({1, 2, 3, 4}, {4}), opts(Reduction::Mean, -100,
-                                                                          1.5)); },
-               "[cross_entropy] label_smoothing");
+  expect_error([&] { cross_entropy(logits, cast(zeros({4, 10}), DType::i64)); }, "[cross_entropy]");
+  expect_error(
+      [&] {
+        cross_entropy(logits, zeros({4, 10}, DType::f64), opts(Reduction::Mean, 3));
+      },
+      "[cross_entropy] ignore_index");
+  expect_error(
+      [&] {
+        cross_entropy(logits, i64({1, 2, 3, 4}, {4}), opts(Reduction::Mean, -100, 1.5));
+      },
+      "[cross_entropy] label_smoothing");
   expect_error([&] { cross_entropy(f64({1}, {1}).reshape({}), i64({0}, {1}).reshape({})); },
                "[cross_entropy] expected logits");
-  expect_error([&] { cross_entropy(cast(logits, DType::i64), i64({1, 2, 3, 4}, {4})); },
-               "[cross_entropy]");
+  expect_error(
+      [&] {
+        cross_entropy(cast(logits, DType::i64), i64({1, 2, 3, 4}, {4}));
+      },
+      "[cross_entropy]");
   // Out-of-range classes are caught by gather's bounds check.
   EXPECT_THROW(cross_entropy(logits, i64({1, 2, 10, 4}, {4})), Error);
 }
@@ -276,9 +301,11 @@ TEST(LossNll, ValuesGradientsErrors) {
   // nll_loss just picks -input[target]: it does not normalize.
   expect_near(vals(nll_loss(f64({1, 2, 3, 4}, {2, 2}), i64({1, 0}, {2}), opts(Reduction::None))),
               {-2, -3});
-  EXPECT_EQ(gradcheck([&](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{nll_loss(in[0], target)};
-            }, {leaf(x, {4, 3})}),
+  EXPECT_EQ(gradcheck(
+                [&](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{nll_loss(in[0], target)};
+                },
+                {leaf(x, {4, 3})}),
             "");
   expect_error([&] { nll_loss(lp, i64({1, 2}, {2})); }, "[nll_loss] target shape [2]");
   expect_error([&] { nll_loss(lp, target, opts(Reduction::Mean, -100, 0.1)); }, "[nll_loss]");
@@ -299,10 +326,11 @@ TEST(LossMse, ValuesGradientsErrors) {
   expect_near(vals(mse_loss(x, y, Reduction::None)), want);
   EXPECT_NEAR(val(mse_loss(x, y)), sum_of(want) / 6.0, 1e-12);
   EXPECT_NEAR(val(mse_loss(x, y, Reduction::Sum)), sum_of(want), 1e-12);
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{mse_loss(in[0], in[1])};
-            }, {leaf(a, {6}), leaf(b, {6})}),
-            "");
+  EXPECT_EQ(
+      gradcheck(
+          [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mse_loss(in[0], in[1])}; },
+          {leaf(a, {6}), leaf(b, {6})}),
+      "");
   expect_error([&] { mse_loss(x, f64(b, {6})); }, "[mse_loss] target shape [6]");
   expect_error([&] { mse_loss(x, f64(b, {6})); }, "input shape [2, 3]");
   expect_error([&] { mse_loss(i64({1}, {1}), f64({1}, {1})); }, "[mse_loss]");
@@ -326,14 +354,19 @@ TEST(LossBce, ValuesGradientsErrors) {
   for (double g : vals(edge.grad())) EXPECT_TRUE(std::isfinite(g));
   EXPECT_EQ(binary_cross_entropy(from_vector<float>({0.5f}), from_vector<float>({1.0f})).dtype(),
             DType::f32);
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{binary_cross_entropy(in[0], in[1], Reduction::Sum)};
-            }, {leaf(p, {8}), leaf(t, {8})}),
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{binary_cross_entropy(in[0], in[1], Reduction::Sum)};
+                },
+                {leaf(p, {8}), leaf(t, {8})}),
             "");
   expect_error([&] { binary_cross_entropy(x, f64(t, {8})); },
                "[binary_cross_entropy] target shape [8] does not match input shape [2, 4]");
-  expect_error([&] { binary_cross_entropy(x, i64({0, 1, 0, 1, 0, 1, 0, 1}, {2, 4})); },
-               "[binary_cross_entropy]");
+  expect_error(
+      [&] {
+        binary_cross_entropy(x, i64({0, 1, 0, 1, 0, 1, 0, 1}, {2, 4}));
+      },
+      "[binary_cross_entropy]");
 }
 
 // binary_cross_entropy_with_logits: matches the naive formula, stays finite for |x| = 100.
@@ -352,22 +385,25 @@ TEST(LossBceWithLogits, ValuesGradientsErrors) {
   EXPECT_NEAR(val(binary_cross_entropy_with_logits(lx, ty)), sum_of(want) / 10, 1e-10);
   // Naive log(sigmoid(x)) gives inf here; the stable form gives the exact values.
   Tensor big = f64({100, -100, 100, -100, 0}, {5});
-  expect_near(vals(binary_cross_entropy_with_logits(big, f64({0, 1, 1, 0, 1}, {5}),
-                                                    Reduction::None)),
-              {100, 100, std::log1p(std::exp(-100.0)), std::log1p(std::exp(-100.0)),
-               std::log(2.0)});
+  expect_near(
+      vals(binary_cross_entropy_with_logits(big, f64({0, 1, 1, 0, 1}, {5}), Reduction::None)),
+      {100, 100, std::log1p(std::exp(-100.0)), std::log1p(std::exp(-100.0)), std::log(2.0)});
   // At x = 0 the gradient is sigmoid(0) - t exactly.
   Tensor z = f64({0.0, 0.0}, {2}).requires_grad_();
   binary_cross_entropy_with_logits(z, f64({1.0, 0.25}, {2}), Reduction::Sum).backward();
   expect_near(vals(z.grad()), {-0.5, 0.25});
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) {
-              return std::vector<Tensor>{binary_cross_entropy_with_logits(in[0], in[1])};
-            }, {leaf(x, {10}), leaf(t, {10})}),
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) {
+                  return std::vector<Tensor>{binary_cross_entropy_with_logits(in[0], in[1])};
+                },
+                {leaf(x, {10}), leaf(t, {10})}),
             "");
-  expect_error([&] { binary_cross_entropy_with_logits(f64(x, {10}), f64(t, {2, 5})); },
-               "[binary_cross_entropy_with_logits] target shape [2, 5]");
+  expect_error(
+      [&] {
+        binary_cross_entropy_with_logits(f64(x, {10}), f64(t, {2, 5}));
+      },
+      "[binary_cross_entropy_with_logits] target shape [2, 5]");
 }
-
 
 // Every loss runs on symbolic tensors (no data reads) with the right shapes.
 TEST(LossTracing, RunsWithoutData) {

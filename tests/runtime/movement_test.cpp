@@ -10,7 +10,9 @@ namespace {
 Tensor iota(const Dims& shape, DType dt = DType::f64) {
   return reshape(arange(0, numel_of(shape), 1, dt), shape);
 }
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> vals(const Tensor& t) {
+  return t.to_vector<double>();
+}
 using V = std::vector<double>;
 std::string check(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
   Tensor xi = x.detach().clone().requires_grad_();
@@ -122,9 +124,12 @@ TEST(Movement, CatStack) {
   EXPECT_THROW(cat({a, b}, 0), Error);
   Tensor bi = b.detach().clone().requires_grad_();
   Tensor ai = a.detach().clone().requires_grad_();
-  EXPECT_EQ(gradcheck([](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-              return {cat({in[0], in[1]}, -1)};
-            }, {ai, bi}), "");
+  EXPECT_EQ(gradcheck(
+                [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                  return {cat({in[0], in[1]}, -1)};
+                },
+                {ai, bi}),
+            "");
 }
 
 // gather, index_select and scatter_add values, bounds errors and gradients.
@@ -145,8 +150,12 @@ TEST(Movement, Indexing) {
   }
   EXPECT_THROW(index_select(x, 0, from_vector<double>({1.0})), Error);
   EXPECT_EQ(check([&](const Tensor& t) { return gather(t, 1, idx); }, x), "");
-  EXPECT_EQ(check([&](const Tensor& t) { return index_select(t, 0, from_vector<int64_t>({2, 2})); },
-                  x), "");
+  EXPECT_EQ(check(
+                [&](const Tensor& t) {
+                  return index_select(t, 0, from_vector<int64_t>({2, 2}));
+                },
+                x),
+            "");
 }
 
 // Large gather/scatter_add along every dim (lines run in parallel): equal to
@@ -194,6 +203,11 @@ TEST(Movement, TrilTriu) {
 // Gradients of views through strided slices and permutes.
 TEST(Movement, ViewGradients) {
   Tensor x = iota({3, 4});
-  EXPECT_EQ(check([](const Tensor& t) { return t.slice(1, 1, 4, 2).permute({1, 0}) * 2.0; }, x), "");
+  EXPECT_EQ(check(
+                [](const Tensor& t) {
+                  return t.slice(1, 1, 4, 2).permute({1, 0}) * 2.0;
+                },
+                x),
+            "");
   EXPECT_EQ(check([](const Tensor& t) { return sin(t.t().reshape({-1})); }, x), "");
 }

@@ -20,11 +20,11 @@ using namespace kiln;
 namespace {
 
 using V = std::vector<double>;
-using kiln::testing::randv;
-using kiln::testing::f64;
-using kiln::testing::vals;
-using kiln::testing::ints;
 using kiln::testing::expect_error;
+using kiln::testing::f64;
+using kiln::testing::ints;
+using kiln::testing::randv;
+using kiln::testing::vals;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string check1(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {

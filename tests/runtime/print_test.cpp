@@ -71,8 +71,9 @@ TEST(Print, Scientific) {
   EXPECT_EQ(to_str(from_vector<float>({1e10f, 1.0f})), "tensor([1.0000e+10, 1.0000e+00])");
   EXPECT_EQ(to_str(from_vector<double>({1e-5, 1.5})),
             "tensor([1.0000e-05, 1.5000e+00], dtype=f64)");
-  EXPECT_EQ(to_str(from_vector<double>({-1e9, 0.0})), "tensor([-1.0000e+09,  0.0000e+00], "
-                                                      "dtype=f64)");
+  EXPECT_EQ(to_str(from_vector<double>({-1e9, 0.0})),
+            "tensor([-1.0000e+09,  0.0000e+00], "
+            "dtype=f64)");
 }
 
 // inf and nan print as PyTorch prints them and do not affect the format.

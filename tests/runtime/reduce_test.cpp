@@ -161,10 +161,18 @@ TEST(Reduce, ValuesMatchReferenceOnLayouts) {
 // Large inputs take the parallel row, column and split paths and stay exact-ish.
 TEST(Reduce, LargeInputsUseAllPaths) {
   const std::vector<std::pair<Dims, Dims>> cases = {
-      {{200000}, {}},     {{4, 100000}, {1}},  {{100000, 4}, {0}},   {{3000, 700}, {0}},
-      {{700, 3000}, {1}}, {{50, 40, 60}, {1}}, {{2, 70000, 2}, {1}}, {{100000, 20}, {0}},
+      {{200000}, {}},
+      {{4, 100000}, {1}},
+      {{100000, 4}, {0}},
+      {{3000, 700}, {0}},
+      {{700, 3000}, {1}},
+      {{50, 40, 60}, {1}},
+      {{2, 70000, 2}, {1}},
+      {{100000, 20}, {0}},
       // whole-row column path: a bias gradient, and kept dims on both sides
-      {{16, 128, 1024}, {0, 1}}, {{8, 500, 300}, {1}}, {{40, 3, 9000}, {0}}};
+      {{16, 128, 1024}, {0, 1}},
+      {{8, 500, 300}, {1}},
+      {{40, 3, 9000}, {0}}};
   uint64_t seed = 100;
   for (const auto& [shape, dims] : cases) {
     for (Layout l : {Layout::kContiguous, Layout::kPermuted}) {

@@ -18,10 +18,10 @@ using namespace kiln;
 namespace {
 
 using V = std::vector<double>;
-using kiln::testing::randv;
 using kiln::testing::f64;
-using kiln::testing::vals;
 using kiln::testing::ints;
+using kiln::testing::randv;
+using kiln::testing::vals;
 using I = std::vector<int64_t>;
 using kiln::testing::expect_error;
 constexpr double kInf = std::numeric_limits<double>::infinity();

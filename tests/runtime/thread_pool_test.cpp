@@ -112,8 +112,8 @@ TEST(ThreadPool, WorksInAForkedChild) {
     std::atomic<int64_t> sum{0};
     parallel_for(0, 1 << 20, 1, [&](int64_t b, int64_t e) { sum += e - b; });
     Tensor t = ones({1 << 20});
-    const bool ok = sum.load() == (1 << 20) && kiln::sum(t).item<double>() == (1 << 20) &&
-                    num_threads() == 2;
+    const bool ok =
+        sum.load() == (1 << 20) && kiln::sum(t).item<double>() == (1 << 20) && num_threads() == 2;
     _exit(ok ? 0 : 1);
   }
   int status = 0;

@@ -96,14 +96,14 @@ struct CompileOptions {
 
 /// Counters of a compiled function (tests and benchmarks read them).
 struct CompileStats {
-  int traces = 0;                    ///< successful traces (each builds one plan)
-  int eager_calls = 0;               ///< calls run eagerly (warm-up, disabled, fallback)
-  int compiled_calls = 0;            ///< calls served by a plan
-  int generalized = 0;               ///< plans turned symbolic in a dynamic dim
-  int evictions = 0;                 ///< plans dropped by the plan limit (least recently used)
-  double trace_ms = 0;               ///< total time spent tracing
-  double passes_ms = 0;              ///< total time in the pass pipeline and kernel compiles
-  int64_t last_peak_bytes = 0;       ///< executor peak memory of the last compiled call (measured)
+  int traces = 0;               ///< successful traces (each builds one plan)
+  int eager_calls = 0;          ///< calls run eagerly (warm-up, disabled, fallback)
+  int compiled_calls = 0;       ///< calls served by a plan
+  int generalized = 0;          ///< plans turned symbolic in a dynamic dim
+  int evictions = 0;            ///< plans dropped by the plan limit (least recently used)
+  double trace_ms = 0;          ///< total time spent tracing
+  double passes_ms = 0;         ///< total time in the pass pipeline and kernel compiles
+  int64_t last_peak_bytes = 0;  ///< executor peak memory of the last compiled call (measured)
   /// The last plan's predicted peak: its executor schedule under the model of
   /// passes/remat.h (in-place reuse and placement lower the measured one).
   int64_t predicted_peak_bytes = 0;

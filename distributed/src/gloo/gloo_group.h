@@ -114,7 +114,7 @@ struct Task {
   RunFn run;
   uint32_t tag = 0;
   std::shared_ptr<PointToPoint> p2p;  // send/recv only
-  Signature sig;  // collectives: compared across ranks before the payload moves
+  Signature sig;                      // collectives: compared across ranks before the payload moves
 };
 
 // A worker thread with its own context and FIFO queue.

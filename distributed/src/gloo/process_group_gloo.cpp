@@ -78,7 +78,6 @@ namespace kiln::dist {
 
 namespace gloo_backend {
 
-
 // Gloo writes to its sockets without MSG_NOSIGNAL: a write to a peer that has
 // exited raises SIGPIPE, whose default action kills the process. Gloo's device
 // thread and the lane threads inherit the mask of the thread that creates them,

@@ -10,12 +10,12 @@ namespace kiln {
 
 /// Byte and call counters of an allocator.
 struct AllocatorStats {
-  int64_t current_bytes = 0;  ///< bytes held by live tensors
-  int64_t peak_bytes = 0;     ///< maximum of current_bytes since the last reset
-  int64_t cached_bytes = 0;   ///< bytes kept in free lists for reuse
-  int64_t num_allocs = 0;     ///< allocate() calls
-  int64_t num_cache_hits = 0; ///< allocate() calls served from a free list
-  int64_t num_os_allocs = 0;  ///< allocate() calls that went to the OS
+  int64_t current_bytes = 0;   ///< bytes held by live tensors
+  int64_t peak_bytes = 0;      ///< maximum of current_bytes since the last reset
+  int64_t cached_bytes = 0;    ///< bytes kept in free lists for reuse
+  int64_t num_allocs = 0;      ///< allocate() calls
+  int64_t num_cache_hits = 0;  ///< allocate() calls served from a free list
+  int64_t num_os_allocs = 0;   ///< allocate() calls that went to the OS
 };
 
 /// Interface for device allocators (CPU now, CUDA later).

@@ -26,6 +26,8 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+inline std::ostream& operator<<(std::ostream& os, const Device& d) {
+  return os << d.str();
+}
 
 }  // namespace kiln

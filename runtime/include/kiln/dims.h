@@ -26,7 +26,7 @@ class Dims {
   Dims(std::initializer_list<int64_t> l) { assign(l.begin(), l.end()); }
   explicit Dims(size_t n, int64_t v = 0) { resize(n, v); }
   Dims(const std::vector<int64_t>& v) { assign(v.data(), v.data() + v.size()); }  // NOLINT
-  Dims(std::span<const int64_t> v) { assign(v.data(), v.data() + v.size()); }      // NOLINT
+  Dims(std::span<const int64_t> v) { assign(v.data(), v.data() + v.size()); }     // NOLINT
   template <typename It>
   Dims(It b, It e) {
     for (; b != e; ++b) push_back(static_cast<int64_t>(*b));

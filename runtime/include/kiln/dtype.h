@@ -16,7 +16,7 @@ inline constexpr int kNumDTypes = 8;
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  Half(float f);  // NOLINT: implicit like a builtin float type
+  Half(float f);           // NOLINT: implicit like a builtin float type
   operator float() const;  // NOLINT
 };
 
@@ -33,7 +33,9 @@ struct BFloat16 {
       bits = static_cast<uint16_t>(u >> 16);
     }
   }
-  operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }  // NOLINT
+  operator float() const {
+    return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  }  // NOLINT
 };
 
 /// Size in bytes of one element.
@@ -51,19 +53,45 @@ int dtype_category(DType t);
 /// The default floating type (f32), used for wrapped float scalars and int->float ops.
 inline constexpr DType kDefaultFloat = DType::f32;
 
-inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+inline std::ostream& operator<<(std::ostream& os, DType t) {
+  return os << dtype_name(t);
+}
 
 /// Maps a C++ element type to its DType.
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::b8; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::b8;
+};
 template <typename T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 
@@ -71,14 +99,22 @@ inline constexpr DType dtype_v = dtype_of<T>::value;
 template <typename F>
 decltype(auto) visit_dtype(DType dt, F&& f) {
   switch (dt) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::f16: return f(Half{});
-    case DType::bf16: return f(BFloat16{});
-    case DType::i64: return f(int64_t{});
-    case DType::i32: return f(int32_t{});
-    case DType::u8: return f(uint8_t{});
-    case DType::b8: return f(bool{});
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::f16:
+      return f(Half{});
+    case DType::bf16:
+      return f(BFloat16{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::b8:
+      return f(bool{});
   }
   return f(float{});
 }

@@ -26,7 +26,11 @@ namespace detail {
 inline void str_append(std::ostringstream&) {}
 template <typename T>
 void str_one(std::ostringstream& os, const T& v) {
-  if constexpr (requires { v.begin(); v.end(); } && !std::is_convertible_v<T, std::string>) {
+  if constexpr (requires {
+                  v.begin();
+                  v.end();
+                } &&
+                !std::is_convertible_v<T, std::string>) {
     os << '[';
     bool first = true;
     for (const auto& x : v) {
@@ -60,14 +64,14 @@ std::string str(const Args&... args) {
 }  // namespace kiln
 
 /// User-facing check: KILN_CHECK(cond, "[op] message ", value, ...).
-#define KILN_CHECK(cond, ...)                              \
-  do {                                                     \
+#define KILN_CHECK(cond, ...)                                   \
+  do {                                                          \
     if (!(cond)) ::kiln::throw_error(::kiln::str(__VA_ARGS__)); \
   } while (0)
 
 /// Internal invariant: a failure is a kiln bug, reported with file and line.
-#define KILN_ASSERT(cond, ...)                                                        \
-  do {                                                                                \
-    if (!(cond))                                                                      \
+#define KILN_ASSERT(cond, ...)                                                            \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
       ::kiln::throw_internal(__FILE__, __LINE__, ::kiln::str(#cond, " ", ##__VA_ARGS__)); \
   } while (0)

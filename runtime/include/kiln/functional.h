@@ -90,9 +90,9 @@ KILN_UNARY_DECL(logical_not)
 #undef KILN_UNARY_DECL
 
 // ---------------- binary elementwise ----------------
-#define KILN_BINARY_DECL(name)                     \
-  Tensor name(const Tensor& a, const Tensor& b);   \
-  Tensor name(const Tensor& a, const Scalar& b);   \
+#define KILN_BINARY_DECL(name)                   \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, const Scalar& b); \
   Tensor name(const Scalar& a, const Tensor& b);
 KILN_BINARY_DECL(add)
 KILN_BINARY_DECL(sub)

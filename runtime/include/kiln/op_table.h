@@ -101,7 +101,9 @@ struct OpInfo {
 /// The table entry of an op.
 const OpInfo& op_info(OpId id);
 /// Name of an op ("add").
-inline const char* op_name(OpId id) { return op_info(id).name; }
+inline const char* op_name(OpId id) {
+  return op_info(id).name;
+}
 /// Looks an op up by name; returns false if there is none.
 bool op_from_name(const char* name, OpId& out);
 

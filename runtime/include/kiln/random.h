@@ -13,7 +13,9 @@ class Tensor;
 std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key);
 
 /// Uniform float in [0, 1) from 32 random bits (24-bit mantissa).
-inline float uint_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline float uint_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 /// Uniform double in [0, 1) from 64 random bits (53-bit mantissa).
 inline double uint_to_unit_double(uint64_t x) {
   return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);

@@ -37,9 +37,12 @@ class Scalar {
   int64_t to_int() const { return kind_ == DType::f64 ? static_cast<int64_t>(d_) : i_; }
   template <typename T>
   T to() const {
-    if constexpr (std::is_same_v<T, bool>) return kind_ == DType::f64 ? d_ != 0 : i_ != 0;
-    else if constexpr (std::is_integral_v<T>) return static_cast<T>(to_int());
-    else return static_cast<T>(to_double());
+    if constexpr (std::is_same_v<T, bool>)
+      return kind_ == DType::f64 ? d_ != 0 : i_ != 0;
+    else if constexpr (std::is_integral_v<T>)
+      return static_cast<T>(to_int());
+    else
+      return static_cast<T>(to_double());
   }
 
  private:

@@ -40,6 +40,8 @@ inline void save(const std::string& path, const StateDict& tensors) {
 }
 
 /// Loads a safetensors checkpoint (alias of load_safetensors).
-inline StateDict load(const std::string& path) { return load_safetensors(path); }
+inline StateDict load(const std::string& path) {
+  return load_safetensors(path);
+}
 
 }  // namespace kiln

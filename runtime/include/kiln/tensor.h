@@ -30,9 +30,9 @@ struct StorageImpl {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
-  Allocator* allocator = nullptr;           ///< owner of data; null for from_blob
-  std::function<void(void*)> deleter;       ///< for from_blob memory, may be empty
-  uint32_t version = 0;                     ///< bumped by every in-place write
+  Allocator* allocator = nullptr;      ///< owner of data; null for from_blob
+  std::function<void(void*)> deleter;  ///< for from_blob memory, may be empty
+  uint32_t version = 0;                ///< bumped by every in-place write
 
   StorageImpl() = default;
   StorageImpl(const StorageImpl&) = delete;
@@ -49,7 +49,7 @@ struct TraceState {
 struct TensorImpl {
   std::shared_ptr<StorageImpl> storage;  ///< null for symbolic (traced) tensors
   Dims shape;
-  Dims strides;      ///< in elements
+  Dims strides;        ///< in elements
   int64_t offset = 0;  ///< in elements
   DType dtype = DType::f32;
   Device device;

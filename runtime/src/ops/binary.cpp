@@ -12,7 +12,9 @@ constexpr bool is_comparison(OpId op) {
   return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
          op == OpId::ge;
 }
-constexpr bool is_logical(OpId op) { return op == OpId::logical_and || op == OpId::logical_or; }
+constexpr bool is_logical(OpId op) {
+  return op == OpId::logical_and || op == OpId::logical_or;
+}
 
 // The dtype the op computes in.
 DType compute_dtype(OpId op, std::span<const Tensor> in) {
@@ -27,8 +29,8 @@ void infer_binary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMe
   Dims shape = broadcast_shapes(in[0].shape(), in[1].shape(), name);
   DType c = compute_dtype(Op, in);
   if constexpr (Op == OpId::sub || Op == OpId::pow || Op == OpId::div) {
-    KILN_CHECK(c != DType::b8, "[", name, "] is not supported on two bool tensors (",
-               in[0].dtype(), ", ", in[1].dtype(), ")");
+    KILN_CHECK(c != DType::b8, "[", name, "] is not supported on two bool tensors (", in[0].dtype(),
+               ", ", in[1].dtype(), ")");
   }
   bool to_bool = is_comparison(Op) || is_logical(Op);
   out.push_back({to_bool ? DType::b8 : c, std::move(shape)});
@@ -110,12 +112,16 @@ void kernel_binary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> o
   Tensor a = to_dtype_raw(in[0], c), b = to_dtype_raw(in[1], c);
   visit_dtype(c, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (is_comparison(Op) || is_logical(Op)) map_binary<T, bool>(a, b, out[0], F{});
-    else map_binary<T, T>(a, b, out[0], F{});
+    if constexpr (is_comparison(Op) || is_logical(Op))
+      map_binary<T, bool>(a, b, out[0], F{});
+    else
+      map_binary<T, T>(a, b, out[0], F{});
   });
 }
 
 // ---- derivative rules ----
+// The rules stay one line each, a table to read down (clang-format would unfold them).
+// clang-format off
 #define VJP(name) void vjp_##name(const VjpArgs& a, std::vector<Tensor>& gi)
 #define G a.grads[0]
 #define A a.inputs[0]
@@ -162,6 +168,7 @@ VJP(where) {
 }
 VJP(cast) { gi[0] = G; }
 #undef VJP
+// clang-format on
 #undef G
 #undef A
 #undef B
@@ -188,8 +195,8 @@ void kernel_where(std::span<const Tensor> in, const Attrs&, std::span<Tensor> ou
   Tensor a = to_dtype_raw(in[1], t), b = to_dtype_raw(in[2], t);
   const Dims& shape = out[0].shape();
   std::array<char*, 4> base{static_cast<char*>(out[0].data_ptr()),
-                            static_cast<char*>(in[0].data_ptr()),
-                            static_cast<char*>(a.data_ptr()), static_cast<char*>(b.data_ptr())};
+                            static_cast<char*>(in[0].data_ptr()), static_cast<char*>(a.data_ptr()),
+                            static_cast<char*>(b.data_ptr())};
   std::array<Dims, 4> st{broadcast_byte_strides(out[0], shape),
                          broadcast_byte_strides(in[0], shape), broadcast_byte_strides(a, shape),
                          broadcast_byte_strides(b, shape)};
@@ -198,9 +205,8 @@ void kernel_where(std::span<const Tensor> in, const Attrs&, std::span<Tensor> ou
     strided_loop<4>(shape, base, st, [&](char** p, const int64_t* s, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
-        *reinterpret_cast<T*>(p[0] + i * s[0]) =
-            c ? *reinterpret_cast<const T*>(p[2] + i * s[2])
-              : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = c ? *reinterpret_cast<const T*>(p[2] + i * s[2])
+                                                   : *reinterpret_cast<const T*>(p[3] + i * s[3]);
       }
     });
   });
@@ -250,13 +256,15 @@ void register_binary(OpTable& t) {
 
 }  // namespace ops
 
-#define KILN_BINARY_DEF(name)                                                           \
-  Tensor name(const Tensor& a, const Tensor& b) { return dispatch1(OpId::name, {a, b}); } \
-  Tensor name(const Tensor& a, const Scalar& b) {                                       \
-    return dispatch1(OpId::name, {a, scalar_tensor(b)});                                \
-  }                                                                                     \
-  Tensor name(const Scalar& a, const Tensor& b) {                                       \
-    return dispatch1(OpId::name, {scalar_tensor(a), b});                                \
+#define KILN_BINARY_DEF(name)                            \
+  Tensor name(const Tensor& a, const Tensor& b) {        \
+    return dispatch1(OpId::name, {a, b});                \
+  }                                                      \
+  Tensor name(const Tensor& a, const Scalar& b) {        \
+    return dispatch1(OpId::name, {a, scalar_tensor(b)}); \
+  }                                                      \
+  Tensor name(const Scalar& a, const Tensor& b) {        \
+    return dispatch1(OpId::name, {scalar_tensor(a), b}); \
   }
 KILN_BINARY_DEF(add)
 KILN_BINARY_DEF(sub)
@@ -294,17 +302,41 @@ Tensor cast(const Tensor& x, DType dtype) {
   return dispatch1(OpId::cast, {x}, Attrs().set("dtype", dtype));
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
-Tensor operator+(const Scalar& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Scalar& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Scalar& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Scalar& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+Tensor operator+(const Tensor& a, const Scalar& b) {
+  return add(a, b);
+}
+Tensor operator-(const Tensor& a, const Scalar& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Tensor& a, const Scalar& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Tensor& a, const Scalar& b) {
+  return div(a, b);
+}
+Tensor operator+(const Scalar& a, const Tensor& b) {
+  return add(a, b);
+}
+Tensor operator-(const Scalar& a, const Tensor& b) {
+  return sub(a, b);
+}
+Tensor operator*(const Scalar& a, const Tensor& b) {
+  return mul(a, b);
+}
+Tensor operator/(const Scalar& a, const Tensor& b) {
+  return div(a, b);
+}
 
 }  // namespace kiln

@@ -88,8 +88,7 @@ void bf16_to_f32(const BFloat16* x, float* d, int64_t n) {
 
 template <typename S, typename D>
 void copy_typed(const Tensor& dst, const Tensor& src) {
-  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()),
-                            static_cast<char*>(src.data_ptr())};
+  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())};
   std::array<Dims, 2> st{broadcast_byte_strides(dst, dst.shape()),
                          broadcast_byte_strides(src, dst.shape())};
   strided_loop<2>(dst.shape(), base, st, [](char** p, const int64_t* s, int64_t n) {
@@ -105,8 +104,10 @@ void copy_typed(const Tensor& dst, const Tensor& src) {
       S v;
       std::memcpy(&v, x, sizeof(S));
       D r;
-      if constexpr (std::is_same_v<D, bool>) r = static_cast<compute_t<S>>(v) != 0;
-      else r = static_cast<D>(static_cast<compute_t<S>>(v));
+      if constexpr (std::is_same_v<D, bool>)
+        r = static_cast<compute_t<S>>(v) != 0;
+      else
+        r = static_cast<D>(static_cast<compute_t<S>>(v));
       std::fill_n(reinterpret_cast<D*>(d), n, r);
       return;
     }
@@ -128,8 +129,10 @@ void copy_typed(const Tensor& dst, const Tensor& src) {
       S v;
       std::memcpy(&v, x + i * s[1], sizeof(S));
       D r;
-      if constexpr (std::is_same_v<D, bool>) r = static_cast<compute_t<S>>(v) != 0;
-      else r = static_cast<D>(static_cast<compute_t<S>>(v));
+      if constexpr (std::is_same_v<D, bool>)
+        r = static_cast<compute_t<S>>(v) != 0;
+      else
+        r = static_cast<D>(static_cast<compute_t<S>>(v));
       std::memcpy(d + i * s[0], &r, sizeof(D));
     }
   });

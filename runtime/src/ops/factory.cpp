@@ -47,19 +47,32 @@ void require(const Attrs& at, const char* op, std::initializer_list<const char*>
 // negatives down to -255 that wrap, like PyTorch's overflow check.
 void int_range(DType dt, double& lo, double& hi) {
   switch (dt) {
-    case DType::i32: lo = -2147483648.0; hi = 2147483647.0; break;
-    case DType::u8: lo = -255.0; hi = 255.0; break;
-    default: lo = -0x1p63; hi = 0x1p63; break;  // i64: hi is exclusive, checked below
+    case DType::i32:
+      lo = -2147483648.0;
+      hi = 2147483647.0;
+      break;
+    case DType::u8:
+      lo = -255.0;
+      hi = 255.0;
+      break;
+    default:
+      lo = -0x1p63;
+      hi = 0x1p63;
+      break;  // i64: hi is exclusive, checked below
   }
 }
 
 // Largest finite value of a floating dtype.
 double float_max(DType dt) {
   switch (dt) {
-    case DType::f16: return 65504.0;
-    case DType::bf16: return 3.3895313892515355e38;
-    case DType::f32: return std::numeric_limits<float>::max();
-    default: return std::numeric_limits<double>::max();
+    case DType::f16:
+      return 65504.0;
+    case DType::bf16:
+      return 3.3895313892515355e38;
+    case DType::f32:
+      return std::numeric_limits<float>::max();
+    default:
+      return std::numeric_limits<double>::max();
   }
 }
 
@@ -172,8 +185,10 @@ ArangeSpec arange_spec(const Attrs& at) {
     };
     int64_t s = to_i64(start, "start"), e = to_i64(end, "end"), st = to_i64(step, "step");
     KILN_CHECK(st != 0, "[arange] step must be nonzero (step ", step, " is 0 as ", dt, ")");
-    KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "[arange] upper bound and lower bound "
-               "inconsistent with step sign (start=", s, ", end=", e, ", step=", st, ")");
+    KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+               "[arange] upper bound and lower bound "
+               "inconsistent with step sign (start=",
+               s, ", end=", e, ", step=", st, ")");
     // Exact ceil((e - s) / st) in 128 bits (e - s can overflow int64).
     __int128 sgn = st > 0 ? 1 : -1;
     __int128 n = (static_cast<__int128>(e) - s + st - sgn) / st;
@@ -192,13 +207,14 @@ ArangeSpec arange_spec(const Attrs& at) {
     }
   } else {
     KILN_CHECK(step != 0, "[arange] step must be nonzero");
-    KILN_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), "[arange] upper bound "
-               "and lower bound inconsistent with step sign (start=", start, ", end=", end,
-               ", step=", step, ")");
+    KILN_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),
+               "[arange] upper bound "
+               "and lower bound inconsistent with step sign (start=",
+               start, ", end=", end, ", step=", step, ")");
     size_d = std::ceil((end - start) / step);
   }
-  KILN_CHECK(size_d >= 0 && size_d < 0x1p62, "[arange] invalid size ", size_d, " for start=",
-             start, ", end=", end, ", step=", step, " (possible overflow)");
+  KILN_CHECK(size_d >= 0 && size_d < 0x1p62, "[arange] invalid size ", size_d, " for start=", start,
+             ", end=", end, ", step=", step, " (possible overflow)");
   sp.n = static_cast<int64_t>(size_d);
   sp.start = start;
   sp.step = step;
@@ -254,10 +270,12 @@ void infer_random(std::span<const Tensor>, const Attrs& at, std::vector<TensorMe
 // Uniform in [0, 1) with as many random bits as T's mantissa holds exactly.
 template <typename T>
 float unit_for(uint32_t w) {
-  if constexpr (std::is_same_v<T, Half>) return static_cast<float>(w >> 21) * (1.0f / 2048.0f);
+  if constexpr (std::is_same_v<T, Half>)
+    return static_cast<float>(w >> 21) * (1.0f / 2048.0f);
   else if constexpr (std::is_same_v<T, BFloat16>)
     return static_cast<float>(w >> 24) * (1.0f / 256.0f);
-  else return uint_to_unit_float(w);
+  else
+    return uint_to_unit_float(w);
 }
 
 template <typename T, bool Normal>
@@ -366,8 +384,12 @@ Tensor empty(const Dims& shape, DType dtype) {
   return make_tensor(shape, dtype);
 }
 
-Tensor zeros(const Dims& shape, DType dtype) { return full(shape, 0, dtype); }
-Tensor ones(const Dims& shape, DType dtype) { return full(shape, 1, dtype); }
+Tensor zeros(const Dims& shape, DType dtype) {
+  return full(shape, 0, dtype);
+}
+Tensor ones(const Dims& shape, DType dtype) {
+  return full(shape, 1, dtype);
+}
 
 Tensor full(const Dims& shape, const Scalar& value, DType dtype) {
   Attrs at;
@@ -410,7 +432,9 @@ Tensor full_like(const Tensor& t, const Scalar& value) {
   return full(t.shape(), value, t.dtype(), t.device());
 }
 
-Tensor arange(const Scalar& end) { return arange(0, end, 1); }
+Tensor arange(const Scalar& end) {
+  return arange(0, end, 1);
+}
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step) {
   bool fl = start.is_floating() || end.is_floating() || step.is_floating();

@@ -19,8 +19,10 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op) {
 
 int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   int64_t r = std::max<int64_t>(rank, 1);
-  KILN_CHECK(dim >= -r && dim < r, "[", op, "] dimension ", dim, " is out of range for a tensor "
-             "of rank ", rank, " (expected in [", -r, ", ", r - 1, "])");
+  KILN_CHECK(dim >= -r && dim < r, "[", op, "] dimension ", dim,
+             " is out of range for a tensor "
+             "of rank ",
+             rank, " (expected in [", -r, ", ", r - 1, "])");
   return dim < 0 ? dim + r : dim;
 }
 
@@ -66,11 +68,13 @@ Dims normalize_dims(const Dims& dims, int64_t rank, const char* op) {
   }
   for (int64_t d : dims) {
     if (rank == 0) {
-      KILN_CHECK(d == 0 || d == -1, "[", op, "] dimension ", d, " is out of range for a 0-d tensor");
+      KILN_CHECK(d == 0 || d == -1, "[", op, "] dimension ", d,
+                 " is out of range for a 0-d tensor");
       continue;
     }
     int64_t w = wrap_dim(d, rank, op);
-    for (int64_t e : out) KILN_CHECK(e != w, "[", op, "] dimension ", d, " appears twice in ", dims);
+    for (int64_t e : out)
+      KILN_CHECK(e != w, "[", op, "] dimension ", d, " appears twice in ", dims);
     out.push_back(w);
   }
   std::sort(out.begin(), out.end());

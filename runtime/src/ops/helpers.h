@@ -27,9 +27,13 @@ Dims normalize_dims(const Dims& dims, int64_t rank, const char* op);
 Dims reduced_shape(const Dims& shape, const Dims& dims, bool keepdim);
 
 /// Tensor of zeros shaped like meta.
-inline Tensor zeros_meta(const TensorMeta& m) { return zeros(m.shape, m.dtype); }
+inline Tensor zeros_meta(const TensorMeta& m) {
+  return zeros(m.shape, m.dtype);
+}
 
 /// Shape printed for messages.
-inline std::string shape_str(const Tensor& t) { return str(t.shape()); }
+inline std::string shape_str(const Tensor& t) {
+  return str(t.shape());
+}
 
 }  // namespace kiln::ops

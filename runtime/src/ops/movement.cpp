@@ -69,8 +69,8 @@ Dims infer_shape(const Dims& shape, int64_t numel, const Dims& from, const char*
 }
 
 void infer_reshape(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
-  out.push_back({in[0].dtype(), infer_shape(a.dims("shape"), in[0].numel(), in[0].shape(),
-                                            "reshape")});
+  out.push_back(
+      {in[0].dtype(), infer_shape(a.dims("shape"), in[0].numel(), in[0].shape(), "reshape")});
 }
 void kernel_reshape(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> out) {
   const Tensor& x = in[0];
@@ -90,8 +90,8 @@ void vjp_reshape(const VjpArgs& a, std::vector<Tensor>& gi) {
 
 // ---------------- permute ----------------
 Dims check_perm(const Dims& dims, int64_t rank) {
-  KILN_CHECK(static_cast<int64_t>(dims.size()) == rank, "[permute] got ", dims.size(),
-             " dims ", dims, " for a tensor of rank ", rank);
+  KILN_CHECK(static_cast<int64_t>(dims.size()) == rank, "[permute] got ", dims.size(), " dims ",
+             dims, " for a tensor of rank ", rank);
   Dims p;
   std::vector<bool> seen(static_cast<size_t>(rank), false);
   for (int64_t d : dims) {
@@ -156,7 +156,9 @@ void kernel_expand(std::span<const Tensor> in, const Attrs& a, std::span<Tensor>
     st[i] = x.shape()[i - off] == 1 && shape[i] != 1 ? 0 : x.strides()[i - off];
   out[0] = as_strided(x, shape, st, x.offset());
 }
-void vjp_identity(const VjpArgs& a, std::vector<Tensor>& gi) { gi[0] = a.grads[0]; }
+void vjp_identity(const VjpArgs& a, std::vector<Tensor>& gi) {
+  gi[0] = a.grads[0];
+}
 
 // ---------------- slice ----------------
 // attrs dim, start, end, step: already normalized (0 <= start <= end <= size).
@@ -245,8 +247,10 @@ void kernel_pad(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> ou
     int64_t lo = pads[2 * k], hi = pads[2 * k + 1];
     int64_t n = shape[d] + std::min<int64_t>(lo, 0) + std::min<int64_t>(hi, 0);
     if (n <= 0) empty = true;
-    if (lo < 0) xoff -= lo * x.strides()[d];
-    else ooff += lo * o.strides()[d];
+    if (lo < 0)
+      xoff -= lo * x.strides()[d];
+    else
+      ooff += lo * o.strides()[d];
     shape[d] = std::max<int64_t>(n, 0);
   }
   if (empty || numel_of(shape) == 0) return;
@@ -260,7 +264,9 @@ void vjp_pad(const VjpArgs& a, std::vector<Tensor>& gi) {
 
 // ---------------- cat ----------------
 // PyTorch skips 1-D empty tensors in cat (legacy); so do we.
-bool skipped(const Tensor& t) { return t.dim() == 1 && t.numel() == 0; }
+bool skipped(const Tensor& t) {
+  return t.dim() == 1 && t.numel() == 0;
+}
 void infer_cat(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
   KILN_CHECK(!in.empty(), "[cat] expected a non-empty list of tensors");
   const Tensor* ref = nullptr;
@@ -279,12 +285,15 @@ void infer_cat(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMet
   for (size_t i = 0; i < in.size(); ++i) {
     const Tensor& t = in[i];
     if (skipped(t)) continue;
-    KILN_CHECK(t.dim() == ref->dim(), "[cat] tensor ", i, " has rank ", t.dim(), " but tensor 0 "
-               "has rank ", ref->dim(), " (shapes ", t.shape(), " and ", ref->shape(), ")");
+    KILN_CHECK(t.dim() == ref->dim(), "[cat] tensor ", i, " has rank ", t.dim(),
+               " but tensor 0 "
+               "has rank ",
+               ref->dim(), " (shapes ", t.shape(), " and ", ref->shape(), ")");
     for (int64_t k = 0; k < t.dim(); ++k)
-      KILN_CHECK(k == d || t.shape()[k] == ref->shape()[k], "[cat] sizes must match except in "
-                 "dimension ", d, ": tensor ", i, " has shape ", t.shape(), ", expected ",
-                 ref->shape());
+      KILN_CHECK(k == d || t.shape()[k] == ref->shape()[k],
+                 "[cat] sizes must match except in "
+                 "dimension ",
+                 d, ": tensor ", i, " has shape ", t.shape(), ", expected ", ref->shape());
     shape[d] = checked_add(shape[d], t.shape()[d], "cat");
   }
   out.push_back({result_type(in), shape});
@@ -405,8 +414,7 @@ void vjp_gather(const VjpArgs& a, std::vector<Tensor>& gi) {
                       a.inputs[1], a.grads[0]);
 }
 
-void infer_index_select(std::span<const Tensor> in, const Attrs& a,
-                        std::vector<TensorMeta>& out) {
+void infer_index_select(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
   check_index_dtype(in[1], "index_select");
   KILN_CHECK(in[1].dim() <= 1, "[index_select] index must be 0-d or 1-D, got shape ",
              in[1].shape());
@@ -452,8 +460,7 @@ void vjp_index_select(const VjpArgs& a, std::vector<Tensor>& gi) {
   gi[0] = scatter_add(zeros(in_shape, g.dtype(), g.device()), d, index, g);
 }
 
-void infer_scatter_add(std::span<const Tensor> in, const Attrs& a,
-                       std::vector<TensorMeta>& out) {
+void infer_scatter_add(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
   check_index_dtype(in[1], "scatter_add");
   int64_t d = wrap_dim(a.i("dim"), in[0].dim(), "scatter_add");
   KILN_CHECK(in[2].dim() == in[0].dim(), "[scatter_add] src rank ", in[2].dim(), " (shape ",
@@ -474,8 +481,10 @@ void kernel_scatter_add(std::span<const Tensor> in, const Attrs& a, std::span<Te
     const T* sp = static_cast<const T*>(src.data_ptr());
     // Index entries of one line may hit the same output element: lines run in order.
     for_each_index(in[1], o, src, d, "scatter_add", bound, [&](int64_t oo, int64_t so) {
-      if constexpr (std::is_same_v<T, bool>) op[oo] = op[oo] || sp[so];
-      else op[oo] = static_cast<T>(static_cast<C>(op[oo]) + static_cast<C>(sp[so]));
+      if constexpr (std::is_same_v<T, bool>)
+        op[oo] = op[oo] || sp[so];
+      else
+        op[oo] = static_cast<T>(static_cast<C>(op[oo]) + static_cast<C>(sp[so]));
     });
   });
 }
@@ -520,8 +529,8 @@ void register_movement(OpTable& t) {
   set(t, OpId::pad, infer_pad, kernel_pad, vjp_pad, kSaveNone);
   set(t, OpId::cat, infer_cat, kernel_cat, vjp_cat, kSaveNone);
   set(t, OpId::gather, infer_gather, kernel_gather, vjp_gather, kSaveInputs, 2u);
-  set(t, OpId::index_select, infer_index_select, kernel_index_select, vjp_index_select,
-      kSaveInputs, 2u);
+  set(t, OpId::index_select, infer_index_select, kernel_index_select, vjp_index_select, kSaveInputs,
+      2u);
   set(t, OpId::scatter_add, infer_scatter_add, kernel_scatter_add, vjp_scatter_add, kSaveInputs,
       2u);
 }

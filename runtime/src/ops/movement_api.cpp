@@ -55,8 +55,9 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   if (start < 0) start += n;
   KILN_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "[narrow] start ",
              start, " + length ", length, " exceeds dimension ", d, " of size ", n);
-  return dispatch1(OpId::slice, {x}, Attrs().set("dim", d).set("start", start)
-                                         .set("end", start + length).set("step", int64_t{1}));
+  return dispatch1(
+      OpId::slice, {x},
+      Attrs().set("dim", d).set("start", start).set("end", start + length).set("step", int64_t{1}));
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
@@ -116,7 +117,9 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return reshape(x, shape);
 }
 
-Tensor copy(const Tensor& x) { return dispatch1(OpId::copy, {x}); }
+Tensor copy(const Tensor& x) {
+  return dispatch1(OpId::copy, {x});
+}
 
 Tensor pad(const Tensor& x, const Dims& pads, double value) {
   return dispatch1(OpId::pad, {x}, Attrs().set("pads", pads).set("value", value));
@@ -132,8 +135,10 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   std::vector<Tensor> u;
   u.reserve(xs.size());
   for (size_t i = 0; i < xs.size(); ++i) {
-    KILN_CHECK(xs[i].shape() == xs[0].shape(), "[stack] all tensors must have the same shape: "
-               "tensor ", i, " has shape ", xs[i].shape(), ", tensor 0 has ", xs[0].shape());
+    KILN_CHECK(xs[i].shape() == xs[0].shape(),
+               "[stack] all tensors must have the same shape: "
+               "tensor ",
+               i, " has shape ", xs[i].shape(), ", tensor 0 has ", xs[0].shape());
     u.push_back(unsqueeze(xs[i], d));
   }
   return cat(u, d);

@@ -9,11 +9,11 @@ const ops::OpTable& table() {
   static const ops::OpTable* t = [] {
     auto* tb = new ops::OpTable();
     int i = 0;
-#define KILN_OP(n, fam, ar, tr)                                  \
-  tb->entries[i].name = #n;                                      \
-  tb->entries[i].family = #fam;                                  \
-  tb->entries[i].arity = ar;                                     \
-  tb->entries[i].traits = static_cast<uint32_t>(tr);             \
+#define KILN_OP(n, fam, ar, tr)                      \
+  tb->entries[i].name = #n;                          \
+  tb->entries[i].family = #fam;                      \
+  tb->entries[i].arity = ar;                         \
+  tb->entries[i].traits = static_cast<uint32_t>(tr); \
   ++i;
 #include "kiln/ops.def"
 #undef KILN_OP
@@ -34,7 +34,9 @@ const ops::OpTable& table() {
 
 }  // namespace
 
-const OpInfo& op_info(OpId id) { return table().entries[static_cast<int>(id)]; }
+const OpInfo& op_info(OpId id) {
+  return table().entries[static_cast<int>(id)];
+}
 
 bool op_from_name(const char* name, OpId& out) {
   for (int i = 0; i < kNumOps; ++i) {

@@ -162,8 +162,8 @@ struct pow {
       if (b < 0) return a == 1 ? 1 : (a == static_cast<T>(-1) ? (b % 2 ? -1 : 1) : 0);
       // Products wrap around (like PyTorch) in an unsigned type at least as wide
       // as unsigned int: narrower types would promote to (signed) int and overflow.
-      using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
-                                   std::make_unsigned_t<T>>;
+      using W =
+          std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
       W r = 1, base = static_cast<W>(a);
       for (auto e = b; e > 0; e >>= 1) {
         if (e & 1) r = static_cast<W>(r * base);

@@ -83,6 +83,8 @@ void kernel_unary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> ou
 }
 
 // ---- derivative rules (Tensor ops, so they differentiate again) ----
+// The rules stay one line each, a table to read down (clang-format would unfold them).
+// clang-format off
 #define VJP(name) void vjp_##name(const VjpArgs& a, std::vector<Tensor>& gi)
 #define G a.grads[0]
 #define X a.inputs[0]
@@ -102,6 +104,7 @@ VJP(cos) { gi[0] = -(G * sin(X)); }
 VJP(erf) { gi[0] = G * (exp(-(X * X)) * (2.0 / std::sqrt(std::numbers::pi))); }
 VJP(sign) { gi[0] = zeros_like(G); }
 #undef VJP
+// clang-format on
 #undef G
 #undef X
 #undef Y
@@ -138,8 +141,10 @@ void register_unary(OpTable& t) {
 
 }  // namespace ops
 
-#define KILN_UNARY_DEF(name) \
-  Tensor name(const Tensor& x) { return dispatch1(OpId::name, {x}); }
+#define KILN_UNARY_DEF(name)           \
+  Tensor name(const Tensor& x) {       \
+    return dispatch1(OpId::name, {x}); \
+  }
 KILN_UNARY_DEF(neg)
 KILN_UNARY_DEF(abs)
 KILN_UNARY_DEF(exp)
@@ -157,6 +162,8 @@ KILN_UNARY_DEF(sign)
 KILN_UNARY_DEF(logical_not)
 #undef KILN_UNARY_DEF
 
-Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator-(const Tensor& x) {
+  return neg(x);
+}
 
 }  // namespace kiln

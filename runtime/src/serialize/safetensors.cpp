@@ -32,7 +32,9 @@ namespace {
 using safetensors::Entry;
 using safetensors::Header;
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // Header bytes plus the tensors to write after them, in file order.
 struct Prepared {
@@ -73,7 +75,9 @@ Prepared prepare(const StateDict& dict, const SafetensorsMetadata& metadata,
 }
 
 // The tensor's bytes, row-major: a contiguous copy when t is strided.
-Tensor contiguous_data(const Tensor& t) { return t.detach().contiguous(); }
+Tensor contiguous_data(const Tensor& t) {
+  return t.detach().contiguous();
+}
 
 // Builds the tensors of a validated header; read(offset, dst, n) copies n bytes
 // of the data buffer starting at offset.
@@ -190,10 +194,10 @@ class TempFile {
     static std::atomic<uint64_t> counter{0};
     std::random_device rd;
     for (int attempt = 0; attempt < 16; ++attempt) {
-      uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-                   static_cast<uint64_t>(
-                       std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                   (counter++ * 0x9e3779b97f4a7c15ull);
+      uint64_t r =
+          (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+          (counter++ * 0x9e3779b97f4a7c15ull);
       char hex[17];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
       path_ = target + ".tmp." + std::to_string(::getpid()) + "." + hex;
@@ -227,8 +231,8 @@ class TempFile {
       size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, 1u << 30));
       ssize_t r = ::write(fd_, p, chunk);
       if (r < 0 && errno == EINTR) continue;
-      KILN_CHECK(r > 0, where_, ": write to '", path_, "' failed: ",
-                 r < 0 ? errno_text() : "no progress");
+      KILN_CHECK(r > 0, where_, ": write to '", path_,
+                 "' failed: ", r < 0 ? errno_text() : "no progress");
       p += r;
       n -= static_cast<uint64_t>(r);
       written_ += static_cast<uint64_t>(r);
@@ -329,8 +333,7 @@ StateDict load_safetensors(const std::string& path, SafetensorsMetadata* metadat
   KILN_CHECK(::fstat(fd.get(), &st) == 0, where, ": cannot stat: ", errno_text());
   KILN_CHECK(S_ISREG(st.st_mode), where, ": not a regular file");
   const auto size = static_cast<uint64_t>(st.st_size);
-  KILN_CHECK(size >= 8, where, ": file is ", size,
-             " bytes, shorter than the 8-byte header length");
+  KILN_CHECK(size >= 8, where, ": file is ", size, " bytes, shorter than the 8-byte header length");
   unsigned char prefix[8];
   read_exact(fd.get(), 0, prefix, 8, where);
   uint64_t n = safetensors::header_length(prefix, size, where);

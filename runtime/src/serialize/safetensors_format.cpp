@@ -27,12 +27,12 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {"BOOL", 0, DType::b8},       {"F4", 1, std::nullopt},       {"F6_E2M3", 2, std::nullopt},
-    {"F6_E3M2", 3, std::nullopt}, {"U8", 4, DType::u8},          {"I8", 5, std::nullopt},
-    {"F8_E5M2", 6, std::nullopt}, {"F8_E4M3", 7, std::nullopt},  {"F8_E8M0", 8, std::nullopt},
-    {"I16", 9, std::nullopt},     {"U16", 10, std::nullopt},     {"F16", 11, DType::f16},
-    {"BF16", 12, DType::bf16},    {"I32", 13, DType::i32},       {"U32", 14, std::nullopt},
-    {"F32", 15, DType::f32},      {"C64", 16, std::nullopt},     {"F64", 17, DType::f64},
+    {"BOOL", 0, DType::b8},       {"F4", 1, std::nullopt},      {"F6_E2M3", 2, std::nullopt},
+    {"F6_E3M2", 3, std::nullopt}, {"U8", 4, DType::u8},         {"I8", 5, std::nullopt},
+    {"F8_E5M2", 6, std::nullopt}, {"F8_E4M3", 7, std::nullopt}, {"F8_E8M0", 8, std::nullopt},
+    {"I16", 9, std::nullopt},     {"U16", 10, std::nullopt},    {"F16", 11, DType::f16},
+    {"BF16", 12, DType::bf16},    {"I32", 13, DType::i32},      {"U32", 14, std::nullopt},
+    {"F32", 15, DType::f32},      {"C64", 16, std::nullopt},    {"F64", 17, DType::f64},
     {"I64", 18, DType::i64},      {"U64", 19, std::nullopt},
 };
 
@@ -122,8 +122,8 @@ std::map<std::string, std::string> parse_metadata(const json& v, const std::stri
              v.type_name(), ")");
   std::map<std::string, std::string> out;
   for (const auto& [k, val] : v.items()) {
-    KILN_CHECK(val.is_string(), where, ": __metadata__ value of '", k,
-               "' is not a string (got ", val.type_name(), ")");
+    KILN_CHECK(val.is_string(), where, ": __metadata__ value of '", k, "' is not a string (got ",
+               val.type_name(), ")");
     out.emplace(k, val.get<std::string>());
   }
   return out;
@@ -265,7 +265,9 @@ std::function<void(uint64_t)>& hook_slot() {
 
 }  // namespace
 
-const char* dtype_string(DType t) { return info_of(t).name; }
+const char* dtype_string(DType t) {
+  return info_of(t).name;
+}
 
 bool write_before(const Entry& a, const Entry& b) {
   int ra = info_of(a.dtype).rank, rb = info_of(b.dtype).rank;
@@ -330,9 +332,9 @@ Header parse_header(std::string_view text, uint64_t data_len, const std::string&
   uint64_t cursor = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : h.entries) {
-    KILN_CHECK(e.begin >= cursor, where, ": tensor '", e.name, "' (bytes [", e.begin, ", ",
-               e.end, ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [",
-               prev ? prev->begin : 0, ", ", cursor, "))");
+    KILN_CHECK(e.begin >= cursor, where, ": tensor '", e.name, "' (bytes [", e.begin, ", ", e.end,
+               ")) overlaps tensor '", prev ? prev->name : "", "' (bytes [", prev ? prev->begin : 0,
+               ", ", cursor, "))");
     KILN_CHECK(e.begin == cursor, where, ": bytes [", cursor, ", ", e.begin,
                ") of the data buffer belong to no tensor (gap before '", e.name, "')");
     cursor = e.end;
@@ -382,8 +384,12 @@ std::string build_header(const std::vector<Entry>& entries,
   return prefix + out;
 }
 
-void set_write_hook(std::function<void(uint64_t)> hook) { hook_slot() = std::move(hook); }
+void set_write_hook(std::function<void(uint64_t)> hook) {
+  hook_slot() = std::move(hook);
+}
 
-const std::function<void(uint64_t)>& write_hook() { return hook_slot(); }
+const std::function<void(uint64_t)>& write_hook() {
+  return hook_slot();
+}
 
 }  // namespace kiln::safetensors

@@ -42,8 +42,7 @@ bool write_before(const Entry& a, const Entry& b);
 
 /// Reads the 8-byte prefix and checks the header length against the file size.
 /// `where` prefixes errors ("[load] path").
-uint64_t header_length(const unsigned char prefix[8], uint64_t file_size,
-                       const std::string& where);
+uint64_t header_length(const unsigned char prefix[8], uint64_t file_size, const std::string& where);
 
 /// Parses and validates the JSON header for a data buffer of `data_len` bytes.
 Header parse_header(std::string_view json, uint64_t data_len, const std::string& where);

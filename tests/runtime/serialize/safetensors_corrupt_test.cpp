@@ -89,8 +89,7 @@ TEST(SafetensorsCorrupt, EntryNotAnObject) {
 TEST(SafetensorsCorrupt, MissingOrUnknownFields) {
   expect_corrupt(make_file(R"({"a":{"dtype":"U8","data_offsets":[0,1]}})", "x"),
                  "needs the fields dtype, shape and data_offsets");
-  expect_corrupt(make_file(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", "x"),
-                 "needs the fields");
+  expect_corrupt(make_file(R"({"a":{"shape":[1],"data_offsets":[0,1]}})", "x"), "needs the fields");
   expect_corrupt(make_file(R"({"a":{"dtype":"U8","shape":[1]}})", "x"), "needs the fields");
   expect_corrupt(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":0}})", "x"),
                  "unknown field 'x'");
@@ -130,8 +129,7 @@ TEST(SafetensorsCorrupt, BadShape) {
                  "not a non-negative integer");
   std::string rank65 = "[1";
   for (int i = 0; i < 64; ++i) rank65 += ",1";
-  expect_corrupt(make_file("{" + u8_entry("a", rank65 + "]", "[0,1]") + "}", "x"),
-                 "65 dimensions");
+  expect_corrupt(make_file("{" + u8_entry("a", rank65 + "]", "[0,1]") + "}", "x"), "65 dimensions");
 }
 
 TEST(SafetensorsCorrupt, BadDataOffsets) {
@@ -149,35 +147,39 @@ TEST(SafetensorsCorrupt, BadDataOffsets) {
                  "run past the end");
   expect_corrupt(make_file("{" + u8_entry("a", "[2]", "[0,1]") + "}", x),
                  "hold 1 bytes but shape [2] of U8 needs 2");
-  expect_corrupt(
-      make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
-      "hold 4 bytes but shape [2] of F32 needs 8");
+  expect_corrupt(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
+                 "hold 4 bytes but shape [2] of F32 needs 8");
 }
 
 TEST(SafetensorsCorrupt, OverlapsGapsAndUncoveredBytes) {
-  expect_corrupt(make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," +
-                           u8_entry("b", "[1]", "[1,2]") + "}", "xy"),
-                 "tensor 'b' (bytes [1, 2)) overlaps tensor 'a'");
-  expect_corrupt(make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," +
-                           u8_entry("b", "[2]", "[0,2]") + "}", "xy"),
-                 "overlaps");
-  expect_corrupt(make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," +
-                           u8_entry("z", "[0]", "[1,1]") + "}", "xy"),
-                 "tensor 'z' (bytes [1, 1)) overlaps");
+  expect_corrupt(
+      make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," + u8_entry("b", "[1]", "[1,2]") + "}",
+                "xy"),
+      "tensor 'b' (bytes [1, 2)) overlaps tensor 'a'");
+  expect_corrupt(
+      make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," + u8_entry("b", "[2]", "[0,2]") + "}",
+                "xy"),
+      "overlaps");
+  expect_corrupt(
+      make_file("{" + u8_entry("a", "[2]", "[0,2]") + "," + u8_entry("z", "[0]", "[1,1]") + "}",
+                "xy"),
+      "tensor 'z' (bytes [1, 1)) overlaps");
   expect_corrupt(make_file("{" + u8_entry("a", "[1]", "[1,2]") + "}", "xy"),
                  "bytes [0, 1) of the data buffer belong to no tensor (gap before 'a')");
-  expect_corrupt(make_file("{" + u8_entry("a", "[1]", "[0,1]") + "," +
-                           u8_entry("b", "[1]", "[2,3]") + "}", "xyz"),
-                 "gap before 'b'");
+  expect_corrupt(
+      make_file("{" + u8_entry("a", "[1]", "[0,1]") + "," + u8_entry("b", "[1]", "[2,3]") + "}",
+                "xyz"),
+      "gap before 'b'");
   expect_corrupt(make_file("{" + u8_entry("a", "[1]", "[0,1]") + "}", "xy"),
                  "bytes [1, 2) at the end of the data buffer belong to no tensor");
   expect_corrupt(make_file("{}", "junk"), "bytes [0, 4) at the end");
 }
 
 TEST(SafetensorsCorrupt, DuplicateKeys) {
-  expect_corrupt(make_file("{" + u8_entry("a", "[1]", "[0,1]") + "," +
-                           u8_entry("a", "[1]", "[1,2]") + "}", "xy"),
-                 "duplicate key 'a' in the header");
+  expect_corrupt(
+      make_file("{" + u8_entry("a", "[1]", "[0,1]") + "," + u8_entry("a", "[1]", "[1,2]") + "}",
+                "xy"),
+      "duplicate key 'a' in the header");
   expect_corrupt(make_file(R"({"__metadata__":{"k":"1","k":"2"}})"), "duplicate key 'k'");
   expect_corrupt(make_file(R"({"__metadata__":{},"__metadata__":{}})"),
                  "duplicate key '__metadata__'");
@@ -210,17 +212,16 @@ TEST(SafetensorsCorrupt, AcceptedEdgeCases) {
       make_file(" \n{" + u8_entry("", "[1]", "[0,1]") + "}      \t ", "\x05"), "edge");
   EXPECT_EQ(sd.at("").to_vector<uint8_t>(), std::vector<uint8_t>{5});
 
-  sd = parse_safetensors(make_file("{" + u8_entry("z", "[0]", "[0,0]") + "," +
-                                   u8_entry("y", "[0,4]", "[0,0]") + "," +
-                                   u8_entry("a", "[1]", "[0,1]") + "," +
-                                   u8_entry("w", "[0]", "[1,1]") + "}", "x"),
-                         "edge");
+  sd = parse_safetensors(
+      make_file("{" + u8_entry("z", "[0]", "[0,0]") + "," + u8_entry("y", "[0,4]", "[0,0]") + "," +
+                    u8_entry("a", "[1]", "[0,1]") + "," + u8_entry("w", "[0]", "[1,1]") + "}",
+                "x"),
+      "edge");
   EXPECT_EQ(sd.keys(), (std::vector<std::string>{"y", "z", "a", "w"}));  // by offset
 
-  sd = parse_safetensors(
-      make_file(R"({"m":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})",
-                std::string("\x00\x01\x02\xff", 4)),
-      "edge");
+  sd = parse_safetensors(make_file(R"({"m":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})",
+                                   std::string("\x00\x01\x02\xff", 4)),
+                         "edge");
   EXPECT_EQ(sd.at("m").to_vector<bool>(), (std::vector<bool>{false, true, true, true}));
   const auto* raw = static_cast<const unsigned char*>(sd.at("m").data_ptr());
   EXPECT_EQ(raw[2], 1);

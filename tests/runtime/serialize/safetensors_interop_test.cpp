@@ -37,7 +37,9 @@ const std::vector<Expected> kFixtureTensors = {
     {"f32", DType::f32, {2, 3}, "000000800000c03f000010c0ffff7f7f0000807f0000c07f"},
     {"scalar", DType::f32, {}, "00002a42"},
     {"i32", DType::i32, {2, 2}, "ffffffff00000000ffffff7f00000080"},
-    {"layer.0.w\xc3\xa9ight", DType::i32, {3, 2},
+    {"layer.0.w\xc3\xa9ight",
+     DType::i32,
+     {3, 2},
      "000000000100000002000000030000000400000005000000"},
     {"bf16", DType::bf16, {4}, "803f40c0807f0100"},
     {"f16", DType::f16, {2, 2}, "003800bcff7b0100"},
@@ -60,8 +62,7 @@ TEST(SafetensorsInterop, LoadsFixtureWrittenByPython) {
   }
   // The same values read through kiln's typed accessors.
   EXPECT_EQ(sd.at("i64").to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, INT64_MAX}));
-  EXPECT_EQ(sd.at("i32").to_vector<int32_t>(),
-            (std::vector<int32_t>{-1, 0, INT32_MAX, INT32_MIN}));
+  EXPECT_EQ(sd.at("i32").to_vector<int32_t>(), (std::vector<int32_t>{-1, 0, INT32_MAX, INT32_MIN}));
   EXPECT_EQ(sd.at("u8").to_vector<uint8_t>(), (std::vector<uint8_t>{0, 1, 128, 255}));
   EXPECT_EQ(sd.at("mask").to_vector<bool>(), (std::vector<bool>{true, false, true}));
   EXPECT_EQ(sd.at("scalar").item<float>(), 42.5f);

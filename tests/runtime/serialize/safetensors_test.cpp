@@ -9,8 +9,8 @@
 
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
-#include "serialize/safetensors_format.h"
 #include "runtime/serialize/safetensors_test_util.h"
+#include "serialize/safetensors_format.h"
 
 namespace kiln {
 namespace {

@@ -19,7 +19,7 @@ struct FusionOptions {
   int max_group_nodes = 96;  ///< bound on one kernel's size (compile time)
   /// Bound on the positions between a group's first and last node (rule 10).
   int max_group_span = 384;
-  bool column_sums = true;   ///< sums over every row dim join their producer's kernel
+  bool column_sums = true;  ///< sums over every row dim join their producer's kernel
 };
 
 /// What a group becomes.
