@@ -28,4 +28,13 @@ DeviceRuntime& device_runtime(Device d, const char* op) {
   return *rt;
 }
 
+bool is_pinned_allocator(const Allocator* a) {
+  if (a == nullptr) return false;
+  for (const auto& slot : g_runtimes) {
+    DeviceRuntime* rt = slot.load(std::memory_order_acquire);
+    if (rt != nullptr && rt->pinned_allocator() == a) return true;
+  }
+  return false;
+}
+
 }  // namespace kiln

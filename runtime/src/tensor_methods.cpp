@@ -1,6 +1,7 @@
 // Tensor's member functions: views, conversions and in-place ops, forwarded
 // to the free functions (so everything still passes through dispatch).
 #include "autograd_internal.h"
+#include "kiln/device_runtime.h"
 #include "kiln/functional.h"
 #include "ops/helpers.h"
 
@@ -10,18 +11,46 @@ Tensor Tensor::to(DType t) const {
   return cast(*this, t);
 }
 
-Tensor Tensor::to(Device d) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   if (device() == d) return *this;
   KILN_CHECK(!is_symbolic(), "[to] moving a traced tensor from ", device(), " to ", d,
              " is not supported inside kiln::compile");
   Tensor out = make_tensor(shape(), dtype(), d);
-  ops::copy_into(out, *this);
+  if (non_blocking && device().is_cpu() && numel() > 0)
+    device_runtime(d, "to").copy_non_blocking(out, *this);
+  else
+    ops::copy_into(out, *this);
   if (!(grad_mode_enabled() && requires_grad())) return out;
   // Differentiable like PyTorch's: the gradient moves back to this device.
   const Device from = device();
   return attach_function("ToDeviceBackward", {*this}, {out}, [from](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{g[0].defined() ? g[0].to(from) : Tensor()};
   })[0];
+}
+Tensor Tensor::pin_memory() const {
+  KILN_CHECK(defined() && !is_symbolic(), "[pin_memory] needs a tensor with memory");
+  KILN_CHECK(device().is_cpu(), "[pin_memory] only CPU tensors can be pinned, got one on ",
+             device());
+  if (is_pinned()) return *this;
+  Allocator* a = device_runtime(Device::cuda(), "pin_memory").pinned_allocator();
+  KILN_CHECK(a != nullptr, "[pin_memory] the CUDA backend has no pinned memory");
+  auto st = std::make_shared<StorageImpl>();
+  st->nbytes = static_cast<size_t>(numel()) * dtype_size(dtype());
+  st->allocator = a;
+  st->data = a->allocate(st->nbytes);
+  st->device = Device::cpu();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(st);
+  impl->shape = shape();
+  impl->strides = contiguous_strides(shape());
+  impl->dtype = dtype();
+  impl->device = Device::cpu();
+  Tensor out(std::move(impl));
+  ops::copy_into(out, *this);
+  return out;
+}
+bool Tensor::is_pinned() const {
+  return defined() && !is_symbolic() && is_pinned_allocator(impl()->storage->allocator);
 }
 Tensor Tensor::cpu() const {
   return to(Device::cpu());

@@ -27,8 +27,17 @@ class DeviceRuntime {
   /// The allocator of device `index` (memory the CPU cannot address).
   virtual Allocator& allocator(int index) = 0;
   /// dst = src elementwise (cast, broadcast, any strides) where dst, src or
-  /// both are on this device type; the copy is complete when it returns.
+  /// both are on this device type, ordered on the device's current stream; the
+  /// host may reuse or read the host side when it returns.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  /// copy(dst, src), but a copy from pinned host memory (pinned_allocator())
+  /// to the device may still be in flight when it returns (Tensor::to's
+  /// non_blocking); every other copy is synchronous as copy()'s.
+  virtual void copy_non_blocking(const Tensor& dst, const Tensor& src) { copy(dst, src); }
+  /// The allocator of page-locked host memory that copies to this device type
+  /// read asynchronously (Tensor::pin_memory), or nullptr if it has none. Its
+  /// blocks are CPU memory.
+  virtual Allocator* pinned_allocator() { return nullptr; }
   /// Runs the eager kernel of `op` on the device of its inputs into the
   /// preallocated `out` (not called for view ops); kiln::Error naming the op
   /// for ops the device cannot run.
@@ -43,5 +52,8 @@ void register_device_runtime(DeviceType type, DeviceRuntime* rt);
 /// The runtime serving `d`, checked usable and `d` existing; otherwise a
 /// kiln::Error "[op] ..." saying why (no backend linked, no driver, ...).
 DeviceRuntime& device_runtime(Device d, const char* op);
+/// Whether `a` is the pinned_allocator() of a registered runtime (never loads
+/// a driver: a CPU tensor's storage asks this for Tensor::is_pinned).
+bool is_pinned_allocator(const Allocator* a);
 
 }  // namespace kiln

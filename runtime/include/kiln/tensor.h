@@ -138,8 +138,15 @@ class Tensor {
   // ---- conversion and copying ----
   Tensor to(DType t) const;
   /// A copy on device `d` (this tensor when already there); differentiable,
-  /// the gradient moving back to this tensor's device.
-  Tensor to(Device d) const;
+  /// the gradient moving back to this tensor's device. `non_blocking`: a copy
+  /// from pinned memory to a device may still run when this returns (ordered
+  /// on the device's current stream); other copies are synchronous anyway.
+  Tensor to(Device d, bool non_blocking = false) const;
+  /// A copy of this CPU tensor in page-locked (pinned) host memory, which CUDA
+  /// copies read asynchronously; this tensor if already pinned.
+  Tensor pin_memory() const;
+  /// Whether this tensor's memory is pinned (pin_memory).
+  bool is_pinned() const;
   /// to(Device::cpu()) and to(Device::cuda(index)).
   Tensor cpu() const;
   Tensor cuda(int index = 0) const;
