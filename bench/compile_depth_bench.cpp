@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_cache.h"
 #include "kiln/compile.h"
 #include "kiln/env.h"
-#include "kiln/kernel_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"

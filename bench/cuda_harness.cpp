@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-#include "driver.h"
+#include "kernels/cuda/driver.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/kiln.h"

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "cublaslt.h"
-#include "driver.h"
-#include "gpu_printer.h"
-#include "gpu_printer_internal.h"
-#include "kiln/kernel_ir.h"
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_internal.h"
+#include "kernels/cuda/module.h"
+#include "kernels/kernel_ir.h"
 #include "kiln/kiln.h"
-#include "module.h"
 
 using namespace kiln;
 using namespace kiln::cuda;

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "fashion_mnist.h"
+#include "kernels/kernel_cache.h"
 #include "kiln/compile.h"
-#include "kiln/kernel_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln/kernel_ir.h"
+#include "kernels/kernel_ir.h"
+#include "kernels/llvm/llvm_emit.h"
+#include "kernels/llvm/llvm_jit.h"
 #include "kiln/kiln.h"
-#include "kiln/llvm_jit.h"
-#include "llvm_emit.h"
 
 using namespace kiln;
 using namespace kiln::kir;

@@ -1,6 +1,6 @@
 // The interpreter executor: results, buffer freeing and peak memory, output-ready
 // callbacks, random-offset rebasing, symbolic graphs and input checks.
-#include "kiln/executor.h"
+#include "executor/executor.h"
 
 #include <gtest/gtest.h>
 

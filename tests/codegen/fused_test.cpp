@@ -8,8 +8,8 @@
 #include <cstdlib>
 
 #include "compare.h"
+#include "executor/executor.h"
 #include "kiln/compile.h"
-#include "kiln/executor.h"
 #include "kiln/ir/text.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"

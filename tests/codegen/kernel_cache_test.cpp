@@ -3,7 +3,7 @@
 // valid entry, KILN_CACHE_DIR resolution, directories and entries other users
 // can write refused, KILN_DUMP files, vectorized code, thread-pool launches
 // and the interpreted fallback.
-#include "kiln/kernel_cache.h"
+#include "kernels/kernel_cache.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -20,8 +20,8 @@
 #include <thread>
 
 #include "codegen/kernel_test_util.h"
+#include "kernels/llvm/llvm_jit.h"
 #include "kiln/error.h"
-#include "kiln/llvm_jit.h"
 
 namespace kiln::kir {
 namespace {

@@ -1,7 +1,7 @@
 // Kernel IR: canonical text, verifier errors, and compiled kernels against the
 // reference interpreter and the eager ops (pointwise chains with broadcasts,
 // multi-phase reductions, partial ranges, several sizes per compiled kernel).
-#include "kiln/kernel_ir.h"
+#include "kernels/kernel_ir.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,9 @@
 #include <random>
 
 #include "codegen/kernel_test_util.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/llvm/llvm_jit.h"
 #include "kiln/error.h"
-#include "kiln/kernel_cache.h"
-#include "kiln/llvm_jit.h"
 
 namespace kiln::kir {
 namespace {

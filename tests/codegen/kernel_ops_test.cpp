@@ -12,9 +12,9 @@
 #include <random>
 
 #include "codegen/kernel_test_util.h"
-#include "kiln/kernel_cache.h"
-#include "kiln/kernel_ir.h"
-#include "math_expand.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/kernel_ir.h"
+#include "kernels/math_expand.h"
 
 namespace kiln::kir {
 namespace {

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/scoped_env.h"
-#include "kiln/kernel_ir.h"
+#include "kernels/kernel_ir.h"
 #include "kiln/kiln.h"
 
 namespace kiln::kir::testing {

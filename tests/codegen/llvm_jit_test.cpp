@@ -1,7 +1,7 @@
 // The LLVM CPU JIT: host detection, compiling IR text to working, vectorized
 // machine code, object files that load into another JIT, and errors for
 // invalid IR. Skipped in builds without LLVM.
-#include "kiln/llvm_jit.h"
+#include "kernels/llvm/llvm_jit.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The transcendental expansions (codegen/src/math_expand.h) in kernels: the
+// The transcendental expansions (codegen/kernels/math_expand.h) in kernels: the
 // compiled kernel equals the interpreter bit for bit on dense sweeps of every
 // dtype (every f16/bf16 value, a stride through all f32 bit patterns, special
 // values and range edges), stays within 4 ulp of libm in f32 (exp within 1),
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "codegen/kernel_test_util.h"
-#include "kiln/kernel_cache.h"
-#include "kiln/llvm_jit.h"
-#include "math_expand.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/llvm/llvm_jit.h"
+#include "kernels/math_expand.h"
 
 namespace kiln::kir {
 namespace {

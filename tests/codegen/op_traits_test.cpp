@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "codegen/kernel_test_util.h"
-#include "kernel_ir_util.h"
+#include "kernels/kernel_ir_util.h"
 #include "kiln/error.h"
 
 namespace kiln::kir {

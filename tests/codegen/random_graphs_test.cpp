@@ -364,7 +364,7 @@ TEST(FixedBugs, DetachOfACapturedTensorReadsItsCurrentValue) {
   EXPECT_TRUE(equal(f(zeros({2})), full({2}, 3.0))) << f.graph_text();  // compiled: still 1
 }
 
-// Bug in codegen (codegen/src/plan.cpp, run_plan): when the passes reduce a
+// Bug in codegen (codegen/driver/plan.cpp, run_plan): when the passes reduce a
 // result to a graph input (x*1, neg(neg(x)), a permute and its inverse), the
 // compiled function returns the argument's (or capture's) TensorImpl itself.
 // Eagerly the result is a new tensor: here an in-place write to the result
@@ -389,7 +389,7 @@ TEST(FixedBugs, ResultSimplifiedToAnArgumentIsANewTensor) {
   EXPECT_FALSE(q.requires_grad());
 }
 
-// Bug in tracing (ir/src/tracer.cpp, codegen/src/compile.cpp): backward inside
+// Bug in tracing (ir/src/tracer.cpp, codegen/driver/compile.cpp): backward inside
 // a compiled function reaching an *argument* that requires grad accumulates
 // into the symbolic stand-in's .grad, which nothing binds back: the real
 // argument's .grad silently stays undefined (eager: 2x). Captured leaves work.
@@ -408,7 +408,7 @@ TEST(FixedBugs, BackwardInsideReachesArgumentGrads) {
 }
 
 // Bug in tracing (ir/src/tracer.cpp, Tracer::add_arg) and guards
-// (codegen/src/plan.cpp, ArgSig): a wrapped-number argument (a 0-d tensor made
+// (codegen/driver/plan.cpp, ArgSig): a wrapped-number argument (a 0-d tensor made
 // from a C++ number, scalar_tensor(Scalar)) becomes a non-wrapped symbolic
 // input, so the trace promotes as if it were a 0-d tensor. With a f32 0-d and a
 // wrapped f64: eagerly a + b is f32 and cast(..., f64) a real cast; the trace

@@ -10,8 +10,8 @@
 
 #include "codegen/compare.h"
 #include "codegen/kernel_test_util.h"
+#include "kernels/kernel_cache.h"
 #include "kiln/compile.h"
-#include "kiln/kernel_cache.h"
 #include "kiln/kiln.h"
 
 namespace kiln::kir {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "codegen/kernel_test_util.h"
-#include "kiln/kernel_cache.h"
-#include "kiln/llvm_jit.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/llvm/llvm_jit.h"
 
 namespace kiln::kir {
 namespace {

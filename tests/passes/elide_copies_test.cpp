@@ -4,7 +4,7 @@
 // stay.
 #include "kiln/passes/elide_copies.h"
 
-#include "kiln/executor.h"
+#include "executor/executor.h"
 #include "kiln/ir/text.h"
 #include "kiln/passes/pass_manager.h"
 #include "passes/pass_test_util.h"

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "kiln/executor.h"
+#include "executor/executor.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "passes/pass_test_util.h"

@@ -4,7 +4,7 @@
 // used elsewhere leave the graph alone.
 #include "kiln/passes/pads_to_cat.h"
 
-#include "kiln/executor.h"
+#include "executor/executor.h"
 #include "kiln/ir/text.h"
 #include "kiln/passes/pass_manager.h"
 #include "passes/pass_test_util.h"

@@ -50,7 +50,7 @@ struct DynamicDim {
   int dim = 0;
 };
 
-/// How fused kernels run (see codegen/include/kiln/kernel_cache.h).
+/// How fused kernels run (see codegen/kernels/kernel_cache.h).
 enum class KernelBackend : uint8_t {
   kAuto,         ///< machine code from the LLVM JIT when kiln has it, else the interpreter
   kInterpreter,  ///< always the kernel IR interpreter (slow; tests, debugging)

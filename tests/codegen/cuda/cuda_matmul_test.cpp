@@ -4,8 +4,8 @@
 // refusals. Runs only where a GPU exists (the emulated device has no cuBLASLt).
 #include <cmath>
 
-#include "cublaslt.h"
-#include "driver.h"
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/driver.h"
 #include "kiln/cuda.h"
 
 namespace kiln {

@@ -7,10 +7,10 @@
 
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
-#include "driver.h"
-#include "gpu_printer.h"
-#include "math_expand.h"
-#include "module.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
+#include "kernels/math_expand.h"
 
 namespace kiln::cuda {
 namespace {

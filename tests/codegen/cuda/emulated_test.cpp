@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "codegen/kernel_test_util.h"
-#include "driver.h"
-#include "gpu_printer.h"
-#include "module.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
 
 namespace kiln::cuda {
 namespace {

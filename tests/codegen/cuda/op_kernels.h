@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "codegen/kernel_test_util.h"
-#include "kernel_ir_util.h"
+#include "kernels/kernel_ir_util.h"
 
 namespace kiln::cuda::testing {
 

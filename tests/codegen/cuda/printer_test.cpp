@@ -6,9 +6,9 @@
 
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
-#include "gpu_printer.h"
-#include "math_expand.h"
-#include "nvrtc_lib.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/nvrtc_lib.h"
+#include "kernels/math_expand.h"
 
 namespace kiln::cuda {
 namespace {

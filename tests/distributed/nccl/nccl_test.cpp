@@ -3,8 +3,8 @@
 #include <cstring>
 #include <vector>
 
-#include "driver.h"
-#include "module.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/module.h"
 #include "nccl_lib.h"
 
 namespace kiln::dist::nccl {

@@ -1,5 +1,5 @@
 // Fusion: an analysis that partitions a graph's nodes into groups, each of
-// which codegen lowers to one kernel (codegen/src/lower.cpp) over one dense
+// which codegen lowers to one kernel (codegen/kernels/lower.cpp) over one dense
 // iteration space. The graph itself is not changed. The decision rules are at
 // the top of passes/src/fuse.cpp.
 #pragma once

@@ -1,0 +1,36 @@
+// Internal: the executor's schedule entries, shared by executor.cpp (running)
+// and executor_schedule.cpp (building the schedule).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "executor/executor.h"
+#include "kernels/device_kernels.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/lower.h"
+
+namespace kiln {
+
+struct Executor::Group {
+  detail::LoweredGroup lowered;
+  std::shared_ptr<const kir::LoadedKernel> kernel;            // on the CPU
+  std::shared_ptr<const detail::DeviceKernel> device_kernel;  // on another device
+  int kernel_id = 0;                                          // equal ids: the same compiled kernel
+  std::vector<int> arg_slot;                                  // per kernel argument
+  int nodes = 0;
+};
+
+struct Executor::Step {
+  const ir::Node* node = nullptr;  // an unfused node, or
+  std::vector<int> groups;         // fused kernels launched together
+  std::vector<int> in;
+  std::vector<int> out;
+  std::vector<int> free_after;    // slots whose last use is this step
+  std::vector<int> overwritable;  // dying slots one kernel here may write in place
+  std::vector<int> dying_inputs;  // graph-input slots read last here, by one instance
+  int place = -1;                 // a matmul: its placement (placements_), if any
+  int host_slot = -1;             // a matmul with a placement: the host's output slot
+};
+
+}  // namespace kiln

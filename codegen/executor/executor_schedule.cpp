@@ -1,0 +1,324 @@
+// The executor's schedule: units (fusion groups, unfused nodes) in a
+// topological order, same-kernel units batched into one step, sinks waiting for
+// their kernel's other instances, and each buffer's last use (see executor.cpp
+// for the whole design).
+#include "executor/executor.h"
+#include "executor/executor_internal.h"
+
+#include <algorithm>
+#include <climits>
+#include <iostream>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "executor/column_sums.h"
+#include "executor/placement.h"
+#include "kernels/kernel_cache.h"
+#include "kernels/lower.h"
+#include "kiln/autograd.h"
+#include "kiln/dispatch.h"
+#include "kiln/functional.h"
+#include "kiln/ir/verify.h"
+#include "kiln/thread_pool.h"
+
+namespace kiln {
+
+namespace {
+
+// The kernel ready to run. Should the JIT fail on it (a backend bug), the
+// interpreter runs it instead: same results, slower, with one warning.
+std::shared_ptr<const kir::LoadedKernel> load_kernel(const kir::Kernel& k, KernelBackend backend) {
+  if (backend == KernelBackend::kAuto) {
+    try {
+      return kir::get_kernel(k);
+    } catch (const std::exception& e) {
+      std::cerr << "[kiln] warning: kernel " << k.name
+                << " failed to compile and runs interpreted: " << e.what() << "\n";
+    }
+  }
+  return std::make_shared<const kir::LoadedKernel>(k, "", nullptr);
+}
+
+}  // namespace
+
+void Executor::build_schedule() {
+  const ir::Graph& g = *graph_;
+  const auto nodes = g.nodes();
+  // Slots by value id (unique within a graph; the graph is verified, so every
+  // use is defined) and positions from the graph: no hashing per lookup.
+  int ids = 0;
+  for (const ir::Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
+  for (const ir::Node* n : nodes)
+    for (const ir::Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
+  std::vector<int> slot_by_id(static_cast<size_t>(ids), -1);
+  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
+  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
+  for (const ir::Value* v : g.inputs()) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
+  is_input_slot_.assign(static_cast<size_t>(num_slots_), true);
+  for (const ir::Node* n : nodes)
+    for (const ir::Value* v : n->outputs) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
+  is_input_slot_.resize(static_cast<size_t>(num_slots_), false);
+
+  // ---- kernels, one per group; identical kernels share one compiled kernel ----
+  std::unordered_map<std::string, int> kernel_id;
+  std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels;
+  for (const passes::FusionGroup& fg : plan_.groups) {
+    Group grp;
+    grp.lowered = detail::lower(fg, opts_.reassociate);
+    auto [it, fresh] =
+        kernel_id.emplace(kir::to_string(grp.lowered.kernel), static_cast<int>(kernels.size()));
+    if (fresh) kernels.emplace_back();
+    grp.kernel_id = it->second;
+    for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot_of(v));
+    grp.nodes = static_cast<int>(fg.nodes.size());
+    groups_.push_back(std::move(grp));
+  }
+  // Distinct kernels compile concurrently (the cache and the JIT are thread-safe).
+  std::vector<const kir::Kernel*> first(kernels.size(), nullptr);
+  for (const Group& grp : groups_)
+    if (!first[static_cast<size_t>(grp.kernel_id)])
+      first[static_cast<size_t>(grp.kernel_id)] = &grp.lowered.kernel;
+  if (!opts_.device.is_cpu()) {
+    // Kernels for a device come from its backend (compiled once per source).
+    detail::DeviceKernelCompiler& dc = detail::device_kernel_compiler(opts_.device.type);
+    std::vector<std::shared_ptr<const detail::DeviceKernel>> dk(kernels.size());
+    for (size_t i = 0; i < dk.size(); ++i) dk[i] = dc.compile(*first[i], opts_.device);
+    for (Group& grp : groups_) grp.device_kernel = dk[static_cast<size_t>(grp.kernel_id)];
+  } else {
+    parallel_for(0, static_cast<int64_t>(kernels.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        kernels[static_cast<size_t>(i)] =
+            load_kernel(*first[static_cast<size_t>(i)], opts_.kernels);
+    });
+    for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
+  }
+
+  // ---- the unit graph: groups first, then one unit per unfused node ----
+  const int ng = static_cast<int>(groups_.size());
+  auto unit_of = [&](const ir::Node* n) {
+    const int gi = plan_.group_of[static_cast<size_t>(pos_of(n))];
+    return gi >= 0 ? gi : ng + pos_of(n);
+  };
+  const size_t nu = static_cast<size_t>(ng) + nodes.size();
+  std::vector<int> first_pos(nu, 0);
+  std::vector<char> live(nu, 0);
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    const int u = unit_of(nodes[p]);
+    if (!live[static_cast<size_t>(u)]) first_pos[static_cast<size_t>(u)] = static_cast<int>(p);
+    live[static_cast<size_t>(u)] = 1;
+  }
+  std::vector<std::vector<int>> succ(nu);
+  std::vector<int> indeg(nu, 0);
+  auto depend = [&](int from, int to) {
+    // The edges into one unit are added one after another, so a repeated edge
+    // is always the last one added (no scan of a hub's successor list).
+    if (from == to) return;
+    auto& s = succ[static_cast<size_t>(from)];
+    if (!s.empty() && s.back() == to) return;
+    s.push_back(to);
+    ++indeg[static_cast<size_t>(to)];
+  };
+  for (int gi = 0; gi < ng; ++gi)
+    for (size_t a = 0; a < groups_[static_cast<size_t>(gi)].lowered.num_inputs; ++a) {
+      const ir::Value* v = groups_[static_cast<size_t>(gi)].lowered.args[a];
+      if (v->producer) depend(unit_of(v->producer), gi);
+    }
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    if (plan_.group_of[p] >= 0) continue;
+    for (const ir::Value* v : nodes[p]->inputs)
+      if (v->producer) depend(unit_of(v->producer), ng + static_cast<int>(p));
+  }
+  // Sinks that may wait for the other instances of their kernel (see the top).
+  std::unordered_set<const ir::Value*> gradients;
+  for (size_t o = 0; o < g.outputs().size(); ++o)
+    if (g.output_names()[o].rfind("grad:", 0) == 0) gradients.insert(g.outputs()[o]);
+  std::vector<char> sink(static_cast<size_t>(ng), 0);
+  std::vector<int> remaining(kernels.size(), 0);
+  for (int gi = 0; gi < ng; ++gi) {
+    const Group& grp = groups_[static_cast<size_t>(gi)];
+    ++remaining[static_cast<size_t>(grp.kernel_id)];
+    bool s = opts_.horizontal;
+    for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
+      const ir::Value* v = grp.lowered.args[a];
+      for (const ir::Node* u : v->users) s = s && unit_of(u) == gi;
+      s = s && !gradients.count(v);
+    }
+    sink[static_cast<size_t>(gi)] = s;
+  }
+  auto kid = [&](int u) { return u < ng ? groups_[static_cast<size_t>(u)].kernel_id : -1; };
+  // A kernel with column sums launches alone (its blocks own the partials).
+  auto column_sums = [&](int u) {
+    const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
+    return std::find(cs.begin(), cs.end(), 1) != cs.end();
+  };
+  // Ready units by first position (unique per unit, so the order is total):
+  // those that may run now, and sinks whose kernel still has instances that
+  // are not ready (`remaining[k]` counts those; it only decreases, so each
+  // sink moves from `waiting` to `avail` at most once). Each step takes the
+  // earliest unit that may run (else the earliest waiting one) and every
+  // ready instance of its kernel: O(units log units) in all.
+  using Entry = std::pair<int, int>;  // (first position, unit)
+  auto entry = [&](int u) { return Entry{first_pos[static_cast<size_t>(u)], u}; };
+  std::set<Entry> avail, waiting;
+  std::vector<std::set<Entry>> ready_of(kernels.size());
+  auto make_ready = [&](int u) {
+    if (u >= ng) {
+      avail.insert(entry(u));
+      return;
+    }
+    const auto k = static_cast<size_t>(kid(u));
+    ready_of[k].insert(entry(u));
+    if (--remaining[k] == 0)
+      for (const Entry& e : ready_of[k])
+        if (waiting.erase(e)) avail.insert(e);
+    (sink[static_cast<size_t>(u)] && remaining[k] > 0 ? waiting : avail).insert(entry(u));
+  };
+  for (size_t u = 0; u < nu; ++u)
+    if (live[u] && indeg[u] == 0) make_ready(static_cast<int>(u));
+  // A recomputation (remat, checkpoint) runs at its own position, never early
+  // with another instance of its kernel: its inputs are ready since the forward.
+  std::vector<char> recomputes(static_cast<size_t>(ng), 0);
+  for (int gi = 0; gi < ng; ++gi)
+    for (const ir::Node* n : plan_.groups[static_cast<size_t>(gi)].nodes)
+      recomputes[static_cast<size_t>(gi)] |= n->attrs.has("recompute") ? 1 : 0;
+  std::vector<std::vector<int>> order;  // units per step
+  while (!avail.empty() || !waiting.empty()) {
+    const int best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
+    std::vector<int> batch{best};
+    if (best < ng && opts_.horizontal && !column_sums(best))
+      for (const Entry& e : ready_of[static_cast<size_t>(kid(best))])
+        if (e.second != best && !recomputes[static_cast<size_t>(e.second)])
+          batch.push_back(e.second);
+    std::sort(batch.begin(), batch.end(), [&](int a, int b) {
+      return first_pos[static_cast<size_t>(a)] < first_pos[static_cast<size_t>(b)];
+    });
+    for (int u : batch) {
+      avail.erase(entry(u));
+      waiting.erase(entry(u));
+      if (u < ng) ready_of[static_cast<size_t>(kid(u))].erase(entry(u));
+    }
+    for (int u : batch)
+      for (int s : succ[static_cast<size_t>(u)])
+        if (--indeg[static_cast<size_t>(s)] == 0) make_ready(s);
+    order.push_back(std::move(batch));
+  }
+
+  // ---- steps, their slots and last uses ----
+  for (const auto& units : order) {
+    Step st;
+    if (units.front() >= ng) {
+      st.node = nodes[static_cast<size_t>(units.front() - ng)];
+      for (const ir::Value* v : st.node->inputs) st.in.push_back(slot_of(v));
+      for (const ir::Value* v : st.node->outputs) st.out.push_back(slot_of(v));
+    } else {
+      st.groups = units;
+      for (int gi : units) {
+        const Group& grp = groups_[static_cast<size_t>(gi)];
+        for (size_t a = 0; a < grp.arg_slot.size(); ++a)
+          (a < grp.lowered.num_inputs ? st.in : st.out).push_back(grp.arg_slot[a]);
+      }
+    }
+    steps_.push_back(std::move(st));
+  }
+  // Matmuls computed straight into a later cat's or reshape's buffer.
+  if (opts_.in_place) {
+    auto placements = detail::plan_placements(
+        g, [&](const ir::Node* n) { return plan_.group_of[static_cast<size_t>(pos_of(n))] >= 0; });
+    for (Step& st : steps_) {
+      auto it = st.node ? placements.find(st.node) : placements.end();
+      if (it == placements.end()) continue;
+      st.place = static_cast<int>(placements_.size());
+      st.host_slot = slot_of(it->second.host->output());
+      placements_.push_back(std::move(it->second));
+    }
+  }
+  size_t scheduled = 0;
+  for (const auto& units : order) scheduled += units.size();
+  KILN_ASSERT(scheduled == static_cast<size_t>(std::count(live.begin(), live.end(), 1)),
+              "executor: the fusion groups form a cycle");
+  std::vector<int> last(static_cast<size_t>(num_slots_), -1);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (int i : steps_[s].in) last[static_cast<size_t>(i)] = static_cast<int>(s);
+  std::vector<bool> is_out(static_cast<size_t>(num_slots_), false);
+  for (const ir::Value* v : g.outputs()) {
+    output_producer_.push_back(v->producer ? pos_of(v->producer) : -1);
+    output_slots_.push_back(slot_of(v));
+    is_out[static_cast<size_t>(slot_of(v))] = true;
+  }
+  for (int sl = 0; sl < num_slots_; ++sl) {
+    const int l = last[static_cast<size_t>(sl)];
+    if (l >= 0 && !is_out[static_cast<size_t>(sl)])
+      steps_[static_cast<size_t>(l)].free_after.push_back(sl);
+  }
+  // Graph inputs an unfused view may alias at run time (views of views too):
+  // a kernel may write such an input in place only after the last step that
+  // reads any alias, which would otherwise see the new value. An alias that is
+  // a graph output, or an input a collective touches, is never overwritten.
+  input_alias_until_.assign(g.inputs().size(), -1);
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    int& until = input_alias_until_[i];
+    std::vector<const ir::Value*> work{g.inputs()[i]};
+    while (!work.empty() && until != INT_MAX) {
+      const ir::Value* v = work.back();
+      work.pop_back();
+      for (const ir::Node* u : v->users) {
+        if (plan_.group_of[static_cast<size_t>(pos_of(u))] >= 0) continue;  // fused: never aliases
+        if (u->info().has(kCollective)) {
+          until = INT_MAX;
+          break;
+        }
+        if (!u->info().has(kView)) continue;
+        for (const ir::Value* a : u->outputs) {
+          const int sl = slot_of(a);
+          if (is_out[static_cast<size_t>(sl)]) until = INT_MAX;
+          if (until != INT_MAX) until = std::max(until, last[static_cast<size_t>(sl)]);
+          work.push_back(a);
+        }
+      }
+    }
+  }
+  outputs_of_slot_.assign(static_cast<size_t>(num_slots_), {});
+  for (size_t o = 0; o < output_slots_.size(); ++o)
+    outputs_of_slot_[static_cast<size_t>(output_slots_[o])].push_back(o);
+  // Per kernel step: the slots that die there (inputs are never freed, but
+  // their last reader is known) and are read by exactly one instance of the
+  // batch (the others run concurrently), in slot order. Only the step's own
+  // inputs can die there; readers are counted once per instance.
+  std::vector<int> readers(static_cast<size_t>(num_slots_), 0);
+  std::vector<int> counted_by(static_cast<size_t>(num_slots_), -1);  // last instance counted
+  std::vector<int> dying;
+  int instance = 0;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& st = steps_[s];
+    if (st.groups.empty()) continue;
+    dying.clear();
+    for (int gi : st.groups) {
+      const Group& grp = groups_[static_cast<size_t>(gi)];
+      ++instance;
+      for (size_t a = 0; a < grp.lowered.num_inputs; ++a) {
+        const auto sl = static_cast<size_t>(grp.arg_slot[a]);
+        if (last[sl] != static_cast<int>(s) || is_out[sl] || counted_by[sl] == instance) continue;
+        counted_by[sl] = instance;
+        if (readers[sl]++ == 0) dying.push_back(static_cast<int>(sl));
+      }
+    }
+    std::sort(dying.begin(), dying.end());
+    for (int sl : dying) {
+      if (readers[static_cast<size_t>(sl)] == 1)
+        (is_input_slot_[static_cast<size_t>(sl)] ? st.dying_inputs : st.overwritable).push_back(sl);
+      readers[static_cast<size_t>(sl)] = 0;
+    }
+  }
+  // Where each output becomes available: 0 = before the first step, s+1 = after step s.
+  outputs_at_step_.resize(steps_.size() + 1);
+  std::unordered_map<int, size_t> made_at;
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (int o : steps_[s].out) made_at[o] = s + 1;
+  for (size_t i = 0; i < output_slots_.size(); ++i) {
+    auto it = made_at.find(output_slots_[i]);
+    outputs_at_step_[it == made_at.end() ? 0 : it->second].push_back(i);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,285 @@
+// cuBLASLt through dlopen (cublaslt.h). Searched as libcublasLt.so.13 on the
+// loader's path (pip's nvidia-cublas), then in the CUDA toolkit kiln was
+// configured with.
+#include "kernels/cuda/cublaslt.h"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/module.h"
+#include "kiln/cuda.h"
+#include "kiln/error.h"
+#include "kiln/shared_library.h"
+
+namespace kiln::cuda {
+namespace {
+
+// clang-format off
+#define KILN_CUBLASLT_FUNCS(X) \
+  X(cublasLtCreate) \
+  X(cublasLtGetVersion) \
+  X(cublasLtMatmul) \
+  X(cublasLtMatmulDescCreate) \
+  X(cublasLtMatmulDescDestroy) \
+  X(cublasLtMatmulDescSetAttribute) \
+  X(cublasLtMatrixLayoutCreate) \
+  X(cublasLtMatrixLayoutDestroy) \
+  X(cublasLtMatrixLayoutSetAttribute) \
+  X(cublasLtMatmulPreferenceCreate) \
+  X(cublasLtMatmulPreferenceDestroy) \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)
+// clang-format on
+
+struct Lib {
+#define KILN_CUBLASLT_MEMBER(name) decltype(&::name) name = nullptr;
+  KILN_CUBLASLT_FUNCS(KILN_CUBLASLT_MEMBER)
+#undef KILN_CUBLASLT_MEMBER
+  std::string error;
+};
+
+const Lib& lib() {
+  static const Lib l = [] {
+    Lib r;
+    void* h =
+        open_shared_library({"libcublasLt.so.13", str(KILN_CUDA_LIBDIR, "/libcublasLt.so.13")},
+                            "cuBLASLt (libcublasLt.so.13, CUDA 13)", r.error);
+    if (!h) return r;
+#define KILN_CUBLASLT_RESOLVE(name)                             \
+  r.name = reinterpret_cast<decltype(r.name)>(dlsym(h, #name)); \
+  if (!r.name && r.error.empty()) r.error = "libcublasLt.so.13 lacks " #name;
+    KILN_CUBLASLT_FUNCS(KILN_CUBLASLT_RESOLVE)
+#undef KILN_CUBLASLT_RESOLVE
+    return r;
+  }();
+  return l;
+}
+
+void ok(cublasStatus_t s, const char* what) {
+  KILN_CHECK(s == CUBLAS_STATUS_SUCCESS, "[matmul] cuBLASLt ", what, " failed (cublasStatus ",
+             static_cast<int>(s), ")");
+}
+
+std::atomic<bool> g_tf32{false};
+
+// cuBLASLt's handle and workspace, shared by every call (one default stream).
+constexpr size_t kWorkspace = size_t{32} << 20;
+
+struct State {
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer workspace;
+  // (dtype, tf32, m, n, k, batch, lda, ldb, ldd, strides, ops, alignments) -> algorithm
+  using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int, int, int>;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+  std::mutex mu;
+};
+
+// One State per device (its workspace lives there); the device's context is
+// current when this is called.
+State& state(int device) {
+  static std::mutex mu;
+  static std::map<int, State*> states;
+  std::lock_guard<std::mutex> lock(mu);
+  State*& s = states[device];
+  if (!s) {
+    const Lib& l = lib();
+    KILN_CHECK(l.error.empty(), "[matmul] ", l.error);
+    auto st = std::make_unique<State>();
+    ok(l.cublasLtCreate(&st->handle), "cublasLtCreate");
+    st->workspace = DeviceBuffer(kWorkspace);
+    s = st.release();  // never destroyed: the driver may be gone at exit
+  }
+  return *s;
+}
+
+// The largest power of two (up to 256) that divides a device address: what
+// cuBLASLt's heuristic must assume about the operand's alignment.
+int alignment(CUdeviceptr p) {
+  int a = 256;
+  while (a > 1 && p % static_cast<CUdeviceptr>(a) != 0) a /= 2;
+  return a;
+}
+
+// An operand as cuBLASLt sees it: a column-major [rows, cols] matrix with
+// leading dimension ld, used as op(M) = M or M^T.
+struct Layout {
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  cublasOperation_t op = CUBLAS_OP_N;
+};
+
+// The row-major [R, C] operand x read as the column-major x^T ([C, R]): a
+// row-major matrix is that directly (op N); a column-major one (unit row
+// stride) is x itself, transposed by the op.
+Layout as_transposed(const GemmOperand& x, int64_t R, int64_t C) {
+  Layout l;
+  if (x.cs == 1) {
+    l.rows = static_cast<uint64_t>(C);
+    l.cols = static_cast<uint64_t>(R);
+    l.ld = std::max<int64_t>(x.rs, std::max<int64_t>(C, 1));
+    l.op = CUBLAS_OP_N;
+  } else {
+    KILN_ASSERT(x.rs == 1, "[matmul] cuBLASLt operand needs a unit stride, got (", x.rs, ", ", x.cs,
+                ")");
+    l.rows = static_cast<uint64_t>(R);
+    l.cols = static_cast<uint64_t>(C);
+    l.ld = std::max<int64_t>(x.cs, std::max<int64_t>(R, 1));
+    l.op = CUBLAS_OP_T;
+  }
+  return l;
+}
+
+cudaDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      KILN_CHECK(false, "[matmul] CUDA tensors of dtype ", dt,
+                 " are not supported (cuBLASLt: f32, f64, f16, bf16)");
+  }
+  return CUDA_R_32F;
+}
+
+// RAII for the per-call descriptors.
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descs() {
+    const Lib& l = lib();
+    if (pref) l.cublasLtMatmulPreferenceDestroy(pref);
+    if (d) l.cublasLtMatrixLayoutDestroy(d);
+    if (b) l.cublasLtMatrixLayoutDestroy(b);
+    if (a) l.cublasLtMatrixLayoutDestroy(a);
+    if (op) l.cublasLtMatmulDescDestroy(op);
+  }
+};
+
+cublasLtMatrixLayout_t layout(cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld,
+                              int64_t batch, int64_t stride) {
+  const Lib& l = lib();
+  cublasLtMatrixLayout_t m = nullptr;
+  ok(l.cublasLtMatrixLayoutCreate(&m, t, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    ok(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                          sizeof(count)),
+       "batch count");
+    ok(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                          sizeof(stride)),
+       "batch stride");
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string cublaslt_unavailable_reason() {
+  return lib().error;
+}
+
+void set_matmul_allow_tf32(bool allow) {
+  g_tf32 = allow;
+}
+bool matmul_allow_tf32() {
+  return g_tf32;
+}
+
+void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
+          CUdeviceptr d) {
+  KILN_CHECK(s.batch <= INT32_MAX, "[matmul] a batch of ", s.batch,
+             " matrices is more than cuBLASLt takes in one call");
+  const cudaDataType_t t = data_type(dtype);
+  State& st = state(device);
+  const Lib& l = lib();
+  // Column major: d^T [N, M] = b^T [N, K] . a^T [K, M].
+  const Layout lb = as_transposed(b, s.K, s.N), la = as_transposed(a, s.M, s.K);
+  const bool tf32 = dtype == DType::f32 && g_tf32;
+  const cublasComputeType_t compute = dtype == DType::f64 ? CUBLAS_COMPUTE_64F
+                                      : tf32              ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                          : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
+  Descs ds;
+  ok(l.cublasLtMatmulDescCreate(&ds.op, compute, scale), "cublasLtMatmulDescCreate");
+  ok(l.cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &lb.op, sizeof(lb.op)),
+     "transa");
+  ok(l.cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &la.op, sizeof(la.op)),
+     "transb");
+  ds.a = layout(t, lb.rows, lb.cols, lb.ld, s.batch, b.batch_stride);
+  ds.b = layout(t, la.rows, la.cols, la.ld, s.batch, a.batch_stride);
+  ds.d = layout(t, static_cast<uint64_t>(s.N), static_cast<uint64_t>(s.M), s.ldd, s.batch,
+                s.d_batch_stride);
+  const int align_a = alignment(b.ptr), align_b = alignment(a.ptr), align_d = alignment(d);
+  const State::Key key{static_cast<int>(dtype),
+                       tf32,
+                       s.N,
+                       s.M,
+                       s.K,
+                       s.batch,
+                       lb.ld,
+                       la.ld,
+                       s.ldd,
+                       b.batch_stride,
+                       a.batch_stride,
+                       s.d_batch_stride,
+                       align_a * 2 + (lb.op == CUBLAS_OP_T),
+                       align_b * 2 + (la.op == CUBLAS_OP_T),
+                       align_d};
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.algos.find(key);
+    if (it != st.algos.end()) {
+      algo = it->second;
+    } else {
+      ok(l.cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate");
+      const uint64_t ws = kWorkspace;
+      ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ws, sizeof(ws)),
+         "workspace preference");
+      const uint32_t al[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
+                              static_cast<uint32_t>(align_d), static_cast<uint32_t>(align_d)};
+      const cublasLtMatmulPreferenceAttributes_t which[4] = {
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+      for (int i = 0; i < 4; ++i)
+        ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, which[i], &al[i], sizeof(al[i])),
+           "alignment preference");
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      ok(l.cublasLtMatmulAlgoGetHeuristic(st.handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1,
+                                          &res, &found),
+         "cublasLtMatmulAlgoGetHeuristic");
+      KILN_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype, " [", s.batch, " x ",
+                 s.M, " x ", s.K, "] . [", s.K, " x ", s.N, "]");
+      algo = res.algo;
+      st.algos.emplace(key, algo);
+    }
+  }
+  const float one_f = 1, zero_f = 0;
+  const double one_d = 1, zero_d = 0;
+  const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  ok(l.cublasLtMatmul(st.handle, ds.op, alpha, reinterpret_cast<const void*>(b.ptr), ds.a,
+                      reinterpret_cast<const void*>(a.ptr), ds.b, beta,
+                      reinterpret_cast<const void*>(d), ds.d, reinterpret_cast<void*>(d), ds.d,
+                      &algo, reinterpret_cast<void*>(st.workspace.get()), kWorkspace, nullptr),
+     "cublasLtMatmul");
+  after_launch("matmul (cuBLASLt)");
+}
+
+}  // namespace kiln::cuda

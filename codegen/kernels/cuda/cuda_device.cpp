@@ -1,0 +1,467 @@
+// The CUDA device runtime (kiln/device_runtime.h): device memory through a
+// caching allocator, copies in every direction, and eager ops as one-op
+// kernels of the kernel IR printed for the GPU, compiled once per signature.
+// Registered for DeviceType::CUDA when libkiln_codegen loads.
+//
+// One stream so far: every copy and launch goes to the legacy default stream,
+// so a freed block is reused in stream order and host copies are synchronous.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
+#include "kernels/device_kernels.h"
+#include "kiln/device_runtime.h"
+#include "kiln/dispatch.h"
+#include "kiln/functional.h"
+#include "kiln/tensor.h"
+#include "ops/helpers.h"
+
+namespace kiln::cuda {
+namespace {
+
+// Makes device `index`'s primary context current on this thread (once per thread).
+void use_device(int index) {
+  thread_local int current = -1;
+  if (current == index) return;
+  set_device(index);
+  current = index;
+}
+
+// ---------------- the caching allocator ----------------
+// Blocks are kept per rounded size (512 B granules, 2 MiB above 1 MiB) and
+// handed out again; an allocation the device cannot satisfy frees the cache
+// and retries once, then reports what was asked, held and cached.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int device) : device_(device) {}
+
+  void* allocate(size_t nbytes) override {
+    const size_t size = round(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.num_allocs;
+    auto& list = free_[size];
+    void* p = nullptr;
+    if (!list.empty()) {
+      p = list.back();
+      list.pop_back();
+      stats_.cached_bytes -= static_cast<int64_t>(size);
+      ++stats_.num_cache_hits;
+    } else {
+      use_device(device_);
+      CUdeviceptr d = 0;
+      CUresult r = driver().cuMemAlloc(&d, size);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        release_cached();
+        r = driver().cuMemAlloc(&d, size);
+      }
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        size_t free_b = 0, total_b = 0;
+        driver().cuMemGetInfo(&free_b, &total_b);
+        KILN_CHECK(false, "[cuda] out of memory on cuda:", device_, ": asked for ", nbytes,
+                   " bytes; tensors hold ", stats_.current_bytes, ", the cache held ",
+                   stats_.cached_bytes, " (freed and retried); the device has ", free_b,
+                   " bytes free of ", total_b);
+      }
+      check(r, "cuMemAlloc");
+      p = reinterpret_cast<void*>(d);
+      ++stats_.num_os_allocs;
+    }
+    stats_.current_bytes += static_cast<int64_t>(size);
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+    return p;
+  }
+
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    const size_t size = round(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[size].push_back(p);
+    stats_.current_bytes -= static_cast<int64_t>(size);
+    stats_.cached_bytes += static_cast<int64_t>(size);
+  }
+
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes = stats_.current_bytes;
+  }
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    release_cached();
+  }
+
+ private:
+  static size_t round(size_t n) {
+    n = std::max<size_t>(n, 1);
+    const size_t g = n > (size_t{1} << 20) ? (size_t{2} << 20) : 512;
+    return (n + g - 1) / g * g;
+  }
+  void release_cached() {
+    use_device(device_);
+    for (auto& [size, list] : free_) {
+      for (void* p : list) driver().cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+      stats_.cached_bytes -= static_cast<int64_t>(size * list.size());
+      list.clear();
+    }
+  }
+
+  int device_;
+  mutable std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  AllocatorStats stats_;
+};
+
+// ---------------- compiled kernels, one per source ----------------
+class Kernels {
+ public:
+  CUfunction get(int device, const std::string& source, const std::string& symbol) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string key = std::to_string(device) + "\n" + source;
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second.fn;
+    const std::vector<char> image =
+        compile_for_device(device_prelude() + source, symbol + ".cu", device);
+    Entry e;
+    e.mod = std::make_shared<Module>(image.data());
+    e.fn = e.mod->function(symbol);
+    cache_.emplace(key, e);
+    return e.fn;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<Module> mod;
+    CUfunction fn = nullptr;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> cache_;
+};
+
+CUdeviceptr dptr(const Tensor& t) {
+  return reinterpret_cast<CUdeviceptr>(t.data_ptr());
+}
+
+// ---------------- the runtime ----------------
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  std::string unavailable_reason() override { return cuda::unavailable_reason(); }
+  int device_count() override { return cuda::device_count(); }
+
+  Allocator& allocator(int index) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (allocators_.empty())
+      for (int i = 0; i < cuda::device_count(); ++i)
+        allocators_.push_back(std::make_unique<CudaAllocator>(i));
+    return *allocators_.at(static_cast<size_t>(index));
+  }
+
+  void synchronize(int index) override {
+    use_device(index);
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void run(OpId op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) override;
+  /// The compiled kernels (shared with compiled graphs' fused kernels).
+  Kernels& kernels() { return kernels_; }
+
+ private:
+  void device_copy(const Tensor& dst, const Tensor& src);
+  void elementwise(OpId op, std::span<const Tensor> in, const Tensor& out);
+  void reduce(OpId op, const Tensor& x, const Attrs& attrs, const Tensor& out);
+  void launch(const kir::Kernel& k, const std::vector<Tensor>& args,
+              const std::vector<int64_t>& sizes, int device);
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CudaAllocator>> allocators_;
+  Kernels kernels_;
+};
+
+bool dense_same(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous();
+}
+
+void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
+  const Device dd = dst.device(), sd = src.device();
+  use_device(dd.is_cpu() ? sd.index : dd.index);
+  if (!dd.is_cpu() && !sd.is_cpu()) {
+    KILN_CHECK(dd == sd, "[copy] copies between two CUDA devices (", sd, " -> ", dd,
+               ") are not supported yet: go through the CPU");
+    device_copy(dst, src);
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
+  if (sd.is_cpu()) {  // host -> device: cast/broadcast/compact on the host, then one upload
+    Tensor host = src;
+    if (!dense_same(dst, src)) {
+      host = make_tensor(dst.shape(), dst.dtype());
+      ops::copy_into(host, src);
+    }
+    if (dst.is_contiguous()) {
+      check(driver().cuMemcpyHtoD(dptr(dst), host.data_ptr(), bytes), "cuMemcpyHtoD");
+    } else {
+      Tensor staged = make_tensor(dst.shape(), dst.dtype(), dd);
+      check(driver().cuMemcpyHtoD(dptr(staged), host.data_ptr(), bytes), "cuMemcpyHtoD");
+      device_copy(dst, staged);
+    }
+    return;
+  }
+  // device -> host: compact (and cast) on the device, one download, then the host copy.
+  Tensor dev = src;
+  if (!(src.is_contiguous() && src.dtype() == dst.dtype() && src.shape() == dst.shape())) {
+    dev = make_tensor(dst.shape(), dst.dtype(), sd);
+    device_copy(dev, src);
+  }
+  if (dst.is_contiguous()) {
+    check(driver().cuMemcpyDtoH(dst.data_ptr(), dptr(dev), bytes), "cuMemcpyDtoH");
+  } else {
+    Tensor host = make_tensor(dst.shape(), dst.dtype());
+    check(driver().cuMemcpyDtoH(host.data_ptr(), dptr(dev), bytes), "cuMemcpyDtoH");
+    ops::copy_into(dst, host);
+  }
+}
+
+// dst = src on one device, any strides, broadcasting src to dst's shape.
+void CudaRuntime::device_copy(const Tensor& dst, const Tensor& src) {
+  const Dims& shape = dst.shape();
+  const auto rank = static_cast<int>(shape.size());
+  KILN_CHECK(rank <= 8, "[copy] CUDA copies handle at most 8 dims, got shape ", shape);
+  const Dims sst = ops::broadcast_byte_strides(src, shape);
+  const auto es = static_cast<int64_t>(src.element_size());
+  KilnStrides g{};
+  for (int d = 0; d < rank; ++d) {
+    g.size[d] = shape[static_cast<size_t>(d)];
+    g.dst[d] = dst.strides()[static_cast<size_t>(d)];
+    g.src[d] = sst[static_cast<size_t>(d)] / es;
+  }
+  const std::string sym = str("kiln_copy_", dtype_name(src.dtype()), "_", dtype_name(dst.dtype()));
+  const CUfunction fn =
+      kernels_.get(dst.device().index, print_strided_copy(src.dtype(), dst.dtype(), sym), sym);
+  CUdeviceptr d = dptr(dst), s = dptr(src);
+  long long n = dst.numel();
+  int r = rank;
+  void* params[] = {&d, &s, &n, &r, &g};
+  const long long blocks = std::min<long long>((n + 255) / 256, 1 << 16);
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, nullptr,
+                                params, nullptr),
+        "cuLaunchKernel (copy)");
+  after_launch(sym);
+}
+
+// Whether `t` can be a kernel IR argument over `shape` as it is: padded on
+// the left to the rank, each dim either broadcast (size 1 or stride 0) or
+// dense, the dense dims laid out row-major without gaps.
+bool kernel_layout(const Tensor& t, const Dims& shape, std::vector<bool>& dense) {
+  const size_t rank = shape.size(), pad = rank - t.shape().size();
+  dense.assign(rank, false);
+  int64_t expect = 1;
+  for (size_t d = rank; d-- > 0;) {
+    const int64_t s = d < pad ? 1 : t.shape()[d - pad];
+    const int64_t st = d < pad ? 0 : t.strides()[d - pad];
+    if (s == 1 || st == 0) continue;  // broadcast (or a single row: either works)
+    if (st != expect) return false;
+    dense[d] = true;
+    expect *= s;
+  }
+  return true;
+}
+
+void CudaRuntime::launch(const kir::Kernel& k, const std::vector<Tensor>& args,
+                         const std::vector<int64_t>& sizes, int device) {
+  const std::string sym = "kiln_eager";
+  const CUfunction fn = kernels_.get(device, print_kernel(k, sym), sym);
+  std::vector<CUdeviceptr> ptrs;
+  for (const Tensor& t : args) ptrs.push_back(dptr(t));
+  launch_kernel(fn, k, ptrs, sizes.data());
+}
+
+// The dtype an elementwise op computes in: the eager kernels' rule.
+DType compute_dtype(OpId op, std::span<const Tensor> in, DType out) {
+  switch (op) {
+    case OpId::logical_not:
+    case OpId::cast:
+      return in[0].dtype();
+    case OpId::eq:
+    case OpId::ne:
+    case OpId::lt:
+    case OpId::le:
+    case OpId::gt:
+    case OpId::ge:
+    case OpId::logical_and:
+    case OpId::logical_or:
+      return ops::result_type(in.first(2));
+    default:
+      return out;
+  }
+}
+
+void CudaRuntime::elementwise(OpId op, std::span<const Tensor> in, const Tensor& out) {
+  if (out.numel() == 0) return;
+  const Dims shape = out.dim() == 0 ? Dims{1} : out.shape();
+  const DType ct = compute_dtype(op, in, out.dtype());
+  kir::Kernel k;
+  k.name = op_name(op);
+  k.rank = static_cast<int>(shape.size());
+  std::vector<Tensor> args;
+  std::vector<int> vals;
+  for (size_t i = 0; i < in.size(); ++i) {
+    Tensor t = in[i];
+    std::vector<bool> dense;
+    if (!kernel_layout(t, shape, dense)) {
+      t = t.contiguous();  // a copy kernel on the device
+      KILN_ASSERT(kernel_layout(t, shape, dense), "contiguous tensor without a kernel layout");
+    }
+    k.args.push_back({t.dtype(), false, dense});
+    args.push_back(t);
+    int v = static_cast<int>(k.exprs.size());
+    k.exprs.push_back(kir::Expr::load(static_cast<int>(i), t.dtype()));
+    // where's condition is bool; every other operand computes in ct.
+    const DType want = op == OpId::where && i == 0 ? DType::b8 : ct;
+    if (t.dtype() != want) {
+      k.exprs.push_back(kir::Expr::make_op(OpId::cast, want, v));
+      v = static_cast<int>(k.exprs.size()) - 1;
+    }
+    vals.push_back(v);
+  }
+  k.exprs.push_back(kir::Expr::make_op(op, out.dtype(), vals[0], vals.size() > 1 ? vals[1] : -1,
+                                       vals.size() > 2 ? vals[2] : -1));
+  k.args.push_back({out.dtype(), true, std::vector<bool>(shape.size(), true)});
+  args.push_back(out);
+  k.stores.push_back({static_cast<int>(k.args.size()) - 1, static_cast<int>(k.exprs.size()) - 1});
+  launch(k, args, std::vector<int64_t>(shape.begin(), shape.end()), out.device().index);
+}
+
+// sum/max/min over `dims`: the reduced dims moved last and made one inner dim,
+// then a row kernel (one block per output element).
+void CudaRuntime::reduce(OpId op, const Tensor& x, const Attrs& attrs, const Tensor& out) {
+  if (out.numel() == 0) return;
+  const Dims dims =
+      ops::normalize_dims(attrs.has("dims") ? attrs.dims("dims") : Dims{}, x.dim(), op_name(op));
+  Dims perm, kept;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
+      perm.push_back(d);
+      kept.push_back(x.shape()[static_cast<size_t>(d)]);
+    }
+  for (int64_t d : dims) {
+    perm.push_back(d);
+    inner *= x.shape()[static_cast<size_t>(d)];
+  }
+  int64_t rows = 1;
+  for (int64_t s : kept) rows *= s;
+  const Tensor xc = kiln::permute(x, perm).contiguous();
+  kir::Kernel k;
+  k.name = op_name(op);
+  k.rank = 2;
+  k.args = {{x.dtype(), false, {true, true}}, {out.dtype(), true, {true, false}}};
+  k.exprs.push_back(kir::Expr::load(0, x.dtype()));
+  k.reductions.push_back({op, 0, 0, out.dtype()});
+  kir::Expr red;
+  red.kind = kir::ExprKind::kReduced;
+  red.arg = 0;
+  red.dtype = out.dtype();
+  k.exprs.push_back(red);
+  k.stores.push_back({1, 1});
+  launch(k, {xc, out}, {rows, inner}, out.device().index);
+}
+
+void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
+                      std::span<Tensor> out) {
+  const OpInfo& info = op_info(op);
+  use_device(out[0].device().index);
+  if (op == OpId::copy) return device_copy(out[0], in[0]);
+  if (info.has(kElementwise)) return elementwise(op, in, out[0]);
+  if (op == OpId::sum || op == OpId::max || op == OpId::min)
+    return reduce(op, in[0], attrs, out[0]);
+  if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
+  // Built from fills and strided copies into views of their output
+  // (copy_into goes to this runtime's copy): their kernels run as they are.
+  if (info.has(kCopies)) return info.kernel(in, attrs, out);
+  if (op == OpId::gather) return device_gather(in[0], attrs.i("dim"), in[1], out[0]);
+  if (op == OpId::index_select) return device_index_select(in[0], attrs.i("dim"), in[1], out[0]);
+  if (op == OpId::argmax || op == OpId::argmin)
+    return device_arg_extreme(op == OpId::argmax, in[0], attrs.i("dim"), attrs.b("keepdim"),
+                              attrs.b("flat"), out[0]);
+  if (op == OpId::scatter_add)
+    return device_scatter_add(in[0], attrs.i("dim"), in[1], in[2], out[0]);
+  if (op == OpId::conv2d) return device_conv2d(in[0], in[1], attrs, out[0]);
+  if (op == OpId::conv2d_grad_input) return device_conv2d_grad_input(in[0], in[1], attrs, out[0]);
+  if (op == OpId::conv2d_grad_weight) return device_conv2d_grad_weight(in[0], in[1], attrs, out[0]);
+  if (op == OpId::max_pool2d) return device_max_pool2d(in[0], attrs, out[0], out[1]);
+  if (op == OpId::avg_pool2d) return device_avg_pool2d(in[0], attrs, out[0]);
+  if (op == OpId::avg_pool2d_grad) return device_avg_pool2d_grad(in[0], attrs, out[0]);
+  KILN_CHECK(false, "[", info.name,
+             "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
+             "elementwise ops, sum/max/min/argmax/argmin, matmul, conv2d, pooling, "
+             "gather/index_select/scatter_add, pad/cat, views and copies so far); move the "
+             "operands to the CPU with .cpu()");
+}
+
+// ---------------- fused kernels of compiled graphs ----------------
+// The executor's kernels on CUDA: the kernel IR printed and compiled like the
+// eager ops' one-op kernels (one module per distinct source), launched on the
+// default stream.
+class CudaGraphKernel final : public detail::DeviceKernel {
+ public:
+  CudaGraphKernel(kir::Kernel k, CUfunction fn, int device)
+      : k_(std::move(k)), fn_(fn), device_(device) {}
+  void launch(void* const* ptrs, const int64_t* sizes) const override {
+    use_device(device_);
+    std::vector<CUdeviceptr> p(k_.args.size());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<CUdeviceptr>(ptrs[i]);
+    launch_kernel(fn_, k_, p, sizes);
+  }
+
+ private:
+  kir::Kernel k_;
+  CUfunction fn_;
+  int device_;
+};
+
+class CudaGraphCompiler final : public detail::DeviceKernelCompiler {
+ public:
+  explicit CudaGraphCompiler(Kernels& kernels) : kernels_(kernels) {}
+  std::shared_ptr<const detail::DeviceKernel> compile(const kir::Kernel& k,
+                                                      Device device) override {
+    use_device(device.index);
+    const std::string sym = "kiln_fused";
+    const CUfunction fn = kernels_.get(device.index, print_kernel(k, sym), sym);
+    return std::make_shared<CudaGraphKernel>(k, fn, device.index);
+  }
+
+ private:
+  Kernels& kernels_;
+};
+
+CudaRuntime g_runtime;
+CudaGraphCompiler g_graph_compiler(g_runtime.kernels());
+const bool g_registered = [] {
+  register_device_runtime(DeviceType::CUDA, &g_runtime);
+  detail::register_device_kernel_compiler(DeviceType::CUDA, &g_graph_compiler);
+  return true;
+}();
+
+}  // namespace
+
+CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol) {
+  use_device(device);
+  return g_runtime.kernels().get(device, source, symbol);
+}
+
+void synchronize(int device) {
+  device_runtime(Device::cuda(device), "synchronize").synchronize(device);
+}
+
+}  // namespace kiln::cuda

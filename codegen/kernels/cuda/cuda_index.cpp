@@ -1,0 +1,147 @@
+// Indexing on CUDA tensors (device_ops.h): the printer's gather and
+// scatter_add kernels over strided operands, indices checked on the device.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
+#include "kiln/error.h"
+#include "kiln/functional.h"
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+namespace {
+
+CUdeviceptr addr(const Tensor& t) {
+  return reinterpret_cast<CUdeviceptr>(t.data_ptr());
+}
+
+int64_t wrap(int64_t dim, int64_t rank, const char* op) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  KILN_CHECK(dim >= -r && dim < r, "[", op, "] dim ", dim, " is out of range for rank ", rank);
+  return dim < 0 ? dim + r : dim;
+}
+
+// A 0-d tensor as [1] (the kernels index a dim).
+Tensor at_least_1d(const Tensor& t) {
+  return t.dim() == 0 ? t.reshape({1}) : t;
+}
+
+void fill(long long* a, const Dims& v) {
+  for (size_t d = 0; d < v.size(); ++d) a[d] = v[d];
+}
+
+// Launches `sym` of `source` over `count` items with `params` (err is the 4th),
+// then reads the error word: an out-of-range index becomes a kiln::Error.
+void launch_checked(const std::string& source, const std::string& sym, const Tensor& out,
+                    std::vector<void*>& params, long long count, const Tensor& err, const char* op,
+                    int64_t dim, int64_t bound) {
+  const CUfunction fn = cached_kernel(out.device().index, source, sym);
+  const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, nullptr,
+                                params.data(), nullptr),
+        "cuLaunchKernel (indexing)");
+  after_launch(sym);
+  const std::vector<int64_t> e = err.to_vector<int64_t>();
+  KILN_CHECK(e[0] == 0, "[", op, "] index ", e[1], " is out of bounds for dimension ", dim,
+             " with size ", bound);
+}
+
+Tensor error_word(Device d) {
+  Tensor e = make_tensor({2}, DType::i64, d);
+  e.zero_();
+  return e;
+}
+
+// out = x gathered through an index with strides `idx_strides` over out's shape.
+void gather_impl(const Tensor& x0, int64_t dim, const Tensor& index, const Dims& idx_strides,
+                 const Tensor& out0, const char* op) {
+  const Tensor x = at_least_1d(x0), out = at_least_1d(out0);
+  const int rank = static_cast<int>(out.dim());
+  KILN_CHECK(rank <= 8 && x.dim() == rank, "[", op, "] CUDA indexing handles at most 8 dims, got ",
+             x0.shape(), " and ", out0.shape());
+  long long n = out.numel();
+  if (n == 0) return;
+  KilnIndexGeom g{};
+  fill(g.size, out.shape());
+  fill(g.out, out.strides());
+  fill(g.x, x.strides());
+  fill(g.idx, idx_strides);
+  const std::string sym =
+      str("kiln_gather_", dtype_name(x.dtype()), "_", dtype_name(index.dtype()));
+  const Tensor err = error_word(out.device());
+  CUdeviceptr po = addr(out), px = addr(x), pi = addr(index), pe = addr(err);
+  int r = rank, d = static_cast<int>(dim);
+  long long bound = x.shape()[static_cast<size_t>(dim)];
+  std::vector<void*> params = {&po, &px, &pi, &pe, &n, &r, &d, &bound, &g};
+  launch_checked(print_gather(x.dtype(), index.dtype(), sym), sym, out, params, n, err, op, dim,
+                 bound);
+}
+
+}  // namespace
+
+void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  const int64_t d = wrap(dim, x.dim(), "gather");
+  const Tensor idx = at_least_1d(index);
+  gather_impl(x, d, idx, idx.strides(), out, "gather");
+}
+
+void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  const int64_t d = wrap(dim, x.dim(), "index_select");
+  const Tensor idx = at_least_1d(index);
+  // The 1-D index read along `dim` at every other coordinate.
+  Dims strides(static_cast<size_t>(std::max<int64_t>(out.dim(), 1)), 0);
+  strides[static_cast<size_t>(d)] = idx.strides()[0];
+  gather_impl(x, d, idx, strides, out, "index_select");
+}
+
+void device_arg_extreme(bool is_max, const Tensor& x0, int64_t dim, bool keepdim, bool flat,
+                        const Tensor& out) {
+  const char* op = is_max ? "argmax" : "argmin";
+  const Tensor x = flat ? x0.reshape({-1}) : at_least_1d(x0);
+  const int64_t d = flat ? 0 : wrap(dim, x0.dim(), op);
+  const int64_t n = x.shape()[static_cast<size_t>(d)];
+  KILN_CHECK(n > 0, "[", op, "] cannot reduce over a zero-size dimension (shape ", x0.shape(), ")");
+  // The extreme (NaN if the line has one), then the first position holding it.
+  const Tensor m = is_max ? amax(x, {d}, true) : amin(x, {d}, true);
+  const Tensor hit = logical_or(eq(x, m), logical_and(ne(x, x), ne(m, m)));
+  Dims line(static_cast<size_t>(x.dim()), 1);
+  line[static_cast<size_t>(d)] = n;
+  const Tensor pos = arange(n).to(x.device()).reshape(line);
+  Tensor first = amin(where(hit, pos, full({}, n, DType::i64)), {d}, keepdim && !flat);
+  if (first.shape() != out.shape()) first = first.reshape(out.shape());
+  Tensor o = out;
+  o.copy_(first);
+}
+
+void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
+                        const Tensor& out0) {
+  Tensor o = out0;
+  o.copy_(x);
+  const Tensor out = at_least_1d(out0), idx = at_least_1d(index);
+  const Tensor s = at_least_1d(src.dtype() == out.dtype() ? src : src.to(out.dtype()));
+  const int64_t d = wrap(dim, out.dim(), "scatter_add");
+  const int rank = static_cast<int>(idx.dim());
+  KILN_CHECK(rank <= 8, "[scatter_add] CUDA indexing handles at most 8 dims, got ", index.shape());
+  if (idx.numel() == 0) return;
+  KilnIndexGeom g{};
+  fill(g.size, idx.shape());
+  fill(g.out, out.strides());
+  fill(g.x, s.strides());
+  fill(g.idx, idx.strides());
+  long long len = idx.shape()[static_cast<size_t>(d)];
+  long long lines = idx.numel() / len;
+  const std::string sym =
+      str("kiln_scatter_add_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
+  const Tensor err = error_word(out.device());
+  CUdeviceptr po = addr(out), ps = addr(s), pi = addr(idx), pe = addr(err);
+  int r = rank, dd = static_cast<int>(d);
+  long long bound = out.shape()[static_cast<size_t>(d)];
+  std::vector<void*> params = {&po, &ps, &pi, &pe, &lines, &r, &dd, &bound, &len, &g};
+  launch_checked(print_scatter_add(out.dtype(), idx.dtype(), sym), sym, out, params, lines, err,
+                 "scatter_add", d, bound);
+}
+
+}  // namespace kiln::cuda

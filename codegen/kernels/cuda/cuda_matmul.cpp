@@ -1,0 +1,107 @@
+// matmul for CUDA tensors (cublaslt.h): torch.matmul's shapes reduced to one
+// strided-batched cuBLASLt call. Operands are read in place where cuBLASLt can
+// address them (row- or column-major matrices, batches a fixed stride apart or
+// all the same matrix), else copied contiguous on the device first.
+#include <cuda.h>
+
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/driver.h"
+#include "kiln/error.h"
+#include "kiln/functional.h"
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+namespace {
+
+CUdeviceptr address(const Tensor& t) {
+  return reinterpret_cast<CUdeviceptr>(t.data_ptr());
+}
+
+// The batch dims of t (all but its last two) as one stride, if they are one:
+// 0 when every batch index reads the same matrix, else the stride of the
+// innermost batch dim that moves, when the others continue it.
+bool one_batch_stride(const Tensor& t, int64_t& stride) {
+  const Dims& sh = t.shape();
+  const Dims& st = t.strides();
+  const size_t nb = sh.size() - 2;
+  stride = 0;
+  int64_t expect = -1;  // the stride the next outer dim must have
+  for (size_t i = nb; i-- > 0;) {
+    if (sh[i] == 1) continue;
+    if (expect < 0) {
+      stride = st[i];
+      expect = st[i] * sh[i];
+      continue;
+    }
+    if (st[i] != expect) return false;
+    expect *= sh[i];
+  }
+  return stride >= 0;
+}
+
+// The operand t ([..., R, C], already expanded to the output's batch) as
+// cuBLASLt takes it; `owner` keeps a contiguous copy alive when one is needed.
+GemmOperand operand(const Tensor& t, Tensor& owner) {
+  const int64_t R = t.shape()[t.dim() - 2], C = t.shape()[t.dim() - 1];
+  int64_t rs = t.strides()[t.dim() - 2], cs = t.strides()[t.dim() - 1];
+  // Strides of size-1 dims say nothing: choose ones that make a valid layout.
+  if (C == 1) cs = 1;
+  if (R == 1) rs = cs == 1 ? std::max<int64_t>(C, 1) : 1;
+  const bool row_major = cs == 1 && rs >= std::max<int64_t>(C, 1);
+  const bool col_major = rs == 1 && cs >= std::max<int64_t>(R, 1);
+  int64_t bs = 0;
+  if ((row_major || col_major) && one_batch_stride(t, bs))
+    return {address(t), row_major ? rs : 1, row_major ? 1 : cs, bs};
+  owner = t.contiguous();
+  return {address(owner), std::max<int64_t>(C, 1), 1, R * C};
+}
+
+}  // namespace
+
+void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
+  // A 1-D a is [1, K] and a 1-D b is [K, 1]; the added dims are not in `out`.
+  const Tensor a = a0.dim() == 1 ? a0.unsqueeze(0) : a0;
+  const Tensor b = b0.dim() == 1 ? b0.unsqueeze(1) : b0;
+  const int64_t M = a.shape()[a.dim() - 2], K = a.shape()[a.dim() - 1];
+  const int64_t N = b.shape()[b.dim() - 1];
+  Dims batch(out.shape().begin(),
+             out.shape().end() - (a0.dim() >= 2 ? 1 : 0) - (b0.dim() >= 2 ? 1 : 0));
+  int64_t nbatch = 1;
+  for (int64_t d : batch) nbatch *= d;
+  if (nbatch == 0 || M == 0 || N == 0) return;
+  if (driver().emulated) {
+    // The emulated device has no cuBLASLt: the product runs on the host CPU.
+    Tensor o = out;
+    o.copy_(matmul(a0.detach().cpu(), b0.detach().cpu()));
+    return;
+  }
+  if (K == 0) {
+    Tensor o = out;
+    o.zero_();  // an empty sum
+    return;
+  }
+  Dims ashape = batch, bshape = batch;
+  ashape.push_back(M);
+  ashape.push_back(K);
+  bshape.push_back(K);
+  bshape.push_back(N);
+  Tensor a_owner, b_owner;
+  const GemmOperand ga = operand(a.expand(ashape), a_owner);
+  const GemmOperand gb = operand(b.expand(bshape), b_owner);
+  // The product goes straight into a contiguous `out`, else through a temporary.
+  Tensor d = out.is_contiguous() ? out : empty_like(out).contiguous();
+  GemmShape s;
+  s.batch = nbatch;
+  s.M = M;
+  s.N = N;
+  s.K = K;
+  s.ldd = std::max<int64_t>(N, 1);
+  s.d_batch_stride = M * N;
+  gemm(out.device().index, out.dtype(), s, ga, gb, address(d));
+  if (!d.is_same(out)) {
+    Tensor o = out;
+    o.copy_(d);
+  }
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,170 @@
+// The GPU printer's preludes (gpu_printer.h): one printed kernel text compiles
+// as CUDA C through NVRTC and as OpenCL C on the emulated device (PoCL). Each
+// dialect's head defines the names the printer uses (KILN_KERNEL, KILN_GLOBAL,
+// kiln_i64/kiln_u64, thread and block ids, __syncthreads, __shared__, warp
+// shuffles, bit casts, the f16 conversions); the body after it (bf16, integer
+// rules, the strided copy's shape) is shared text.
+#include <string>
+
+#include "kernels/cuda/gpu_printer.h"
+
+namespace kiln::cuda {
+namespace {
+
+const char* kCudaHead = R"(// kiln GPU prelude (CUDA)
+typedef long long kiln_i64;
+typedef unsigned long long kiln_u64;
+#define KILN_KERNEL extern "C" __global__
+#define KILN_GLOBAL
+#define KILN_CONSTANT __constant__
+#define KILN_FN __device__ __forceinline__
+// Local memory for the emulated warp shuffles (none on a real GPU).
+#define KILN_SHUFFLE_SCRATCH
+KILN_FN float kiln_f16_to_f32(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+KILN_FN unsigned short kiln_f32_to_f16(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+)";
+
+// OpenCL C 1.2 as PoCL compiles it. Its long long is 128-bit, so 64-bit
+// integers are long. A warp shuffle goes through local memory with two
+// barriers: exact (each lane reads its partner's value) provided every thread
+// of the work-group executes it, which the row kernels guarantee (uniform
+// control flow). No cl_khr_fp16: f16 travels through vload_half /
+// vstore_half_rte, bit-exact with CUDA's cvt.rn.
+const char* kOpenClHead = R"(// kiln GPU prelude (OpenCL C, the emulated device)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#pragma OPENCL FP_CONTRACT OFF
+typedef long kiln_i64;
+typedef ulong kiln_u64;
+#define KILN_KERNEL __kernel
+#define KILN_GLOBAL __global
+#define KILN_CONSTANT __constant
+#define KILN_FN static inline
+#define __shared__ __local
+#define threadIdx ((uint3)((uint)get_local_id(0), (uint)get_local_id(1), (uint)get_local_id(2)))
+#define blockIdx ((uint3)((uint)get_group_id(0), (uint)get_group_id(1), (uint)get_group_id(2)))
+#define blockDim ((uint3)((uint)get_local_size(0), (uint)get_local_size(1), (uint)get_local_size(2)))
+#define gridDim ((uint3)((uint)get_num_groups(0), (uint)get_num_groups(1), (uint)get_num_groups(2)))
+#define __syncthreads() barrier(CLK_LOCAL_MEM_FENCE)
+#define __int_as_float(x) as_float((int)(x))
+#define __uint_as_float(x) as_float((uint)(x))
+#define __float_as_uint(x) as_uint((float)(x))
+#define __float_as_int(x) as_int((float)(x))
+#define __longlong_as_double(x) as_double((long)(x))
+#define __double_as_longlong(x) as_long((double)(x))
+#define expf(x) exp(x)
+#define logf(x) log(x)
+#define log1pf(x) log1p(x)
+#define sqrtf(x) sqrt(x)
+#define tanhf(x) tanh(x)
+#define sinf(x) sin(x)
+#define cosf(x) cos(x)
+#define erff(x) erf(x)
+#define powf(x, y) pow(x, y)
+#define fmaf(x, y, z) fma(x, y, z)
+#define fabsf(x) fabs(x)
+#define floorf(x) floor(x)
+#define rintf(x) rint(x)
+#define truncf(x) trunc(x)
+#define ldexpf(x, e) ldexp(x, e)
+#define KILN_SHUFFLE_SCRATCH __local kiln_u64 kiln_shfl[1024]
+#define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))
+#define KILN_SHUFFLE(T, TO_BITS, FROM_BITS)                                              \
+  __attribute__((overloadable)) T kiln_shfl_xor(__local kiln_u64* s, T v, int off) {     \
+    const uint t = (uint)get_local_id(0);                                                \
+    s[t] = TO_BITS(v);                                                                   \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+    const T r = FROM_BITS(s[t ^ (uint)off]);                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                        \
+    return r;                                                                            \
+  }
+#define KILN_AS_U64(v) ((kiln_u64)(v))
+#define KILN_AS_U64_F(v) ((kiln_u64)as_uint(v))
+#define KILN_AS_U64_D(v) as_ulong(v)
+#define KILN_FROM_INT(b) ((int)(uint)(b))
+#define KILN_FROM_I64(b) ((kiln_i64)(b))
+#define KILN_FROM_U64(b) (b)
+#define KILN_FROM_F(b) as_float((uint)(b))
+#define KILN_FROM_D(b) as_double(b)
+KILN_SHUFFLE(int, KILN_AS_U64, KILN_FROM_INT)
+KILN_SHUFFLE(kiln_i64, KILN_AS_U64, KILN_FROM_I64)
+KILN_SHUFFLE(kiln_u64, KILN_AS_U64, KILN_FROM_U64)
+KILN_SHUFFLE(float, KILN_AS_U64_F, KILN_FROM_F)
+KILN_SHUFFLE(double, KILN_AS_U64_D, KILN_FROM_D)
+KILN_FN float kiln_f16_to_f32(ushort h) { return vload_half(0, (const __private half*)&h); }
+KILN_FN ushort kiln_f32_to_f16(float f) {
+  ushort h; vstore_half_rte(f, 0, (__private half*)&h); return h;
+}
+)";
+
+// The prelude's integer helpers follow runtime/src/ops/scalar_ops.h: floor
+// division with x / 0 = 0 and x / -1 = -x wrapped; pow by squaring in the
+// unsigned type (wrapping), negative exponents as the scalar rule. bf16
+// rounds to nearest even in integer arithmetic (quiet NaNs stay NaN).
+const char* kCommonBody = R"(KILN_FN float kiln_bf16_to_f32(unsigned short h) {
+  return __uint_as_float(((unsigned)h) << 16);
+}
+KILN_FN unsigned short kiln_f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+KILN_FN float kiln_rt_f16(float f) { return kiln_f16_to_f32(kiln_f32_to_f16(f)); }
+KILN_FN float kiln_rt_bf16(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
+#define KILN_SIGNED_INT_RULES(S, T, U)                                          \
+  KILN_FN T kiln_div_##S(T a, T b) {                                            \
+    if (b == 0) return 0;                                                       \
+    if (b == -1) return (T)((U)0 - (U)a);                                       \
+    T q = a / b;                                                                \
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;                              \
+    return q;                                                                   \
+  }                                                                             \
+  KILN_FN T kiln_pow_##S(T a, T b) {                                            \
+    if (b < 0) return a == 1 ? 1 : (a == (T)-1 ? ((b % 2) ? (T)-1 : (T)1) : 0); \
+    U r = 1, base = (U)a;                                                       \
+    for (T e = b; e > 0; e >>= 1) {                                             \
+      if (e & 1) r = r * base;                                                  \
+      base = base * base;                                                       \
+    }                                                                           \
+    return (T)r;                                                                \
+  }
+KILN_SIGNED_INT_RULES(i64, kiln_i64, kiln_u64)
+KILN_SIGNED_INT_RULES(i32, int, unsigned)
+KILN_FN unsigned char kiln_div_u8(unsigned char a, unsigned char b) {
+  return b == 0 ? 0 : (unsigned char)(a / b);
+}
+KILN_FN unsigned char kiln_pow_u8(unsigned char a, unsigned char b) {
+  unsigned r = 1, base = a;
+  for (unsigned e = b; e > 0; e >>= 1) {
+    if (e & 1) r = r * base;
+    base = base * base;
+  }
+  return (unsigned char)r;
+}
+KILN_FN bool kiln_div_b8(bool a, bool b) { return a && b; }
+KILN_FN bool kiln_pow_b8(bool a, bool b) { return a || !b; }
+// Sizes and element strides of a strided copy (print_strided_copy), by value.
+typedef struct KilnStrides {
+  kiln_i64 size[8], dst[8], src[8];
+} KilnStrides;
+// Sizes and element strides of the indexing kernels (print_gather, ...).
+typedef struct KilnIndexGeom {
+  kiln_i64 size[8], out[8], x[8], idx[8];
+} KilnIndexGeom;
+)";
+
+}  // namespace
+
+std::string cuda_prelude() {
+  return std::string(kCudaHead) + kCommonBody;
+}
+
+std::string opencl_prelude() {
+  return std::string(kOpenClHead) + kCommonBody;
+}
+
+}  // namespace kiln::cuda

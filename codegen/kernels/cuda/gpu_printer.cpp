@@ -1,0 +1,455 @@
+// The GPU printer (gpu_printer.h): kernel IR -> CUDA C, one statement per
+// expression, every value in its compute type (float for f16/bf16).
+#include "kernels/cuda/gpu_printer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <span>
+#include <sstream>
+
+#include "kernels/cuda/gpu_printer_internal.h"
+#include "kernels/math_expand.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace detail {
+
+using kir::Expr;
+using kir::ExprKind;
+using kir::Kernel;
+
+// The C type a value of dtype t is computed in.
+const char* compute_type(DType t) {
+  switch (t) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+      return "float";
+    case DType::f64:
+      return "double";
+    case DType::i64:
+      return "kiln_i64";  // the prelude's 64-bit integer (OpenCL C's long long is 128-bit)
+    case DType::i32:
+      return "int";
+    case DType::u8:
+      return "unsigned char";
+    case DType::b8:
+      return "bool";
+  }
+  return "?";
+}
+
+// The C type an element of dtype t is stored as.
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::f16:
+    case DType::bf16:
+      return "unsigned short";
+    case DType::b8:
+      return "unsigned char";
+    default:
+      return compute_type(t);
+  }
+}
+
+// Per-dtype suffix of the prelude's integer helpers.
+const char* int_suffix(DType t) {
+  switch (t) {
+    case DType::i64:
+      return "i64";
+    case DType::i32:
+      return "i32";
+    case DType::u8:
+      return "u8";
+    default:
+      return "b8";
+  }
+}
+
+std::string hex_float(double v, bool single) {
+  if (std::isnan(v))
+    return single ? "__int_as_float(0x7fc00000)"
+                  : "__longlong_as_double((kiln_i64)0x7ff8000000000000)";
+  if (std::isinf(v))
+    return single ? (v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)")
+                  : (v > 0 ? "__longlong_as_double((kiln_i64)0x7ff0000000000000)"
+                           : "__longlong_as_double((kiln_i64)0xfff0000000000000)");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return str("(", buf, single ? "f)" : ")");
+}
+
+// A constant in its compute type, rounded as the interpreter rounds it.
+std::string constant(const Expr& e) {
+  switch (e.dtype) {
+    case DType::f32:
+      return hex_float(static_cast<float>(e.value), true);
+    case DType::f16:
+      return hex_float(static_cast<float>(Half(static_cast<float>(e.value))), true);
+    case DType::bf16:
+      return hex_float(static_cast<float>(BFloat16(static_cast<float>(e.value))), true);
+    case DType::f64:
+      return hex_float(e.value, false);
+    case DType::i64: {
+      const auto v = static_cast<int64_t>(e.value);
+      if (v == std::numeric_limits<int64_t>::min()) return "((kiln_i64)-9223372036854775807 - 1)";
+      return str("((kiln_i64)", v, ")");
+    }
+    case DType::i32: {
+      const auto v = static_cast<int32_t>(static_cast<int64_t>(e.value));
+      if (v == std::numeric_limits<int32_t>::min()) return "(-2147483647 - 1)";
+      return str("(", v, ")");
+    }
+    case DType::u8:
+      return str("((unsigned char)",
+                 static_cast<int>(static_cast<uint8_t>(static_cast<int64_t>(e.value))), ")");
+    case DType::b8:
+      return e.value != 0 ? "true" : "false";
+  }
+  return "?";
+}
+
+// Float math: the device libm for f32 (and f16/bf16, computed in float) and f64.
+std::string float_math(OpId op, DType t, const std::string& x) {
+  const char* f = t == DType::f64 ? "" : "f";
+  const char* one = t == DType::f64 ? "1.0" : "1.0f";
+  switch (op) {
+    case OpId::exp:
+      return str("exp", f, "(", x, ")");
+    case OpId::log:
+      return str("log", f, "(", x, ")");
+    case OpId::log1p:
+      return str("log1p", f, "(", x, ")");
+    case OpId::sqrt:
+      return str("sqrt", f, "(", x, ")");
+    case OpId::rsqrt:
+      return str("(", one, " / sqrt", f, "(", x, "))");
+    case OpId::tanh:
+      return str("tanh", f, "(", x, ")");
+    case OpId::sigmoid:
+      return str("(", one, " / (", one, " + exp", f, "(-", x, ")))");
+    case OpId::sin:
+      return str("sin", f, "(", x, ")");
+    case OpId::cos:
+      return str("cos", f, "(", x, ")");
+    case OpId::erf:
+      return str("erf", f, "(", x, ")");
+    default:
+      break;
+  }
+  KILN_ASSERT(false, "no GPU rule for ", op_name(op));
+  return "";
+}
+
+bool wrapping_int(DType t) {
+  return t == DType::i32 || t == DType::i64;
+}
+const char* unsigned_of(DType t) {
+  return t == DType::i64 ? "kiln_u64" : "unsigned";
+}
+
+// Expression `op` over operands x, y, z of dtype `in`, yielding dtype `out`, in
+// the compute types (before f16/bf16 rounding of the result).
+std::string op_expr(OpId op, DType in, DType out, const std::string& x, const std::string& y,
+                    const std::string& z) {
+  const char* T = compute_type(in);
+  const bool fl = is_floating(in);
+  auto wrap = [&](const char* sym) {
+    if (wrapping_int(in))
+      return str("(", T, ")((", unsigned_of(in), ")", x, " ", sym, " (", unsigned_of(in), ")", y,
+                 ")");
+    return str("(", T, ")(", x, " ", sym, " ", y, ")");
+  };
+  switch (op) {
+    case OpId::where:
+      return str("(", x, " ? ", y, " : ", z, ")");
+    case OpId::copy:
+      return x;
+    case OpId::cast:
+      if (out == DType::b8) return str("(", x, " != 0)");
+      return str("(", compute_type(out), ")", x);
+    case OpId::neg:
+      if (wrapping_int(in))
+        return str("(", T, ")((", unsigned_of(in), ")0 - (", unsigned_of(in), ")", x, ")");
+      return str("(", T, ")(-", x, ")");
+    case OpId::abs:
+      return str("(", x, " < 0 ? ", op_expr(OpId::neg, in, out, x, y, z), " : ", x, ")");
+    case OpId::relu:
+      return str("(", x, " > 0 ? ", x, " : (", x, " != ", x, " ? ", x, " : (", T, ")0))");
+    case OpId::sign:
+      return str("(", T, ")((0 < ", x, ") - (", x, " < 0))");
+    case OpId::logical_not:
+      return str("(!(", x, " != 0))");
+    case OpId::add:
+      return wrap("+");
+    case OpId::sub:
+      return wrap("-");
+    case OpId::mul:
+      return wrap("*");
+    case OpId::div:
+      if (fl) return str("(", x, " / ", y, ")");
+      return str("kiln_div_", int_suffix(in), "(", x, ", ", y, ")");
+    case OpId::pow:
+      if (fl) return str(in == DType::f64 ? "pow(" : "powf(", x, ", ", y, ")");
+      return str("kiln_pow_", int_suffix(in), "(", x, ", ", y, ")");
+    case OpId::maximum:
+    case OpId::minimum: {
+      const std::string pick =
+          str("(", x, op == OpId::maximum ? " > " : " < ", y, " ? ", x, " : ", y, ")");
+      if (!fl) return pick;
+      return str("((", x, " != ", x, " || ", y, " != ", y, ") ? (", x, " != ", x, " ? ", x, " : ",
+                 y, ") : ", pick, ")");
+    }
+    case OpId::eq:
+      return str("(", x, " == ", y, ")");
+    case OpId::ne:
+      return str("(", x, " != ", y, ")");
+    case OpId::lt:
+      return str("(", x, " < ", y, ")");
+    case OpId::le:
+      return str("(", x, " <= ", y, ")");
+    case OpId::gt:
+      return str("(", x, " > ", y, ")");
+    case OpId::ge:
+      return str("(", x, " >= ", y, ")");
+    case OpId::logical_and:
+      return str("((", x, " != 0) && (", y, " != 0))");
+    case OpId::logical_or:
+      return str("((", x, " != 0) || (", y, " != 0))");
+    default:
+      break;
+  }
+  KILN_CHECK(fl, "[cuda] ", op_name(op), " on ", dtype_name(in), " has no GPU rule");
+  return float_math(op, in, x);
+}
+
+std::string prim_expr(const Expr& e, DType in, const std::string& x, const std::string& y,
+                      const std::string& z) {
+  const bool d = in == DType::f64;
+  const bool i32 = in == DType::i32;
+  switch (e.prim) {
+    case kir::Prim::kFma:
+      return str(d ? "fma(" : "fmaf(", x, ", ", y, ", ", z, ")");
+    case kir::Prim::kRint:
+      return str(d ? "rint(" : "rintf(", x, ")");
+    case kir::Prim::kTrunc:
+      return str(d ? "trunc(" : "truncf(", x, ")");
+    case kir::Prim::kBitcast:
+      switch (in) {
+        case DType::f32:
+          return str("__float_as_int(", x, ")");
+        case DType::i32:
+          return str("__int_as_float(", x, ")");
+        case DType::f64:
+          return str("(kiln_i64)__double_as_longlong(", x, ")");
+        default:
+          return str("__longlong_as_double(", x, ")");
+      }
+    case kir::Prim::kShl:  // in the unsigned type: no overflow
+      return i32 ? str("(int)((unsigned)", x, " << ", y, ")")
+                 : str("(kiln_i64)((kiln_u64)", x, " << ", y, ")");
+    case kir::Prim::kShr:  // signed: sign-filling on both targets
+      return str("(", x, " >> ", y, ")");
+    case kir::Prim::kAnd:
+      return str("(", x, " & ", y, ")");
+    case kir::Prim::kOr:
+      return str("(", x, " | ", y, ")");
+    case kir::Prim::kXor:
+      return str("(", x, " ^ ", y, ")");
+    case kir::Prim::kTable:
+      return str("kiln_table", e.arg, "[", x, "]");
+  }
+  KILN_ASSERT(false, "no GPU rule for primitive ", kir::prim_name(e.prim));
+  return "";
+}
+
+std::string tables_for(const Kernel& k) {
+  std::ostringstream os;
+  std::set<int> done;
+  for (const Expr& e : k.exprs) {
+    if (e.kind != ExprKind::kPrim || e.prim != kir::Prim::kTable || !done.insert(e.arg).second)
+      continue;
+    const std::span<const int32_t> t = kir::math_table(e.arg);
+    // Guarded: a program holds many kernels and defines each table once.
+    os << "#ifndef KILN_TABLE" << e.arg << "\n#define KILN_TABLE" << e.arg
+       << "\nKILN_CONSTANT int kiln_table" << e.arg << "[" << t.size() << "] = {";
+    for (size_t i = 0; i < t.size(); ++i) {
+      char buf[24];
+      std::snprintf(buf, sizeof buf, "(int)0x%08xu", static_cast<uint32_t>(t[i]));
+      os << (i % 6 ? ", " : (i ? ",\n  " : "\n  ")) << buf;
+    }
+    os << "};\n#endif\n";
+  }
+  return os.str();
+}
+
+// f16/bf16 results are rounded to their storage type after every op.
+std::string rounded(DType t, const std::string& v) {
+  if (t == DType::f16) return str("kiln_rt_f16(", v, ")");
+  if (t == DType::bf16) return str("kiln_rt_bf16(", v, ")");
+  return v;
+}
+
+std::string load(DType t, const std::string& p, const std::string& off) {
+  const std::string e = str(p, "[", off, "]");
+  if (t == DType::f16) return str("kiln_f16_to_f32(", e, ")");
+  if (t == DType::bf16) return str("kiln_bf16_to_f32(", e, ")");
+  if (t == DType::b8) return str("(", e, " != 0)");
+  return e;
+}
+
+std::string store_value(DType t, const std::string& v) {
+  if (t == DType::f16) return str("kiln_f32_to_f16(", v, ")");
+  if (t == DType::bf16) return str("kiln_f32_to_bf16(", v, ")");
+  if (t == DType::b8) return str("(unsigned char)(", v, " ? 1 : 0)");
+  return v;
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+std::string print_strided_copy(DType from, DType to, const std::string& symbol) {
+  std::ostringstream os;
+  os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << storage_type(to)
+     << "* dst, KILN_GLOBAL const " << storage_type(from)
+     << "* src, kiln_i64 n, int rank, KilnStrides g) {\n"
+     << "  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+     << "       i += (kiln_i64)gridDim.x * blockDim.x) {\n"
+     << "    kiln_i64 r = i, od = 0, os = 0;\n"
+     << "    for (int d = rank - 1; d >= 0; --d) {\n"
+     << "      const kiln_i64 c = r % g.size[d];\n"
+     << "      r /= g.size[d];\n"
+     << "      od += c * g.dst[d];\n"
+     << "      os += c * g.src[d];\n"
+     << "    }\n";
+  if (from == to) {  // the element's bits, whatever they are
+    os << "    dst[od] = src[os];\n";
+  } else {
+    const std::string x = load(from, "src", "os");
+    os << "    const " << compute_type(from) << " x = " << x << ";\n"
+       << "    dst[od] = "
+       << store_value(to, rounded(to, op_expr(OpId::cast, from, to, "x", "", ""))) << ";\n";
+  }
+  os << "  }\n}\n";
+  return os.str();
+}
+
+bool printable(const Kernel& k) {
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) return false;
+  return true;
+}
+
+namespace {
+
+// The statements of one element ("lane") at index `idx`, in three parts so a
+// thread can issue the loads of several elements before computing any: the
+// loads (with their coordinates and offsets), the arithmetic, the stores.
+// Names carry the lane's suffix.
+struct LaneText {
+  std::string loads, math, stores;
+};
+
+LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& sfx,
+                   const std::string& indent) {
+  std::ostringstream ld, mt, st;
+  std::vector<std::string> offset(k.args.size(), idx);
+  bool coords = false;
+  for (const kir::Arg& a : k.args)
+    for (bool dense : a.dense) coords |= !dense;
+  if (coords) {  // coordinates and offsets only for arguments with broadcast dims
+    ld << indent << "kiln_i64 r" << sfx << " = " << idx << ";\n";
+    for (int d = k.rank - 1; d > 0; --d)
+      ld << indent << "const kiln_i64 c" << d << sfx << " = r" << sfx << " % s" << d << "; r" << sfx
+         << " /= s" << d << ";\n";
+    ld << indent << "const kiln_i64 c0" << sfx << " = r" << sfx << ";\n";
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      bool all_dense = true;
+      for (bool dense : k.args[a].dense) all_dense &= dense;
+      if (all_dense) continue;
+      std::string o = "0";
+      for (int d = 0; d < k.rank; ++d)
+        if (k.args[a].dense[static_cast<size_t>(d)])
+          o = o == "0" ? str("c", d, sfx) : str("(", o, ") * s", d, " + c", d, sfx);
+      ld << indent << "const kiln_i64 o" << a << sfx << " = " << o << ";\n";
+      offset[a] = str("o", a, sfx);
+    }
+  }
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    auto v = [&](int j) { return j < 0 ? std::string() : str("e", j, sfx); };
+    const std::string decl = str(indent, "const ", compute_type(e.dtype), " e", i, sfx, " = ");
+    switch (e.kind) {
+      case ExprKind::kLoad:
+        ld << decl << load(e.dtype, str("p", e.arg), offset[static_cast<size_t>(e.arg)]) << ";\n";
+        break;
+      case ExprKind::kConst:
+        mt << decl << constant(e) << ";\n";
+        break;
+      case ExprKind::kOp: {
+        const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
+                                             : k.exprs[static_cast<size_t>(e.a)].dtype;
+        mt << decl << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c))) << ";\n";
+        break;
+      }
+      case ExprKind::kPrim: {
+        auto v = [&](int j) { return j < 0 ? std::string() : str("e", j, sfx); };
+        mt << decl << prim_expr(e, k.exprs[static_cast<size_t>(e.a)].dtype, v(e.a), v(e.b), v(e.c))
+           << ";\n";
+        break;
+      }
+      case ExprKind::kReduced:
+        KILN_ASSERT(false, "reductions are refused by print_kernel");
+    }
+  }
+  for (const kir::Store& s : k.stores)
+    st << indent << "p" << s.arg << "[" << offset[static_cast<size_t>(s.arg)]
+       << "] = " << store_value(k.args[static_cast<size_t>(s.arg)].dtype, str("e", s.expr, sfx))
+       << ";\n";
+  return {ld.str(), mt.str(), st.str()};
+}
+
+}  // namespace
+
+std::string print_kernel(const Kernel& k, const std::string& symbol) {
+  kir::verify(k);
+  KILN_CHECK(printable(k), "[cuda] kernel '", k.name,
+             "': column sums (accumulating stores) are not printed for the GPU yet");
+  if (k.has_reductions()) return tables_for(k) + detail::print_row_kernel(k, symbol);
+  std::ostringstream os;
+  os << tables_for(k);
+  // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
+  // element is loaded before it is stored, by the same thread.
+  os << "KILN_KERNEL void " << symbol << "(";
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    const kir::Arg& arg = k.args[a];
+    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
+       << ", ";
+  }
+  os << "kiln_i64 n";
+  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
+  os << ") {\n";
+  // Grid-stride loop, kUnroll elements a stride apart per iteration: each
+  // thread has kUnroll independent, coalesced loads in flight (one 4-byte load
+  // per thread leaves an H200 at ~45% of its bandwidth), then the remainder.
+  constexpr int kUnroll = 4;
+  os << "  const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;\n"
+        "  kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+     << "  for (; i + " << kUnroll - 1 << " * stride < n; i += " << kUnroll << " * stride) {\n";
+  std::vector<LaneText> lanes;
+  for (int l = 0; l < kUnroll; ++l)
+    lanes.push_back(lane_text(k, l == 0 ? std::string("i") : str("(i + ", l, " * stride)"),
+                              str("_", l), "    "));
+  for (const LaneText& t : lanes) os << t.loads;
+  for (const LaneText& t : lanes) os << t.math;
+  for (const LaneText& t : lanes) os << t.stores;
+  const LaneText tail = lane_text(k, "i", "", "    ");
+  os << "  }\n  for (; i < n; i += stride) {\n" << tail.loads << tail.math << tail.stores;
+  os << "  }\n}\n";
+  return os.str();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,71 @@
+// Internal: the GPU printer. Turns a kernel IR kernel (kernels/kernel_ir.h) into
+// "GPU C" source. A prelude per dialect (CUDA for NVRTC, OpenCL C for the
+// emulated device) supplies the qualifiers, thread ids, barriers, shuffles,
+// types, the f16/bf16 conversions and the integer rules; kernels are plain C
+// over those.
+//
+// Launch ABI of a printed kernel, in parameter order: one device pointer per
+// kernel argument, then the work-item count n (64-bit: elements, or rows for
+// kernels with reductions), then the iteration sizes s0..s{rank-1} (64-bit).
+// Pointwise kernels run a grid-stride loop over the flattened index space with
+// 64-bit indices (any grid). Kernels with reductions take one block per row
+// (grid-stride over rows) of any number of whole warps, or of one thread, which
+// reduces in index order (how reassoc = false kernels are launched).
+//
+// Semantics follow the kernel IR's (the eager kernels' scalar rules): integer
+// arithmetic wraps, integer division floors and x / 0 = 0, f16/bf16 compute in
+// float and round after every op, bool is a byte. Transcendentals use the
+// device's own libm (CUDA's expf etc., within 2 ulp of exact) until the
+// backend-neutral expansions of issue 18 replace them; everything else is exact.
+// Not printed yet (kiln::Error naming the kernel): accumulating (column-sum)
+// stores.
+#pragma once
+
+#include <string>
+
+#include "kernels/kernel_ir.h"
+
+namespace kiln::cuda {
+
+/// The CUDA prelude (for NVRTC): printed once at the top of every program.
+std::string cuda_prelude();
+/// The OpenCL C prelude: the same printed kernels compile on the emulated
+/// device (PoCL; see pocl_driver.h) after it.
+std::string opencl_prelude();
+
+/// The kernel's GPU C as a kernel (KILN_KERNEL) function named `symbol`.
+std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
+
+/// The strided copy's shape argument, laid out as the prelude's KilnStrides.
+struct KilnStrides {
+  long long size[8], dst[8], src[8];
+};
+
+/// A kernel copying a strided tensor of dtype `from` into a strided tensor of
+/// dtype `to` (the cast rule of the kernel IR): parameters (dst, src, n, rank,
+/// KilnStrides g) with rank <= 8 sizes and element strides in g.
+std::string print_strided_copy(DType from, DType to, const std::string& symbol);
+
+/// The indexing kernels' shape argument, laid out as the prelude's
+/// KilnIndexGeom: sizes of the iteration space and the element strides of the
+/// output, the data operand and the index along each dim (rank <= 8).
+struct KilnIndexGeom {
+  long long size[8], out[8], x[8], idx[8];
+};
+
+/// out = x gathered along `dim` (torch.gather; index_select with the index
+/// broadcast): parameters (out, x, idx, err, n, rank, dim, bound, KilnIndexGeom g)
+/// over the n elements of out; an index outside [0, bound) is skipped and
+/// recorded in err[0] = 1, err[1] = the index.
+std::string print_gather(DType t, DType index_t, const std::string& symbol);
+/// out[.., idx[.., k, ..], ..] += src[.., k, ..] along `dim` (torch.scatter_add
+/// into a copy of its input): parameters (out, src, idx, err, lines, rank, dim,
+/// bound, len, KilnIndexGeom g over the index's shape); each thread adds one
+/// line of the index in order, so results do not depend on scheduling (lines
+/// never share an output element) and no atomics are needed.
+std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
+
+/// True when print_kernel supports `k` (no accumulating stores).
+bool printable(const kir::Kernel& k);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,77 @@
+// The GPU printer's indexing kernels (gpu_printer.h): gather (also
+// index_select) and scatter_add over strided operands of rank <= 8, with the
+// out-of-range index recorded for the host instead of a fault.
+#include <sstream>
+
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_internal.h"
+
+namespace kiln::cuda {
+
+using namespace detail;
+
+namespace {
+
+std::string head(const std::string& symbol, DType t, DType index_t, const char* data,
+                 const char* count) {
+  return str("KILN_KERNEL void ", symbol, "(KILN_GLOBAL ", storage_type(t),
+             "* out, KILN_GLOBAL const ", storage_type(t), "* ", data, ", KILN_GLOBAL const ",
+             storage_type(index_t), "* idx, KILN_GLOBAL kiln_i64* err, kiln_i64 ", count,
+             ", int rank, int dim, kiln_i64 bound, ");
+}
+
+std::string grid_loop(const char* count) {
+  return str("  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < ", count,
+             ";\n       i += (kiln_i64)gridDim.x * blockDim.x) {\n");
+}
+
+}  // namespace
+
+std::string print_gather(DType t, DType index_t, const std::string& symbol) {
+  std::ostringstream os;
+  // Element i of out: its coordinates give out's and idx's offsets; x's come
+  // from the same coordinates with the index's value along `dim`.
+  os << head(symbol, t, index_t, "x", "n") << "KilnIndexGeom g) {\n"
+     << grid_loop("n") << "    kiln_i64 r = i, oo = 0, xo = 0, io = 0;\n"
+     << "    for (int d = rank - 1; d >= 0; --d) {\n"
+     << "      const kiln_i64 c = r % g.size[d];\n"
+     << "      r /= g.size[d];\n"
+     << "      oo += c * g.out[d];\n"
+     << "      io += c * g.idx[d];\n"
+     << "      if (d != dim) xo += c * g.x[d];\n"
+     << "    }\n"
+     << "    const kiln_i64 v = (kiln_i64)idx[io];\n"
+     << "    if (v < 0 || v >= bound) { err[0] = 1; err[1] = v; continue; }\n"
+     << "    out[oo] = x[xo + v * g.x[dim]];\n"
+     << "  }\n}\n";
+  return os.str();
+}
+
+std::string print_scatter_add(DType t, DType index_t, const std::string& symbol) {
+  std::ostringstream os;
+  const std::string cur = load(t, "out", "o"), add = load(t, "src", "so + k * g.x[dim]");
+  // The kernel IR's add (wrapping integers, f16/bf16 rounded); bool adds as or.
+  const std::string sum = t == DType::b8 ? str("(", cur, " || ", add, ")")
+                                         : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
+  // Line i: the index's coordinates other than `dim`; its entries along `dim`
+  // are added in order.
+  os << head(symbol, t, index_t, "src", "lines") << "kiln_i64 len, KilnIndexGeom g) {\n"
+     << grid_loop("lines") << "    kiln_i64 r = i, oo = 0, so = 0, io = 0;\n"
+     << "    for (int d = rank - 1; d >= 0; --d) {\n"
+     << "      if (d == dim) continue;\n"
+     << "      const kiln_i64 c = r % g.size[d];\n"
+     << "      r /= g.size[d];\n"
+     << "      oo += c * g.out[d];\n"
+     << "      so += c * g.x[d];\n"
+     << "      io += c * g.idx[d];\n"
+     << "    }\n"
+     << "    for (kiln_i64 k = 0; k < len; ++k) {\n"
+     << "      const kiln_i64 v = (kiln_i64)idx[io + k * g.idx[dim]];\n"
+     << "      if (v < 0 || v >= bound) { err[0] = 1; err[1] = v; continue; }\n"
+     << "      const kiln_i64 o = oo + v * g.out[dim];\n"
+     << "      out[o] = " << store_value(t, sum) << ";\n"
+     << "    }\n  }\n}\n";
+  return os.str();
+}
+
+}  // namespace kiln::cuda

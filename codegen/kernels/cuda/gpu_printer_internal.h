@@ -1,0 +1,43 @@
+// Internal to the GPU printer: the scalar rules shared by its pointwise,
+// row-reduction and copy kernels (one definition each).
+#pragma once
+
+#include <string>
+
+#include "kernels/kernel_ir.h"
+
+namespace kiln::cuda::detail {
+
+/// The C type a value of dtype t is computed in (float for f16/bf16).
+const char* compute_type(DType t);
+/// The C type an element of dtype t is stored as.
+const char* storage_type(DType t);
+/// A double as a C literal (hex; inf/NaN through bit casts), single or double.
+std::string hex_float(double v, bool single);
+/// A kConst expression in its compute type, rounded as the interpreter rounds it.
+std::string constant(const kir::Expr& e);
+/// Op `op` over operands x, y, z of dtype `in` yielding `out` (before rounding).
+std::string op_expr(OpId op, DType in, DType out, const std::string& x, const std::string& y,
+                    const std::string& z);
+/// Primitive e.prim (kPrim: math expansions) over operands x, y, z of dtype
+/// `in`, exactly as the interpreter computes it.
+std::string prim_expr(const kir::Expr& e, DType in, const std::string& x, const std::string& y,
+                      const std::string& z);
+/// The constant tables (math_table) `k` reads, as guarded file-scope arrays
+/// printed ahead of its kernel ("" if none).
+std::string tables_for(const kir::Kernel& k);
+/// v rounded to f16/bf16 after an op (other dtypes: v).
+std::string rounded(DType t, const std::string& v);
+/// Element `off` of buffer p as its compute type.
+std::string load(DType t, const std::string& p, const std::string& off);
+/// A compute-type value converted for storing as dtype t.
+std::string store_value(DType t, const std::string& v);
+
+/// Row loads in flight per thread per step of a row kernel's loops.
+constexpr int kRowUnroll = 16;
+/// A kernel with row reductions (print_kernel's second half); each row loop
+/// takes max_unroll / (its row loads) elements per thread per step (at least 4).
+std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
+                             int max_unroll = kRowUnroll);
+
+}  // namespace kiln::cuda::detail

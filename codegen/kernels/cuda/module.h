@@ -1,0 +1,72 @@
+// Internal: device memory, loaded modules and kernel launches over the driver
+// table (driver.h). The first pieces of the CUDA runtime: the caching
+// allocator and streams build on these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/driver.h"
+#include "kernels/kernel_ir.h"
+
+namespace kiln::cuda {
+
+/// One plain device allocation (cuMemAlloc), freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  CUdeviceptr get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  /// Synchronous copies between host and this buffer (sizes must match).
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+/// A loaded cubin or PTX image (cuModuleLoadData), unloaded on destruction.
+class Module {
+ public:
+  /// Loads `image` (a cubin, or NUL-terminated PTX) into the current context.
+  explicit Module(const void* image);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  /// The kernel `name`; kiln::Error if the image has no such kernel.
+  CUfunction function(const std::string& name) const;
+
+ private:
+  CUmodule mod_ = nullptr;
+};
+
+/// The prelude for the loaded device's dialect: cuda_prelude() on a GPU,
+/// opencl_prelude() on the emulated device. Programs are this + printed kernels.
+std::string device_prelude();
+
+/// NVRTC output for the current device: a cubin for its architecture when
+/// NVRTC supports it, else PTX for the newest architecture NVRTC knows (the
+/// driver JITs it). `device` picks the architecture. On the emulated device:
+/// the source itself (OpenCL C, built when the module loads).
+std::vector<char> compile_for_device(const std::string& source, const std::string& name,
+                                     int device);
+
+/// With KILN_CUDA_SYNC=1: waits for the kernel just launched and raises a
+/// kiln::Error naming `kernel` if it failed (otherwise nothing).
+void after_launch(const std::string& kernel);
+
+/// Launches printed kernel `fn` of `k` (gpu_printer.h's ABI) over the sizes
+/// `sizes` with device pointers `ptrs` (one per argument) on `stream`.
+void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                   const int64_t* sizes, CUstream stream = nullptr);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,37 @@
+// Internal: the emulated CUDA device. A second implementation of the driver
+// table (driver.h) over OpenCL on the CPU through PoCL, so machines without a
+// GPU (CI) run the CUDA backend's kernels and device tensors through the same
+// allocator, copy, module and launch code as a real GPU. libOpenCL.so.1 is
+// opened with dlopen, never linked.
+//
+// What each entry point becomes: device memory is shared virtual memory
+// (CUdeviceptr = the SVM address; offsets inside a block are valid pointers);
+// streams are in-order queues (the null stream one of them, with the legacy
+// stream's implicit ordering against blocking streams); events are markers;
+// modules are OpenCL C source text (the printer's kernels after
+// opencl_prelude()); a launch maps grid x block to global x local work sizes
+// and each kernel parameter by the kind clGetKernelArgInfo reports. Device
+// pointers given to copies and launches must lie inside a live allocation
+// (CUDA_ERROR_INVALID_VALUE otherwise, instead of a crash).
+//
+// It proves the kernels' results (work-group semantics, local memory,
+// barriers, shuffles emulated exactly), not their speed or real warp
+// scheduling: see the README's "emulated device" notes.
+#pragma once
+
+#include <string>
+
+#include "kernels/cuda/driver.h"
+
+namespace kiln::cuda {
+
+/// Fills `d` with the emulated device (one device, compute capability 8.0).
+/// Returns "" when usable, else why not (no libOpenCL.so.1, no PoCL platform,
+/// no shared virtual memory, kiln built without the OpenCL headers).
+std::string load_emulated_driver(Driver& d);
+
+/// What the emulated device last reported on this thread beyond a CUresult (a
+/// kernel's build log, an out-of-bounds pointer), then cleared; "" if nothing.
+std::string take_emulated_detail();
+
+}  // namespace kiln::cuda

@@ -1,0 +1,18 @@
+// Kernels compiled for a CPU other than the host, for tests: the same emitter
+// input (that CPU's vector width) and pipeline as get_kernel, without running.
+#include "kernels/kernel_cache.h"
+#include "kernels/llvm/llvm_emit.h"
+#include "kernels/llvm/llvm_jit.h"
+
+namespace kiln::kir {
+
+std::string optimized_ir_for_cpu(const Kernel& k, const std::string& cpu) {
+  verify(k);
+  const jit::CpuInfo info = jit::named_cpu(cpu);
+  jit::LlvmJit jit(cpu);
+  jit::CompileOutputs out;
+  jit.compile_to_object(emit_llvm(k, k.name, info.vector_bits), &out);
+  return out.optimized_ir;
+}
+
+}  // namespace kiln::kir
