@@ -249,6 +249,64 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
   return m.trace_and_run(args, statics, out_spec, body);
 }
 
+namespace {
+
+// The backward of a forward-only function's differentiable results, traced
+// too, so the compiled region is one node of the eager autograd tape.
+struct TracedBackward {
+  std::vector<Tensor> grads;
+  std::vector<DiffInput> diff_inputs;
+  std::vector<int> result_grad;       // results that get a gradient input
+  std::vector<int> released_results;  // results whose graph the function consumed
+};
+
+TracedBackward trace_backward(ir::Tracer& tr, const Plan& plan, const std::vector<Tensor>& sym_args,
+                              const std::vector<Tensor>& results) {
+  TracedBackward b;
+  bool needs_bwd = false;
+  for (const Tensor& r : results) needs_bwd = needs_bwd || r.requires_grad();
+  if (!needs_bwd || tr.grads_changed()) return b;
+  tr.note_results(results);  // a returned captured tensor is a differentiable input too
+  std::vector<Tensor> wrt;
+  for (size_t i = 0; i < sym_args.size(); ++i)
+    if (sym_args[i].requires_grad() && plan.arg_alias[i] < 0) {
+      b.diff_inputs.push_back({true, static_cast<int>(i)});
+      wrt.push_back(sym_args[i]);
+    }
+  const auto& caps = tr.captured();
+  for (size_t k = 0; k < caps.size(); ++k) {
+    Tensor c(caps[k]);
+    if (c.requires_grad()) {
+      b.diff_inputs.push_back({false, static_cast<int>(k)});
+      wrt.push_back(c);
+    }
+  }
+  if (wrt.empty()) return b;
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].requires_grad()) continue;
+    b.result_grad.push_back(static_cast<int>(i));
+    outs.push_back(results[i]);
+  }
+  if (graph_released(outs)) {
+    // The function consumed its results' graph itself (kiln::grad or backward
+    // without retain_graph): as in eager, they still require grad and a
+    // backward through them raises.
+    b.released_results = std::move(b.result_grad);
+    b.result_grad.clear();
+    return b;
+  }
+  std::vector<Tensor> gouts;
+  for (size_t j = 0; j < outs.size(); ++j)
+    gouts.push_back(tr.add_grad_output(outs[j], b.result_grad[j]));
+  GradOptions go;
+  go.allow_unused = true;
+  b.grads = kiln::grad(outs, wrt, gouts, go);
+  return b;
+}
+
+}  // namespace
+
 std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tensor>& args,
                                                           const std::vector<double>& statics,
                                                           std::vector<double>& spec,
@@ -267,58 +325,14 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     sym_args.push_back(same >= 0 ? sym_args[static_cast<size_t>(same)]
                                  : tr.add_arg(args[i], static_cast<int>(i)));
   }
-  std::vector<Tensor> results, grads;
+  std::vector<Tensor> results;
   std::vector<double> out_spec;
-  std::vector<DiffInput> diff_inputs;
-  std::vector<int> result_grad;       // results that get a gradient input
-  std::vector<int> released_results;  // results whose graph the function consumed
+  TracedBackward bwd;
   const bool grad_mode = grad_mode_enabled();
   try {
     RecorderScope scope(&tr);
     results = body(sym_args, out_spec);
-    // A forward-only function with differentiable results: trace its backward
-    // too, so the compiled region is one node of the eager autograd tape.
-    bool needs_bwd = false;
-    for (const Tensor& r : results) needs_bwd = needs_bwd || r.requires_grad();
-    if (grad_mode && needs_bwd && !tr.grads_changed()) {
-      tr.note_results(results);  // a returned captured tensor is a differentiable input too
-      std::vector<Tensor> wrt;
-      for (size_t i = 0; i < args.size(); ++i)
-        if (sym_args[i].requires_grad() && plan->arg_alias[i] < 0) {
-          diff_inputs.push_back({true, static_cast<int>(i)});
-          wrt.push_back(sym_args[i]);
-        }
-      const auto& caps = tr.captured();
-      for (size_t k = 0; k < caps.size(); ++k) {
-        Tensor c(caps[k]);
-        if (c.requires_grad()) {
-          diff_inputs.push_back({false, static_cast<int>(k)});
-          wrt.push_back(c);
-        }
-      }
-      if (!wrt.empty()) {
-        std::vector<Tensor> outs;
-        for (size_t i = 0; i < results.size(); ++i) {
-          if (!results[i].requires_grad()) continue;
-          result_grad.push_back(static_cast<int>(i));
-          outs.push_back(results[i]);
-        }
-        if (graph_released(outs)) {
-          // The function consumed its results' graph itself (kiln::grad or
-          // backward without retain_graph): as in eager, they still require
-          // grad and a backward through them raises.
-          released_results = std::move(result_grad);
-          result_grad.clear();
-        } else {
-          std::vector<Tensor> gouts;
-          for (size_t j = 0; j < outs.size(); ++j)
-            gouts.push_back(tr.add_grad_output(outs[j], result_grad[j]));
-          GradOptions go;
-          go.allow_unused = true;
-          grads = kiln::grad(outs, wrt, gouts, go);
-        }
-      }
-    }
+    if (grad_mode) bwd = trace_backward(tr, *plan, sym_args, results);
   } catch (const ir::TraceFallback& e) {
     tr.abort();
     go_eager(args, statics, e.what());
@@ -328,16 +342,16 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
     tr.abort();
     throw;
   }
-  ir::TraceResult res = tr.finish(results, grads);
+  ir::TraceResult res = tr.finish(results, bwd.grads);
   profiler::record_span("compile", "trace", trace_start, profiler::now_ns());
   stats.trace_ms += ms_since(t0);
   ++stats.traces;
 
   plan->id = next_plan_id++;
   plan->out_spec = out_spec;
-  plan->diff_inputs = std::move(diff_inputs);
-  plan->result_grad = std::move(result_grad);
-  plan->released_results = std::move(released_results);
+  plan->diff_inputs = std::move(bwd.diff_inputs);
+  plan->result_grad = std::move(bwd.result_grad);
+  plan->released_results = std::move(bwd.released_results);
   std::shared_ptr<ir::Graph> raw(std::move(res.graph));  // the trace's own graph: no copy
   take_trace(*plan, std::move(res));
   // Host state the traced code depends on (a guarded module flag, optimizer

@@ -348,14 +348,21 @@ void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
 
 }  // namespace
 
-RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
-  profiler::Span span("compile", "run compiled");
-  std::vector<double> hv(p.hosts.size());
-  {
-    UntracedGuard untraced;
-    for (size_t h = 0; h < p.hosts.size(); ++h) hv[h] = p.hosts[h]();
-  }
-  if (hosts_out) *hosts_out = hv;
+namespace {
+
+Tensor capture(const Plan& p, int index) {
+  return Tensor(p.captures[static_cast<size_t>(index)].tensor.lock());
+}
+
+// The tensor whose .grad (or content) an output binding targets.
+Tensor binding_target(const Plan& p, const std::vector<Tensor>& args, const ir::OutputBinding& b) {
+  const bool arg = b.kind == ir::OutputBinding::kArgGrad || b.kind == ir::OutputBinding::kArgWrite;
+  return arg ? args[static_cast<size_t>(b.index)] : capture(p, b.index);
+}
+
+// The graph's inputs of one call: arguments, live captures, host values.
+std::vector<Tensor> bind_inputs(const Plan& p, const std::vector<Tensor>& args,
+                                const std::vector<double>& hv) {
   std::vector<Tensor> inputs;
   inputs.reserve(p.inputs.size());
   for (const auto& b : p.inputs) {
@@ -364,7 +371,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
         inputs.push_back(args[static_cast<size_t>(b.index)]);
         break;
       case ir::InputBinding::kCapture:
-        inputs.emplace_back(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+        inputs.push_back(capture(p, b.index));
         break;
       case ir::InputBinding::kHost:
         inputs.push_back(scalar_tensor(Scalar(hv[static_cast<size_t>(b.index)])));
@@ -374,86 +381,51 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
         break;
     }
   }
-  const std::vector<int64_t> syms = p.exec->bind_symbols(inputs);
-  uint64_t seed = 0, base = 0;
-  if (p.uses_rng) {
-    Generator& g = default_generator();
-    seed = g.seed;
-    base = g.offset;
-    g.offset += static_cast<uint64_t>(p.graph->rng_advance.eval(syms));
-  }
-  // Each gradient is written back (and the parameter's post-accumulate-grad
-  // hooks fire) as soon as the executor produces it, while the rest of the
-  // graph still runs: DDP's bucket hooks overlap with the compiled backward.
-  auto write_grad = [](const Tensor& target, const Tensor& value) {
-    NoGradGuard ng;
-    Tensor cur = target.grad();
-    if (cur.defined() && cur.shape() == value.shape() && cur.dtype() == value.dtype() &&
-        cur.impl()->storage != value.impl()->storage)
-      cur.copy_(value);  // keeps .grad's identity (views into DDP buckets, optimizer refs)
-    else
-      target.set_grad(value);
-    if (target.impl()->autograd)
-      for (auto& h : target.impl()->autograd->post_accumulate_hooks) h(target);
-  };
-  std::vector<std::pair<Tensor, Tensor>> late_grads;
-  // The inputs' storages (lookups only): a model has thousands of inputs and of gradients.
-  std::unordered_set<const StorageImpl*> input_storage;
-  for (const Tensor& t : inputs) input_storage.insert(t.impl()->storage.get());
-  OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
-    if (o >= p.num_fwd_outputs) return;
-    const auto& b = p.outputs[o];
-    if (b.kind != ir::OutputBinding::kGrad && b.kind != ir::OutputBinding::kArgGrad) return;
-    Tensor target = b.kind == ir::OutputBinding::kArgGrad
-                        ? args[static_cast<size_t>(b.index)]
-                        : Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
-    // A .grad that is itself a graph input (accumulation) may still be read by
-    // later nodes: write it after the run.
-    Tensor cur = target.grad();
-    if (cur.defined() && input_storage.count(cur.impl()->storage.get())) {
-      late_grads.emplace_back(target, value);
-      return;
-    }
-    write_grad(target, value);
-  };
-  // Captured state the graph rewrites (parameters, optimizer state) is the
-  // destination of its new value: a pointwise update is computed in place.
-  // A gradient with a .grad of its shape is computed into that .grad (its
-  // identity is kept anyway: DDP's bucket views, optimizer references).
+  return inputs;
+}
+
+// Writes a gradient to .grad and fires the parameter's post-accumulate hooks.
+void write_grad(const Tensor& target, const Tensor& value) {
+  NoGradGuard ng;
+  Tensor cur = target.grad();
+  if (cur.defined() && cur.shape() == value.shape() && cur.dtype() == value.dtype() &&
+      cur.impl()->storage != value.impl()->storage)
+    cur.copy_(value);  // keeps .grad's identity (views into DDP buckets, optimizer refs)
+  else
+    target.set_grad(value);
+  if (target.impl()->autograd)
+    for (auto& h : target.impl()->autograd->post_accumulate_hooks) h(target);
+}
+
+// Captured state the graph rewrites (parameters, optimizer state) is the
+// destination of its new value: a pointwise update is computed in place.
+// A gradient with a .grad of its shape is computed into that .grad (its
+// identity is kept anyway: DDP's bucket views, optimizer references).
+std::vector<Tensor> output_destinations(const Plan& p, const std::vector<Tensor>& args,
+                                        const std::vector<int64_t>& syms) {
   std::vector<Tensor> dests(p.exec->graph().outputs().size());
   for (size_t o = 0; o < p.num_fwd_outputs && o < dests.size(); ++o) {
     const auto& b = p.outputs[o];
-    if (b.kind == ir::OutputBinding::kWrite) {
-      dests[o] = Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
-    } else if (b.kind == ir::OutputBinding::kArgWrite) {
-      dests[o] = args[static_cast<size_t>(b.index)];
+    if (b.kind == ir::OutputBinding::kWrite || b.kind == ir::OutputBinding::kArgWrite) {
+      dests[o] = binding_target(p, args, b);
     } else if (b.kind == ir::OutputBinding::kGrad || b.kind == ir::OutputBinding::kArgGrad) {
-      const Tensor target = b.kind == ir::OutputBinding::kArgGrad
-                                ? args[static_cast<size_t>(b.index)]
-                                : Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock());
+      const Tensor target = binding_target(p, args, b);
       const ir::Value* v = p.exec->graph().outputs()[o];
       Tensor cur = target.defined() ? target.grad() : Tensor();
       if (cur.defined() && cur.dtype() == v->dtype && cur.shape() == ir::eval_shape(v->shape, syms))
         dests[o] = cur;
     }
   }
-  RunStats st;
-  RunArgs ra;
-  ra.inputs = inputs;
-  ra.dests = dests;
-  ra.rng_seed = seed;
-  ra.rng_base = base;
-  ra.stats = &st;
-  ra.syms = syms;
-  ra.on_ready = &on_ready;
-  std::vector<Tensor> outs = p.exec->run(ra);
+  return dests;
+}
 
-  RunResult r;
-  r.peak_bytes = st.peak_bytes;
-  r.stats = st;
-  r.results.resize(p.num_results);
-  std::vector<std::pair<Tensor, Tensor>> writes;  // (target, value)
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> escapes;
+using Writes = std::vector<std::pair<Tensor, Tensor>>;  // (target, value)
+using Escapes = std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>>;
+
+// Sorts the forward outputs into the call's results, state writes and escapes.
+void collect_outputs(const Plan& p, const std::vector<Tensor>& args,
+                     const std::vector<Tensor>& inputs, const std::vector<Tensor>& outs,
+                     RunResult& r, Writes& writes, Escapes& escapes) {
   for (size_t o = 0; o < p.num_fwd_outputs; ++o) {
     const auto& b = p.outputs[o];
     switch (b.kind) {
@@ -474,11 +446,8 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
         break;
       }
       case ir::OutputBinding::kWrite:
-        writes.emplace_back(Tensor(p.captures[static_cast<size_t>(b.index)].tensor.lock()),
-                            outs[o]);
-        break;
       case ir::OutputBinding::kArgWrite:
-        writes.emplace_back(args[static_cast<size_t>(b.index)], outs[o]);
+        writes.emplace_back(binding_target(p, args, b), outs[o]);
         break;
       case ir::OutputBinding::kGrad:
       case ir::OutputBinding::kArgGrad:
@@ -491,95 +460,170 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
         break;
     }
   }
+}
+
+// Writes new state back, clears released .grads and makes escaped tensors real.
+void apply_writes(const Plan& p, Writes& writes, Escapes& escapes) {
+  NoGradGuard ng;
+  // A value that aliases a write target (a returned view of a capture) is
+  // copied first, so the order of the writes cannot matter.
+  // A value the executor computed in place already is its target's content.
+  auto in_place = [](const Tensor& target, const Tensor& value) {
+    return value.impl()->storage == target.impl()->storage &&
+           value.data_ptr() == target.data_ptr() && value.is_contiguous() &&
+           target.is_contiguous() && value.numel() == target.numel();
+  };
+  std::unordered_set<const StorageImpl*> target_storage;  // lookups only
+  for (const auto& w : writes) target_storage.insert(w.first.impl()->storage.get());
+  for (auto& [target, value] : writes)
+    if (target_storage.count(value.impl()->storage.get()) && !in_place(target, value))
+      value = value.clone();
+  for (auto& [target, value] : writes) {
+    if (in_place(target, value))
+      ++target.impl()->storage->version;  // what copy_ would have recorded
+    else
+      target.copy_(value);
+  }
+  for (int k : p.cleared_grads) capture(p, k).set_grad(Tensor());
+  for (auto& [impl, value] : escapes) make_real(impl, value);
+}
+
+// What the results depend on, so they require grad.
+std::vector<Tensor> diff_tensors(const Plan& p, const std::vector<Tensor>& args) {
+  std::vector<Tensor> diff;
+  for (const DiffInput& d : p.diff_inputs)
+    diff.push_back(d.is_arg ? args[static_cast<size_t>(d.index)] : capture(p, d.index));
+  return diff;
+}
+
+// Results whose graph the function consumed (kiln::grad inside it) still
+// require grad and raise on a later backward, as in eager.
+void attach_released(const Plan& p, const std::vector<Tensor>& args, RunResult& r) {
+  std::vector<Tensor> req;
+  for (int ri : p.released_results) req.push_back(r.results[static_cast<size_t>(ri)]);
+  BackwardFn fn = [](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    throw GraphReleasedError(
+        "[backward] trying to backward through the graph a second time: the compiled "
+        "function already ran backward (or kiln::grad) through this result without "
+        "retain_graph=true");
+  };
+  std::vector<Tensor> attached =
+      attach_function("Compiled", diff_tensors(p, args), req, std::move(fn));
+  for (size_t j = 0; j < p.released_results.size(); ++j)
+    r.results[static_cast<size_t>(p.released_results[j])] = attached[j];
+}
+
+// The autograd node of a compiled forward: its backward runs the plan's
+// backward executor over the saved outputs.
+void attach_backward(const Plan& p, const std::vector<Tensor>& args,
+                     const std::vector<Tensor>& outs, const std::vector<int64_t>& syms,
+                     uint64_t seed, uint64_t base, RunResult& r) {
+  std::vector<Tensor> saved(outs.begin() + static_cast<std::ptrdiff_t>(p.num_fwd_outputs),
+                            outs.end());
+  std::vector<Tensor> diff = diff_tensors(p, args);
+  std::vector<Tensor> req;
+  std::vector<TensorMeta> metas;
+  for (int ri : p.result_grad) {
+    req.push_back(r.results[static_cast<size_t>(ri)]);
+    metas.push_back({req.back().dtype(), req.back().shape()});
+  }
+  auto bwd = p.bwd_exec;
+  auto result_grad = p.result_grad;
+  auto grad_result = p.bwd_grad_result;
+  auto out_diff = p.bwd_output_diff;
+  const size_t ndiff = diff.size();
+  BackwardFn fn = [bwd, saved, syms, seed, base, metas, result_grad, grad_result, out_diff,
+                   ndiff](const std::vector<Tensor>& gouts) {
+    KILN_CHECK(!grad_mode_enabled(),
+               "[compile] double backward (create_graph=true) through a compiled function "
+               "is not supported yet: its backward runs as one compiled region without "
+               "history; differentiate the plain function (CompileOptions{.enabled = false})");
+    std::vector<Tensor> ins = saved;
+    for (int res : grad_result) {
+      size_t j = static_cast<size_t>(std::find(result_grad.begin(), result_grad.end(), res) -
+                                     result_grad.begin());
+      Tensor g = j < gouts.size() ? gouts[j] : Tensor();
+      if (!g.defined()) g = zeros(metas[j].shape, metas[j].dtype);
+      ins.push_back(g);
+    }
+    RunArgs a;
+    a.inputs = ins;
+    a.rng_seed = seed;
+    a.rng_base = base;
+    a.syms = syms;
+    std::vector<Tensor> o = bwd->run(a);
+    std::vector<Tensor> gi(ndiff);
+    for (size_t k = 0; k < o.size(); ++k) gi[static_cast<size_t>(out_diff[k])] = o[k];
+    return gi;
+  };
+  std::vector<Tensor> attached = attach_function("Compiled", diff, req, std::move(fn));
+  for (size_t j = 0; j < p.result_grad.size(); ++j)
+    r.results[static_cast<size_t>(p.result_grad[j])] = attached[j];
+}
+
+}  // namespace
+
+RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out) {
+  profiler::Span span("compile", "run compiled");
+  std::vector<double> hv(p.hosts.size());
   {
-    NoGradGuard ng;
-    // A value that aliases a write target (a returned view of a capture) is
-    // copied first, so the order of the writes cannot matter.
-    // A value the executor computed in place already is its target's content.
-    auto in_place = [](const Tensor& target, const Tensor& value) {
-      return value.impl()->storage == target.impl()->storage &&
-             value.data_ptr() == target.data_ptr() && value.is_contiguous() &&
-             target.is_contiguous() && value.numel() == target.numel();
-    };
-    std::unordered_set<const StorageImpl*> target_storage;  // lookups only
-    for (const auto& w : writes) target_storage.insert(w.first.impl()->storage.get());
-    for (auto& [target, value] : writes)
-      if (target_storage.count(value.impl()->storage.get()) && !in_place(target, value))
-        value = value.clone();
-    for (auto& [target, value] : writes) {
-      if (in_place(target, value))
-        ++target.impl()->storage->version;  // what copy_ would have recorded
-      else
-        target.copy_(value);
-    }
-    for (int k : p.cleared_grads)
-      Tensor(p.captures[static_cast<size_t>(k)].tensor.lock()).set_grad(Tensor());
-    for (auto& [impl, value] : escapes) make_real(impl, value);
+    UntracedGuard untraced;
+    for (size_t h = 0; h < p.hosts.size(); ++h) hv[h] = p.hosts[h]();
   }
+  if (hosts_out) *hosts_out = hv;
+  const std::vector<Tensor> inputs = bind_inputs(p, args, hv);
+  const std::vector<int64_t> syms = p.exec->bind_symbols(inputs);
+  uint64_t seed = 0, base = 0;
+  if (p.uses_rng) {
+    Generator& g = default_generator();
+    seed = g.seed;
+    base = g.offset;
+    g.offset += static_cast<uint64_t>(p.graph->rng_advance.eval(syms));
+  }
+  // Each gradient is written back (and the parameter's post-accumulate-grad
+  // hooks fire) as soon as the executor produces it, while the rest of the
+  // graph still runs: DDP's bucket hooks overlap with the compiled backward.
+  std::vector<std::pair<Tensor, Tensor>> late_grads;
+  // The inputs' storages (lookups only): a model has thousands of inputs and of gradients.
+  std::unordered_set<const StorageImpl*> input_storage;
+  for (const Tensor& t : inputs) input_storage.insert(t.impl()->storage.get());
+  OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
+    if (o >= p.num_fwd_outputs) return;
+    const auto& b = p.outputs[o];
+    if (b.kind != ir::OutputBinding::kGrad && b.kind != ir::OutputBinding::kArgGrad) return;
+    Tensor target = binding_target(p, args, b);
+    // A .grad that is itself a graph input (accumulation) may still be read by
+    // later nodes: write it after the run.
+    Tensor cur = target.grad();
+    if (cur.defined() && input_storage.count(cur.impl()->storage.get())) {
+      late_grads.emplace_back(target, value);
+      return;
+    }
+    write_grad(target, value);
+  };
+  RunStats st;
+  RunArgs ra;
+  ra.inputs = inputs;
+  ra.dests = output_destinations(p, args, syms);
+  ra.rng_seed = seed;
+  ra.rng_base = base;
+  ra.stats = &st;
+  ra.syms = syms;
+  ra.on_ready = &on_ready;
+  std::vector<Tensor> outs = p.exec->run(ra);
+
+  RunResult r;
+  r.peak_bytes = st.peak_bytes;
+  r.stats = st;
+  r.results.resize(p.num_results);
+  Writes writes;
+  Escapes escapes;
+  collect_outputs(p, args, inputs, outs, r, writes, escapes);
+  apply_writes(p, writes, escapes);
   for (auto& [target, value] : late_grads) write_grad(target, value);
-  if (!p.released_results.empty() && grad_mode_enabled()) {
-    std::vector<Tensor> req;
-    for (int ri : p.released_results) req.push_back(r.results[static_cast<size_t>(ri)]);
-    BackwardFn fn = [](const std::vector<Tensor>&) -> std::vector<Tensor> {
-      throw GraphReleasedError(
-          "[backward] trying to backward through the graph a second time: the compiled "
-          "function already ran backward (or kiln::grad) through this result without "
-          "retain_graph=true");
-    };
-    std::vector<Tensor> diff;  // what the results depend on, so they require grad
-    for (const DiffInput& d : p.diff_inputs)
-      diff.push_back(d.is_arg ? args[static_cast<size_t>(d.index)]
-                              : Tensor(p.captures[static_cast<size_t>(d.index)].tensor.lock()));
-    std::vector<Tensor> attached = attach_function("Compiled", diff, req, std::move(fn));
-    for (size_t j = 0; j < p.released_results.size(); ++j)
-      r.results[static_cast<size_t>(p.released_results[j])] = attached[j];
-  }
-  if (!p.result_grad.empty() && grad_mode_enabled()) {
-    std::vector<Tensor> saved(outs.begin() + static_cast<std::ptrdiff_t>(p.num_fwd_outputs),
-                              outs.end());
-    std::vector<Tensor> diff;
-    for (const DiffInput& d : p.diff_inputs)
-      diff.push_back(d.is_arg ? args[static_cast<size_t>(d.index)]
-                              : Tensor(p.captures[static_cast<size_t>(d.index)].tensor.lock()));
-    std::vector<Tensor> req;
-    std::vector<TensorMeta> metas;
-    for (int ri : p.result_grad) {
-      req.push_back(r.results[static_cast<size_t>(ri)]);
-      metas.push_back({req.back().dtype(), req.back().shape()});
-    }
-    auto bwd = p.bwd_exec;
-    auto result_grad = p.result_grad;
-    auto grad_result = p.bwd_grad_result;
-    auto out_diff = p.bwd_output_diff;
-    const size_t ndiff = diff.size();
-    BackwardFn fn = [bwd, saved, syms, seed, base, metas, result_grad, grad_result, out_diff,
-                     ndiff](const std::vector<Tensor>& gouts) {
-      KILN_CHECK(!grad_mode_enabled(),
-                 "[compile] double backward (create_graph=true) through a compiled function "
-                 "is not supported yet: its backward runs as one compiled region without "
-                 "history; differentiate the plain function (CompileOptions{.enabled = false})");
-      std::vector<Tensor> ins = saved;
-      for (int res : grad_result) {
-        size_t j = static_cast<size_t>(std::find(result_grad.begin(), result_grad.end(), res) -
-                                       result_grad.begin());
-        Tensor g = j < gouts.size() ? gouts[j] : Tensor();
-        if (!g.defined()) g = zeros(metas[j].shape, metas[j].dtype);
-        ins.push_back(g);
-      }
-      RunArgs a;
-      a.inputs = ins;
-      a.rng_seed = seed;
-      a.rng_base = base;
-      a.syms = syms;
-      std::vector<Tensor> o = bwd->run(a);
-      std::vector<Tensor> gi(ndiff);
-      for (size_t k = 0; k < o.size(); ++k) gi[static_cast<size_t>(out_diff[k])] = o[k];
-      return gi;
-    };
-    std::vector<Tensor> attached = attach_function("Compiled", diff, req, std::move(fn));
-    for (size_t j = 0; j < p.result_grad.size(); ++j)
-      r.results[static_cast<size_t>(p.result_grad[j])] = attached[j];
-  }
+  if (!p.released_results.empty() && grad_mode_enabled()) attach_released(p, args, r);
+  if (!p.result_grad.empty() && grad_mode_enabled())
+    attach_backward(p, args, outs, syms, seed, base, r);
   return r;
 }
 
