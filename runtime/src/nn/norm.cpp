@@ -4,6 +4,7 @@
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
 #include "kiln/nn/init.h"
+#include "ops/fused_composites.h"
 
 namespace kiln::nn {
 
@@ -34,27 +35,35 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   for (int64_t d = 2; d < x.dim(); ++d) red.push_back(d);
   auto per_channel = [&](const Tensor& t) { return reshape(cast(t, x.dtype()), bshape); };
 
+  const int64_t n = C == 0 ? 0 : x.numel() / C;
+  KILN_CHECK(!training || n > 1,
+             "[batch_norm] expected more than 1 value per channel when training, got "
+             "input shape ",
+             x.shape());
+  KILN_CHECK(training || running_mean.defined(),
+             "[batch_norm] evaluation (training=false) needs running_mean and running_var");
+  // The batch's mean and biased variance update the running statistics.
+  auto update_running = [&](const Tensor& mu, const Tensor& v) {
+    if (!training || !running_mean.defined()) return;
+    NoGradGuard ng;
+    const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+    Tensor rm = running_mean, rv = running_var;  // handles onto the caller's buffers
+    rm.mul_(1.0 - momentum).add_(reshape(mu.detach(), {C}), momentum);
+    rv.mul_(1.0 - momentum).add_(reshape(v.detach(), {C}), momentum * unbias);
+  };
+  // Eager CPU f32/f64: one pass forward, one backward (ops/fused_composites.h).
+  if (auto f = ops::fused_batch_norm(x, running_mean, running_var, weight, bias, training, eps)) {
+    update_running(f->mean, f->var);
+    return f->y;
+  }
   Tensor y;
   if (training) {
-    const int64_t n = C == 0 ? 0 : x.numel() / C;
-    KILN_CHECK(n > 1,
-               "[batch_norm] expected more than 1 value per channel when training, got "
-               "input shape ",
-               x.shape());
     Tensor mu = mean(x, red, true);
     Tensor centered = x - mu;
     Tensor v = mean(centered * centered, red, true);  // biased, for normalising
     y = centered * rsqrt(v + eps);
-    if (running_mean.defined()) {
-      NoGradGuard ng;
-      const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
-      Tensor rm = running_mean, rv = running_var;  // handles onto the caller's buffers
-      rm.mul_(1.0 - momentum).add_(reshape(mu.detach(), {C}), momentum);
-      rv.mul_(1.0 - momentum).add_(reshape(v.detach(), {C}), momentum * unbias);
-    }
+    update_running(mu, v);
   } else {
-    KILN_CHECK(running_mean.defined(),
-               "[batch_norm] evaluation (training=false) needs running_mean and running_var");
     y = (x - per_channel(running_mean)) * rsqrt(per_channel(running_var) + eps);
   }
   if (weight.defined()) y = y * per_channel(weight);

@@ -244,6 +244,126 @@ std::optional<Tensor> fused_pointwise(const Tensor& x, Pointwise f) {
 
 }  // namespace
 
+namespace {
+
+// The batch_norm gradient as Tensor ops (create_graph), reduced over every dim
+// but the channel's. With batch statistics they are recomputed from x, so the
+// gradient differentiates through them; running ones are constants.
+std::vector<Tensor> batch_norm_grad_ops(const Tensor& x, const Tensor& w, const Tensor& run_mean,
+                                        const Tensor& run_rstd, bool batch_stats, double eps,
+                                        const Tensor& g) {
+  Dims red{0}, bshape(static_cast<size_t>(x.dim()), 1);
+  bshape[1] = x.size(1);
+  for (int64_t d = 2; d < x.dim(); ++d) red.push_back(d);
+  Tensor xc, rs;
+  if (batch_stats) {
+    xc = x - mean(x, red, true);
+    rs = rsqrt(mean(xc * xc, red, true) + eps);
+  } else {
+    xc = x - reshape(run_mean, bshape);
+    rs = reshape(run_rstd, bshape);
+  }
+  Tensor xhat = xc * rs;
+  Tensor gh = w.defined() ? g * reshape(w, bshape) : g;
+  Tensor gx =
+      batch_stats ? rs * (gh - mean(gh, red, true) - xhat * mean(gh * xhat, red, true)) : gh * rs;
+  return {gx, sum(g * xhat, red), sum(g, red)};
+}
+
+}  // namespace
+
+std::optional<FusedBatchNorm> fused_batch_norm(const Tensor& x, const Tensor& running_mean,
+                                               const Tensor& running_var, const Tensor& weight,
+                                               const Tensor& bias, bool batch_stats, double eps) {
+  const Tensor none;
+  const Tensor& rm = batch_stats ? none : running_mean;
+  const Tensor& rv = batch_stats ? none : running_var;
+  if (x.dim() < 2 || !qualifies(x, {&weight, &bias, &rm, &rv})) return std::nullopt;
+  // The running statistics are constants here (the composite differentiates them).
+  if (grad_mode_enabled() &&
+      ((rm.defined() && rm.requires_grad()) || (rv.defined() && rv.requires_grad())))
+    return std::nullopt;
+  const int64_t N = x.size(0), C = x.size(1);
+  const int64_t S = N * C == 0 ? 0 : x.numel() / (N * C);
+  Tensor xc = raw(x);
+  Tensor w = weight.defined() ? raw(weight) : Tensor();
+  Tensor b = bias.defined() ? raw(bias) : Tensor();
+  Tensor y = empty(x.shape(), x.dtype());
+  Tensor mean = batch_stats ? empty({C}, x.dtype()) : raw(rm);
+  Tensor var = batch_stats ? empty({C}, x.dtype()) : raw(rv);
+  Tensor rstd = empty({C}, x.dtype());
+  visit_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    fused::batch_norm_fwd<T>(xc.data<T>(), ptr(w), ptr(b), y.data<T>(), mean.data<T>(),
+                             var.data<T>(), rstd.data<T>(), N, C, S, static_cast<T>(eps),
+                             batch_stats);
+  });
+  FusedBatchNorm r{y, batch_stats ? mean : Tensor(), batch_stats ? var : Tensor()};
+  if (!needs_grad({&x, &weight, &bias})) return r;
+  std::vector<Tensor> inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  struct Saved {
+    SavedTensor x, w;
+    Tensor mean, rstd;  // made here, never visible to the caller: not versioned
+  };
+  auto saved = std::make_shared<Saved>();
+  saved->x = SavedTensor(x, false);
+  if (weight.defined()) saved->w = SavedTensor(weight, false);
+  saved->mean = batch_stats ? mean : mean.clone();  // the running mean changes in place
+  saved->rstd = rstd;
+  auto backward = [saved, has_w = weight.defined(), has_b = bias.defined(), batch_stats, eps,
+                   wants_x = x.requires_grad(),
+                   wants_w = weight.defined() && weight.requires_grad(),
+                   wants_b = bias.defined() && bias.requires_grad()](
+                      const std::vector<Tensor>& g) -> std::vector<Tensor> {
+    const size_t count = 1 + (has_w ? 1 : 0) + (has_b ? 1 : 0);
+    std::vector<Tensor> gi(count);
+    if (!g[0].defined()) return gi;
+    const char* name = "BatchNormBackward";
+    Tensor xs = saved->x.unpack(nullptr, name);
+    Tensor ws = has_w ? saved->w.unpack(nullptr, name) : Tensor();
+    Tensor gx, gw, gb;
+    if (grad_mode_enabled()) {  // create_graph
+      auto r = batch_norm_grad_ops(xs, ws, saved->mean, saved->rstd, batch_stats, eps, g[0]);
+      gx = r[0], gw = r[1], gb = r[2];
+    } else {
+      Tensor xc = raw(xs), wc = has_w ? raw(ws) : Tensor();
+      Tensor gc = raw(cast(g[0], xs.dtype()));
+      const int64_t N = xs.size(0), C = xs.size(1);
+      const int64_t S = N * C == 0 ? 0 : xs.numel() / (N * C);
+      if (wants_x) gx = empty(xs.shape(), xs.dtype());
+      if (wants_w) gw = empty({C}, xs.dtype());
+      if (wants_b) gb = empty({C}, xs.dtype());
+      visit_float(xs.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+        fused::batch_norm_bwd<T>(xc.data<T>(), gc.data<T>(), ptr(wc), saved->mean.data<T>(),
+                                 saved->rstd.data<T>(), ptr(gx), ptr(gw), ptr(gb), N, C, S,
+                                 batch_stats);
+      });
+    }
+    gi[0] = gx;
+    if (has_w) gi[1] = gw;
+    if (has_b) gi[count - 1] = gb;
+    return gi;
+  };
+  r.y = attach_function("BatchNormBackward", inputs, {y}, std::move(backward))[0];
+  return r;
+}
+
+std::optional<Tensor> fused_relu_grad(const Tensor& y, const Tensor& g) {
+  if (grad_mode_enabled() || !qualifies(y, {&g}) || y.shape() != g.shape()) return std::nullopt;
+  Tensor yc = raw(y), gc = raw(g);
+  Tensor gx = empty(y.shape(), y.dtype());
+  visit_float(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    fused::relu_bwd<T>(yc.data<T>(), gc.data<T>(), gx.data<T>(), y.numel());
+  });
+  return gx;
+}
+
 std::optional<Tensor> fused_gelu(const Tensor& x, bool tanh) {
   return fused_pointwise(x, tanh ? Pointwise::gelu_tanh : Pointwise::gelu_erf);
 }

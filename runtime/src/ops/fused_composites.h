@@ -21,6 +21,20 @@ std::optional<Tensor> fused_gelu(const Tensor& x, bool tanh);
 /// SiLU.
 std::optional<Tensor> fused_silu(const Tensor& x);
 
+/// batch_norm's output, and with batch statistics their per-channel mean and
+/// biased variance ([C], no history) for the caller's running-stat update.
+struct FusedBatchNorm {
+  Tensor y, mean, var;
+};
+/// batch_norm of x [N, C, ...] with batch statistics (`batch_stats`) or with
+/// running_mean/running_var; weight and bias may be undefined.
+std::optional<FusedBatchNorm> fused_batch_norm(const Tensor& x, const Tensor& running_mean,
+                                               const Tensor& running_var, const Tensor& weight,
+                                               const Tensor& bias, bool batch_stats, double eps);
+/// ReLU's gradient g where y > 0, else 0, in one pass: only while no graph is
+/// built (not tracing, no create_graph), for same-shape CPU f32/f64 y and g.
+std::optional<Tensor> fused_relu_grad(const Tensor& y, const Tensor& g);
+
 // The composites as primitive ops (composites.cpp): the traced form, and the
 // differentiable recomputation the fused backwards use under create_graph.
 Tensor softmax_unfused(const Tensor& x, int64_t dim, bool log);

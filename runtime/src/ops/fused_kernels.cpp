@@ -224,6 +224,93 @@ void layer_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* 
   if (gb) reduce(pb, gb);
 }
 
+// Sum over the channel's N rows of S elements of f(row pointer offset + i):
+// per row in lanes, rows added in order (deterministic at any thread count).
+template <typename T, typename F>
+T channel_sum(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
+  T s = T(0);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t off = (n * C + c) * S;
+    s += lane_sum<T>(S, [&](int64_t i) { return f(off + i); });
+  }
+  return s;
+}
+
+template <typename T>
+void batch_norm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* var, T* rstd, int64_t N,
+                    int64_t C, int64_t S, T eps, bool batch_stats) {
+  const T count = static_cast<T>(N * S);
+  parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      if (batch_stats) {
+        // Two passes (mean, then the centered variance), as the composite.
+        const T mu = channel_sum<T>(N, C, S, c, [&](int64_t i) { return x[i]; }) / count;
+        mean[c] = mu;
+        var[c] = channel_sum<T>(N, C, S, c,
+                                [&](int64_t i) {
+                                  const T d = x[i] - mu;
+                                  return d * d;
+                                }) /
+                 count;
+      }
+      const T mu = mean[c];
+      const T rs = T(1) / std::sqrt(var[c] + eps);
+      rstd[c] = rs;
+      const T wc = w ? w[c] : T(1), bc = b ? b[c] : T(0);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + (n * C + c) * S;
+        T* yr = y + (n * C + c) * S;
+        // The composite's steps: centered * rstd, then * w, then + b.
+        if (b) {
+          for (int64_t i = 0; i < S; ++i) yr[i] = (xr[i] - mu) * rs * wc + bc;
+        } else {
+          for (int64_t i = 0; i < S; ++i) yr[i] = (xr[i] - mu) * rs * wc;
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void batch_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* rstd, T* gx, T* gw,
+                    T* gb, int64_t N, int64_t C, int64_t S, bool batch_stats) {
+  const T inv_count = T(1) / static_cast<T>(N * S);
+  parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const T mu = mean[c], rs = rstd[c], wc = w ? w[c] : T(1);
+      const bool sums = gw || gb || (gx && batch_stats);
+      // sum(g) and sum(g * xhat), xhat = (x - mean) * rstd.
+      const T sg = sums ? channel_sum<T>(N, C, S, c, [&](int64_t i) { return g[i]; }) : T(0);
+      const T sgx =
+          sums ? channel_sum<T>(N, C, S, c, [&](int64_t i) { return g[i] * ((x[i] - mu) * rs); })
+               : T(0);
+      if (gw) gw[c] = sgx;
+      if (gb) gb[c] = sg;
+      if (!gx) continue;
+      // Training: gx = w rstd (g - mean(g) - xhat mean(g xhat)); else g w rstd.
+      const T k = wc * rs, a = sg * inv_count, m = sgx * inv_count;
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t off = (n * C + c) * S;
+        const T* xr = x + off;
+        const T* gr = g + off;
+        T* o = gx + off;
+        if (batch_stats) {
+          for (int64_t i = 0; i < S; ++i) o[i] = k * (gr[i] - a - ((xr[i] - mu) * rs) * m);
+        } else {
+          for (int64_t i = 0; i < S; ++i) o[i] = gr[i] * k;
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void relu_bwd(const T* y, const T* g, T* gx, int64_t n) {
+  parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) gx[i] = y[i] > T(0) ? g[i] : T(0);
+  });
+}
+
 namespace {
 
 // The composites' constants, rounded to T as their wrapped scalars are.
@@ -304,7 +391,12 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
   template void layer_norm_bwd<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,   \
                                   int64_t, int64_t);                                              \
   template void pointwise_fwd<T>(Pointwise, const T*, T*, int64_t);                               \
-  template void pointwise_bwd<T>(Pointwise, const T*, const T*, T*, int64_t);
+  template void pointwise_bwd<T>(Pointwise, const T*, const T*, T*, int64_t);                     \
+  template void batch_norm_fwd<T>(const T*, const T*, const T*, T*, T*, T*, T*, int64_t, int64_t, \
+                                  int64_t, T, bool);                                              \
+  template void batch_norm_bwd<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,   \
+                                  int64_t, int64_t, int64_t, bool);                               \
+  template void relu_bwd<T>(const T*, const T*, T*, int64_t);
 KILN_FUSED_INSTANTIATE(float)
 KILN_FUSED_INSTANTIATE(double)
 #undef KILN_FUSED_INSTANTIATE

@@ -25,6 +25,25 @@ template <typename T>
 void layer_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* rstd, T* gx, T* gw,
                     T* gb, int64_t rows, int64_t n);
 
+/// Batch norm over x [N, C, S] (S: the spatial elements per channel, all
+/// contiguous). With `batch_stats`, writes each channel's mean and biased
+/// variance to mean/var and normalizes with them; otherwise reads them (the
+/// running statistics). Writes rstd = 1 / sqrt(var + eps) for the backward,
+/// and y = (x - mean) * rstd * w + b (w, b may be null).
+template <typename T>
+void batch_norm_fwd(const T* x, const T* w, const T* b, T* y, T* mean, T* var, T* rstd, int64_t N,
+                    int64_t C, int64_t S, T eps, bool batch_stats);
+/// Gradients of batch_norm: gx, gw, gb when non-null (w may be null). With
+/// `batch_stats` gx includes the statistics' terms (training); otherwise it
+/// is g * w * rstd (fixed running statistics).
+template <typename T>
+void batch_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* rstd, T* gx, T* gw,
+                    T* gb, int64_t N, int64_t C, int64_t S, bool batch_stats);
+
+/// ReLU's gradient from its output: gx = y > 0 ? g : 0 over n elements.
+template <typename T>
+void relu_bwd(const T* y, const T* g, T* gx, int64_t n);
+
 /// The pointwise composites.
 enum class Pointwise { gelu_tanh, gelu_erf, silu };
 /// y = f(x) over n elements.

@@ -1,6 +1,7 @@
 // Unary elementwise primitives: shape/dtype rule, eager kernel, derivative.
 #include <numbers>
 
+#include "ops/fused_composites.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
 #include "ops/scalar_ops.h"
@@ -98,7 +99,7 @@ VJP(sqrt) { gi[0] = G / (Y * 2.0); }
 VJP(rsqrt) { gi[0] = G * (Y * Y * Y) * -0.5; }
 VJP(tanh) { gi[0] = G * (1.0 - Y * Y); }
 VJP(sigmoid) { gi[0] = G * (Y * (1.0 - Y)); }
-VJP(relu) { gi[0] = where(gt(Y, 0.0), G, 0.0); }
+VJP(relu) { auto f = fused_relu_grad(Y, G); gi[0] = f ? *f : where(gt(Y, 0.0), G, 0.0); }
 VJP(sin) { gi[0] = G * cos(X); }
 VJP(cos) { gi[0] = -(G * sin(X)); }
 VJP(erf) { gi[0] = G * (exp(-(X * X)) * (2.0 / std::sqrt(std::numbers::pi))); }
