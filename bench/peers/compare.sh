@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Kiln eager and compiled (build/release/bench/harness) against PyTorch eager
+# (bench/peers/run.sh) on the harness workloads, in paired rounds: each round
+# runs, row by row, both sides back to back in alternating order, so a noisy
+# stretch of the (shared) host hits both; each ratio printed is the median of
+# the rounds' ratios.
+#   bench/peers/compare.sh [--rounds N] [--only NAME,...] [--out DIR] [--nice]
+# --nice: run in a new session whose autogroup gets nice -15 (root), so other
+# users' builds on a shared host take little of the cores meanwhile.
+# Needs the release build of bench/harness; run.sh installs PyTorch on first use.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+harness="${HARNESS:-$root/build/release/bench/harness}"
+rounds=3
+rows="gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M mlp_step_sgd transformer_fwd_bwd cnn_step_adam resnet_bn_onecycle"
+out=""
+args=("$@")
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --only) rows="${2//,/ }"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --nice)
+      if [ -z "${PEERS_NICED:-}" ]; then
+        export PEERS_NICED=1
+        exec setsid sh -c 'echo -15 > /proc/self/autogroup && exec "$0" "$@"' "$0" "${args[@]}"
+      fi
+      shift ;;
+    *) echo "usage: compare.sh [--rounds N] [--only NAME,...] [--out DIR] [--nice]" >&2; exit 2 ;;
+  esac
+done
+[ -x "$harness" ] || { echo "compare.sh: $harness not built (cmake --build build/release --target harness)" >&2; exit 2; }
+[ -n "$out" ] || out="$(mktemp -d /tmp/kiln-peers-XXXXXX)"
+mkdir -p "$out"
+"$root/bench/peers/run.sh" --only gelu_tanh_16M >/dev/null  # the venv, before any timing
+
+kiln() { "$harness" --only "$1" --json "$out/kiln-$2-$1.json" >"$out/kiln-$2-$1.txt"; }
+peer() {
+  local extra=""
+  [ "$1" = adam_10M ] && extra=",adam_10M_fused"  # PyTorch's fused Adam beside its default
+  "$root/bench/peers/run.sh" --only "$1$extra" --json "$out/torch-$2-$1.json" >"$out/torch-$2-$1.txt"
+}
+i=0
+for r in $(seq 1 "$rounds"); do
+  for row in $rows; do
+    echo "round $r/$rounds: $row" >&2
+    if [ $(((i + r) % 2)) -eq 0 ]; then kiln "$row" "$r"; peer "$row" "$r"; else peer "$row" "$r"; kiln "$row" "$r"; fi
+    i=$((i + 1))
+  done
+done
+python3 "$root/bench/peers/summarize.py" "$out"
+echo "(raw figures in $out)"

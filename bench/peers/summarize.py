@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Table of compare.sh's paired rounds: medians of per-round ratios.
+
+  summarize.py DIR   (DIR holds kiln-ROUND-ROW.json and torch-ROUND-ROW.json)
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def load(d):
+    kiln, torch = {}, {}  # (row, round) -> figures
+    for side, into in (("kiln", kiln), ("torch", torch)):
+        for path in glob.glob(os.path.join(d, side + "-*.json")):
+            rnd = os.path.basename(path).split("-")[1]
+            with open(path) as f:
+                for w in json.load(f)["workloads"]:
+                    into[(w["name"], rnd)] = w
+    return kiln, torch
+
+
+def main():
+    d = sys.argv[1]
+    kiln, torch = load(d)
+    rows = list(dict.fromkeys(r for r, _ in sorted(kiln, key=lambda k: k[1])))
+    med = statistics.median
+    print("ms are medians over rounds; ratios are medians of the rounds' ratios")
+    print(f"{'workload':<22} {'kiln eager':>10} {'torch eager':>11} {'kiln compiled':>13} "
+          f"{'eager/torch':>11} {'compiled/torch':>14} {'rounds':>6}")
+    for row in rows:
+        rnds = [r for (n, r) in kiln if n == row and (row, r) in torch]
+        if not rnds:
+            continue
+        ke = [kiln[(row, r)]["eager_ms"] for r in rnds]
+        kc = [kiln[(row, r)]["compiled_ms"] for r in rnds]
+        te = [torch[(row, r)]["eager_ms"] for r in rnds]
+        print(f"{row:<22} {med(ke):10.2f} {med(te):11.2f} {med(kc):13.2f} "
+              f"{med([a / b for a, b in zip(ke, te)]):11.2f} "
+              f"{med([a / b for a, b in zip(kc, te)]):14.2f} {len(rnds):6d}")
+        fused = [torch.get((row + "_fused", r)) for r in rnds]
+        if all(fused):
+            tf = [f["eager_ms"] for f in fused]
+            print(f"{'  vs torch fused=True':<22} {'':10} {med(tf):11.2f} {'':13} "
+                  f"{med([a / b for a, b in zip(ke, tf)]):11.2f} "
+                  f"{med([a / b for a, b in zip(kc, tf)]):14.2f} {len(rnds):6d}")
+
+
+if __name__ == "__main__":
+    main()
