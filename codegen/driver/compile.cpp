@@ -386,7 +386,9 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   }
   dump(dump_dir, opts.name, plan->id, "traced", *graph);
   auto t1 = std::chrono::steady_clock::now();
-  build_executables(*plan, std::move(graph), opts);
+  const PlanSource source = build_executables(*plan, std::move(graph), opts);
+  stats.plan_cache_hits += source == PlanSource::kDisk;
+  stats.plan_cache_rejected += source == PlanSource::kRejected;
   stats.passes_ms += ms_since(t1);
   stats.graph_nodes = plan->graph->num_nodes();
   stats.fused_kernels = static_cast<int>(plan->exec->num_kernels() +

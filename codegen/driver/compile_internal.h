@@ -158,9 +158,37 @@ DynamicResult generalize_plans(Plan& p, const std::shared_ptr<ir::Graph>& raw,
 /// True if a symbolic plan's shape rules hold at these symbol values (checked
 /// once per size tuple); else `why` says which rule fails.
 bool symbolic_sizes_hold(const Plan& p, const std::vector<int64_t>& syms, std::string* why);
-/// Freezes, partitions (differentiable plans), optimizes and prepares executors.
+/// Where the plan's graphs come from (build_executables).
+enum class PlanSource : uint8_t {
+  kBuilt,     ///< passes and fusion planning ran (and the disk plan cache was filled)
+  kDisk,      ///< loaded from the disk plan cache
+  kRejected,  ///< a disk entry was ignored (logged), then built and rewritten
+};
+/// Freezes, partitions (differentiable plans), optimizes and prepares
+/// executors, or loads all that from the disk plan cache (plan_cache.cpp).
 /// `traced` is optimized in place when nothing else holds it, else copied.
-void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const CompileOptions& opts);
+PlanSource build_executables(Plan& p, std::shared_ptr<ir::Graph> traced,
+                             const CompileOptions& opts);
+/// The executor options of one of a plan's graphs (`part`: its name in reports).
+ExecutorOptions executor_options(const CompileOptions& opts, Device device,
+                                 const char* part = "forward");
+// ---- the disk plan cache (plan_cache.cpp) ----
+/// The key of `p`'s optimized plan: an XXH3-128 (hex) of the traced graph's
+/// binary form, its input/output bindings, the options that shape the plan,
+/// the device and the kiln build; "" when the cache does not apply (disabled,
+/// freeze, KILN_CACHE_DIR=off). Called before the passes, on the traced graph.
+std::string plan_cache_key(const Plan& p, const ir::Graph& traced, const CompileOptions& opts);
+/// Fills p's graphs, bindings, remat report and executors from the entry for
+/// `key`: kDisk on success, kBuilt when there is none, kRejected when one was
+/// found but is unusable (nothing of p changed then).
+PlanSource load_cached_plan(Plan& p, const std::string& key, const CompileOptions& opts);
+/// Writes p's optimized plan under `key` (failures are logged, never raised).
+void store_cached_plan(const Plan& p, const std::string& key);
+/// Tests: keys as if built by another kiln build `id` ("" = this build).
+void set_plan_cache_build_for_testing(const std::string& id);
+/// Entries the plan cache keeps in its directory; past it the least recently
+/// used (oldest modification time; a hit refreshes it) are removed.
+inline constexpr size_t kPlanCacheEntries = 256;
 /// Runs a plan for one call: host numbers, generator, executor, write-backs, and
 /// the autograd node of a differentiable plan. `hosts_out` receives the host numbers.
 RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>* hosts_out);

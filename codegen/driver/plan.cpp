@@ -214,10 +214,7 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
   return true;
 }
 
-namespace {
-
-ExecutorOptions executor_options(const CompileOptions& opts, Device device,
-                                 const char* part = "forward") {
+ExecutorOptions executor_options(const CompileOptions& opts, Device device, const char* part) {
   ExecutorOptions eo;
   eo.name = str(part, " of ", opts.name);
   eo.device = device;
@@ -226,6 +223,8 @@ ExecutorOptions executor_options(const CompileOptions& opts, Device device,
   eo.reassociate = opts.reassociate;
   return eo;
 }
+
+namespace {
 
 // `p` (given for the whole or forward graph) receives the remat pass's report.
 std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts,
@@ -271,22 +270,8 @@ void freeze(Plan& p, ir::Graph& g) {
   }
 }
 
-}  // namespace
-
-void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const CompileOptions& opts) {
-  // A deep model's graph costs as much to copy as a pass costs to run: only a
-  // trace kept elsewhere (evidence for dynamic dims) is copied.
-  std::unique_ptr<ir::Graph> g =
-      traced.use_count() == 1 ? std::make_unique<ir::Graph>(std::move(*traced)) : traced->clone();
-  traced.reset();
-  if (opts.freeze) freeze(p, *g);
-  // The graphs run where the (non-scalar) arguments live, else the captures.
-  p.device = Device::cpu();
-  for (const ArgSig& a : p.args)
-    if (!a.device.is_cpu()) p.device = a.device;
-  for (size_t k = 0; k < p.captures.size() && p.device.is_cpu(); ++k)
-    if (const std::shared_ptr<TensorImpl> c = p.captures[k].tensor.lock(); c && !c->device.is_cpu())
-      p.device = c->device;
+// The passes, the partition of a differentiable plan, and the executors.
+void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOptions& opts) {
   if (p.result_grad.empty()) {
     p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
     {
@@ -322,6 +307,34 @@ void build_executables(Plan& p, std::shared_ptr<ir::Graph> traced, const Compile
   p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
   p.bwd_exec =
       std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device, "backward"));
+}
+
+}  // namespace
+
+PlanSource build_executables(Plan& p, std::shared_ptr<ir::Graph> traced,
+                             const CompileOptions& opts) {
+  // The graphs run where the (non-scalar) arguments live, else the captures.
+  p.device = Device::cpu();
+  for (const ArgSig& a : p.args)
+    if (!a.device.is_cpu()) p.device = a.device;
+  for (size_t k = 0; k < p.captures.size() && p.device.is_cpu(); ++k)
+    if (const std::shared_ptr<TensorImpl> c = p.captures[k].tensor.lock(); c && !c->device.is_cpu())
+      p.device = c->device;
+  const std::string key = plan_cache_key(p, *traced, opts);
+  PlanSource source = PlanSource::kBuilt;
+  if (!key.empty()) {
+    source = load_cached_plan(p, key, opts);
+    if (source == PlanSource::kDisk) return source;
+  }
+  // A deep model's graph costs as much to copy as a pass costs to run: only a
+  // trace kept elsewhere (evidence for dynamic dims) is copied.
+  std::unique_ptr<ir::Graph> g =
+      traced.use_count() == 1 ? std::make_unique<ir::Graph>(std::move(*traced)) : traced->clone();
+  traced.reset();
+  if (opts.freeze) freeze(p, *g);
+  optimize_and_prepare(p, std::move(g), opts);
+  if (!key.empty()) store_cached_plan(p, key);
+  return source;
 }
 
 namespace {
@@ -601,10 +614,11 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     }
     write_grad(target, value);
   };
+  const std::vector<Tensor> dests = output_destinations(p, args, syms);  // ra.dests is a span
   RunStats st;
   RunArgs ra;
   ra.inputs = inputs;
-  ra.dests = output_destinations(p, args, syms);
+  ra.dests = dests;
   ra.rng_seed = seed;
   ra.rng_base = base;
   ra.stats = &st;

@@ -424,6 +424,26 @@ std::shared_ptr<const LoadedKernel> get_kernel(const Kernel& k, KernelSource* so
   return remember(std::make_shared<const LoadedKernel>(k, key, fn), src);
 }
 
+std::string check_cache_dir(const std::string& dir) {
+  return check_dir(dir);
+}
+
+CacheFileRead read_cache_file(const std::string& path, std::string& out, std::string& why) {
+  switch (read_entry(path, out, why)) {
+    case EntryRead::kAbsent:
+      return CacheFileRead::kAbsent;
+    case EntryRead::kRefused:
+      return CacheFileRead::kRefused;
+    case EntryRead::kRead:
+      break;
+  }
+  return CacheFileRead::kRead;
+}
+
+bool write_cache_file(const std::string& path, const std::string& bytes, std::string* error) {
+  return write_atomic(path, bytes, error);
+}
+
 KernelCacheStats kernel_cache_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);

@@ -56,6 +56,19 @@ void clear_memory_cache();
 /// The disk cache directory in use ("" = disk cache disabled: KILN_CACHE_DIR=off).
 std::string cache_dir();
 
+// ---- files of the other disk caches in cache_dir() (the driver's plan cache) ----
+/// Creates `dir` if needed; "" if only this user (or root) can change what it
+/// holds, else why the cache refuses it (the kernel cache's own rules).
+std::string check_cache_dir(const std::string& dir);
+/// What read_cache_file found.
+enum class CacheFileRead : uint8_t { kAbsent, kRefused, kRead };
+/// Reads `path` into `out` unless it is not a regular file that only this user
+/// or root can write (then kRefused, with `why`).
+CacheFileRead read_cache_file(const std::string& path, std::string& out, std::string& why);
+/// Writes `bytes` to `path` atomically (a unique temporary, mode 0644, then
+/// rename): concurrent writers never leave a torn file. False (with `error`) on failure.
+bool write_cache_file(const std::string& path, const std::string& bytes, std::string* error);
+
 /// The optimized LLVM IR that `k` compiles to for the named x86-64 CPU
 /// (jit::named_cpu: "znver3", "skylake-avx512"...), as get_kernel would emit it
 /// there. Nothing runs; tests check other hosts' code with it.

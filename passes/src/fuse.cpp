@@ -653,6 +653,7 @@ const char* kind_name(GroupKind k) {
 }  // namespace
 
 FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
+  if (opts.precomputed) return *opts.precomputed;
   FusionPlan plan;
   plan.group_of.assign(g.num_nodes(), -1);
   if (!opts.enabled || pass_disabled("fuse")) return plan;

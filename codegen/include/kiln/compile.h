@@ -92,6 +92,12 @@ struct CompileOptions {
   /// default policy (cheap elementwise chains only, and only when the peak drops).
   /// remat runs after the standard pipeline; a custom `pipeline` runs it where it lists it.
   int64_t memory_budget = 0;
+  /// Keep the optimized plan (the graphs after the passes, their fusion groups,
+  /// the remat decisions) on disk next to the kernel cache (KILN_CACHE_DIR),
+  /// keyed by a hash of the traced graph, these options and the kiln build: a
+  /// new process tracing the same function skips the passes and fusion
+  /// planning. Never used with `freeze` (the plan would hold parameter values).
+  bool plan_cache = true;
 };
 
 /// Counters of a compiled function (tests and benchmarks read them).
@@ -116,6 +122,10 @@ struct CompileStats {
   int64_t last_in_place = 0;         ///< kernel outputs written over a dying input, last call
   int64_t last_placed =
       0;  ///< matmul outputs written into a later cat's/reshape's buffer, last call
+  int plan_cache_hits = 0;  ///< plans loaded from the disk plan cache (CompileOptions::plan_cache)
+  /// Disk plan cache entries found but ignored (truncated, corrupt, another
+  /// key's, unreadable): each was recomputed and rewritten; KILN_LOG=plan_cache says why.
+  int plan_cache_rejected = 0;
 };
 
 namespace detail {

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/ir/graph.h"
 
 namespace kiln::passes {
+
+struct FusionPlan;
 
 /// Switches of plan_fusion.
 struct FusionOptions {
@@ -20,6 +23,9 @@ struct FusionOptions {
   /// Bound on the positions between a group's first and last node (rule 10).
   int max_group_span = 384;
   bool column_sums = true;  ///< sums over every row dim join their producer's kernel
+  /// A plan made before for this very graph and these switches (codegen's plan
+  /// cache): plan_fusion returns a copy of it instead of planning again.
+  std::shared_ptr<const FusionPlan> precomputed;
 };
 
 /// What a group becomes.
