@@ -98,7 +98,14 @@ class Executor {
   struct Step;
   struct Group;
   struct Destinations;
+  class Run;  // one call of run() (executor_run.cpp)
   void build_schedule();
+  // build_schedule's steps (executor_schedule.cpp).
+  std::vector<int> assign_slots();
+  size_t compile_kernels(const std::vector<int>& slot_by_id);
+  std::vector<std::vector<int>> order_units(size_t num_kernels) const;
+  void make_steps(const std::vector<std::vector<int>>& order, const std::vector<int>& slot_by_id);
+  void plan_last_uses(const std::vector<int>& slot_by_id);
   Destinations destinations(const RunArgs& args) const;
   // Fills `r` with the buffers alive after `step` (a new peak of `bytes`).
   void note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots, int64_t bytes,

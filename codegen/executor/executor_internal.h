@@ -33,4 +33,16 @@ struct Executor::Step {
   int host_slot = -1;             // a matmul with a placement: the host's output slot
 };
 
+// Where run() may write outputs straight into RunArgs::dests, by slot.
+struct Executor::Destinations {
+  // Graph-input slot -> the destination it holds, when no other input shares
+  // its storage and no unfused view of it escapes as an output (written by
+  // the kernel that reads that input last, after every reader of its views).
+  std::vector<const Tensor*> input;
+  // Output slot -> a destination no input shares (a .grad the graph does not
+  // read) and no other destination overlaps, for a value that is nothing but
+  // that destination (not also a result or saved value).
+  std::vector<const Tensor*> free;
+};
+
 }  // namespace kiln

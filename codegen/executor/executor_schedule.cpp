@@ -42,25 +42,29 @@ std::shared_ptr<const kir::LoadedKernel> load_kernel(const kir::Kernel& k, Kerne
 
 }  // namespace
 
-void Executor::build_schedule() {
+// Slots by value id (unique within a graph; the graph is verified, so every
+// use is defined): graph inputs first, then each node's outputs. Positions come
+// from the graph: no hashing per lookup.
+std::vector<int> Executor::assign_slots() {
   const ir::Graph& g = *graph_;
   const auto nodes = g.nodes();
-  // Slots by value id (unique within a graph; the graph is verified, so every
-  // use is defined) and positions from the graph: no hashing per lookup.
   int ids = 0;
   for (const ir::Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
   for (const ir::Node* n : nodes)
     for (const ir::Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
   std::vector<int> slot_by_id(static_cast<size_t>(ids), -1);
-  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
-  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
   for (const ir::Value* v : g.inputs()) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
   is_input_slot_.assign(static_cast<size_t>(num_slots_), true);
   for (const ir::Node* n : nodes)
     for (const ir::Value* v : n->outputs) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
   is_input_slot_.resize(static_cast<size_t>(num_slots_), false);
+  return slot_by_id;
+}
 
-  // ---- kernels, one per group; identical kernels share one compiled kernel ----
+// The kernels, one per group; identical kernels share one compiled kernel.
+// Returns the number of distinct kernels.
+size_t Executor::compile_kernels(const std::vector<int>& slot_by_id) {
+  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
   std::unordered_map<std::string, int> kernel_id;
   std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels;
   for (const passes::FusionGroup& fg : plan_.groups) {
@@ -93,8 +97,16 @@ void Executor::build_schedule() {
     });
     for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
   }
+  return kernels.size();
+}
 
-  // ---- the unit graph: groups first, then one unit per unfused node ----
+// The units (groups first, then one per unfused node) in steps: a topological
+// order of the unit graph, same-kernel units batched, sinks waiting for their
+// kernel's other instances (see the top of executor.cpp).
+std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
+  const ir::Graph& g = *graph_;
+  const auto nodes = g.nodes();
+  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
   const int ng = static_cast<int>(groups_.size());
   auto unit_of = [&](const ir::Node* n) {
     const int gi = plan_.group_of[static_cast<size_t>(pos_of(n))];
@@ -134,7 +146,7 @@ void Executor::build_schedule() {
   for (size_t o = 0; o < g.outputs().size(); ++o)
     if (g.output_names()[o].rfind("grad:", 0) == 0) gradients.insert(g.outputs()[o]);
   std::vector<char> sink(static_cast<size_t>(ng), 0);
-  std::vector<int> remaining(kernels.size(), 0);
+  std::vector<int> remaining(num_kernels, 0);
   for (int gi = 0; gi < ng; ++gi) {
     const Group& grp = groups_[static_cast<size_t>(gi)];
     ++remaining[static_cast<size_t>(grp.kernel_id)];
@@ -161,7 +173,7 @@ void Executor::build_schedule() {
   using Entry = std::pair<int, int>;  // (first position, unit)
   auto entry = [&](int u) { return Entry{first_pos[static_cast<size_t>(u)], u}; };
   std::set<Entry> avail, waiting;
-  std::vector<std::set<Entry>> ready_of(kernels.size());
+  std::vector<std::set<Entry>> ready_of(num_kernels);
   auto make_ready = [&](int u) {
     if (u >= ng) {
       avail.insert(entry(u));
@@ -203,8 +215,22 @@ void Executor::build_schedule() {
         if (--indeg[static_cast<size_t>(s)] == 0) make_ready(s);
     order.push_back(std::move(batch));
   }
+  size_t scheduled = 0;
+  for (const auto& units : order) scheduled += units.size();
+  KILN_ASSERT(scheduled == static_cast<size_t>(std::count(live.begin(), live.end(), 1)),
+              "executor: the fusion groups form a cycle");
+  return order;
+}
 
-  // ---- steps, their slots and last uses ----
+// One step per batch of units, with the slots it reads and writes; matmuls
+// computed straight into a later cat's or reshape's buffer.
+void Executor::make_steps(const std::vector<std::vector<int>>& order,
+                          const std::vector<int>& slot_by_id) {
+  const ir::Graph& g = *graph_;
+  const auto nodes = g.nodes();
+  const int ng = static_cast<int>(groups_.size());
+  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
+  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
   for (const auto& units : order) {
     Step st;
     if (units.front() >= ng) {
@@ -233,10 +259,15 @@ void Executor::build_schedule() {
       placements_.push_back(std::move(it->second));
     }
   }
-  size_t scheduled = 0;
-  for (const auto& units : order) scheduled += units.size();
-  KILN_ASSERT(scheduled == static_cast<size_t>(std::count(live.begin(), live.end(), 1)),
-              "executor: the fusion groups form a cycle");
+}
+
+// Each slot's last use (freed after it), the graph outputs' slots and steps,
+// and what a kernel may overwrite in place: dying inputs and graph inputs no
+// unfused view still reads.
+void Executor::plan_last_uses(const std::vector<int>& slot_by_id) {
+  const ir::Graph& g = *graph_;
+  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
+  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
   std::vector<int> last(static_cast<size_t>(num_slots_), -1);
   for (size_t s = 0; s < steps_.size(); ++s)
     for (int i : steps_[s].in) last[static_cast<size_t>(i)] = static_cast<int>(s);
@@ -319,6 +350,13 @@ void Executor::build_schedule() {
     auto it = made_at.find(output_slots_[i]);
     outputs_at_step_[it == made_at.end() ? 0 : it->second].push_back(i);
   }
+}
+
+void Executor::build_schedule() {
+  const std::vector<int> slot_by_id = assign_slots();
+  const size_t num_kernels = compile_kernels(slot_by_id);
+  make_steps(order_units(num_kernels), slot_by_id);
+  plan_last_uses(slot_by_id);
 }
 
 }  // namespace kiln
