@@ -82,44 +82,12 @@ Val cast_val(DType from, DType to, const Val& x) {
   });
 }
 
-// Eager's integer pow (scalar_ops.h) with the products computed unsigned: the
-// same wrapped results without signed-overflow UB.
-template <typename T>
-T wrapping_pow(T a, T b) {
-  if (b < 0) return a == 1 ? 1 : (a == static_cast<T>(-1) ? (b % 2 ? -1 : 1) : 0);
-  using U = std::make_unsigned_t<T>;
-  U r = 1, base = static_cast<U>(a);
-  for (T e = b; e > 0; e >>= 1) {
-    if (e & 1) r = static_cast<U>(r * base);
-    base = static_cast<U>(base * base);
-  }
-  return static_cast<T>(r);
-}
-
 // The interpreter's functor of each unary and binary elementwise op (looked up
-// by op name): the eager one (ops::scalar) except where the eager rule has
-// undefined behaviour for signed integers; `where` and `cast` have none
-// (apply() handles them before the per-op switch).
+// by op name): the eager one (ops::scalar), whose integer rules are defined for
+// every input (wrapping products, x / -1, division by zero); `where` and `cast`
+// have none (apply() handles them before the per-op switch).
 namespace fn {
 using namespace ops::scalar;
-struct pow {
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
-      return wrapping_pow(a, b);
-    else
-      return ops::scalar::pow{}(a, b);
-  }
-};
-struct div {
-  template <typename T>
-  T operator()(T a, T b) const {
-    // x / -1 overflows (and traps) for the most negative integer: it is -x, wrapped.
-    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>)
-      if (b == T(-1)) return ops::scalar::neg{}(a);
-    return ops::scalar::div{}(a, b);
-  }
-};
 struct where {};
 struct cast {};
 }  // namespace fn

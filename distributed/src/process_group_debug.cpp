@@ -36,8 +36,9 @@ std::string store_lost(const Error& e) {
                            "destroyed its process group");
 }
 
-void debug_check(Store& store, const std::string& prefix, int rank, int size, const OpInfo& info,
-                 Millis timeout, const std::function<void()>& on_timeout) {
+void debug_check(Store& store, const std::string& prefix, int rank, int size,
+                 const CollectiveInfo& info, Millis timeout,
+                 const std::function<void()>& on_timeout) {
   const std::string base = kiln::str(prefix, "/debug/", info.seq, "/");
   const std::string mine = info.signature();
   const char* op = info.op.c_str();

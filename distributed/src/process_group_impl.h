@@ -20,7 +20,7 @@ namespace kiln::dist::detail {
 using Millis = std::chrono::milliseconds;
 
 /// What one collective (or send/recv) does: for the log, errors and the debug check.
-struct OpInfo {
+struct CollectiveInfo {
   std::string op;      ///< "all_reduce"
   uint64_t seq = 0;    ///< collective number within the group (send/recv: their own count)
   std::string dtype;   ///< "f32"; empty for barrier
@@ -70,8 +70,8 @@ void print_log(const CollectiveLog& log, const std::string& where, const std::st
 class WorkImpl final : public Work {
  public:
   /// `where`: "rank 0/2, group 'default_pg'"; `log_id`: its CollectiveLog entry.
-  WorkImpl(OpInfo info, std::string where, std::vector<Tensor> results, Millis default_timeout,
-           std::shared_ptr<CollectiveLog> log, uint64_t log_id);
+  WorkImpl(CollectiveInfo info, std::string where, std::vector<Tensor> results,
+           Millis default_timeout, std::shared_ptr<CollectiveLog> log, uint64_t log_id);
   void wait(Millis timeout = Millis(-1)) override;
   bool is_completed() const override;
   std::vector<Tensor> result() const override;
@@ -79,7 +79,7 @@ class WorkImpl final : public Work {
   Clock::time_point end_time() const override;
   std::string describe() const override;
 
-  const OpInfo& info() const { return info_; }
+  const CollectiveInfo& info() const { return info_; }
   void mark_started();
   void mark_done();
   /// `message` is the full kiln::Error text that wait() throws. `before_wake`
@@ -90,7 +90,7 @@ class WorkImpl final : public Work {
 
  private:
   enum class State { kPending, kDone, kFailed };
-  OpInfo info_;
+  CollectiveInfo info_;
   std::string where_;
   std::vector<Tensor> results_;
   Millis default_timeout_;
@@ -104,7 +104,7 @@ class WorkImpl final : public Work {
 };
 
 /// A Work that has already failed with `message` (it is logged as failed).
-std::shared_ptr<WorkImpl> failed_work(OpInfo info, const std::string& where,
+std::shared_ptr<WorkImpl> failed_work(CollectiveInfo info, const std::string& where,
                                       std::shared_ptr<CollectiveLog> log,
                                       const std::string& message);
 
@@ -125,8 +125,9 @@ void check_all_reduce_into(const std::vector<Tensor>& srcs, const Tensor& dst);
 /// ranks and both signatures on a mismatch, or naming the ranks that did not
 /// issue it within `timeout` (after calling `on_timeout`, e.g. to print the
 /// log), or saying the store went away. Blocks until all ranks issued it.
-void debug_check(Store& store, const std::string& prefix, int rank, int size, const OpInfo& info,
-                 Millis timeout, const std::function<void()>& on_timeout);
+void debug_check(Store& store, const std::string& prefix, int rank, int size,
+                 const CollectiveInfo& info, Millis timeout,
+                 const std::function<void()>& on_timeout);
 
 /// A string's bytes as a store value, and back.
 inline Bytes to_bytes(const std::string& s) {

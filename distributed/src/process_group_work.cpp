@@ -22,7 +22,7 @@ int64_t ns_of(Clock::time_point t) {
 }
 
 // The collective's bytes per rank ("f32" x numel); 0 when it has no dtype.
-int64_t bytes_of(const OpInfo& info) {
+int64_t bytes_of(const CollectiveInfo& info) {
   for (int d = 0; d < kNumDTypes; ++d)
     if (info.dtype == dtype_name(DType(d)))
       return info.numel * static_cast<int64_t>(dtype_size(DType(d)));
@@ -30,7 +30,8 @@ int64_t bytes_of(const OpInfo& info) {
 }
 
 // A finished collective as a span on the thread that ran it (a lane).
-void profile_collective(const OpInfo& info, Clock::time_point start, Clock::time_point end) {
+void profile_collective(const CollectiveInfo& info, Clock::time_point start,
+                        Clock::time_point end) {
   const int64_t bytes = bytes_of(info);
   const double secs = std::chrono::duration<double>(end - start).count();
   std::string args = kiln::str("\"seq\":", info.seq, ",\"bytes\":", bytes);
@@ -44,14 +45,14 @@ void profile_collective(const OpInfo& info, Clock::time_point start, Clock::time
 
 }  // namespace
 
-std::string OpInfo::str() const {
+std::string CollectiveInfo::str() const {
   std::string s = kiln::str(op, " #", seq);
   if (!dtype.empty()) s += kiln::str(" ", dtype, shape);
   if (!detail.empty()) s += kiln::str(" ", detail);
   return s;
 }
 
-std::string OpInfo::signature() const {
+std::string CollectiveInfo::signature() const {
   std::string s = op + "(";
   if (!dtype.empty()) s += kiln::str(dtype, ", ", numel, " elements");
   if (!detail.empty()) s += kiln::str(dtype.empty() ? "" : ", ", detail);
@@ -124,7 +125,7 @@ void print_log(const CollectiveLog& log, const std::string& where, const std::st
 
 // ---- WorkImpl ----
 
-WorkImpl::WorkImpl(OpInfo info, std::string where, std::vector<Tensor> results,
+WorkImpl::WorkImpl(CollectiveInfo info, std::string where, std::vector<Tensor> results,
                    Millis default_timeout, std::shared_ptr<CollectiveLog> log, uint64_t log_id)
     : info_(std::move(info)),
       where_(std::move(where)),
@@ -216,7 +217,7 @@ void WorkImpl::mark_failed(const std::string& message, const std::function<void(
   cv_.notify_all();
 }
 
-std::shared_ptr<WorkImpl> failed_work(OpInfo info, const std::string& where,
+std::shared_ptr<WorkImpl> failed_work(CollectiveInfo info, const std::string& where,
                                       std::shared_ptr<CollectiveLog> log,
                                       const std::string& message) {
   uint64_t id = log->add(info.str());

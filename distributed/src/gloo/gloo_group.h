@@ -26,8 +26,8 @@
 
 namespace kiln::dist::gloo_backend {
 
+using detail::CollectiveInfo;
 using detail::CollectiveKind;
-using detail::OpInfo;
 using detail::Signature;
 using detail::WorkImpl;
 using CtxPtr = std::shared_ptr<::gloo::Context>;
@@ -86,8 +86,8 @@ inline shm::Span span_of(const Tensor& t) {
   return {bytes_of(t), nbytes(t)};
 }
 
-inline OpInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
-  OpInfo i;
+inline CollectiveInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
+  CollectiveInfo i;
   i.op = op;
   i.dtype = dtype_name(t.dtype());
   i.shape = detail::shape_str(t);
@@ -157,7 +157,7 @@ class GlooGroup final : public ProcessGroup {
  private:
   void rendezvous();
   CtxPtr connect(const std::string& name);
-  WorkPtr collective(OpInfo info, Signature sig, std::vector<Tensor> results, RunFn run);
+  WorkPtr collective(CollectiveInfo info, Signature sig, std::vector<Tensor> results, RunFn run);
   WorkPtr point_to_point(const char* op, Tensor t, int peer, int tag, bool is_send);
   void run_lane(Lane& lane);
   bool execute(Lane& lane, Task& t);  // true on success

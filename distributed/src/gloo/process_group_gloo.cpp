@@ -328,7 +328,8 @@ void GlooGroup::check_root(const char* op, int root) const {
              "group of size ", size_);
 }
 
-WorkPtr GlooGroup::collective(OpInfo info, Signature sig, std::vector<Tensor> results, RunFn run) {
+WorkPtr GlooGroup::collective(CollectiveInfo info, Signature sig, std::vector<Tensor> results,
+                              RunFn run) {
   std::lock_guard lock(issue_mu_);
   info.seq = next_seq_++;
   sig.seq = info.seq;

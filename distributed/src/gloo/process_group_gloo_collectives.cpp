@@ -41,7 +41,7 @@ WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
     total += ts[i].numel();
   }
   detail::check_reducible("all_reduce_coalesced", ts[0].dtype(), op);
-  OpInfo info = tensor_op("all_reduce_coalesced", ts[0], to_string(op));
+  CollectiveInfo info = tensor_op("all_reduce_coalesced", ts[0], to_string(op));
   info.numel = total;
   info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
   Millis timeout = opts_.timeout;
@@ -163,7 +163,7 @@ WorkPtr GlooGroup::all_gather(std::vector<Tensor> outs, Tensor in) {
   Millis timeout = opts_.timeout;
   Signature sig =
       detail::make_signature(CollectiveKind::kAllGather, 0, in.dtype(), uint64_t(in.numel()));
-  OpInfo info = tensor_op("all_gather", in);
+  CollectiveInfo info = tensor_op("all_gather", in);
   return collective(std::move(info), sig, outs, [outs, in, timeout](const LaneRun& run) {
     size_t n = size_t(in.numel()), b = nbytes(in);
     if (run.shm) {
@@ -197,7 +197,7 @@ WorkPtr GlooGroup::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
   KILN_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size_,
              "[reduce_scatter] the input must hold size() = ", size_, " outputs: got input ",
              in.dtype(), in.shape(), " and output ", out.dtype(), out.shape());
-  OpInfo info = tensor_op("reduce_scatter", in, to_string(op));
+  CollectiveInfo info = tensor_op("reduce_scatter", in, to_string(op));
   Millis timeout = opts_.timeout;
   Signature sig = detail::make_signature(CollectiveKind::kReduceScatter, 0, in.dtype(),
                                          uint64_t(in.numel()), int(op));
@@ -213,7 +213,7 @@ WorkPtr GlooGroup::reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
 }
 
 WorkPtr GlooGroup::barrier() {
-  OpInfo info;
+  CollectiveInfo info;
   info.op = "barrier";
   Millis timeout = opts_.timeout;
   Signature sig = detail::barrier_signature(0);

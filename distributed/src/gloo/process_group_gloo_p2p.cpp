@@ -77,7 +77,7 @@ WorkPtr GlooGroup::point_to_point(const char* op, Tensor t, int peer, int tag, b
   KILN_CHECK(peer >= 0 && peer < size_ && peer != rank_, "[", op, "] ", role, " ", peer,
              " must be another rank of the group (size ", size_, ", this rank ", rank_, ")");
   KILN_CHECK(tag >= 0, "[", op, "] tag must be >= 0; got ", tag);
-  OpInfo info = tensor_op(op, t, kiln::str(role, "=", peer, " tag=", tag));
+  CollectiveInfo info = tensor_op(op, t, kiln::str(role, "=", peer, " tag=", tag));
   std::lock_guard lock(issue_mu_);
   info.seq = next_p2p_++;
   if (std::string b = broken(); !b.empty())

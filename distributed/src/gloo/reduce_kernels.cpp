@@ -15,48 +15,18 @@
 #endif
 
 #include "kiln/error.h"
+#include "ops/scalar_ops.h"
 
 namespace kiln::dist::gloo_backend {
 
 namespace {
 
-// Integer sums and products wrap (as in PyTorch): computed unsigned, where
-// overflow is defined.
-template <typename T>
-struct WideOf {
-  using type = T;
-};
-template <std::integral T>
-struct WideOf<T> {
-  using type = std::make_unsigned_t<T>;
-};
-template <typename T>
-using Wide = typename WideOf<T>::type;
-struct Sum {
-  template <typename T>
-  static T apply(T x, T y) {
-    return T(Wide<T>(x) + Wide<T>(y));
-  }
-};
-struct Product {
-  template <typename T>
-  static T apply(T x, T y) {
-    return T(Wide<T>(x) * Wide<T>(y));
-  }
-};
-// max/min propagate NaN (x != x only for NaN), as PyTorch's do.
-struct Max {
-  template <typename T>
-  static T apply(T x, T y) {
-    return (x > y || x != x) ? x : y;
-  }
-};
-struct Min {
-  template <typename T>
-  static T apply(T x, T y) {
-    return (x < y || x != x) ? x : y;
-  }
-};
+// The runtime's scalar rules, as eager applies them: integer sums and products
+// wrap (computed unsigned, as in PyTorch), max/min propagate NaN.
+using Sum = ops::scalar::add;
+using Product = ops::scalar::mul;
+using Max = ops::scalar::maximum;
+using Min = ops::scalar::minimum;
 
 template <typename T, typename Op>
 void reduce_loop(void* o, const void* a, const void* b, size_t n) {
@@ -64,7 +34,7 @@ void reduce_loop(void* o, const void* a, const void* b, size_t n) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
 #pragma GCC ivdep
-  for (size_t i = 0; i < n; ++i) out[i] = Op::template apply<T>(x[i], y[i]);
+  for (size_t i = 0; i < n; ++i) out[i] = Op{}(x[i], y[i]);
 }
 
 // ---- bf16: upper half of an f32, round to nearest even ----
@@ -84,8 +54,7 @@ void reduce_bf16(void* o, const void* a, const void* b, size_t n) {
   const uint16_t* x = static_cast<const uint16_t*>(a);
   const uint16_t* y = static_cast<const uint16_t*>(b);
 #pragma GCC ivdep
-  for (size_t i = 0; i < n; ++i)
-    out[i] = f32_to_bf16(Op::template apply<float>(bf16_to_f32(x[i]), bf16_to_f32(y[i])));
+  for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(Op{}(bf16_to_f32(x[i]), bf16_to_f32(y[i])));
 }
 
 // ---- f16 ----
@@ -100,7 +69,7 @@ void reduce_f16(void* o, const void* a, const void* b, size_t n) {
     float xs[8], ys[8], rs[8];
     _mm256_storeu_ps(xs, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
     _mm256_storeu_ps(ys, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i))));
-    for (int k = 0; k < 8; ++k) rs[k] = Op::template apply<float>(xs[k], ys[k]);
+    for (int k = 0; k < 8; ++k) rs[k] = Op{}(xs[k], ys[k]);
     __m128i r = _mm256_cvtps_ph(_mm256_loadu_ps(rs), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), r);
   }
@@ -109,7 +78,7 @@ void reduce_f16(void* o, const void* a, const void* b, size_t n) {
     Half hx, hy;
     hx.bits = x[i];
     hy.bits = y[i];
-    out[i] = Half(Op::template apply<float>(float(hx), float(hy))).bits;
+    out[i] = Half(Op{}(float(hx), float(hy))).bits;
   }
 }
 

@@ -144,6 +144,9 @@ struct div {
       return a && b;  // unreachable through dispatch (bool / bool computes in float)
     } else {
       if (b == 0) return 0;  // integer division by zero: defined as 0, never a trap
+      // x / -1 overflows (and traps) for the most negative integer: it is -x, wrapped.
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return neg{}(a);
       T q = a / b;
       if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
       return q;
