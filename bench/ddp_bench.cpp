@@ -209,6 +209,89 @@ void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::
   pg.barrier()->wait();
 }
 
+// Forward + backward through `ddp`, compiled unless --compile is off.
+auto ddp_fwd_bwd(dist::DistributedDataParallel& ddp, const Args& a, const char* name) {
+  return compile(
+      [&ddp](const Tensor& x, const Tensor& y) {
+        Tensor loss = cross_entropy(ddp(x), y);
+        loss.backward();
+        return loss;
+      },
+      {.enabled = a.compile, .name = name});
+}
+
+// Overlap of DDP's all-reduces with backward, per timed step.
+struct Overlap {
+  std::vector<double> hidden, tail, comm;
+  // Records the last step, from its Work timestamps.
+  void record(const dist::DistributedDataParallel& ddp) {
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;
+    for (auto& w : ddp.last_bucket_works()) iv.emplace_back(w->start_time(), w->end_time());
+    auto [busy, before] = busy_and_before(iv, ddp.last_backward_end());
+    Clock::time_point last_end = ddp.last_backward_end();
+    for (auto& [b, e] : iv) last_end = std::max(last_end, e);
+    hidden.push_back(busy > 0 ? before / busy : 0.0);
+    tail.push_back(ms(last_end - ddp.last_backward_end()));
+    comm.push_back(busy);
+  }
+};
+
+// Runs the rows in interleaved rounds (so load from elsewhere hits them alike).
+void run_rounds(const Args& a, dist::ProcessGroup& pg, std::vector<Row>& rows, int rounds,
+                const dist::DistributedDataParallel& ddp, Overlap& overlap) {
+  for (int round = 0; round < rounds; ++round) {
+    const int n = a.iters / rounds + (round < a.iters % rounds ? 1 : 0);
+    for (Row& row : rows) {
+      const bool runs = !row.rank0_only || pg.rank() == 0;
+      for (int i = 0; i < (round == 0 ? a.warmup : 0) && runs; ++i) row.step();
+      for (int i = 0; i < n; ++i) {
+        pg.barrier()->wait();
+        if (!runs) continue;
+        const double c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+        auto t0 = Clock::now();
+        row.step();
+        row.times.push_back(ms(Clock::now() - t0));
+        row.cpu.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
+        // (a traced step's all-reduces are IR nodes: DDP holds no Works for them)
+        if (!a.compile && std::strncmp(row.name, "DDP (", 5) == 0) overlap.record(ddp);
+      }
+    }
+  }
+}
+
+// Every rank's step times and CPU reach rank 0. A row's time per step is the
+// slower rank's (the job's step; a DDP rank waits for the other anyway).
+// Returns, on rank 0, each row's job time and mean CPU per rank.
+std::pair<std::vector<double>, std::vector<double>> gather_rows(const Args& a,
+                                                                dist::ProcessGroup& pg,
+                                                                const std::vector<Row>& rows) {
+  const auto nrows = static_cast<int64_t>(rows.size());
+  Tensor mine = zeros({nrows, a.iters + 1}, DType::f64);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    double* m = mine.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
+    for (size_t k = 0; k < rows[i].times.size(); ++k) m[k] = rows[i].times[k];
+    m[a.iters] = median(rows[i].cpu);
+  }
+  std::vector<Tensor> all;
+  for (int r = 0; r < pg.size(); ++r) all.push_back(zeros({nrows, a.iters + 1}, DType::f64));
+  pg.all_gather(all, mine)->wait();
+  std::vector<double> job(rows.size()), cpu(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<double> t(static_cast<size_t>(a.iters), 0.0);
+    int n = 0;
+    for (const Tensor& x : all) {
+      const double* m = x.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
+      if (m[a.iters] == 0.0) continue;  // this rank does not run the row
+      for (int k = 0; k < a.iters; ++k) t[size_t(k)] = std::max(t[size_t(k)], m[k]);
+      cpu[i] += m[a.iters];
+      ++n;
+    }
+    job[i] = median(t);
+    cpu[i] /= std::max(n, 1);
+  }
+  return {job, cpu};
+}
+
 int worker(const Args& a) {
   set_num_threads(1);
   dist::init_process_group();
@@ -220,60 +303,30 @@ int worker(const Args& a) {
   for (auto& p : plain.model->parameters()) numel += p.numel();
   dist::DistributedDataParallel ddp(
       wrapped.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
-  auto fwd_bwd = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(ddp(x), y);
-        loss.backward();
-        return loss;
-      },
-      {.enabled = a.compile, .name = "ddp_bench"});
+  auto fwd_bwd = ddp_fwd_bwd(ddp, a, "ddp_bench");
   // zero_grad(false): .grad stays the bucket view. Its own model and compiled
   // function (a compiled step specializes on whether .grad is defined).
   dist::DistributedDataParallel ddp_kept(
       kept.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
-  auto fwd_bwd_kept = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(ddp_kept(x), y);
-        loss.backward();
-        return loss;
-      },
-      {.enabled = a.compile, .name = "ddp_bench_kept"});
+  auto fwd_bwd_kept = ddp_fwd_bwd(ddp_kept, a, "ddp_bench_kept");
   // The same with the bf16 compression hook (half the bytes on the wire).
   dist::DistributedDataParallel ddp16(compressed.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                          .first_bucket_mb = a.first_bucket_mb,
                                                          .trace_collectives = false});
   ddp16.register_comm_hook(dist::bf16_compress_hook);
-  auto fwd_bwd16 = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(ddp16(x), y);
-        loss.backward();
-        return loss;
-      },
-      {.enabled = a.compile, .name = "ddp_bench_bf16"});
+  auto fwd_bwd16 = ddp_fwd_bwd(ddp16, a, "ddp_bench_bf16");
   dist::DistributedDataParallel ddp_f16(halved.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                        .first_bucket_mb = a.first_bucket_mb,
                                                        .trace_collectives = false});
   ddp_f16.register_comm_hook(dist::fp16_compress_hook);
-  auto fwd_bwd_f16 = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(ddp_f16(x), y);
-        loss.backward();
-        return loss;
-      },
-      {.enabled = a.compile, .name = "ddp_bench_f16"});
+  auto fwd_bwd_f16 = ddp_fwd_bwd(ddp_f16, a, "ddp_bench_f16");
   // DDP's default reduction once more, as an explicit comm hook, in another
   // row position: how much the position in the round moves a row.
   dist::DistributedDataParallel ddp_copy(copied.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                         .first_bucket_mb = a.first_bucket_mb,
                                                         .trace_collectives = false});
   ddp_copy.register_comm_hook(dist::allreduce_hook);
-  auto fwd_bwd_copy = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        Tensor loss = cross_entropy(ddp_copy(x), y);
-        loss.backward();
-        return loss;
-      },
-      {.enabled = a.compile, .name = "ddp_bench_copy"});
+  auto fwd_bwd_copy = ddp_fwd_bwd(ddp_copy, a, "ddp_bench_copy");
   auto plain_backward = [&] {
     plain.opt->zero_grad();
     cross_entropy(plain.model->forward(plain.x), plain.y).backward();
@@ -339,65 +392,11 @@ int worker(const Args& a) {
       {"all-reduce of the gradients' size, plain tensor",
        [&] { pg->all_reduce(flat, dist::ReduceOp::kAvg)->wait(); }},
   };
-  // Overlap of DDP's all-reduces with backward, from the Work timestamps.
-  std::vector<double> hidden, tail, comm;
-  auto record_overlap = [&] {
-    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;
-    for (auto& w : ddp.last_bucket_works()) iv.emplace_back(w->start_time(), w->end_time());
-    auto [busy, before] = busy_and_before(iv, ddp.last_backward_end());
-    Clock::time_point last_end = ddp.last_backward_end();
-    for (auto& [b, e] : iv) last_end = std::max(last_end, e);
-    hidden.push_back(busy > 0 ? before / busy : 0.0);
-    tail.push_back(ms(last_end - ddp.last_backward_end()));
-    comm.push_back(busy);
-  };
-  // Rounds interleave the rows, so load from elsewhere hits them alike.
+  Overlap overlap;
   const int rounds = a.rounds > 0 ? std::min(a.rounds, a.iters) : a.iters;
-  for (int round = 0; round < rounds; ++round) {
-    const int n = a.iters / rounds + (round < a.iters % rounds ? 1 : 0);
-    for (Row& row : rows) {
-      const bool runs = !row.rank0_only || rank == 0;
-      for (int i = 0; i < (round == 0 ? a.warmup : 0) && runs; ++i) row.step();
-      for (int i = 0; i < n; ++i) {
-        pg->barrier()->wait();
-        if (!runs) continue;
-        const double c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
-        auto t0 = Clock::now();
-        row.step();
-        row.times.push_back(ms(Clock::now() - t0));
-        row.cpu.push_back(cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0);
-        // (a traced step's all-reduces are IR nodes: DDP holds no Works for them)
-        if (!a.compile && std::strncmp(row.name, "DDP (", 5) == 0) record_overlap();
-      }
-    }
-  }
-  // Every rank's step times and CPU reach rank 0. A row's time per step is the
-  // slower rank's (the job's step; a DDP rank waits for the other anyway).
-  const auto nrows = static_cast<int64_t>(rows.size());
-  Tensor mine = zeros({nrows, a.iters + 1}, DType::f64);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    double* m = mine.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
-    for (size_t k = 0; k < rows[i].times.size(); ++k) m[k] = rows[i].times[k];
-    m[a.iters] = median(rows[i].cpu);
-  }
-  std::vector<Tensor> all;
-  for (int r = 0; r < pg->size(); ++r) all.push_back(zeros({nrows, a.iters + 1}, DType::f64));
-  pg->all_gather(all, mine)->wait();
+  run_rounds(a, *pg, rows, rounds, ddp, overlap);
+  const auto [job, cpu] = gather_rows(a, *pg, rows);
   if (rank == 0) {
-    std::vector<double> job(rows.size()), cpu(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      std::vector<double> t(static_cast<size_t>(a.iters), 0.0);
-      int n = 0;
-      for (const Tensor& x : all) {
-        const double* m = x.data<double>() + static_cast<int64_t>(i) * (a.iters + 1);
-        if (m[a.iters] == 0.0) continue;  // this rank does not run the row
-        for (int k = 0; k < a.iters; ++k) t[size_t(k)] = std::max(t[size_t(k)], m[k]);
-        cpu[i] += m[a.iters];
-        ++n;
-      }
-      job[i] = median(t);
-      cpu[i] /= std::max(n, 1);
-    }
     const double single = job[0], local = job[1];
     std::printf(
         "MLP step 784-1024-1024-10, batch 128 per rank, SGD momentum; %d ranks over %s (%s), "
@@ -422,11 +421,11 @@ int worker(const Args& a) {
           "and %d\n",
           fwd_bwd.stats().traces, fwd_bwd.stats().compiled_calls, fwd_bwd_kept.stats().traces,
           fwd_bwd_kept.stats().compiled_calls);
-    if (!comm.empty())
+    if (!overlap.comm.empty())
       std::printf(
           "  DDP: all-reduces busy %.2f ms per step, %.0f%% of it while backward ran; "
           "%.2f ms of waiting after backward (medians)\n",
-          median(comm), 100.0 * median(hidden), median(tail));
+          median(overlap.comm), 100.0 * median(overlap.hidden), median(overlap.tail));
   }
   dist::destroy_process_group();
   return 0;
