@@ -306,8 +306,16 @@ void batch_norm_bwd(const T* x, const T* g, const T* w, const T* mean, const T* 
 
 template <typename T>
 void relu_bwd(const T* y, const T* g, T* gx, int64_t n) {
-  parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) gx[i] = y[i] > T(0) ? g[i] : T(0);
+  parallel_for(0, n, 1 << 14, [=](int64_t b, int64_t e) {
+    // Local restrict pointers and an unconditional load of g: a select the
+    // compiler vectorizes (a branch on the sign mispredicts half the time).
+    const T* __restrict yp = y;
+    const T* __restrict gp = g;
+    T* __restrict o = gx;
+    for (int64_t i = b; i < e; ++i) {
+      const T gv = gp[i];
+      o[i] = yp[i] > T(0) ? gv : T(0);
+    }
   });
 }
 
