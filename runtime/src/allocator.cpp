@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <bit>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -55,7 +56,7 @@ class CachingCpuAllocator final : public Allocator {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.current_bytes -= static_cast<int64_t>(c);
       stats_.cached_bytes += static_cast<int64_t>(c);
-      free_[c].push_back(p);
+      free_list(c).push_back(p);
       current = stats_.current_bytes;
     }
     if (profiler::enabled() && profiler::profile_memory()) [[unlikely]]
@@ -79,7 +80,7 @@ class CachingCpuAllocator final : public Allocator {
   void* allocate_class(size_t c, size_t nbytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
-    auto& list = free_[c];
+    auto& list = free_list(c);
     void* p = nullptr;
     if (!list.empty()) {
       p = list.back();
@@ -107,15 +108,26 @@ class CachingCpuAllocator final : public Allocator {
     return p;
   }
   void release_all_locked() {
-    for (auto& [c, list] : free_) {
+    auto release = [&](size_t c, std::vector<void*>& list) {
       for (void* p : list) std::free(p);
       stats_.cached_bytes -= static_cast<int64_t>(c * list.size());
       list.clear();
-    }
+    };
+    for (size_t k = 0; k < kSmallClasses; ++k) release(kAlign << k, small_[k]);
+    for (auto& [c, list] : large_) release(c, list);
+  }
+  // The free list of class c: small classes by index (no hashing on the
+  // per-op path), large ones in a map.
+  std::vector<void*>& free_list(size_t c) {
+    if (c <= kSmallLimit) return small_[std::countr_zero(c) - std::countr_zero(kAlign)];
+    return large_[c];
   }
 
+  static constexpr size_t kSmallClasses =
+      std::countr_zero(kSmallLimit) - std::countr_zero(kAlign) + 1;
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::vector<void*> small_[kSmallClasses];
+  std::unordered_map<size_t, std::vector<void*>> large_;
   AllocatorStats stats_;
 };
 
