@@ -405,6 +405,103 @@ StartTimes start_times() {
   return t;
 }
 
+// The hardware references measured at the start of a run.
+struct Hardware {
+  double copy_gbs = 0, triad_gbs = 0, sgemm = 0, gelu_loop_ms = 0;
+};
+
+void print_table(const std::vector<Row>& rows, const Hardware& hw) {
+  const double copy_gbs = hw.copy_gbs, triad_gbs = hw.triad_gbs, sgemm = hw.sgemm,
+               gelu_loop_ms = hw.gelu_loop_ms;
+  std::printf(
+      "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
+      "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
+      num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
+  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s %9s %8s\n", "workload",
+              "eager ms", "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s",
+              "peak MB", "max|diff|", "traces", "unfused", "fused/un");
+  for (const Row& r : rows) {
+    const double gbs = r.bytes > 0 ? r.bytes / (r.compiled_ms * 1e6) : 0;
+    const double gfl = r.flops > 0 ? r.flops / (r.compiled_ms * 1e6) : 0;
+    std::printf(
+        "%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g %6d %9.2f %7.2fx\n",
+        r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms, r.compiled_1t_ms,
+        r.trace_ms, r.passes_ms, gbs, gfl, static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff,
+        r.traces, r.eager_unfused_ms, r.fusion_ratio);
+  }
+}
+
+// Each target line: the paired-rounds median (see g_rounds), then the ratio
+// against the run's one reference figure, for comparison.
+void print_targets(const std::vector<Row>& rows, const Hardware& hw, const StartTimes* st) {
+  const double copy_gbs = hw.copy_gbs, sgemm = hw.sgemm, gelu_loop_ms = hw.gelu_loop_ms;
+  auto by = [&](const char* name) -> const Row* {
+    for (const Row& r : rows)
+      if (r.name == name) return &r;
+    return nullptr;
+  };
+  if (const Row* gelu = by("gelu_tanh_16M"))
+    std::printf(
+        "GELU: compiled / hand-written loop = %.2fx (target <= 1; %.2fx against the one loop "
+        "figure), eager / compiled = %.2fx (target >= 10)\n",
+        gelu->ref_ratio, gelu->compiled_ms / gelu_loop_ms, gelu->eager_ms / gelu->compiled_ms);
+  auto frac = [&](const Row& r) { return 100 * r.bytes / (r.compiled_ms * 1e6) / copy_gbs; };
+  for (const char* n : {"softmax_4096x1024", "layer_norm_4096x1024"})
+    if (const Row* r = by(n))
+      std::printf("%s: %.0f%% of STREAM copy (target >= 70%%; %.0f%% against the one figure)\n", n,
+                  100 / r->ref_ratio, frac(*r));
+  if (const Row* r = by("adam_10M"))
+    std::printf(
+        "Adam: %.0f%% of its bandwidth bound (28 B/param; target >= 70%%; %.0f%% against the "
+        "one figure)\n",
+        100 / r->ref_ratio, frac(*r));
+  auto floor = [&](const Row& r) { return r.compiled_ms / (r.flops / (sgemm * 1e6)); };
+  for (const char* n : {"mlp_step_sgd", "transformer_fwd_bwd"})
+    if (const Row* r = by(n))
+      std::printf("%s: %.2fx its GEMM floor (target <= 1.3; %.2fx against the one sgemm figure)\n",
+                  n, r->ref_ratio, floor(*r));
+  double worst = 0;
+  std::string worst_name;
+  for (const Row& r : rows)
+    if (r.thread_ratio > worst) {
+      worst = r.thread_ratio;
+      worst_name = r.name;
+    }
+  if (!rows.empty())
+    std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n",
+                num_threads(), worst, worst_name.c_str());
+  if (st)
+    std::printf(
+        "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "
+        "from the disk cache %.1f ms (LLVM %.1f ms, %lld disk hits; target <= 50)\n",
+        st->cold_ms, st->cold_llvm_ms, st->warm_ms, st->warm_llvm_ms,
+        static_cast<long long>(st->warm_disk_hits));
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const Hardware& hw,
+                const StartTimes& st) {
+  const double copy_gbs = hw.copy_gbs, triad_gbs = hw.triad_gbs, sgemm = hw.sgemm,
+               gelu_loop_ms = hw.gelu_loop_ms;
+  {
+    std::ofstream f(path);
+    f << "{\"stream_copy_gbs\": " << copy_gbs << ", \"stream_triad_gbs\": " << triad_gbs
+      << ", \"sgemm_gflops\": " << sgemm << ", \"gelu_loop_ms\": " << gelu_loop_ms
+      << ", \"mlp_cold_compile_ms\": " << st.cold_ms << ", \"mlp_warm_start_ms\": " << st.warm_ms
+      << ", \"workloads\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      f << (i ? ", " : "") << "{\"name\": \"" << r.name << "\", \"eager_ms\": " << r.eager_ms
+        << ", \"compiled_ms\": " << r.compiled_ms << ", \"compiled_1t_ms\": " << r.compiled_1t_ms
+        << ", \"trace_ms\": " << r.trace_ms << ", \"passes_ms\": " << r.passes_ms
+        << ", \"reference_ratio\": " << r.ref_ratio << ", \"thread_ratio\": " << r.thread_ratio
+        << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff
+        << ", \"eager_unfused_ms\": " << r.eager_unfused_ms
+        << ", \"eager_fusion_ratio\": " << r.fusion_ratio << "}";
+    }
+    f << "]}\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -544,83 +641,10 @@ int main(int argc, char** argv) {
     rows.push_back(r);
   }
 
-  std::printf(
-      "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
-      "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
-      num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
-  std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s %9s %8s\n", "workload",
-              "eager ms", "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s",
-              "peak MB", "max|diff|", "traces", "unfused", "fused/un");
-  for (const Row& r : rows) {
-    const double gbs = r.bytes > 0 ? r.bytes / (r.compiled_ms * 1e6) : 0;
-    const double gfl = r.flops > 0 ? r.flops / (r.compiled_ms * 1e6) : 0;
-    std::printf(
-        "%-22s %9.2f %9.2f %7.2fx %9.2f %8.2f %8.2f %8.1f %9.1f %9.1f %10.3g %6d %9.2f %7.2fx\n",
-        r.name.c_str(), r.eager_ms, r.compiled_ms, r.eager_ms / r.compiled_ms, r.compiled_1t_ms,
-        r.trace_ms, r.passes_ms, gbs, gfl, static_cast<double>(r.peak_bytes) / 1e6, r.max_abs_diff,
-        r.traces, r.eager_unfused_ms, r.fusion_ratio);
-  }
-  auto by = [&](const char* name) -> const Row* {
-    for (const Row& r : rows)
-      if (r.name == name) return &r;
-    return nullptr;
-  };
-  // Each target line: the paired-rounds median (see g_rounds), then the ratio
-  // against the run's one reference figure above, for comparison.
-  if (const Row* gelu = by("gelu_tanh_16M"))
-    std::printf(
-        "GELU: compiled / hand-written loop = %.2fx (target <= 1; %.2fx against the one loop "
-        "figure), eager / compiled = %.2fx (target >= 10)\n",
-        gelu->ref_ratio, gelu->compiled_ms / gelu_loop_ms, gelu->eager_ms / gelu->compiled_ms);
-  auto frac = [&](const Row& r) { return 100 * r.bytes / (r.compiled_ms * 1e6) / copy_gbs; };
-  for (const char* n : {"softmax_4096x1024", "layer_norm_4096x1024"})
-    if (const Row* r = by(n))
-      std::printf("%s: %.0f%% of STREAM copy (target >= 70%%; %.0f%% against the one figure)\n", n,
-                  100 / r->ref_ratio, frac(*r));
-  if (const Row* r = by("adam_10M"))
-    std::printf(
-        "Adam: %.0f%% of its bandwidth bound (28 B/param; target >= 70%%; %.0f%% against the "
-        "one figure)\n",
-        100 / r->ref_ratio, frac(*r));
-  auto floor = [&](const Row& r) { return r.compiled_ms / (r.flops / (sgemm * 1e6)); };
-  for (const char* n : {"mlp_step_sgd", "transformer_fwd_bwd"})
-    if (const Row* r = by(n))
-      std::printf("%s: %.2fx its GEMM floor (target <= 1.3; %.2fx against the one sgemm figure)\n",
-                  n, r->ref_ratio, floor(*r));
-  double worst = 0;
-  std::string worst_name;
-  for (const Row& r : rows)
-    if (r.thread_ratio > worst) {
-      worst = r.thread_ratio;
-      worst_name = r.name;
-    }
-  if (!rows.empty())
-    std::printf("threads: worst %d-thread / 1-thread time = %.2f (%s; target <= 1)\n",
-                num_threads(), worst, worst_name.c_str());
-  if (want("mlp_start"))
-    std::printf(
-        "MLP step start: cold compile %.0f ms (LLVM %.0f ms; target <= 1000), warm start "
-        "from the disk cache %.1f ms (LLVM %.1f ms, %lld disk hits; target <= 50)\n",
-        st.cold_ms, st.cold_llvm_ms, st.warm_ms, st.warm_llvm_ms,
-        static_cast<long long>(st.warm_disk_hits));
-  if (!json.empty()) {
-    std::ofstream f(json);
-    f << "{\"stream_copy_gbs\": " << copy_gbs << ", \"stream_triad_gbs\": " << triad_gbs
-      << ", \"sgemm_gflops\": " << sgemm << ", \"gelu_loop_ms\": " << gelu_loop_ms
-      << ", \"mlp_cold_compile_ms\": " << st.cold_ms << ", \"mlp_warm_start_ms\": " << st.warm_ms
-      << ", \"workloads\": [";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      f << (i ? ", " : "") << "{\"name\": \"" << r.name << "\", \"eager_ms\": " << r.eager_ms
-        << ", \"compiled_ms\": " << r.compiled_ms << ", \"compiled_1t_ms\": " << r.compiled_1t_ms
-        << ", \"trace_ms\": " << r.trace_ms << ", \"passes_ms\": " << r.passes_ms
-        << ", \"reference_ratio\": " << r.ref_ratio << ", \"thread_ratio\": " << r.thread_ratio
-        << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff
-        << ", \"eager_unfused_ms\": " << r.eager_unfused_ms
-        << ", \"eager_fusion_ratio\": " << r.fusion_ratio << "}";
-    }
-    f << "]}\n";
-  }
+  const Hardware hw{copy_gbs, triad_gbs, sgemm, gelu_loop_ms};
+  print_table(rows, hw);
+  print_targets(rows, hw, want("mlp_start") ? &st : nullptr);
+  if (!json.empty()) write_json(json, rows, hw, st);
   if (dir) std::filesystem::remove_all(dir);
   return 0;
 }
