@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "gloo_transport.h"
 #include "kiln/error.h"
 #include "process_group_impl.h"
-#include "reduce_kernels.h"
 #include "shm/shm_world.h"
 #include "signature_check.h"
 
@@ -30,51 +30,17 @@ using detail::CollectiveInfo;
 using detail::CollectiveKind;
 using detail::Signature;
 using detail::WorkImpl;
-using CtxPtr = std::shared_ptr<::gloo::Context>;
 using BufPtr = std::shared_ptr<::gloo::transport::UnboundBuffer>;
 
-// What a collective runs with on its lane: the lane's Gloo context, the op's
-// tag (its sequence number), the lane's shm channel (null: TCP), the deadline
-// of the op (it started at most timeout ago) and its signature.
+// What a collective runs with on its lane: the transport (the lane's shared-
+// memory channel, or its Gloo context over TCP for this op's tag), the
+// deadline of the op (it started at most timeout ago) and its signature.
 struct LaneRun {
-  const CtxPtr& ctx;
-  uint32_t tag;
-  shm::Channel* shm;
+  detail::Transport& transport;
   Clock::time_point deadline;
   const Signature& sig;
 };
 using RunFn = std::function<void(const LaneRun&)>;
-
-// Gloo's option setters are templated on the element type only for its size.
-template <typename F>
-void with_element(size_t bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      return f(uint8_t{});
-    case 2:
-      return f(uint16_t{});
-    case 4:
-      return f(uint32_t{});
-    case 8:
-      return f(uint64_t{});
-  }
-  KILN_ASSERT(false, "element size ", bytes);
-}
-
-inline void allreduce_raw(const CtxPtr& ctx, uint32_t tag, Millis timeout, void* p, size_t n,
-                          DType dt, ReduceOp op) {
-  if (n == 0) return;
-  ::gloo::AllreduceOptions o(ctx);
-  with_element(dtype_size(dt), [&](auto e) {
-    using T = decltype(e);
-    o.setOutput(static_cast<T*>(p), n);
-  });
-  o.setReduceFunction(reduce_fn(dt, op));
-  o.setTag(tag);
-  o.setTimeout(timeout);
-  ::gloo::allreduce(o);
-  if (op == ReduceOp::kAvg) divide_in_place(p, dt, n, ctx->size);
-}
 
 inline std::byte* bytes_of(const Tensor& t) {
   return static_cast<std::byte*>(t.data_ptr());
@@ -82,7 +48,7 @@ inline std::byte* bytes_of(const Tensor& t) {
 inline size_t nbytes(const Tensor& t) {
   return size_t(t.numel()) * t.element_size();
 }
-inline shm::Span span_of(const Tensor& t) {
+inline detail::Span span_of(const Tensor& t) {
   return {bytes_of(t), nbytes(t)};
 }
 

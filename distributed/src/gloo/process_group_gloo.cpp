@@ -286,7 +286,9 @@ bool GlooGroup::execute(Lane& lane, Task& t) {
   try {
     const auto deadline = Clock::now() + opts_.timeout;
     if (!t.p2p && !lane.shm && size_ > 1) check_signatures(lane.ctx, t.tag, t.sig, deadline);
-    t.run(LaneRun{lane.ctx, t.tag, lane.shm, deadline, t.sig});
+    GlooTransport tcp(lane.ctx, t.tag, opts_.timeout);
+    detail::Transport& transport = lane.shm ? static_cast<detail::Transport&>(*lane.shm) : tcp;
+    t.run(LaneRun{transport, deadline, t.sig});
     t.work->mark_done();
     return true;
   } catch (const detail::MismatchError& e) {
@@ -299,7 +301,7 @@ bool GlooGroup::execute(Lane& lane, Task& t) {
       return false;
     }
     why = kiln::str("shared memory: ", e.what());
-  } catch (const shm::TransportError& e) {
+  } catch (const detail::TransportError& e) {
     why = kiln::str("shared memory: ", e.what());
   } catch (const std::exception& e) {
     why = kiln::str("Gloo: ", e.what());

@@ -13,15 +13,15 @@
 #include <cstring>
 #include <ctime>
 
-#include "gloo/reduce_kernels.h"
 #include "kiln/error.h"
+#include "reduce_kernels.h"
 #include "shm/shm_world.h"
 
 namespace kiln::dist::shm {
 
 namespace {
 
-namespace kernels = gloo_backend;
+namespace kernels = detail;
 
 // Spins before sleeping on the futex: long enough to catch a peer that is a
 // few microseconds behind, short enough not to steal a core from compute.

@@ -35,21 +35,13 @@
 #include <vector>
 
 #include "../collective_signature.h"  // also reached from tests by path
+#include "../transport.h"
 #include "kiln/distributed/process_group.h"
 
 namespace kiln::dist::shm {
 
-/// A failure of the transport (a peer left, exited or timed out): the group
-/// becomes unusable.
-struct TransportError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// A contiguous byte range of one tensor.
-struct Span {
-  std::byte* data = nullptr;
-  size_t bytes = 0;
-};
+using detail::Span;
+using detail::TransportError;
 
 class World;
 
@@ -66,7 +58,7 @@ struct SymBuffer {
 /// Every collective takes the op's signature (detail::Signature): each step
 /// records it, and once all ranks entered the step every rank compares all of
 /// them, throwing detail::MismatchError naming the ranks that disagree.
-class Channel {
+class Channel final : public detail::Transport {
  public:
   using Signature = detail::Signature;
   Channel(World& world, std::byte* base, int lane);
@@ -75,27 +67,27 @@ class Channel {
   /// without staging: each rank reduces its share across the ranks' buffers
   /// and writes it into all of them.
   void all_reduce(const std::vector<Span>& data, DType dt, ReduceOp op, const Signature& sig,
-                  Clock::time_point deadline);
+                  Clock::time_point deadline) override;
   /// Reduces the concatenation of `srcs` (only read) into `dst` on every rank.
   /// A dst inside a symmetric buffer is reduced without staging and without a
   /// full copy: each rank copies into its dst only the shares its peers reduce,
   /// and reduces its own share straight from its srcs. A src that is the
   /// matching range of dst itself is not copied.
   void all_reduce_into(const std::vector<Span>& srcs, Span dst, DType dt, ReduceOp op,
-                       const Signature& sig, Clock::time_point deadline);
+                       const Signature& sig, Clock::time_point deadline) override;
   /// As all_reduce, but only `root` receives the result.
   void reduce(Span data, DType dt, ReduceOp op, int root, const Signature& sig,
-              Clock::time_point deadline);
+              Clock::time_point deadline) override;
   /// Copies root's `data` into `data` on every rank.
-  void broadcast(Span data, int root, const Signature& sig, Clock::time_point deadline);
+  void broadcast(Span data, int root, const Signature& sig, Clock::time_point deadline) override;
   /// outs[r] receives rank r's `in`.
   void all_gather(const std::vector<Span>& outs, Span in, const Signature& sig,
-                  Clock::time_point deadline);
+                  Clock::time_point deadline) override;
   /// `out` receives the reduction of block rank() of every rank's `in`.
   void reduce_scatter(Span out, Span in, DType dt, ReduceOp op, const Signature& sig,
-                      Clock::time_point deadline);
+                      Clock::time_point deadline) override;
   /// Returns once every rank entered it.
-  void barrier(const Signature& sig, Clock::time_point deadline);
+  void barrier(const Signature& sig, Clock::time_point deadline) override;
 
  private:
   struct Desc;

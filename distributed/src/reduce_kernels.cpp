@@ -17,7 +17,7 @@
 #include "kiln/error.h"
 #include "ops/scalar_ops.h"
 
-namespace kiln::dist::gloo_backend {
+namespace kiln::dist::detail {
 
 namespace {
 
@@ -212,4 +212,4 @@ void divide_in_place(void* p, DType dt, size_t n, int divisor) {
   KILN_ASSERT(false, "divide_in_place on ", dt);
 }
 
-}  // namespace kiln::dist::gloo_backend
+}  // namespace kiln::dist::detail

@@ -1,13 +1,14 @@
-// Element-wise reduce functions handed to Gloo (its built-in ones are not
-// vectorized in Debian's build): out[i] = op(a[i], b[i]), where `out` may be
-// the same buffer as `a` or `b`. f16/bf16 are combined in f32 and rounded back.
+// Element-wise reduce functions of both transports (handed to Gloo, whose
+// built-in ones are not vectorized in Debian's build, and run by the
+// shared-memory channel): out[i] = op(a[i], b[i]), where `out` may be the same
+// buffer as `a` or `b`. f16/bf16 are combined in f32 and rounded back.
 #pragma once
 
 #include <cstddef>
 
 #include "kiln/distributed/process_group.h"
 
-namespace kiln::dist::gloo_backend {
+namespace kiln::dist::detail {
 
 /// Gloo's reduce-function shape: (out, a, b, element count).
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -23,4 +24,4 @@ SumDivFn sum_div_fn(DType dt);
 /// Divides n elements at p by `divisor` in place (floating dtypes; for avg).
 void divide_in_place(void* p, DType dt, size_t n, int divisor);
 
-}  // namespace kiln::dist::gloo_backend
+}  // namespace kiln::dist::detail
