@@ -72,6 +72,9 @@ struct Plan {
   std::vector<uint8_t> result_is_input;  ///< see ir::TraceResult::result_is_input
   // ---- graphs and executables ----
   std::shared_ptr<ir::Graph> graph;  ///< optimized forward (or whole) graph
+  /// The trace a plan loaded from the disk plan cache was found by: freed with
+  /// the plan, not on the first call (a deep model's graph takes ~30 ms to free).
+  std::shared_ptr<const ir::Graph> traced_graph;
   std::unique_ptr<Executor> exec;
   int64_t predicted_peak = 0;  ///< of `exec`'s schedule (passes/remat.h)
   int64_t remat_before = 0;    ///< the remat pass's node-order model, before / after it ran

@@ -56,6 +56,10 @@ void note_capture_sharing(Plan& p, const std::vector<Tensor>& args) {
 }
 
 std::string aliasing_conflict(const Plan& p, const std::vector<Tensor>& args) {
+  // Usually no argument shares memory with anything: skip naming every write.
+  bool shared = false;
+  for (size_t i = 0; i < args.size(); ++i) shared |= p.arg_overlap[i] || p.arg_shares_capture[i];
+  if (!shared) return "";
   // What the plan writes: arguments, captured state, and .grad tensors.
   std::vector<std::pair<Tensor, std::string>> written;
   for (const auto& o : p.outputs) {
@@ -324,7 +328,10 @@ PlanSource build_executables(Plan& p, std::shared_ptr<ir::Graph> traced,
   PlanSource source = PlanSource::kBuilt;
   if (!key.empty()) {
     source = load_cached_plan(p, key, opts);
-    if (source == PlanSource::kDisk) return source;
+    if (source == PlanSource::kDisk) {
+      p.traced_graph = std::move(traced);
+      return source;
+    }
   }
   // A deep model's graph costs as much to copy as a pass costs to run: only a
   // trace kept elsewhere (evidence for dynamic dims) is copied.

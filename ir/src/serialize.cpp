@@ -234,22 +234,19 @@ std::vector<const Value*> numbered_values(const Graph& g) {
   return out;
 }
 
-void write_graph(ByteWriter& w, const Graph& g) {
+void write_graph(ByteWriter& out, const Graph& g) {
+  // One walk over the nodes (a deep model's graph is cache-miss bound): the
+  // records go to `w`, the name tables they index are written before them.
   const std::vector<Node*> nodes = g.nodes();
-  // Value numbers by Value::id (dense per graph): no hashing per reference.
-  int max_id = -1;
-  for (const Value* v : g.inputs()) max_id = std::max(max_id, v->id());
-  NameTable ops, attr_names;
-  for (const Node* n : nodes) {
-    for (const Value* v : n->outputs) max_id = std::max(max_id, v->id());
-    if (!n->is_constant()) ops.of(op_name(n->op));
-    for (const auto& item : n->attrs.items()) attr_names.of(item.first);
-    for (const SymAttr& s : n->sym_attrs) attr_names.of(s.name ? s.name : "");
-  }
-  std::vector<int64_t> num(static_cast<size_t>(max_id + 1), -1);
+  std::vector<int64_t> num(static_cast<size_t>(g.value_id_bound()), -1);  // by Value::id
   int64_t next = 0;
+  NameTable ops, attr_names;
+  std::vector<int32_t> op_index(static_cast<size_t>(kNumOps), -1);  // OpId -> ops entry
+  ByteWriter w;
+  w.bytes().reserve(64 * nodes.size() + 256);
   auto ref = [&](const Value* v) {
-    const int64_t k = v->id() <= max_id ? num[static_cast<size_t>(v->id())] : -1;
+    const size_t id = static_cast<size_t>(v->id());
+    const int64_t k = id < num.size() ? num[id] : -1;
     KILN_CHECK(k >= 0, "[graph bytes] a node reads a value defined after it or outside the graph");
     w.uvar(static_cast<uint64_t>(k));
   };
@@ -260,18 +257,17 @@ void write_graph(ByteWriter& w, const Graph& g) {
     w.str(v->name);
     num[static_cast<size_t>(v->id())] = next++;
   };
-  w.svar(g.num_syms);
-  w.sym(g.rng_advance);
-  for (const NameTable* t : {&ops, &attr_names}) {
-    w.uvar(t->names.size());
-    for (std::string_view s : t->names) w.str(s);
-  }
   w.uvar(g.inputs().size());
   for (const Value* v : g.inputs()) meta(v);
   w.uvar(nodes.size());
   for (const Node* n : nodes) {
     w.u8(static_cast<uint8_t>(n->kind));
-    if (!n->is_constant()) w.uvar(ops.of(op_name(n->op)));
+    if (!n->is_constant()) {
+      KILN_CHECK(static_cast<int>(n->op) < kNumOps, "[graph bytes] a node with a bad op");
+      int32_t& k = op_index[static_cast<size_t>(n->op)];
+      if (k < 0) k = static_cast<int32_t>(ops.of(op_name(n->op)));
+      w.uvar(static_cast<uint64_t>(k));
+    }
     w.uvar(n->inputs.size());
     for (const Value* v : n->inputs) ref(v);
     write_attrs(w, n->attrs, attr_names);
@@ -291,6 +287,13 @@ void write_graph(ByteWriter& w, const Graph& g) {
     ref(g.outputs()[i]);
     w.str(i < g.output_names().size() ? g.output_names()[i] : "");
   }
+  out.svar(g.num_syms);
+  out.sym(g.rng_advance);
+  for (const NameTable* t : {&ops, &attr_names}) {
+    out.uvar(t->names.size());
+    for (std::string_view s : t->names) out.str(s);
+  }
+  out.raw(w.bytes().data(), w.bytes().size());
 }
 
 std::unique_ptr<Graph> read_graph(ByteReader& r) {

@@ -235,6 +235,10 @@ class Graph {
   /// erase; not to be called concurrently with another call on a mutated graph.
   size_t position(const Node* n) const;
 
+  /// One more than the largest Value::id() of this graph (ids are dense):
+  /// tables indexed by value id need this many entries.
+  int value_id_bound() const { return next_value_id_; }
+
   /// Number of symbols (dynamic dims), named s0, s1, ...
   int num_syms = 0;
   /// How far one call advances the default generator's offset (random ops).
