@@ -14,9 +14,11 @@
 
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/module.h"
+#include "kernels/cuda/stream.h"
 #include "kiln/cuda.h"
 #include "kiln/error.h"
 #include "kiln/shared_library.h"
+#include "kiln/tensor.h"
 
 namespace kiln::cuda {
 namespace {
@@ -69,7 +71,7 @@ void ok(cublasStatus_t s, const char* what) {
 
 std::atomic<bool> g_tf32{false};
 
-// cuBLASLt's handle and workspace, shared by every call (one default stream).
+// cuBLASLt's handle, and the workspace of calls on the default stream.
 constexpr size_t kWorkspace = size_t{32} << 20;
 
 struct State {
@@ -274,10 +276,19 @@ void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
   const double one_d = 1, zero_d = 0;
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  // The shared workspace serves the default stream; another stream takes one
+  // from the caching allocator (stream-ordered: reusable by its next call).
+  const CUstream stream = current_cu_stream(device);
+  Tensor ws_owner;
+  void* ws = reinterpret_cast<void*>(st.workspace.get());
+  if (stream != nullptr) {
+    ws_owner = make_tensor({static_cast<int64_t>(kWorkspace)}, DType::u8, Device::cuda(device));
+    ws = ws_owner.data_ptr();
+  }
   ok(l.cublasLtMatmul(st.handle, ds.op, alpha, reinterpret_cast<const void*>(b.ptr), ds.a,
                       reinterpret_cast<const void*>(a.ptr), ds.b, beta,
                       reinterpret_cast<const void*>(d), ds.d, reinterpret_cast<void*>(d), ds.d,
-                      &algo, reinterpret_cast<void*>(st.workspace.get()), kWorkspace, nullptr),
+                      &algo, ws, kWorkspace, stream),
      "cublasLtMatmul");
   after_launch("matmul (cuBLASLt)");
 }

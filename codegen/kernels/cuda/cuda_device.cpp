@@ -3,8 +3,9 @@
 // kernels of the kernel IR printed for the GPU, compiled once per signature.
 // Registered for DeviceType::CUDA when libkiln_codegen loads.
 //
-// One stream so far: every copy and launch goes to the legacy default stream,
-// so a freed block is reused in stream order and host copies are synchronous.
+// Every kernel, copy and allocation goes to the current stream of its device
+// (stream.h; the default stream unless a StreamGuard chose another); copies
+// to the host wait for that stream, copies from pinned memory may not.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -13,10 +14,12 @@
 #include <vector>
 
 #include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/module.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/device_kernels.h"
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
@@ -26,101 +29,6 @@
 
 namespace kiln::cuda {
 namespace {
-
-// Makes device `index`'s primary context current on this thread (once per thread).
-void use_device(int index) {
-  thread_local int current = -1;
-  if (current == index) return;
-  set_device(index);
-  current = index;
-}
-
-// ---------------- the caching allocator ----------------
-// Blocks are kept per rounded size (512 B granules, 2 MiB above 1 MiB) and
-// handed out again; an allocation the device cannot satisfy frees the cache
-// and retries once, then reports what was asked, held and cached.
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int device) : device_(device) {}
-
-  void* allocate(size_t nbytes) override {
-    const size_t size = round(nbytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.num_allocs;
-    auto& list = free_[size];
-    void* p = nullptr;
-    if (!list.empty()) {
-      p = list.back();
-      list.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(size);
-      ++stats_.num_cache_hits;
-    } else {
-      use_device(device_);
-      CUdeviceptr d = 0;
-      CUresult r = driver().cuMemAlloc(&d, size);
-      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        release_cached();
-        r = driver().cuMemAlloc(&d, size);
-      }
-      if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        size_t free_b = 0, total_b = 0;
-        driver().cuMemGetInfo(&free_b, &total_b);
-        KILN_CHECK(false, "[cuda] out of memory on cuda:", device_, ": asked for ", nbytes,
-                   " bytes; tensors hold ", stats_.current_bytes, ", the cache held ",
-                   stats_.cached_bytes, " (freed and retried); the device has ", free_b,
-                   " bytes free of ", total_b);
-      }
-      check(r, "cuMemAlloc");
-      p = reinterpret_cast<void*>(d);
-      ++stats_.num_os_allocs;
-    }
-    stats_.current_bytes += static_cast<int64_t>(size);
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
-    return p;
-  }
-
-  void deallocate(void* p, size_t nbytes) override {
-    if (!p) return;
-    const size_t size = round(nbytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    free_[size].push_back(p);
-    stats_.current_bytes -= static_cast<int64_t>(size);
-    stats_.cached_bytes += static_cast<int64_t>(size);
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_cached();
-  }
-
- private:
-  static size_t round(size_t n) {
-    n = std::max<size_t>(n, 1);
-    const size_t g = n > (size_t{1} << 20) ? (size_t{2} << 20) : 512;
-    return (n + g - 1) / g * g;
-  }
-  void release_cached() {
-    use_device(device_);
-    for (auto& [size, list] : free_) {
-      for (void* p : list) driver().cuMemFree(reinterpret_cast<CUdeviceptr>(p));
-      stats_.cached_bytes -= static_cast<int64_t>(size * list.size());
-      list.clear();
-    }
-  }
-
-  int device_;
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  AllocatorStats stats_;
-};
 
 // ---------------- compiled kernels, one per source ----------------
 class Kernels {
@@ -158,13 +66,8 @@ class CudaRuntime final : public DeviceRuntime {
   std::string unavailable_reason() override { return cuda::unavailable_reason(); }
   int device_count() override { return cuda::device_count(); }
 
-  Allocator& allocator(int index) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (allocators_.empty())
-      for (int i = 0; i < cuda::device_count(); ++i)
-        allocators_.push_back(std::make_unique<CudaAllocator>(i));
-    return *allocators_.at(static_cast<size_t>(index));
-  }
+  Allocator& allocator(int index) override { return device_allocator(index); }
+  Allocator* pinned_allocator() override { return &pinned_host_allocator(); }
 
   void synchronize(int index) override {
     use_device(index);
@@ -172,6 +75,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   void copy(const Tensor& dst, const Tensor& src) override;
+  void copy_non_blocking(const Tensor& dst, const Tensor& src) override;
   void run(OpId op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) override;
   /// The compiled kernels (shared with compiled graphs' fused kernels).
   Kernels& kernels() { return kernels_; }
@@ -183,8 +87,6 @@ class CudaRuntime final : public DeviceRuntime {
   void launch(const kir::Kernel& k, const std::vector<Tensor>& args,
               const std::vector<int64_t>& sizes, int device);
 
-  std::mutex mu_;
-  std::vector<std::unique_ptr<CudaAllocator>> allocators_;
   Kernels kernels_;
 };
 
@@ -192,9 +94,26 @@ bool dense_same(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous();
 }
 
+// Host -> device on the current stream. The host memory may be reused when
+// this returns: the driver stages pageable memory before returning, and a
+// pinned source, which it reads later, is waited for.
+void upload(CUdeviceptr d, const Tensor& host, size_t bytes, int device) {
+  const CUstream s = current_cu_stream(device);
+  check(driver().cuMemcpyHtoDAsync(d, host.data_ptr(), bytes, s), "cuMemcpyHtoDAsync");
+  if (host.is_pinned()) check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
+}
+
+// Device -> host on the current stream, complete when this returns.
+void download(void* h, CUdeviceptr d, size_t bytes, int device) {
+  const CUstream s = current_cu_stream(device);
+  check(driver().cuMemcpyDtoHAsync(h, d, bytes, s), "cuMemcpyDtoHAsync");
+  check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
+}
+
 void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
   const Device dd = dst.device(), sd = src.device();
-  use_device(dd.is_cpu() ? sd.index : dd.index);
+  const int device = dd.is_cpu() ? sd.index : dd.index;
+  use_device(device);
   if (!dd.is_cpu() && !sd.is_cpu()) {
     KILN_CHECK(dd == sd, "[copy] copies between two CUDA devices (", sd, " -> ", dd,
                ") are not supported yet: go through the CPU");
@@ -209,10 +128,10 @@ void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
       ops::copy_into(host, src);
     }
     if (dst.is_contiguous()) {
-      check(driver().cuMemcpyHtoD(dptr(dst), host.data_ptr(), bytes), "cuMemcpyHtoD");
+      upload(dptr(dst), host, bytes, device);
     } else {
       Tensor staged = make_tensor(dst.shape(), dst.dtype(), dd);
-      check(driver().cuMemcpyHtoD(dptr(staged), host.data_ptr(), bytes), "cuMemcpyHtoD");
+      upload(dptr(staged), host, bytes, device);
       device_copy(dst, staged);
     }
     return;
@@ -224,12 +143,27 @@ void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
     device_copy(dev, src);
   }
   if (dst.is_contiguous()) {
-    check(driver().cuMemcpyDtoH(dst.data_ptr(), dptr(dev), bytes), "cuMemcpyDtoH");
+    download(dst.data_ptr(), dptr(dev), bytes, device);
   } else {
     Tensor host = make_tensor(dst.shape(), dst.dtype());
-    check(driver().cuMemcpyDtoH(host.data_ptr(), dptr(dev), bytes), "cuMemcpyDtoH");
+    download(host.data_ptr(), dptr(dev), bytes, device);
     ops::copy_into(dst, host);
   }
+}
+
+// Pinned host memory to a device tensor of the same layout: queued on the
+// current stream and left running; the pinned block is not handed out again
+// before the copy has read it. Every other copy is copy()'s.
+void CudaRuntime::copy_non_blocking(const Tensor& dst, const Tensor& src) {
+  if (!(src.device().is_cpu() && dst.device().is_cuda() && src.is_pinned() && dense_same(dst, src)))
+    return copy(dst, src);
+  const int device = dst.device().index;
+  use_device(device);
+  const StreamPtr s = current_stream_impl(device);
+  const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
+  check(driver().cuMemcpyHtoDAsync(dptr(dst), src.data_ptr(), bytes, s->handle),
+        "cuMemcpyHtoDAsync");
+  pinned_record_use(src.data_ptr(), s);
 }
 
 // dst = src on one device, any strides, broadcasting src to dst's shape.
@@ -253,8 +187,8 @@ void CudaRuntime::device_copy(const Tensor& dst, const Tensor& src) {
   int r = rank;
   void* params[] = {&d, &s, &n, &r, &g};
   const long long blocks = std::min<long long>((n + 255) / 256, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, nullptr,
-                                params, nullptr),
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
+                                current_cu_stream(dst.device().index), params, nullptr),
         "cuLaunchKernel (copy)");
   after_launch(sym);
 }
@@ -283,7 +217,7 @@ void CudaRuntime::launch(const kir::Kernel& k, const std::vector<Tensor>& args,
   const CUfunction fn = kernels_.get(device, print_kernel(k, sym), sym);
   std::vector<CUdeviceptr> ptrs;
   for (const Tensor& t : args) ptrs.push_back(dptr(t));
-  launch_kernel(fn, k, ptrs, sizes.data());
+  launch_kernel(fn, k, ptrs, sizes.data(), current_cu_stream(device));
 }
 
 // The dtype an elementwise op computes in: the eager kernels' rule.
@@ -412,7 +346,7 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
 // ---------------- fused kernels of compiled graphs ----------------
 // The executor's kernels on CUDA: the kernel IR printed and compiled like the
 // eager ops' one-op kernels (one module per distinct source), launched on the
-// default stream.
+// current stream.
 class CudaGraphKernel final : public detail::DeviceKernel {
  public:
   CudaGraphKernel(kir::Kernel k, CUfunction fn, int device)
@@ -421,7 +355,7 @@ class CudaGraphKernel final : public detail::DeviceKernel {
     use_device(device_);
     std::vector<CUdeviceptr> p(k_.args.size());
     for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<CUdeviceptr>(ptrs[i]);
-    launch_kernel(fn_, k_, p, sizes);
+    launch_kernel(fn_, k_, p, sizes, current_cu_stream(device_));
   }
 
  private:

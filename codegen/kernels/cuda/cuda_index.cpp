@@ -7,6 +7,7 @@
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/module.h"
+#include "kernels/cuda/stream.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/tensor.h"
@@ -40,8 +41,8 @@ void launch_checked(const std::string& source, const std::string& sym, const Ten
                     int64_t dim, int64_t bound) {
   const CUfunction fn = cached_kernel(out.device().index, source, sym);
   const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, nullptr,
-                                params.data(), nullptr),
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
+                                current_cu_stream(out.device().index), params.data(), nullptr),
         "cuLaunchKernel (indexing)");
   after_launch(sym);
   const std::vector<int64_t> e = err.to_vector<int64_t>();

@@ -52,6 +52,7 @@ namespace kiln::cuda {
   X(cuStreamCreateWithPriority, 5050) \
   X(cuStreamDestroy, 4000) \
   X(cuStreamSynchronize, 2000) \
+  X(cuStreamQuery, 2000) \
   X(cuStreamWaitEvent, 3020) \
   X(cuEventCreate, 2000) \
   X(cuEventRecord, 2000) \

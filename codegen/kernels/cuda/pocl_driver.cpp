@@ -76,7 +76,9 @@ constexpr size_t kMaxBlock = 1024;
 
 struct Stream {
   cl_command_queue q = nullptr;
-  bool blocking = true;  // orders against the null stream (not CU_STREAM_NON_BLOCKING)
+  bool blocking = true;     // orders against the null stream (not CU_STREAM_NON_BLOCKING)
+  std::mutex mu;            // guards last
+  cl_event last = nullptr;  // the newest command: done means the stream is idle
 };
 
 struct Event {
@@ -196,6 +198,23 @@ CUresult finish_all() {
   for (cl_command_queue q : qs)
     if (g->cl.clFinish(q) != CL_SUCCESS)
       return fail(CUDA_ERROR_LAUNCH_FAILED, "emulated device: clFinish failed");
+  return CUDA_SUCCESS;
+}
+
+CUresult cl_fail(cl_int e, const char* what);
+
+// The outcome of enqueuing a command on stream `s` (event `ev` when it
+// succeeded): the stream's newest command, which cuStreamQuery asks about.
+CUresult enqueued(CUstream s, cl_int e, cl_event ev, const char* what) {
+  if (e != CL_SUCCESS) return cl_fail(e, what);
+  Stream* st = stream_of(s);
+  cl_event old = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    old = st->last;
+    st->last = ev;
+  }
+  if (old) g->cl.clReleaseEvent(old);
   return CUDA_SUCCESS;
 }
 
@@ -347,9 +366,10 @@ bool pinned(const void* h, size_t n) {
 
 CUresult copy(void* dst, const void* src, size_t n, CUstream s, bool blocking) {
   if (n == 0) return CUDA_SUCCESS;
+  cl_event ev = nullptr;
   const cl_int e = g->cl.clEnqueueSVMMemcpy(enqueue_point(s), blocking ? CL_TRUE : CL_FALSE, dst,
-                                            src, n, 0, nullptr, nullptr);
-  return e == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(e, "clEnqueueSVMMemcpy");
+                                            src, n, 0, nullptr, &ev);
+  return enqueued(s, e, ev, "clEnqueueSVMMemcpy");
 }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr d, const void* h, size_t n) {
   if (CUresult r = check_device_range(d, n, "cuMemcpyHtoD")) return r;
@@ -376,9 +396,10 @@ CUresult CUDAAPI cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s)
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
   if (n == 0) return CUDA_SUCCESS;
   if (CUresult r = check_device_range(d, n, "cuMemsetD8")) return r;
+  cl_event ev = nullptr;
   const cl_int e = g->cl.clEnqueueSVMMemFill(enqueue_point(nullptr), reinterpret_cast<void*>(d), &v,
-                                             1, n, 0, nullptr, nullptr);
-  return e == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(e, "clEnqueueSVMMemFill");
+                                             1, n, 0, nullptr, &ev);
+  return enqueued(nullptr, e, ev, "clEnqueueSVMMemFill");
 }
 CUresult CUDAAPI cuMemHostAlloc(void** p, size_t bytes, unsigned) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -538,9 +559,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigne
   }
   const size_t local[3] = {bx, by, bz};
   const size_t global[3] = {size_t{gx} * bx, size_t{gy} * by, size_t{gz} * bz};
+  cl_event ev = nullptr;
   const cl_int e = g->cl.clEnqueueNDRangeKernel(enqueue_point(s), f->k, 3, nullptr, global, local,
-                                                0, nullptr, nullptr);
-  return e == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(e, "clEnqueueNDRangeKernel");
+                                                0, nullptr, &ev);
+  return enqueued(s, e, ev, "clEnqueueNDRangeKernel");
 }
 
 // ---------------- streams and events ----------------
@@ -549,7 +571,9 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned flags, int) 
   const cl_queue_properties props[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
   cl_command_queue q = g->cl.clCreateCommandQueueWithProperties(g->ctx, g->dev, props, &e);
   if (e != CL_SUCCESS) return cl_fail(e, "clCreateCommandQueueWithProperties");
-  auto* st = new Stream{q, (flags & CU_STREAM_NON_BLOCKING) == 0};
+  auto* st = new Stream;
+  st->q = q;
+  st->blocking = (flags & CU_STREAM_NON_BLOCKING) == 0;
   std::lock_guard<std::mutex> lock(g->mu);
   g->streams.insert(st);
   *out = reinterpret_cast<CUstream>(st);
@@ -561,13 +585,28 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
     std::lock_guard<std::mutex> lock(g->mu);
     if (!g->streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
   }
-  if (!exiting()) g->cl.clReleaseCommandQueue(st->q);  // queued work still completes
+  if (!exiting()) {
+    if (st->last) g->cl.clReleaseEvent(st->last);
+    g->cl.clReleaseCommandQueue(st->q);  // queued work still completes
+  }
   delete st;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
   const cl_int e = g->cl.clFinish(stream_of(s)->q);
   return e == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(e, "clFinish");
+}
+// Idle when the newest command (commands run in order) has completed.
+CUresult CUDAAPI cuStreamQuery(CUstream s) {
+  Stream* st = stream_of(s);
+  g->cl.clFlush(st->q);  // submitted, so polling sees it progress
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (!st->last) return CUDA_SUCCESS;
+  cl_int status = CL_QUEUED;
+  g->cl.clGetEventInfo(st->last, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
+                       nullptr);
+  if (status < 0) return CUDA_ERROR_LAUNCH_FAILED;
+  return status == CL_COMPLETE ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned flags) {
   *out = reinterpret_cast<CUevent>(new Event{nullptr, (flags & CU_EVENT_DISABLE_TIMING) == 0});
@@ -589,8 +628,9 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent ev, unsigned) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   if (!e->ev) return CUDA_SUCCESS;  // never recorded: nothing to wait for
-  const cl_int r = g->cl.clEnqueueBarrierWithWaitList(stream_of(s)->q, 1, &e->ev, nullptr);
-  return r == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(r, "clEnqueueBarrierWithWaitList");
+  cl_event barrier = nullptr;
+  const cl_int r = g->cl.clEnqueueBarrierWithWaitList(stream_of(s)->q, 1, &e->ev, &barrier);
+  return enqueued(s, r, barrier, "clEnqueueBarrierWithWaitList");
 }
 CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
