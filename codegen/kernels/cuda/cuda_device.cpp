@@ -320,6 +320,8 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::sum || op == OpId::max || op == OpId::min)
     return reduce(op, in[0], attrs, out[0]);
   if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
+  if (op == OpId::rand_uniform || op == OpId::rand_normal)
+    return device_random(op == OpId::rand_normal, attrs, out[0]);
   // Built from fills and strided copies into views of their output
   // (copy_into goes to this runtime's copy): their kernels run as they are.
   if (info.has(kCopies)) return info.kernel(in, attrs, out);

@@ -34,6 +34,11 @@ void device_arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim,
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out);
 
+/// out = rand_uniform / rand_normal (`normal`) with the op's attrs (seed,
+/// offset, a multiple of 4): the CPU's Philox rule (random_rule.h) printed as
+/// one kernel per dtype, so the values equal the CPU's draw.
+void device_random(bool normal, const Attrs& attrs, const Tensor& out);
+
 /// out = conv2d(x, w) with the op's attrs (stride, padding, dilation, groups):
 /// im2col as a strided view + copy, then a batched cuBLASLt product.
 void device_conv2d(const Tensor& x, const Tensor& w, const Attrs& attrs, const Tensor& out);

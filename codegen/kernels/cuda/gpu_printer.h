@@ -65,6 +65,13 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol);
 /// never share an output element) and no atomics are needed.
 std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
 
+/// A kernel drawing uniform or `normal` random numbers of floating dtype `dt`
+/// with kiln's Philox rule (runtime/src/random_rule.h: rng::random_rule_source()
+/// goes once between the prelude and such kernels): parameters
+/// (out, n, seed, offset) with offset a multiple of 4; each thread computes
+/// whole Philox blocks of 4 words (grid-stride).
+std::string print_random(bool normal, DType dt, const std::string& symbol);
+
 /// True when print_kernel supports `k` (no accumulating stores).
 bool printable(const kir::Kernel& k);
 

@@ -52,6 +52,10 @@ void manual_seed(uint64_t seed);
 Tensor rand(const Dims& shape, DType dtype = DType::f32);
 /// Standard normal.
 Tensor randn(const Dims& shape, DType dtype = DType::f32);
+/// rand/randn drawn on `device` (a CUDA device draws with its own Philox
+/// kernel: rand gives the CPU's numbers bit for bit, randn within libm ulps).
+Tensor rand(const Dims& shape, DType dtype, Device device);
+Tensor randn(const Dims& shape, DType dtype, Device device);
 /// Integers uniform in [low, high).
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype = DType::i64);
 /// 1 with probability p (elementwise), else 0; same dtype as p. Every p must

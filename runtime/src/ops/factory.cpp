@@ -17,18 +17,20 @@
 //                     compute in float with u1, u2 = uint_to_unit_float(w0), (w1);
 //                     f64 in double with u1, u2 from (w0, w1) and (w2, w3).
 //                     1 - u1 lies in (0, 1], so the log is finite.
+// random_rule.h holds this rule's code, shared with the CUDA backend's kernels.
 // rand()/randn() reserve numel * W words of the default generator with
 // Generator::advance and pass its seed and the returned offset as attrs.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <numbers>
 
 #include "kiln/autograd.h"
+#include "kiln/device_runtime.h"
 #include "kiln/random.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
+#include "random_rule.h"
 
 namespace kiln {
 namespace ops {
@@ -267,33 +269,23 @@ void infer_random(std::span<const Tensor>, const Attrs& at, std::vector<TensorMe
   out.push_back({dt, at.dims("shape")});
 }
 
-// Uniform in [0, 1) with as many random bits as T's mantissa holds exactly.
-template <typename T>
-float unit_for(uint32_t w) {
-  if constexpr (std::is_same_v<T, Half>)
-    return static_cast<float>(w >> 21) * (1.0f / 2048.0f);
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return static_cast<float>(w >> 24) * (1.0f / 256.0f);
-  else
-    return uint_to_unit_float(w);
-}
-
+// Element values from their Philox words: the shared rule (random_rule.h),
+// which the CUDA backend prints into its random kernels too.
 template <typename T, bool Normal>
 T random_value(const uint32_t* w) {
   if constexpr (std::is_same_v<T, double>) {
-    double u1 = uint_to_unit_double(static_cast<uint64_t>(w[0]) << 32 | w[1]);
-    if constexpr (!Normal) {
-      return u1;
-    } else {
-      double u2 = uint_to_unit_double(static_cast<uint64_t>(w[2]) << 32 | w[3]);
-      return std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    }
-  } else if constexpr (!Normal) {
-    return T(unit_for<T>(w[0]));
+    if constexpr (Normal)
+      return rng::kiln_rand_normal_f64(w[0], w[1], w[2], w[3]);
+    else
+      return rng::kiln_rand_unit_f64(w[0], w[1]);
+  } else if constexpr (Normal) {
+    return T(rng::kiln_rand_normal_f32(w[0], w[1]));
+  } else if constexpr (std::is_same_v<T, Half>) {
+    return T(rng::kiln_rand_unit_f16(w[0]));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return T(rng::kiln_rand_unit_bf16(w[0]));
   } else {
-    float u1 = uint_to_unit_float(w[0]), u2 = uint_to_unit_float(w[1]);
-    constexpr float kTwoPi = static_cast<float>(2.0 * std::numbers::pi);
-    return T(std::sqrt(-2.0f * std::log(1.0f - u1)) * std::cos(kTwoPi * u2));
+    return T(rng::kiln_rand_unit_f32(w[0]));
   }
 }
 
@@ -346,9 +338,14 @@ Tensor call_factory(OpId op, const Attrs& at) {
   return dispatch1(op, std::span<const Tensor>(), at);
 }
 
-Tensor random_tensor(bool normal, const Dims& shape, DType dtype, const char* name) {
+// A draw on `device`: CUDA devices run the same rule in their own kernel
+// (random_rule.h), so no host buffer is copied; traced draws stay CPU factory
+// ops moved to the device, as before.
+Tensor random_tensor(bool normal, const Dims& shape, DType dtype, const char* name,
+                     Device device = Device::cpu()) {
   KILN_CHECK(is_floating(dtype), "[", name, "] expects a floating dtype, got ", dtype);
   check_shape(shape, name);
+  if (!device.is_cpu()) (void)device_runtime(device, name);  // no draw reserved if unusable
   uint64_t words = static_cast<uint64_t>(numel_of(shape) * words_per_element(normal, dtype));
   uint64_t seed, offset;
   {
@@ -362,7 +359,12 @@ Tensor random_tensor(bool normal, const Dims& shape, DType dtype, const char* na
       .set("dtype", dtype)
       .set("seed", AttrValue(static_cast<int64_t>(seed)))
       .set("offset", AttrValue(static_cast<int64_t>(offset)));
-  return call_factory(normal ? OpId::rand_normal : OpId::rand_uniform, at);
+  const OpId op = normal ? OpId::rand_normal : OpId::rand_uniform;
+  if (device.is_cpu()) return call_factory(op, at);
+  if (current_recorder() != nullptr) return call_factory(op, at).to(device);
+  Tensor out[] = {make_tensor(shape, dtype, device)};
+  if (out[0].numel() > 0) device_runtime(device, name).run(op, {}, at, out);
+  return out[0];
 }
 
 }  // namespace
@@ -533,13 +535,18 @@ Tensor rand(const Dims& shape, DType dtype) {
 Tensor randn(const Dims& shape, DType dtype) {
   return ops::random_tensor(true, shape, dtype, "randn");
 }
-// On t's device, drawn on the CPU and copied: the same numbers as on the CPU
-// (one Philox stream), at the cost of a copy (dropout masks on CUDA).
+Tensor rand(const Dims& shape, DType dtype, Device device) {
+  return ops::random_tensor(false, shape, dtype, "rand", device);
+}
+Tensor randn(const Dims& shape, DType dtype, Device device) {
+  return ops::random_tensor(true, shape, dtype, "randn", device);
+}
+// On t's device: the same numbers as on the CPU (one Philox stream).
 Tensor rand_like(const Tensor& t) {
-  return ops::random_tensor(false, t.shape(), t.dtype(), "rand_like").to(t.device());
+  return ops::random_tensor(false, t.shape(), t.dtype(), "rand_like", t.device());
 }
 Tensor randn_like(const Tensor& t) {
-  return ops::random_tensor(true, t.shape(), t.dtype(), "randn_like").to(t.device());
+  return ops::random_tensor(true, t.shape(), t.dtype(), "randn_like", t.device());
 }
 
 Tensor randint(int64_t low, int64_t high, const Dims& shape, DType dtype) {

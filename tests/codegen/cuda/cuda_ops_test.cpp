@@ -61,6 +61,66 @@ TEST_F(CudaOps, RandomDrawsEqualTheCpusAndDropoutWorks) {
   expect_equal(db, da, "dropout");
 }
 
+// Bit patterns equal (f16/bf16/f32/f64 values are exact in f64).
+void expect_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << what << " element " << i;
+}
+
+// The device's Philox kernel (the CPU's rule printed, random_rule.h) draws
+// the CPU's numbers: uniform ones bit for bit in every float dtype and at odd
+// sizes (partial Philox blocks), normal ones within the libms' ulps; the
+// generator advances as on the CPU, and nothing is drawn on the host.
+TEST_F(CudaOps, DeviceDrawsEqualTheCpusDraws) {
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (int64_t n : {1000, 1, 7, 4099}) {
+      manual_seed(5);
+      (void)rand({3}, dt);
+      const Tensor a = rand({n}, dt);
+      manual_seed(5);
+      (void)rand({3}, dt, Device::cuda());
+      const Tensor b = rand({n}, dt, Device::cuda());
+      expect_bits(b, a, str("rand ", dt, " ", n));
+      manual_seed(6);
+      const auto x = randn({n}, dt).to_vector<double>();
+      manual_seed(6);
+      const auto y = randn({n}, dt, Device::cuda()).to_vector<double>();
+      const double tol = dt == DType::bf16 ? 0x1p-7 : dt == DType::f16 ? 0x1p-10 : 1e-6;
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(y[i], x[i], tol * std::max(1.0, std::abs(x[i])))
+            << "randn " << dt << " " << n << " element " << i;
+    }
+  manual_seed(7);
+  (void)rand({5, 3});
+  const Tensor after = rand({2});
+  manual_seed(7);
+  (void)rand({5, 3}, DType::f32, Device::cuda());
+  EXPECT_EQ(rand({2}).to_vector<float>(), after.to_vector<float>()) << "the generator advanced";
+  const int64_t before = cpu_allocator().stats().num_allocs;
+  const Tensor big = rand({1 << 16}, DType::f32, Device::cuda());
+  EXPECT_EQ(cpu_allocator().stats().num_allocs, before) << "drawn on the host";
+  EXPECT_THROW((void)rand({2}, DType::i32, Device::cuda()), Error);
+  EXPECT_EQ(rand({0}, DType::f32, Device::cuda()).numel(), 0);
+}
+
+TEST_F(CudaOps, DeviceDropoutAndBernoulliEqualTheCpus) {
+  const Tensor x = randn({33, 65});
+  for (double p : {0.1, 0.5}) {
+    manual_seed(11);
+    const Tensor da = dropout(x, p, true);
+    manual_seed(11);
+    expect_bits(dropout(x.cuda(), p, true), da, str("dropout ", p));
+  }
+  const Tensor probs = rand({40, 9});
+  manual_seed(12);
+  const Tensor ba = bernoulli(probs);
+  manual_seed(12);
+  expect_bits(bernoulli(probs.cuda()), ba, "bernoulli");
+}
+
 // to(device) is differentiable, as in PyTorch: the gradient goes back to the
 // source device, through both directions and twice (double backward).
 TEST_F(CudaOps, MovingBetweenDevicesIsDifferentiable) {

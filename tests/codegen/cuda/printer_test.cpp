@@ -9,6 +9,7 @@
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/nvrtc_lib.h"
 #include "kernels/math_expand.h"
+#include "random_rule.h"
 
 namespace kiln::cuda {
 namespace {
@@ -137,6 +138,21 @@ TEST(Nvrtc, MathExpansionsCompile) {
   EXPECT_NE(source.find("kiln_table0["), std::string::npos);  // sin/cos read the table
   EXPECT_NE(nvrtc_compile(source, "math_kernels.cu", 90, /*cubin=*/false).ptx.find(".target sm_90"),
             std::string::npos);
+}
+
+// The device Philox kernels, after the CPU's rule as text, compile for sm_80
+// and sm_90 (they run on the emulated device in cuda_ops_test).
+TEST(Nvrtc, RandomKernelsCompile) {
+  std::string source = cuda_prelude() + rng::random_rule_source() + "\n";
+  int n = 0;
+  for (bool normal : {false, true})
+    for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      source += print_random(normal, dt, "r" + std::to_string(n++));
+  for (int arch : {80, 90})
+    EXPECT_NE(nvrtc_compile(source, "random_kernels.cu", arch, /*cubin=*/false)
+                  .ptx.find(str(".target sm_", arch)),
+              std::string::npos);
+  EXPECT_THROW((void)print_random(false, DType::i32, "bad"), Error);
 }
 
 TEST(Nvrtc, CompileErrorsNameTheProgramAndShowTheLog) {
