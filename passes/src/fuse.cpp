@@ -243,40 +243,40 @@ struct Ctx {
   bool member(const Node* n) const { return node_in[static_cast<size_t>(at(n))] == epoch; }
 };
 
-// Rule 3: true if the node set has an iteration space; then, if `group` is
-// given, it receives the group (inputs, outputs, dims and patterns).
-bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup* group) {
-  const int ep = ctx.mark(nodes);
+// The first union-find element of v's dims (allocated on first sight).
+int dim_elems(const Ctx& ctx, int ep, const Value* v) {
   Scratch& s = ctx.scratch;
-  s.parent.clear();
-  s.order.clear();
-  s.red.clear();
-  s.red_off.assign(1, 0);
-  // The first union-find element of v's dims (allocated on first sight).
-  auto elems = [&](const Value* v) {
-    const auto id = static_cast<size_t>(v->id());
-    if (ctx.value_stamp[id] == ep) return ctx.value_base[id];
-    const int b = static_cast<int>(s.parent.size());
-    for (int64_t d = 0; d < v->rank(); ++d) s.parent.push_back(static_cast<int>(s.parent.size()));
-    ctx.value_stamp[id] = ep;
-    ctx.value_base[id] = b;
-    ctx.value_idx[id] = static_cast<int>(s.order.size());
-    s.order.push_back(v);
-    return b;
-  };
-  // Ties dim a of va to dim b of vb; false if their sizes differ.
-  auto tie = [&](const Value* va, int64_t a, const Value* vb, int64_t b) {
-    const SymInt& sa = va->shape[static_cast<size_t>(a)];
-    const SymInt& sb = vb->shape[static_cast<size_t>(b)];
-    if (is_unit(sa) && is_unit(sb)) return true;
-    if (!(sa == sb)) return false;
-    dsu_unite(s.parent, elems(va) + static_cast<int>(a), elems(vb) + static_cast<int>(b));
-    return true;
-  };
+  const auto id = static_cast<size_t>(v->id());
+  if (ctx.value_stamp[id] == ep) return ctx.value_base[id];
+  const int b = static_cast<int>(s.parent.size());
+  for (int64_t d = 0; d < v->rank(); ++d) s.parent.push_back(static_cast<int>(s.parent.size()));
+  ctx.value_stamp[id] = ep;
+  ctx.value_base[id] = b;
+  ctx.value_idx[id] = static_cast<int>(s.order.size());
+  s.order.push_back(v);
+  return b;
+}
+
+// Ties dim a of va to dim b of vb; false if their sizes differ.
+bool tie_dims(const Ctx& ctx, int ep, const Value* va, int64_t a, const Value* vb, int64_t b) {
+  const SymInt& sa = va->shape[static_cast<size_t>(a)];
+  const SymInt& sb = vb->shape[static_cast<size_t>(b)];
+  if (is_unit(sa) && is_unit(sb)) return true;
+  if (!(sa == sb)) return false;
+  dsu_unite(ctx.scratch.parent, dim_elems(ctx, ep, va) + static_cast<int>(a),
+            dim_elems(ctx, ep, vb) + static_cast<int>(b));
+  return true;
+}
+
+// Unites the dims each node maps onto each other (a reduction's kept dims, a
+// reshape's non-unit dims in order, broadcasting) and notes the reduced dims.
+// False where two tied dims differ in size.
+bool unite_dims(const Ctx& ctx, int ep, const std::vector<const Node*>& nodes) {
+  Scratch& s = ctx.scratch;
   for (const Node* n : nodes) {
     const Value* out = n->output();
-    elems(out);
-    for (const Value* in : n->inputs) elems(in);
+    dim_elems(ctx, ep, out);
+    for (const Value* in : n->inputs) dim_elems(ctx, ep, in);
     if (is_value_reduction(*n)) {
       const Value* in = n->inputs[0];
       const std::vector<int64_t> ds = reduced_dims(*n);
@@ -286,11 +286,11 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
         const bool r = std::binary_search(ds.begin(), ds.end(), k);
         if (r) {
           if (!is_unit(in->shape[static_cast<size_t>(k)]))
-            s.red.push_back(elems(in) + static_cast<int>(k));
+            s.red.push_back(dim_elems(ctx, ep, in) + static_cast<int>(k));
           if (keepdim(*n)) ++j;
           continue;
         }
-        if (!tie(in, k, out, j++)) return false;
+        if (!tie_dims(ctx, ep, in, k, out, j++)) return false;
       }
       if (s.red.size() > start) s.red_off.push_back(static_cast<int>(s.red.size()));
     } else if (n->is_op(OpId::reshape)) {
@@ -303,7 +303,7 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
         if (!is_unit(out->shape[static_cast<size_t>(k)])) s.b.push_back(k);
       if (s.a.size() != s.b.size()) return false;
       for (size_t k = 0; k < s.a.size(); ++k)
-        if (!tie(in, s.a[k], out, s.b[k])) return false;
+        if (!tie_dims(ctx, ep, in, s.a[k], out, s.b[k])) return false;
     } else {
       // Elementwise and expand: NumPy broadcasting, inputs right-aligned.
       for (const Value* in : n->inputs) {
@@ -311,11 +311,17 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
         if (off < 0) return false;
         for (int64_t k = 0; k < in->rank(); ++k) {
           if (is_unit(in->shape[static_cast<size_t>(k)])) continue;  // broadcast
-          if (!tie(in, k, out, off + k)) return false;
+          if (!tie_dims(ctx, ep, in, k, out, off + k)) return false;
         }
       }
     }
   }
+  return true;
+}
+
+// The classes of the non-unit dims and, per value, the classes of its dims.
+void number_classes(const Ctx& ctx) {
+  Scratch& s = ctx.scratch;
   // Classes of non-unit dims, numbered in first-seen order (deterministic).
   s.root_cls.assign(s.parent.size(), -1);
   s.cls_size.clear();
@@ -335,8 +341,14 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
     }
     s.voff.push_back(static_cast<int>(s.vcls.size()));
   }
-  const size_t nc = s.cls_size.size();
+}
+
+// Orders the classes so every value's dims increase, reduced classes last
+// (one set for every reduction); `nrows` gets the number of kept classes.
+// False when no such order exists.
+bool order_classes(Scratch& s, size_t& nrows) {
   // The reduced classes: equal sets for all reductions.
+  const size_t nc = s.cls_size.size();
   s.in_t.assign(nc, 0);
   const size_t nred = s.red_off.size() - 1;
   for (size_t r = 0; r < nred; ++r) {
@@ -350,7 +362,6 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
     else if (s.mine != s.in_t)
       return false;
   }
-  const bool reduces = nred > 0;
   // Order the classes: every value's dims increase; reduced classes last.
   s.edges.clear();
   s.indeg.assign(nc, 0);
@@ -376,7 +387,7 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
   }
   s.rank_of.assign(nc, 0);
   for (size_t k = 0; k < nc; ++k) s.rank_of[static_cast<size_t>(s.sorted[k])] = static_cast<int>(k);
-  size_t nrows = 0;
+  nrows = 0;
   for (size_t k = 0; k < nc; ++k) {
     const bool t = s.in_t[static_cast<size_t>(s.sorted[k])];
     if (t && k < nrows) return false;
@@ -385,7 +396,13 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
       ++nrows;
     }
   }
-  // Inputs (first-use order) and outputs (used outside the group, or graph outputs).
+  return true;
+}
+
+// The group's inputs (first-use order) and outputs (used outside the group,
+// or graph outputs).
+void list_group_io(const Ctx& ctx, int ep, const std::vector<const Node*>& nodes) {
+  Scratch& s = ctx.scratch;
   s.ins.clear();
   s.outs.clear();
   for (const Node* n : nodes)
@@ -402,6 +419,14 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
       for (const Node* u : v->users) external = external || !ctx.member(u);
       if (external) s.outs.push_back(v);
     }
+}
+
+// Each input's and output's dense pattern over the sorted classes, and the
+// kernel dims (adjacent classes with equal patterns coalesced). False when an
+// output would be stored twice or the reduced dims are not one inner dim.
+bool coalesce_patterns(const Ctx& ctx, size_t nrows, bool reduces) {
+  Scratch& s = ctx.scratch;
+  const size_t nc = s.cls_size.size();
   // Dense pattern over the sorted classes, one row per input, then per output.
   const size_t nrow = s.ins.size() + s.outs.size();
   s.pats.assign(nrow * nc, 0);
@@ -429,9 +454,15 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
   if (reduces &&
       (nd == 0 || s.starts[nd - 1] < nrows || (nd >= 2 && s.starts[nd - 1] - 1 >= nrows)))
     return false;  // the reduced dims do not coalesce into one inner dim
-  if (group == nullptr) return true;
+  return true;
+}
 
-  FusionGroup& grp = *group;
+// The group analyze() found: nodes, inputs, outputs, dims, patterns, kind.
+void fill_group(const Ctx& ctx, const std::vector<const Node*>& nodes, bool reduces,
+                FusionGroup& grp) {
+  Scratch& s = ctx.scratch;
+  const size_t nc = s.cls_size.size();
+  const size_t nd = s.starts.size();
   grp = FusionGroup{};
   grp.nodes = nodes;
   grp.inputs = s.ins;
@@ -458,6 +489,25 @@ bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup*
     for (const Value* v : grp.inputs)
       if (v->producer && !v->producer->is_constant() && v->producer->info().has(kOpaque))
         grp.kind = GroupKind::kEpilogue;
+}
+
+// Rule 3: true if the node set has an iteration space; then, if `group` is
+// given, it receives the group (inputs, outputs, dims and patterns).
+bool analyze(const Ctx& ctx, const std::vector<const Node*>& nodes, FusionGroup* group) {
+  const int ep = ctx.mark(nodes);
+  Scratch& s = ctx.scratch;
+  s.parent.clear();
+  s.order.clear();
+  s.red.clear();
+  s.red_off.assign(1, 0);
+  if (!unite_dims(ctx, ep, nodes)) return false;
+  number_classes(ctx);
+  size_t nrows = 0;
+  if (!order_classes(s, nrows)) return false;
+  const bool reduces = s.red_off.size() > 1;
+  list_group_io(ctx, ep, nodes);
+  if (!coalesce_patterns(ctx, nrows, reduces)) return false;
+  if (group != nullptr) fill_group(ctx, nodes, reduces, *group);
   return true;
 }
 
