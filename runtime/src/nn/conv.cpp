@@ -1,4 +1,4 @@
-// Conv2d, MaxPool2d, AvgPool2d.
+// Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d.
 #include "kiln/nn/conv.h"
 
 #include <cmath>
@@ -130,6 +130,58 @@ std::string AvgPool2d::extra_repr() const {
 
 std::shared_ptr<Module> AvgPool2d::clone() const {
   auto m = std::make_shared<AvgPool2d>(kernel_, opts_);
+  m->copy_state_from(*this);
+  return m;
+}
+
+namespace {
+// Averages `dim` of x (size in) into `out` cells; each cell's rows are
+// [floor(i * in / out), ceil((i + 1) * in / out)).
+Tensor adaptive_mean(const Tensor& x, int64_t dim, int64_t out) {
+  const int64_t in = x.size(dim);
+  if (in == out) return x;
+  if (in % out == 0) {  // equal cells: one reshape and one mean
+    Dims shape = x.shape();
+    const auto d = static_cast<size_t>(wrap_dim(dim, x.dim(), "adaptive_avg_pool2d"));
+    shape[d] = out;
+    shape.insert(d + 1, in / out);
+    return mean(reshape(x, shape), Dims{static_cast<int64_t>(d) + 1});
+  }
+  std::vector<Tensor> cells;
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+    cells.push_back(mean(slice(x, dim, start, end), Dims{dim}, true));
+  }
+  return cat(cells, dim);
+}
+}  // namespace
+
+Tensor functional::adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4,
+             "[adaptive_avg_pool2d] expects [N, C, H, W] or [C, H, W], got shape ", x.shape());
+  KILN_CHECK(output_size.h > 0 && output_size.w > 0,
+             "[adaptive_avg_pool2d] output_size must be positive, got ",
+             detail::py_tuple(output_size.dims()));
+  KILN_CHECK(x.size(-2) > 0 && x.size(-1) > 0,
+             "[adaptive_avg_pool2d] the input's spatial dims must be non-empty, got shape ",
+             x.shape());
+  KILN_CHECK(is_floating(x.dtype()), "[adaptive_avg_pool2d] expects a floating tensor, got dtype ",
+             x.dtype());
+  return adaptive_mean(adaptive_mean(x, -2, output_size.h), -1, output_size.w);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  return functional::adaptive_avg_pool2d(x, output_size_);
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const {
+  return str("output_size=", int_or_tuple(output_size_));
+}
+
+std::shared_ptr<Module> AdaptiveAvgPool2d::clone() const {
+  auto m = std::make_shared<AdaptiveAvgPool2d>(output_size_);
   m->copy_state_from(*this);
   return m;
 }

@@ -1,4 +1,4 @@
-// Convolution and pooling layers: Conv2d, MaxPool2d, AvgPool2d.
+// Convolution and pooling layers: Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d.
 #pragma once
 
 #include "kiln/functional.h"
@@ -82,6 +82,26 @@ class AvgPool2d : public Module {
  private:
   Size2 kernel_;
   AvgPool2dOptions opts_;
+};
+
+namespace functional {
+/// Average pooling of [N, C, H, W] (or [C, H, W]) to output_size cells
+/// (F.adaptive_avg_pool2d): cell i along H covers rows floor(i * H / oh) to
+/// ceil((i + 1) * H / oh), likewise along W. output_size 1 is the global
+/// average pooling of ResNet heads. Differentiable and traceable.
+Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
+}  // namespace functional
+
+/// adaptive_avg_pool2d as a layer (torch.nn.AdaptiveAvgPool2d).
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Module> clone() const override;
+
+ private:
+  Size2 output_size_;
 };
 
 }  // namespace kiln::nn

@@ -16,13 +16,14 @@
 #include "kiln/nn/transformer.h"
 
 /// torch.nn.functional: the stateless ops layers are built from (batch_norm is
-/// declared in norm.h).
+/// declared in norm.h, adaptive_avg_pool2d in conv.h).
 namespace kiln::nn::functional {
 using kiln::avg_pool2d;
 using kiln::binary_cross_entropy;
 using kiln::binary_cross_entropy_with_logits;
 using kiln::conv2d;
 using kiln::Conv2dFuncOptions;
+using kiln::cosine_similarity;
 using kiln::cross_entropy;
 using kiln::CrossEntropyOptions;
 using kiln::dropout;
@@ -35,6 +36,8 @@ using kiln::max_pool2d;
 using kiln::max_pool2d_with_indices;
 using kiln::mse_loss;
 using kiln::nll_loss;
+using kiln::normalize;
+using kiln::one_hot;
 using kiln::pad;
 using kiln::Pool2dOptions;
 using kiln::Reduction;
