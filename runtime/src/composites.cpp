@@ -228,19 +228,4 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
   return reshape(index_select(weight, 0, flat), shape);
 }
 
-bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
-  NoGradGuard ng;
-  Tensor x = cast(a, DType::f64), y = cast(b, DType::f64);
-  Tensor ok = le(abs(sub(x, y)), add(mul(abs(y), rtol), atol));
-  ok = logical_or(ok, eq(x, y));  // equal infinities
-  if (equal_nan) ok = logical_or(ok, logical_and(ne(x, x), ne(y, y)));
-  return sum(logical_not(ok)).item<int64_t>() == 0;
-}
-
-bool equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  NoGradGuard ng;
-  return sum(logical_not(eq(a, b))).item<int64_t>() == 0;
-}
-
 }  // namespace kiln

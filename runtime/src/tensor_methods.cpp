@@ -499,8 +499,45 @@ Tensor Tensor::view_as(const Tensor& o) const {
 Tensor Tensor::type_as(const Tensor& o) const {
   return kiln::cast(*this, o.dtype());
 }
+namespace {
+// The input of an in-place op that is computed out of place and written back:
+// a copy when autograd records it, since where() saves its inputs and the
+// write-back would otherwise invalidate them (PyTorch allows x.masked_fill_
+// on a non-leaf that requires grad).
+Tensor recorded_input(const Tensor& self) {
+  return grad_mode_enabled() && self.requires_grad() ? self.clone() : self;
+}
+}  // namespace
+
 Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) {
-  return commit(*this, kiln::masked_fill(*this, m, v), "masked_fill_");
+  return commit(*this, kiln::masked_fill(recorded_input(*this), m, v), "masked_fill_");
+}
+Tensor Tensor::index(const std::vector<Tensor>& i) const {
+  return kiln::index(*this, i);
+}
+Tensor Tensor::operator[](const Tensor& i) const {
+  return kiln::index(*this, {i});
+}
+Tensor Tensor::index_put(const std::vector<Tensor>& i, const Tensor& v) const {
+  return kiln::index_put(*this, i, v);
+}
+Tensor Tensor::index_put(const std::vector<Tensor>& i, const Scalar& v) const {
+  return kiln::index_put(*this, i, v);
+}
+Tensor& Tensor::index_put_(const std::vector<Tensor>& i, const Tensor& v) {
+  return commit(*this, kiln::index_put(recorded_input(*this), i, v), "index_put_");
+}
+Tensor& Tensor::index_put_(const std::vector<Tensor>& i, const Scalar& v) {
+  return commit(*this, kiln::index_put(recorded_input(*this), i, v), "index_put_");
+}
+Tensor Tensor::isclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {
+  return kiln::isclose(*this, o, rtol, atol, equal_nan);
+}
+bool Tensor::allclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {
+  return kiln::allclose(*this, o, rtol, atol, equal_nan);
+}
+bool Tensor::equal(const Tensor& o) const {
+  return kiln::equal(*this, o);
 }
 
 }  // namespace kiln

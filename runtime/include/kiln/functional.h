@@ -418,12 +418,49 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
-/// True if |a - b| <= atol + rtol * |b| everywhere (broadcasting), like
-/// torch.allclose; NaNs are equal only with equal_nan. Reads values (eager only).
+/// Bool tensor (a and b broadcast) of torch.isclose: true where a == b (equal
+/// infinities included), or both are finite and |a - b| <= atol + rtol * |b|,
+/// or, with equal_nan, both are NaN. Compared in f64; rtol, atol >= 0.
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+               bool equal_nan = false);
+/// True if isclose holds everywhere (torch.allclose). Reads values (eager only).
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
               bool equal_nan = false);
-/// True if a and b have the same shape and dtype and equal elements (torch.equal).
+/// True if a and b have the same shape and equal elements (torch.equal): dtypes
+/// may differ (compared by value), NaN equals nothing. Reads values (eager only).
 bool equal(const Tensor& a, const Tensor& b);
+
+// ---------------- indexing with tensors (libtorch's x.index / x.index_put_) ----------------
+/// x[indices] for one index tensor, as PyTorch's x[t]: a bool mask whose shape
+/// equals x's leading dims selects the rows where it is true, [count, rest...]
+/// in row-major order (masked_select's values; eager only: the count depends on
+/// values); an integer tensor picks entries along dim 0 (negative ones count
+/// from the end), [t.shape..., rest...]. Differentiable in x (the gradient
+/// scatters back). Other index lists (slices, several tensors) are kiln::Errors.
+Tensor index(const Tensor& x, const std::vector<Tensor>& indices);
+/// x with x[mask] = values (torch.index_put, accumulate=false): `values`
+/// broadcasts to the selected shape [count, rest...] (a scalar fills). A bool
+/// mask only, as index(); differentiable in x and values; eager only.
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Tensor& values);
+Tensor index_put(const Tensor& x, const std::vector<Tensor>& indices, const Scalar& value);
+
+/// Comparisons as operators (libtorch's a < b): bool tensors, broadcast.
+#define KILN_COMPARE_OP_DECL(op)                        \
+  Tensor operator op(const Tensor& a, const Tensor& b); \
+  Tensor operator op(const Tensor& a, const Scalar& b); \
+  Tensor operator op(const Scalar& a, const Tensor& b);
+KILN_COMPARE_OP_DECL(<)
+KILN_COMPARE_OP_DECL(<=)
+KILN_COMPARE_OP_DECL(>)
+KILN_COMPARE_OP_DECL(>=)
+KILN_COMPARE_OP_DECL(==)
+KILN_COMPARE_OP_DECL(!=)
+#undef KILN_COMPARE_OP_DECL
+/// Logical and / or / not of bool tensors (PyTorch's (a > 0) & (b < 1), ~mask);
+/// other dtypes are kiln::Errors (kiln has no bitwise integer ops).
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& x);
 
 /// Sums g over broadcast dims so it has `shape` (the reverse of expand).
 Tensor sum_to(const Tensor& g, const Dims& shape);

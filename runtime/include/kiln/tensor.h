@@ -350,6 +350,21 @@ class Tensor {
   Tensor type_as(const Tensor& other) const;
   /// In-place masked_fill (bumps the version counter).
   Tensor& masked_fill_(const Tensor& mask, const Scalar& value);
+  // indexing by tensors (libtorch's spelling; see kiln::index / index_put)
+  /// x[mask] (bool: eager only) or x[idx] (integer, along dim 0).
+  Tensor index(const std::vector<Tensor>& indices) const;
+  Tensor operator[](const Tensor& index) const;
+  Tensor index_put(const std::vector<Tensor>& indices, const Tensor& values) const;
+  Tensor index_put(const std::vector<Tensor>& indices, const Scalar& value) const;
+  /// x[mask] = values in place (PyTorch's x[mask] = v; bumps the version counter).
+  Tensor& index_put_(const std::vector<Tensor>& indices, const Tensor& values);
+  Tensor& index_put_(const std::vector<Tensor>& indices, const Scalar& value);
+  // comparisons of whole tensors
+  Tensor isclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8,
+                 bool equal_nan = false) const;
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8,
+                bool equal_nan = false) const;
+  bool equal(const Tensor& other) const;
 
   TensorImpl* impl() const {
     KILN_CHECK(impl_ != nullptr, "[tensor] operation on an undefined tensor");
