@@ -152,7 +152,7 @@ void Module::check_new_name(const std::string& name, const char* what) const {
              "parameter's tensor, e.g. to tie weights, use replace_parameter)");
 }
 
-Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+Module::Entry& Module::add_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_new_name(name, "parameter");
   if (t.defined()) {
     // Like nn.Parameter(t): a parameter is always a leaf.
@@ -163,14 +163,20 @@ Tensor Module::register_parameter(const std::string& name, Tensor t, bool requir
     t.requires_grad_(requires_grad);
   }
   params_.push_back({name, t, nullptr, true});
-  return t;
+  return params_.back();
+}
+
+Registered Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  add_parameter(name, std::move(t), requires_grad);
+  return {};
 }
 
 Tensor& Module::register_parameter(const std::string& name, Tensor& slot, Tensor t,
                                    bool requires_grad) {
-  slot = register_parameter(name, std::move(t), requires_grad);
-  params_.back().tensor = Tensor();
-  params_.back().slot = &slot;
+  Entry& e = add_parameter(name, std::move(t), requires_grad);
+  slot = std::move(e.tensor);
+  e.tensor = Tensor();
+  e.slot = &slot;
   return slot;
 }
 
@@ -186,16 +192,22 @@ Tensor Module::replace_parameter(const std::string& name, const Tensor& t) {
   return t;
 }
 
-Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+Module::Entry& Module::add_buffer(const std::string& name, Tensor t, bool persistent) {
   check_new_name(name, "buffer");
-  buffers_.push_back({name, t, nullptr, persistent});
-  return t;
+  buffers_.push_back({name, std::move(t), nullptr, persistent});
+  return buffers_.back();
+}
+
+Registered Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
+  add_buffer(name, std::move(t), persistent);
+  return {};
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor& slot, Tensor t, bool persistent) {
-  slot = register_buffer(name, std::move(t), persistent);
-  buffers_.back().tensor = Tensor();
-  buffers_.back().slot = &slot;
+  Entry& e = add_buffer(name, std::move(t), persistent);
+  slot = std::move(e.tensor);
+  e.tensor = Tensor();
+  e.slot = &slot;
   return slot;
 }
 

@@ -16,8 +16,8 @@ struct Net : nn::Module {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
     act = register_module("act", std::make_shared<nn::ReLU>());
     fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 2));
-    scale = register_parameter("scale", ones({2}));
-    steps = register_buffer("steps", zeros({}, DType::i64));
+    register_parameter("scale", scale, ones({2}));
+    register_buffer("steps", steps, zeros({}, DType::i64));
   }
   Tensor forward(const Tensor& x) override {
     return fc2->forward(act->forward(fc1->forward(x))) * scale;
@@ -84,11 +84,12 @@ TEST(NnModule, RegistrationErrors) {
 TEST(NnModule, ParameterIsAlwaysALeaf) {
   NoForward m;
   Tensor base = ones({2}).requires_grad_();
-  Tensor p = m.register_parameter("p", base * 2.0);
+  m.register_parameter("p", base * 2.0);
+  Tensor p = m.named_parameters()[0].second;
   EXPECT_TRUE(p.is_leaf());
   EXPECT_TRUE(p.requires_grad());
-  Tensor frozen = m.register_parameter("frozen", ones({2}), false);
-  EXPECT_FALSE(frozen.requires_grad());
+  m.register_parameter("frozen", ones({2}), false);
+  EXPECT_FALSE(m.named_parameters()[1].second.requires_grad());
   EXPECT_EQ(m.parameters().size(), 2u);
 }
 

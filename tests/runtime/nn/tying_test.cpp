@@ -108,7 +108,7 @@ TEST(WeightTying, SaveLoadRoundTripsTheTie) {
 
 TEST(WeightTying, ReplaceParameterRePointsAHandleRegisteredParameter) {
   struct Net : nn::Module {
-    Net() { scale = register_parameter("scale", ones({2})); }
+    Net() { register_parameter("scale", scale, ones({2})); }
     Tensor scale;
   };
   Net n;

@@ -3,6 +3,7 @@
 // std::shared_ptr so that parents and user code share them.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -29,6 +30,27 @@ struct LoadStateDictResult {
   std::vector<std::string> unexpected_keys;  ///< in the state dict, not in the module
 };
 
+template <typename>
+inline constexpr bool kAlwaysFalse = false;
+
+/// What register_parameter(name, t) and register_buffer(name, t) return: a
+/// receipt, not a tensor. Keeping a copy of the registered handle in a member
+/// (libtorch's `w = register_parameter("w", t)`) does not compile, because the
+/// copy would not follow the module: re-pointing it later (weight tying) would
+/// leave the registered tensor stale, untrained and saved. Register members
+/// with the slot form, register_parameter("w", w, t), which the module reads.
+struct Registered {
+  template <typename T>
+  operator T() const {  // NOLINT(google-explicit-constructor): a readable error, never a value
+    static_assert(kAlwaysFalse<T>,
+                  "register_parameter(name, t) / register_buffer(name, t) return no handle: a "
+                  "member copy would go stale when re-pointed (weight tying). Use the slot form "
+                  "register_parameter(\"w\", w, t), which makes the member the parameter, or "
+                  "read the tensor back with named_parameters()");
+    std::abort();
+  }
+};
+
 /// Base class of layers and models. Subclasses register their tensors and
 /// children in the constructor and override forward().
 class Module : public std::enable_shared_from_this<Module> {
@@ -44,29 +66,27 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual std::string name() const;
 
   // ---- registration (call from constructors; names must be unique, without '.') ----
-  /// Registers a parameter: a leaf (non-leaves are detached) whose requires_grad
-  /// is set to `requires_grad`. An undefined tensor is allowed (an absent bias)
-  /// and skipped everywhere. Returns the handle now owned by the module.
-  /// The module keeps its own handle: assigning to a copy of it later (e.g. a
-  /// member) does not re-point the parameter; use the slot form or replace_parameter.
-  Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
-  /// Registers the member `slot` (set to t, made a parameter as above) as
-  /// parameter `name`: the module reads the member, so assigning to it re-points
-  /// the parameter, as in PyTorch (weight tying: `head->weight = wte->weight`).
-  /// Built-in layers register their members this way. Returns `slot`.
+  /// Registers the member `slot` (set to t) as parameter `name`: a leaf
+  /// (non-leaves are detached) whose requires_grad is set to `requires_grad`.
+  /// The module reads the member, so assigning to it re-points the parameter,
+  /// as in PyTorch (weight tying: `head->weight = wte->weight`). An undefined
+  /// tensor is allowed (an absent bias) and skipped everywhere. Returns `slot`.
   Tensor& register_parameter(const std::string& name, Tensor& slot, Tensor t,
                              bool requires_grad = true);
+  /// Registers a parameter the module holds itself (parameter lists); no
+  /// handle comes back (see Registered), so no copy can go stale.
+  Registered register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   /// Replaces the value of the registered parameter `name` (and of its member,
   /// for the slot form) by `t`, a leaf such as another module's parameter (its
   /// requires_grad is kept) or undefined; kiln::Error for an unknown name or a
   /// tensor computed by ops (PyTorch refuses non-Parameters too). Returns t.
   Tensor replace_parameter(const std::string& name, const Tensor& t);
-  /// Registers a buffer (state that is not trained: running stats, masks).
-  /// Non-persistent buffers stay out of state_dict().
-  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
-  /// Registers the member `slot` (set to t) as buffer `name`; assigning to the
-  /// member re-points the buffer. Returns `slot`.
+  /// Registers the member `slot` (set to t) as buffer `name` (state that is
+  /// not trained: running stats, masks); assigning to the member re-points the
+  /// buffer. Non-persistent buffers stay out of state_dict(). Returns `slot`.
   Tensor& register_buffer(const std::string& name, Tensor& slot, Tensor t, bool persistent = true);
+  /// Registers a buffer the module holds itself; no handle comes back.
+  Registered register_buffer(const std::string& name, Tensor t, bool persistent = true);
   /// Registers a child module; returns it with its own type.
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
@@ -169,6 +189,8 @@ class Module : public std::enable_shared_from_this<Module> {
     Tensor& value() { return slot ? *slot : tensor; }
   };
   void check_new_name(const std::string& name, const char* what) const;
+  Entry& add_parameter(const std::string& name, Tensor t, bool requires_grad);
+  Entry& add_buffer(const std::string& name, Tensor t, bool persistent);
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   void set_child(const std::string& name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool recurse, bool buffers, NamedTensors& out,
