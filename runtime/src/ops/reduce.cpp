@@ -196,17 +196,10 @@ constexpr int64_t kColumnChunk = 256;           // outputs accumulated together 
 constexpr int64_t kWholeRowColumns = 8192;      // widest rows the whole-row column path takes
 constexpr int64_t kWholeRowPartials = 1 << 20;  // most partial sums it keeps at once
 
-// Reduces x over the normalized `dims` into the contiguous y.
-template <typename T, typename O, typename A, typename Op>
-void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
-  const T* xp = static_cast<const T*>(x.data_ptr());
-  O* yp = static_cast<O*>(y.data_ptr());
-  const int64_t M = y.numel();
-  if (M == 0) return;
-  if (x.numel() == 0) {  // sum over an empty dim: the identity
-    for (int64_t i = 0; i < M; ++i) yp[i] = finish<O, A>(Op::init());
-    return;
-  }
+// x's dims of size > 1 with their input and output strides (reduced dims
+// marked), in memory order (largest input stride outermost), dims that walk
+// memory as one merged.
+RDims reduction_dims(const Tensor& x, const Dims& dims) {
   const Dims& shape = x.shape();
   Dims ys = contiguous_strides(reduced_shape(shape, dims, true));
   RDims ds;
@@ -233,6 +226,62 @@ void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
     }
     co.push_back(d);
   }
+  return co;
+}
+
+// The column path for tall inputs at most a few thousand wide (a bias
+// gradient: [tokens, features] summed over tokens): fixed blocks of whole input
+// rows, each folding every column into its own partial row (contiguous reads;
+// the partial stays in cache), then the partials combined in block order.
+// Striding down columns chunk by chunk instead walks every page of the input
+// once per chunk. The blocks depend on the sizes only, so results do not
+// depend on the threads.
+template <typename T, typename O, typename A, typename Op>
+void reduce_whole_rows(const T* xp, O* yp, const RDims& outer_kept, const RDims& red,
+                       const RDim& col, int64_t Rn, int64_t outer_n) {
+  using C = compute_t<T>;
+  const int64_t nb = std::clamp<int64_t>(
+      std::min(Rn * col.size / kSplitBlock, kWholeRowPartials / (outer_n * col.size)), 1,
+      std::min<int64_t>(Rn, 64));
+  std::unique_ptr<A[]> part(new A[static_cast<size_t>(outer_n * nb * col.size)]());
+  parallel_for(0, outer_n * nb, 1, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t o = it / nb, k = it % nb;
+      int64_t xo, yo;
+      unravel(outer_kept, o, xo, yo);
+      A* acc = part.get() + it * col.size;
+      for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::init();
+      for (int64_t r = Rn * k / nb; r < Rn * (k + 1) / nb; ++r) {
+        int64_t rx, ry;
+        unravel(red, r, rx, ry);
+        const T* p = xp + xo + rx;
+        for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
+      }
+    }
+  });
+  for (int64_t o = 0; o < outer_n; ++o) {
+    A* acc = part.get() + o * nb * col.size;
+    for (int64_t k = 1; k < nb; ++k)
+      for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], acc[k * col.size + j]);
+    int64_t xo, yo;
+    unravel(outer_kept, o, xo, yo);
+    O* q = yp + yo;
+    for (int64_t j = 0; j < col.size; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
+  }
+}
+
+// Reduces x over the normalized `dims` into the contiguous y.
+template <typename T, typename O, typename A, typename Op>
+void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
+  const T* xp = static_cast<const T*>(x.data_ptr());
+  O* yp = static_cast<O*>(y.data_ptr());
+  const int64_t M = y.numel();
+  if (M == 0) return;
+  if (x.numel() == 0) {  // sum over an empty dim: the identity
+    for (int64_t i = 0; i < M; ++i) yp[i] = finish<O, A>(Op::init());
+    return;
+  }
+  const RDims co = reduction_dims(x, dims);
   RDims kept, red;
   for (const RDim& d : co) (d.red ? red : kept).push_back(d);
   const int64_t Rn = x.numel() / M;
@@ -305,40 +354,7 @@ void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
   const int64_t outer_n = M / col.size;
   if (col.xs == 1 && col.size <= kWholeRowColumns && Rn >= 2 && Rn * col.size >= 2 * kSplitBlock &&
       outer_n * col.size <= kWholeRowPartials / 2) {
-    // Tall and at most a few thousand wide (a bias gradient: [tokens, features]
-    // summed over tokens): fixed blocks of whole input rows, each folding every
-    // column into its own partial row (contiguous reads; the partial stays in
-    // cache), then the partials combined in block order. Striding down columns
-    // chunk by chunk instead walks every page of the input once per chunk. The
-    // blocks depend on the sizes only, so results do not depend on the threads.
-    const int64_t nb = std::clamp<int64_t>(
-        std::min(Rn * col.size / kSplitBlock, kWholeRowPartials / (outer_n * col.size)), 1,
-        std::min<int64_t>(Rn, 64));
-    std::unique_ptr<A[]> part(new A[static_cast<size_t>(outer_n * nb * col.size)]());
-    parallel_for(0, outer_n * nb, 1, [&](int64_t b, int64_t e) {
-      for (int64_t it = b; it < e; ++it) {
-        const int64_t o = it / nb, k = it % nb;
-        int64_t xo, yo;
-        unravel(outer_kept, o, xo, yo);
-        A* acc = part.get() + it * col.size;
-        for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::init();
-        for (int64_t r = Rn * k / nb; r < Rn * (k + 1) / nb; ++r) {
-          int64_t rx, ry;
-          unravel(red, r, rx, ry);
-          const T* p = xp + xo + rx;
-          for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
-        }
-      }
-    });
-    for (int64_t o = 0; o < outer_n; ++o) {
-      A* acc = part.get() + o * nb * col.size;
-      for (int64_t k = 1; k < nb; ++k)
-        for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], acc[k * col.size + j]);
-      int64_t xo, yo;
-      unravel(outer_kept, o, xo, yo);
-      O* q = yp + yo;
-      for (int64_t j = 0; j < col.size; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
-    }
+    reduce_whole_rows<T, O, A, Op>(xp, yp, outer_kept, red, col, Rn, outer_n);
     return;
   }
   const int64_t work = Rn * std::min(col.size, kColumnChunk);  // per item
