@@ -1,10 +1,15 @@
 // Device buffers, modules and launches (module.h).
 #include "kernels/cuda/module.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/nvrtc_lib.h"
+#include "kernels/kernel_cache.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 
@@ -78,17 +83,80 @@ std::vector<char> compile_for_device(const std::string& source, const std::strin
   const int arch = info.cc_major * 10 + info.cc_minor;
   const std::vector<int> archs = nvrtc_archs();
   if (std::find(archs.begin(), archs.end(), arch) != archs.end())
-    return nvrtc_compile(source, name, arch, /*cubin=*/true).cubin;
+    return nvrtc_compile_cached(source, name, arch, /*cubin=*/true);
   // A device newer than this NVRTC: PTX of the newest older architecture.
   int best = 0;
   for (int a : archs)
     if (a <= arch) best = std::max(best, a);
   KILN_CHECK(best > 0, "[cuda] NVRTC ", nvrtc_version(), " cannot compile for device ", device,
              " (", info.name, ", sm_", arch, ")");
-  const std::string ptx = nvrtc_compile(source, name, best, /*cubin=*/false).ptx;
-  std::vector<char> image(ptx.begin(), ptx.end());
-  if (image.empty() || image.back() != '\0') image.push_back('\0');  // cuModuleLoadData's PTX
+  return nvrtc_compile_cached(source, name, best, /*cubin=*/false);
+}
+
+namespace {
+
+std::mutex g_nvrtc_mu;
+NvrtcCacheStats g_nvrtc_stats;
+
+// An entry: a header line naming the payload's size and XXH64, then the payload.
+std::string nvrtc_entry(const std::vector<char>& image) {
+  return str("kiln-nvrtc 1 ", image.size(), " ", XXH64(image.data(), image.size(), 0), "\n") +
+         std::string(image.begin(), image.end());
+}
+
+// The payload of a well-formed entry, else nothing.
+bool read_nvrtc_entry(const std::string& bytes, std::vector<char>& image) {
+  const size_t nl = bytes.find('\n');
+  if (nl == std::string::npos) return false;
+  unsigned long long size = 0, sum = 0;
+  if (std::sscanf(bytes.substr(0, nl).c_str(), "kiln-nvrtc 1 %llu %llu", &size, &sum) != 2)
+    return false;
+  if (bytes.size() - nl - 1 != size) return false;
+  image.assign(bytes.begin() + static_cast<std::ptrdiff_t>(nl) + 1, bytes.end());
+  return XXH64(image.data(), image.size(), 0) == sum;
+}
+
+}  // namespace
+
+std::vector<char> nvrtc_compile_cached(const std::string& source, const std::string& name, int arch,
+                                       bool cubin) {
+  std::string key_text = str("kiln-nvrtc 1\nnvrtc ", nvrtc_version(), "\n");
+  for (const std::string& o : nvrtc_options(arch, cubin)) key_text += o + "\n";
+  key_text += source;
+  const XXH128_hash_t h = XXH3_128bits(key_text.data(), key_text.size());
+  char hex[40];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  std::string dir = kir::cache_dir();
+  if (!dir.empty() && !kir::check_cache_dir(dir).empty()) dir.clear();  // unsafe: compile only
+  const std::string path = str(dir, "/nvrtc_", hex, cubin ? ".cubin" : ".ptx");
+  bool damaged = false;
+  if (!dir.empty()) {
+    std::string bytes, why;
+    std::vector<char> image;
+    const kir::CacheFileRead got = kir::read_cache_file(path, bytes, why);
+    if (got == kir::CacheFileRead::kRead && read_nvrtc_entry(bytes, image)) {
+      std::lock_guard<std::mutex> lock(g_nvrtc_mu);
+      ++g_nvrtc_stats.disk_hits;
+      return image;
+    }
+    damaged = got == kir::CacheFileRead::kRead;
+    if (got == kir::CacheFileRead::kRefused) dir.clear();  // someone else's file: leave it
+  }
+  const NvrtcOutput out = nvrtc_compile(source, name, arch, cubin);
+  std::vector<char> image = cubin ? out.cubin : std::vector<char>(out.ptx.begin(), out.ptx.end());
+  if (!cubin && (image.empty() || image.back() != '\0'))
+    image.push_back('\0');  // cuModuleLoadData's PTX
+  if (!dir.empty()) kir::write_cache_file(path, nvrtc_entry(image), nullptr);  // best effort
+  std::lock_guard<std::mutex> lock(g_nvrtc_mu);
+  ++g_nvrtc_stats.compiled;
+  if (damaged) ++g_nvrtc_stats.rebuilt;
   return image;
+}
+
+NvrtcCacheStats nvrtc_cache_stats() {
+  std::lock_guard<std::mutex> lock(g_nvrtc_mu);
+  return g_nvrtc_stats;
 }
 
 void after_launch(const std::string& kernel) {

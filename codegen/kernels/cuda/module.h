@@ -60,6 +60,22 @@ std::string device_prelude();
 std::vector<char> compile_for_device(const std::string& source, const std::string& name,
                                      int device);
 
+/// nvrtc_compile's cubin (`cubin`) or NUL-terminated PTX for `source`, from
+/// the disk cache under KILN_CACHE_DIR (the kernel cache's directory and file
+/// rules) or compiled now and stored there. The key hashes everything the
+/// output depends on: the source, NVRTC's version, the target and the options;
+/// a damaged entry is compiled again and replaced.
+std::vector<char> nvrtc_compile_cached(const std::string& source, const std::string& name, int arch,
+                                       bool cubin);
+
+/// Counters of nvrtc_compile_cached in this process.
+struct NvrtcCacheStats {
+  int64_t compiled = 0;   ///< compiled by NVRTC (no usable disk entry)
+  int64_t disk_hits = 0;  ///< read from the disk cache
+  int64_t rebuilt = 0;    ///< damaged disk entries compiled again
+};
+NvrtcCacheStats nvrtc_cache_stats();
+
 /// With KILN_CUDA_SYNC=1: waits for the kernel just launched and raises a
 /// kiln::Error naming `kernel` if it failed (otherwise nothing).
 void after_launch(const std::string& kernel);

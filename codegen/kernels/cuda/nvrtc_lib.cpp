@@ -97,9 +97,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, in
   nvrtcProgram prog = nullptr;
   nvrtcResult r = n.nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr);
   KILN_CHECK(r == NVRTC_SUCCESS, "[nvrtc] creating program ", name, ": ", n.nvrtcGetErrorString(r));
-  std::vector<std::string> opts = {str("--gpu-architecture=", cubin ? "sm_" : "compute_", arch),
-                                   "--fmad=false", "-default-device", "--std=c++17"};
-  opts.insert(opts.end(), extra.begin(), extra.end());
+  const std::vector<std::string> opts = nvrtc_options(arch, cubin, extra);
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());
   r = n.nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
@@ -126,6 +124,14 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, in
   }
   n.nvrtcDestroyProgram(&prog);
   return out;
+}
+
+std::vector<std::string> nvrtc_options(int arch, bool cubin,
+                                       const std::vector<std::string>& extra) {
+  std::vector<std::string> opts = {str("--gpu-architecture=", cubin ? "sm_" : "compute_", arch),
+                                   "--fmad=false", "-default-device", "--std=c++17"};
+  opts.insert(opts.end(), extra.begin(), extra.end());
+  return opts;
 }
 
 long spill_bytes(const std::string& log) {

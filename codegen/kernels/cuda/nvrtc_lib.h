@@ -30,6 +30,10 @@ std::vector<int> nvrtc_archs();
 /// error is a kiln::Error with NVRTC's log and the numbered source.
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin,
                           const std::vector<std::string>& extra = {});
+/// The options nvrtc_compile passes for (arch, cubin, extra): what a cache of
+/// its output must key on besides the source and NVRTC's version.
+std::vector<std::string> nvrtc_options(int arch, bool cubin,
+                                       const std::vector<std::string>& extra = {});
 
 /// From a ptxas -v log: the largest "N bytes spill stores" of any kernel (0 when
 /// nothing spilled).

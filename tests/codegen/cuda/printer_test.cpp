@@ -4,9 +4,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
 #include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
 #include "kernels/cuda/nvrtc_lib.h"
 #include "kernels/math_expand.h"
 #include "random_rule.h"
@@ -153,6 +156,39 @@ TEST(Nvrtc, RandomKernelsCompile) {
                   .ptx.find(str(".target sm_", arch)),
               std::string::npos);
   EXPECT_THROW((void)print_random(false, DType::i32, "bad"), Error);
+}
+
+// NVRTC's output is cached on disk (KILN_CACHE_DIR): the same program again
+// is read back; another target is another entry; a damaged entry is compiled
+// again and replaced.
+TEST(Nvrtc, ProgramsAreCachedOnDisk) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / str("kiln_nvrtc_cache_", ::getpid());
+  fs::remove_all(dir);
+  const char* old = std::getenv("KILN_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("KILN_CACHE_DIR", dir.c_str(), 1);
+  const std::string src = cuda_prelude() + print_kernel(testing::op_kernels()[0].k, "cached0");
+  const NvrtcCacheStats s0 = nvrtc_cache_stats();
+  const std::vector<char> a = nvrtc_compile_cached(src, "cached.cu", 90, /*cubin=*/true);
+  EXPECT_EQ(nvrtc_cache_stats().compiled, s0.compiled + 1);
+  EXPECT_EQ(nvrtc_compile_cached(src, "cached.cu", 90, true), a);
+  EXPECT_EQ(nvrtc_cache_stats().disk_hits, s0.disk_hits + 1);
+  const std::vector<char> ptx = nvrtc_compile_cached(src, "cached.cu", 80, /*cubin=*/false);
+  EXPECT_EQ(nvrtc_cache_stats().compiled, s0.compiled + 2);
+  EXPECT_NE(std::string(ptx.data()).find(".target sm_80"), std::string::npos);
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().filename().string().rfind("nvrtc_", 0) == 0)
+      std::ofstream(f.path(), std::ios::app) << "damage";
+  EXPECT_EQ(nvrtc_compile_cached(src, "cached.cu", 90, true), a);
+  EXPECT_EQ(nvrtc_cache_stats().rebuilt, s0.rebuilt + 1);
+  EXPECT_EQ(nvrtc_compile_cached(src, "cached.cu", 90, true), a);  // the replaced entry
+  EXPECT_EQ(nvrtc_cache_stats().disk_hits, s0.disk_hits + 2);
+  if (old)
+    ::setenv("KILN_CACHE_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("KILN_CACHE_DIR");
+  fs::remove_all(dir);
 }
 
 TEST(Nvrtc, CompileErrorsNameTheProgramAndShowTheLog) {
