@@ -180,8 +180,34 @@ void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
   });
 }
 
+// With stride 1 and padding p <= d (k - 1) (both dims; "same" 3x3 included),
+// the input gradient is itself a convolution: of gy padded by d (k - 1) - p,
+// by the weight flipped in space with its two channel roles swapped
+// (wt[c, o, i, j] = w[o, c, kH-1-i, kW-1-j] within each group). That is one
+// im2col + GEMM per image, as forward, instead of a tall GEMM into a column
+// buffer and col2im's scattered adds. Returns false for other convolutions.
+template <typename T>
+bool conv_grad_input_as_conv(const T* gy, const T* w, T* gx, const ConvGeom& g) {
+  const int64_t ph = g.dh * (g.kH - 1) - g.ph, pw = g.dw * (g.kW - 1) - g.pw;
+  if (g.sh != 1 || g.sw != 1 || g.direct() || ph < 0 || pw < 0) return false;
+  const int64_t Og = g.Og(), kk = g.kH * g.kW;
+  const ConvGeom t{g.N, g.O, g.Ho, g.Wo, g.C, Og,   g.kH, g.kW,    g.H,
+                   g.W, 1,   1,    ph,   pw,  g.dh, g.dw, g.groups};
+  std::vector<T> wt(static_cast<size_t>(g.O * g.Cg * kk));
+  for (int64_t gr = 0; gr < g.groups; ++gr)
+    for (int64_t o = 0; o < Og; ++o)
+      for (int64_t c = 0; c < g.Cg; ++c) {
+        const T* src = w + ((gr * Og + o) * g.Cg + c) * kk;
+        T* dst = wt.data() + ((gr * g.Cg + c) * Og + o) * kk;
+        for (int64_t k = 0; k < kk; ++k) dst[k] = src[kk - 1 - k];  // flip both spatial dims
+      }
+  conv_fwd(gy, wt.data(), gx, t);
+  return true;
+}
+
 template <typename T>
 void conv_grad_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
+  if (conv_grad_input_as_conv(gy, w, gx, g)) return;
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
   parallel_for(0, g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
     std::fill(gx + n0 * g.C * g.H * g.W, gx + n1 * g.C * g.H * g.W, T(0));
