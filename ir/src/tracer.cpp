@@ -5,6 +5,7 @@
 #include "kiln/ir/tracer.h"
 
 #include <atomic>
+#include <typeinfo>
 #include <unordered_set>
 
 #include "kiln/autograd.h"
@@ -15,7 +16,7 @@ namespace kiln::ir {
 namespace {
 
 // The tracer-owned state of one symbolic tensor.
-struct ValueRef : TraceState {
+struct ValueRef final : TraceState {
   // The trace that made the tensor: a unique id, not the Tracer's address,
   // which a later trace may reuse while a stale symbolic tensor survives.
   uint64_t owner = 0;
@@ -27,7 +28,9 @@ struct ValueRef : TraceState {
 };
 
 ValueRef* ref_of(const Tensor& t, uint64_t owner) {
-  auto* r = dynamic_cast<ValueRef*>(t.impl()->trace.get());
+  // The only TraceState there is; a type check without dynamic_cast's search.
+  TraceState* ts = t.impl()->trace.get();
+  auto* r = ts && typeid(*ts) == typeid(ValueRef) ? static_cast<ValueRef*>(ts) : nullptr;
   return (r && r->owner == owner) ? r : nullptr;
 }
 
@@ -196,9 +199,11 @@ std::vector<Tensor> Tracer::record(OpId op, std::span<const Tensor> inputs, cons
   if (const uint64_t r = autograd::recompute_region())
     at.set("recompute", AttrValue(static_cast<int64_t>(r)));
   std::vector<OutSpec> specs;
+  specs.reserve(out.size());
   for (const TensorMeta& m : out) specs.push_back({m.dtype, to_sym_shape(m.shape)});
   Node* n = st_->graph->add_op(op, std::move(ins), std::move(at), std::move(specs));
   std::vector<Tensor> res;
+  res.reserve(out.size());
   for (size_t i = 0; i < out.size(); ++i) res.push_back(make_symbolic(n->outputs[i], out[i]));
   if (info.has(kView) && !inputs.empty()) {
     // The view's root: the input's root if it is itself a view, else the input.
@@ -412,6 +417,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
     if (t.grad().defined()) known.insert(t.grad().impl());
   }
   for (const auto& w : st_->created) {
+    if (w.expired()) continue;  // most are: a load, not lock()'s atomic exchange
     std::shared_ptr<TensorImpl> impl = w.lock();
     if (!impl || known.count(impl.get())) continue;
     const ValueRef* ref = ref_of(Tensor(impl), st_->id);
