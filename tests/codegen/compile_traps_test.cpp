@@ -297,6 +297,38 @@ TEST(CompileTraps, RetraceReasonsNameTheRealCause) {
       << step.stats().last_miss;
 }
 
+// A function that flips a guarded module flag itself (eval() after the
+// forward) cannot be replayed: replays run no host code, so the flag would
+// never flip and every call re-traces. One warning names the flag and the fix;
+// results stay eager's.
+TEST(CompileTraps, FunctionChangingGuardedHostStateWarnsOnce) {
+  nn::Sequential net;
+  net.push_back(std::make_shared<nn::Linear>(3, 3));
+  net.push_back(std::make_shared<nn::Dropout>(0.5));  // reads the train flag
+  auto f = compile(
+      [&](const Tensor& x) {
+        net.eval();
+        Tensor y = net.forward(x);
+        net.train();
+        return y;
+      },
+      {.warmup = 0, .name = "flips"});
+  NoGradGuard ng;
+  const Tensor x = ones({4, 3});
+  ::testing::internal::CaptureStderr();
+  std::vector<Tensor> got;
+  for (int i = 0; i < 3; ++i) got.push_back(f(x));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const size_t w = err.find("flips: the function changes host state it depends on");
+  EXPECT_NE(w, std::string::npos) << err;
+  const size_t first = err.find("changes host state");
+  EXPECT_EQ(err.find("changes host state", first + 1), std::string::npos) << err;  // once
+  EXPECT_NE(err.find("training changed"), std::string::npos) << err;
+  net.eval();
+  const Tensor want = net.forward(x);
+  for (const Tensor& g : got) EXPECT_TRUE(allclose(g, want));
+}
+
 // KILN_CHECK_COMPILED does not flag rounding: a long reassociated sum whose
 // result is near zero (cancellation) agrees within a tolerance scaled by the
 // tensor's magnitude and the reduction size; a real difference in a captured
