@@ -10,6 +10,11 @@
 - Every file is formatted as `clang-format-14` with the committed .clang-format
   formats it (skipped, with a message, when clang-format 14 is not installed:
   other versions format differently).
+- Every folder README lists its files: under the library, example and bench
+  folders, each source file (also .py/.sh) is named in the README.md of its
+  folder or of the nearest folder above it that has one: by its path relative
+  to that folder, its basename, or a backticked pattern (`driver.*`,
+  `src/ops/binary*.cpp`; `*` stays within one path component).
 Exit status 1 lists every offence with its size or place; 0 when all pass.
 """
 import argparse
@@ -27,6 +32,9 @@ SKIP_DIRS = {"corpus", "fixtures", "golden", "__pycache__"}
 # Braces that open a scope whose children may be functions.
 SCOPE_WORDS = re.compile(r"\b(namespace|class|struct|union|enum)\b|extern\s*\"C\"")
 CONTROL = re.compile(r"^\s*(if|for|while|switch|catch|do|else|return)\b")
+# Folders whose READMEs must list their files, and the files they must list.
+README_DIRS = ["runtime", "ir", "passes", "codegen", "distributed", "examples", "bench"]
+README_EXTENSIONS = EXTENSIONS + (".py", ".sh")
 
 
 def source_files(root):
@@ -36,6 +44,64 @@ def source_files(root):
             for name in sorted(filenames):
                 if name.endswith(EXTENSIONS):
                     yield os.path.join(dirpath, name)
+
+
+def readme_listings(root):
+    """(folder, its files relative to it) for each folder with a README.md under README_DIRS;
+    the files of a sub-folder with its own README.md belong to that one instead."""
+    for top in README_DIRS:
+        pending = []  # (README folder, its files) of the READMEs above the current folder
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            while pending and not (dirpath + os.sep).startswith(pending[-1][0] + os.sep):
+                yield pending.pop()
+            if "README.md" in filenames:
+                pending.append((dirpath, []))
+            if pending:
+                base, files = pending[-1]
+                files.extend(os.path.relpath(os.path.join(dirpath, name), base)
+                             for name in sorted(filenames) if name.endswith(README_EXTENSIONS))
+        while pending:
+            yield pending.pop()
+
+
+def readme_names(text):
+    """(the path-like words of a README, its backticked file patterns as regexes); code
+    blocks are left out."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    words = {w.rstrip(".").removeprefix("./") for w in re.findall(r"[\w.-]+(?:/[\w.-]+)*", text)}
+    patterns = []
+    for span in re.findall(r"`([^`\n]+)`", text):
+        for token in re.split(r"[\s,;()]+", span):
+            # A file pattern has a wildcard and a '.' or '/'; `2*s0` and `a*b` are not ones.
+            if "*" in token and re.fullmatch(r"[\w./*?-]+", token) and re.search(r"[./]", token):
+                rx = re.escape(token).replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+                patterns.append(re.compile(rx))
+    return words, patterns
+
+
+def readme_misses(root):
+    """(README, file) for each file its README does not name."""
+    misses = []
+    for base, files in readme_listings(root):
+        if not files:
+            continue
+        with open(os.path.join(base, "README.md"), encoding="utf-8", errors="replace") as f:
+            words, patterns = readme_names(f.read())
+        longer = {}  # the words with a folder, by basename
+        for w in words:
+            longer.setdefault(w.rsplit("/", 1)[-1], []).append(w)
+        for rel in files:
+            parts = rel.split(os.sep)
+            # A file is named by a tail of its path (unary.cpp, ops/unary.cpp, kiln/tensor.h)
+            # or by its path with folders above the README's (runtime/src/ops/unary.cpp);
+            # src/attention.cpp does not name src/nn/attention.cpp.
+            suffixes = ["/".join(parts[k:]) for k in range(len(parts))]
+            named = any(s in words for s in suffixes) or any(
+                w.endswith("/" + suffixes[0]) for w in longer.get(parts[-1], []))
+            if not named and not any(p.fullmatch(s) for p in patterns for s in suffixes):
+                misses.append((os.path.relpath(os.path.join(base, "README.md"), root), rel))
+    return sorted(misses)
 
 
 def strip_code(text):
@@ -174,10 +240,14 @@ def main():
     unformatted = [] if args.no_format else format_offenders(args.root, cxx)
     for rel in unformatted or []:
         print(f"{rel}: not formatted: run clang-format-14 -i {rel}")
+    unlisted = readme_misses(args.root)
+    for readme, rel in unlisted:
+        print(f"{readme} does not list {rel}: add a line saying what it holds")
     print(f"check_sources: {len(rels)} files, {len(too_long)} over {args.max_lines} lines, "
           f"{len(long_fns)} functions over {args.max_function_lines} lines, "
-          f"{'unchecked' if unformatted is None else len(unformatted)} not formatted")
-    return 1 if too_long or long_fns or unformatted else 0
+          f"{'unchecked' if unformatted is None else len(unformatted)} not formatted, "
+          f"{len(unlisted)} not listed in their folder's README")
+    return 1 if too_long or long_fns or unformatted or unlisted else 0
 
 
 if __name__ == "__main__":
