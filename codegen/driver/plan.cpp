@@ -223,7 +223,7 @@ ExecutorOptions executor_options(const CompileOptions& opts, Device device, cons
   eo.name = str(part, " of ", opts.name);
   eo.device = device;
   eo.fuse = opts.fuse;
-  eo.kernels = opts.kernels;
+  eo.kernels = opts.interpret_kernels ? KernelBackend::kInterpreter : KernelBackend::kAuto;
   eo.reassociate = opts.reassociate;
   return eo;
 }

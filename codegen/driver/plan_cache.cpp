@@ -363,7 +363,7 @@ std::string plan_cache_key(const Plan& p, const ir::Graph& traced, const Compile
   for (const std::string& s : opts.pipeline) w.str(s);
   w.svar(opts.memory_budget);
   w.u8(opts.fuse ? 1 : 0);
-  w.u8(static_cast<uint8_t>(opts.kernels));
+  w.u8(opts.interpret_kernels ? 1 : 0);
   w.u8(opts.reassociate ? 1 : 0);
   w.str(str(p.device));
   w.u8(p.result_grad.empty() ? 0 : 1);

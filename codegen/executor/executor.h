@@ -54,11 +54,17 @@ struct RunArgs {
   std::span<const Tensor> dests;
 };
 
+/// How fused kernels run (see kernels/kernel_cache.h).
+enum class KernelBackend : uint8_t {
+  kAuto,         ///< machine code from the LLVM JIT when kiln has it, else the interpreter
+  kInterpreter,  ///< always the kernel IR interpreter (slow; tests, debugging)
+};
+
 /// How an Executor runs its graph.
 struct ExecutorOptions {
   bool fuse = false;  ///< run fusion groups as generated kernels (compile() turns it on)
   passes::FusionOptions fusion = {};
-  KernelBackend kernels = KernelBackend::kAuto;
+  KernelBackend kernels = KernelBackend::kAuto;  ///< how fused kernels run
   bool in_place = true;     ///< pointwise kernels may overwrite a dying input of their size
   bool horizontal = true;   ///< batch independent launches of one kernel into one launch
   bool reassociate = true;  ///< see CompileOptions::reassociate

@@ -77,9 +77,9 @@ std::string describe_call(OpId op, const OpCase& c) {
 }
 
 // The compiled function of one call: the inputs are its arguments.
-auto compile_op(OpId op, const Attrs& attrs, KernelBackend kernels = KernelBackend::kInterpreter) {
+auto compile_op(OpId op, const Attrs& attrs, bool interpret = true) {
   return compile([op, attrs](const std::vector<Tensor>& in) { return dispatch(op, in, attrs); },
-                 {.warmup = 0, .name = op_name(op), .kernels = kernels});
+                 {.warmup = 0, .name = op_name(op), .interpret_kernels = interpret});
 }
 
 // The second call's data: floating inputs x become new contiguous tensors
@@ -157,7 +157,7 @@ TEST_P(CompiledOps, ForwardMatchesEager) {
     } catch (const Error& e) {
       eager_error = e.what();
     }
-    auto f = compile_op(id, c.attrs, KernelBackend::kAuto);
+    auto f = compile_op(id, c.attrs, false);
     if (!eager_error.empty()) {
       seed_like(id, c.attrs);
       EXPECT_THROW(f(c.inputs), Error) << what << ": eager threw " << eager_error;
@@ -204,11 +204,9 @@ TEST_P(CompiledOps, CapturedAndFrozenInputsMatchEager) {
     const std::vector<Tensor>& ins = c.inputs;
     const Attrs& attrs = c.attrs;
     for (bool frozen : {false, true}) {
-      auto f = compile([&] { return dispatch(id, ins, attrs); },
-                       {.freeze = frozen,
-                        .warmup = 0,
-                        .name = op_name(id),
-                        .kernels = KernelBackend::kInterpreter});
+      auto f =
+          compile([&] { return dispatch(id, ins, attrs); },
+                  {.freeze = frozen, .warmup = 0, .name = op_name(id), .interpret_kernels = true});
       for (int call = 1; call <= 2; ++call) {
         seed_like(id, attrs);
         expect_same(eager, f(), str(what, frozen ? ", frozen" : ", captured", ", call ", call));
@@ -325,7 +323,7 @@ TEST_P(CompiledDiffOps, WholeStepGradsMatchEager) {
       return loss;
     };
     auto f = compile([&] { return step(cleaves); },
-                     {.warmup = 0, .name = op_name(id), .kernels = KernelBackend::kInterpreter});
+                     {.warmup = 0, .name = op_name(id), .interpret_kernels = true});
     for (int call = 1; call <= 2; ++call) {
       if (call == 2) {
         // New data, written in place (the captures keep their identity); both

@@ -271,7 +271,7 @@ std::string check_program(uint64_t seed) {
   auto f = compile(h.body(), {.freeze = h.frozen(),
                               .warmup = 0,
                               .name = str("program", seed),
-                              .kernels = llvm ? KernelBackend::kAuto : KernelBackend::kInterpreter,
+                              .interpret_kernels = !llvm,
                               .reassociate = false});
   std::string what;
   for (int call = 1; call <= 2 && what.empty(); ++call) {

@@ -50,12 +50,6 @@ struct DynamicDim {
   int dim = 0;
 };
 
-/// How fused kernels run (see codegen/kernels/kernel_cache.h).
-enum class KernelBackend : uint8_t {
-  kAuto,         ///< machine code from the LLVM JIT when kiln has it, else the interpreter
-  kInterpreter,  ///< always the kernel IR interpreter (slow; tests, debugging)
-};
-
 /// Options of compile().
 struct CompileOptions {
   bool enabled = true;  ///< false: run the plain function (as KILN_EAGER=1)
@@ -78,7 +72,9 @@ struct CompileOptions {
   /// Fuse elementwise chains, reductions and epilogues into generated kernels
   /// (passes/fuse.h); false (or KILN_DISABLE_PASSES=fuse) runs every node's eager kernel.
   bool fuse = true;
-  KernelBackend kernels = KernelBackend::kAuto;  ///< how fused kernels run
+  /// Run fused kernels through the kernel IR interpreter instead of machine code
+  /// (slow: for telling a code-generation bug from a fusion bug).
+  bool interpret_kernels = false;
   /// Fused reductions may reorder their terms (vector lanes; f32 sums add in
   /// float within 2048-element chunks, eager in double): sums then differ from
   /// eager by rounding, a division by a loop-invariant value may multiply by its
