@@ -139,3 +139,26 @@ TEST(ForwardArgs, TransformerEncoderPassesMasksToLayersOfAnyType) {
   expect_equal(enc(x, mask), y);  // forward_args of the encoder itself
   expect_error([&] { enc.forward(x, Tensor(), Tensor(), /*is_causal=*/true); }, {"is_causal"});
 }
+
+// Gradcheck of the separate-projection layout (kdim/vdim) in the inputs and
+// in every projection weight.
+TEST(AttentionProjections, SeparateLayoutGradcheck) {
+  manual_seed(2);
+  nn::MultiheadAttention m(4, 2, {.kdim = 3, .vdim = 5});
+  m.to(DType::f64);
+  Tensor q = randn({1, 2, 4}, DType::f64), k = randn({1, 3, 3}, DType::f64),
+         v = randn({1, 3, 5}, DType::f64);
+  auto f = [&](const std::vector<Tensor>& in) {
+    Tensor saved_q = m.q_proj_weight, saved_k = m.k_proj_weight;
+    m.replace_parameter("q_proj_weight", in[3]);
+    m.replace_parameter("k_proj_weight", in[4]);
+    Tensor out = std::get<0>(m.forward(in[0], in[1], in[2]));
+    m.replace_parameter("q_proj_weight", saved_q);
+    m.replace_parameter("k_proj_weight", saved_k);
+    return std::vector<Tensor>{out};
+  };
+  EXPECT_EQ(gradcheck(f, {q.requires_grad_(), k.requires_grad_(), v.requires_grad_(),
+                          m.q_proj_weight.detach().clone().requires_grad_(),
+                          m.k_proj_weight.detach().clone().requires_grad_()}),
+            "");
+}
