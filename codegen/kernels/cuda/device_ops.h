@@ -8,6 +8,7 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <string>
 
 namespace kiln {
@@ -20,6 +21,13 @@ namespace kiln::cuda {
 /// The compiled function `symbol` of `source` (the dialect's prelude added) on
 /// `device`, compiled once per source (the device runtime's cache).
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol);
+
+/// Compiled graphs' kernels built in batches (one program per batch) so far.
+struct GraphProgramStats {
+  int64_t programs = 0;  ///< programs compiled (one NVRTC call / module each)
+  int64_t kernels = 0;   ///< kernels they held
+};
+GraphProgramStats graph_program_stats();
 
 /// out = gather(x, dim, index) (torch.gather); `out` has index's shape.
 void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);

@@ -4,6 +4,7 @@
 // a real GPU, or on the emulated device (KILN_CUDA_EMULATE) in CI.
 #include <cmath>
 
+#include "kernels/cuda/device_ops.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/nn/nn.h"
@@ -42,6 +43,27 @@ TEST_F(CudaCompile, PointwiseAndRowReductionsRunAsDeviceKernels) {
   EXPECT_EQ(cf.stats().traces, 1);
   EXPECT_GT(cf.stats().fused_kernels, 0);
   EXPECT_GT(cf.stats().last_kernel_launches, 0);
+}
+
+// A graph's new kernels compile as one program (one NVRTC call, one module)
+// at its first launch; a second graph with the same kernels compiles nothing.
+TEST_F(CudaCompile, AGraphsKernelsCompileAsOneProgram) {
+  auto f = [](const Tensor& x, const Tensor& w) {  // kernels on both sides of a matmul
+    return softmax(matmul(tanh(x * 1.2345 + 0.5), w) * 0.75, -1);
+  };
+  const Tensor x = randn({9, 41}), y = randn({41, 13});
+  const Tensor want = f(x, y);
+  auto cf = compile(f, {.warmup = 0});
+  const cuda::GraphProgramStats before = cuda::graph_program_stats();
+  expect_close(cf(x.cuda(), y.cuda()), want, 2e-5, "first call");
+  const cuda::GraphProgramStats after = cuda::graph_program_stats();
+  ASSERT_GE(cf.stats().fused_kernels, 2);
+  EXPECT_EQ(after.programs, before.programs + 1);
+  EXPECT_GE(after.kernels - before.kernels, 2);
+  expect_close(cf(x.cuda(), y.cuda()), want, 2e-5, "second call");
+  auto again = compile(f, {.warmup = 0});  // the same kernels: found compiled
+  expect_close(again(x.cuda(), y.cuda()), want, 2e-5, "another graph");
+  EXPECT_EQ(cuda::graph_program_stats().programs, after.programs);
 }
 
 TEST_F(CudaCompile, ColumnSumsAndMatmulsStayUnfusedOnTheDevice) {
