@@ -4,13 +4,19 @@
 // (zero_grad, forward, loss, backward, step). Per depth it reports:
 // - trace ms and stats().passes_ms of the tracing call, and the pass
 //   pipeline's own per-pass times (passes::pass_totals());
-// - the cold compile: the wall time of the tracing call with the disk cache
+// - the cold compile: the wall time of the tracing call with the disk caches
 //   off (KILN_CACHE_DIR=off, memory cache cleared);
 // - the warm compile: the same call for a fresh model after a first compile
-//   filled a private disk cache and the memory cache was cleared (the fastest
-//   of --compiles such starts), with its passes_ms;
+//   filled a private disk cache (kernels and the optimized plan) and the
+//   memory cache was cleared: medians of --compiles such starts in this
+//   process, with the plan cache and without it (CompileOptions::plan_cache =
+//   false: kernels from disk, passes and fusion run), and of --compiles new
+//   processes (this executable re-run with --warm-child), which also pay for
+//   starting the JIT;
 // - the compiled and the eager step (medians), timed in paired rounds in one
 //   process, alternating which side goes first.
+// The tracing call includes the first compiled step; "compile" columns
+// subtract the median compiled step from it.
 // Plain executable:
 //   compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] [--compiles N]
 //                       [--json FILE]
@@ -23,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,17 +88,17 @@ struct DeepStep {
 struct CompiledStep {
   std::unique_ptr<DeepStep> s;
   Compiled<std::function<Tensor(const Tensor&, const Tensor&)>> fn;
-  explicit CompiledStep(int depth)
+  explicit CompiledStep(int depth, bool plan_cache = true)
       : s(std::make_unique<DeepStep>(depth)),
         fn(compile(std::function<Tensor(const Tensor&, const Tensor&)>(
                        [st = s.get()](const Tensor& a, const Tensor& b) { return st->step(a, b); }),
-                   {.name = "deep_step"})) {}
+                   {.name = "deep_step", .plan_cache = plan_cache})) {}
   Tensor operator()() { return fn(s->x, s->y); }
 };
 
 struct FirstCall {
   double total_ms = 0, trace_ms = 0, passes_ms = 0, llvm_ms = 0;
-  int64_t disk_hits = 0, compiled = 0;
+  int64_t disk_hits = 0, compiled = 0, plan_hits = 0;
   size_t nodes = 0;
   int kernels = 0;
 };
@@ -113,14 +120,52 @@ FirstCall first_call(CompiledStep& c) {
   f.llvm_ms = k1.compile_ms - k0.compile_ms;
   f.disk_hits = k1.disk_hits - k0.disk_hits;
   f.compiled = k1.compiled - k0.compiled;
+  f.plan_hits = st.plan_cache_hits;
   if (st.traces != 1)
     std::fprintf(stderr, "warning: %d traces in the first compiled call\n", st.traces);
   return f;
 }
 
+// The median call of several starts (by total time).
+FirstCall median_call(std::vector<FirstCall> v) {
+  std::sort(v.begin(), v.end(),
+            [](const FirstCall& a, const FirstCall& b) { return a.total_ms < b.total_ms; });
+  return v.empty() ? FirstCall{} : v[v.size() / 2];
+}
+
+// --warm-child DEPTH DIR: one warm start in this new process, printed as
+// "total trace passes plan_hits" for the parent.
+int warm_child(int depth, const char* dir) {
+  setenv("KILN_CACHE_DIR", dir, 1);
+  CompiledStep c(depth);
+  const FirstCall f = first_call(c);
+  std::printf("%.3f %.3f %.3f %lld\n", f.total_ms, f.trace_ms, f.passes_ms,
+              static_cast<long long>(f.plan_hits));
+  return 0;
+}
+
+// Warm starts in new processes (this executable with --warm-child).
+std::vector<FirstCall> warm_processes(int depth, const std::string& dir, int n) {
+  std::vector<FirstCall> out;
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (int i = 0; i < n; ++i) {
+    const std::string cmd = str("'", exe, "' --warm-child ", depth, " '", dir, "'");
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) continue;
+    FirstCall f;
+    long long hits = 0;
+    if (std::fscanf(p, "%lf %lf %lf %lld", &f.total_ms, &f.trace_ms, &f.passes_ms, &hits) == 4) {
+      f.plan_hits = hits;
+      out.push_back(f);
+    }
+    pclose(p);
+  }
+  return out;
+}
+
 struct Row {
   int depth = 0;
-  FirstCall cold, warm;
+  FirstCall cold, warm, warm_no_plan, warm_process;
   std::vector<passes::PassTotal> pass_times;
   double compiled_ms = 0, eager_ms = 0, ratio = 0;
 };
@@ -144,13 +189,18 @@ Row measure(int depth, const std::string& cache, int rounds, int reps, int compi
     CompiledStep c(depth);
     first_call(c);
   }
-  // Warm starts: the fastest of `compiles` fresh models (the machine is shared).
-  for (int i = 0; i < compiles; ++i) {
-    kir::clear_memory_cache();
-    CompiledStep w(depth);
-    const FirstCall f = first_call(w);
-    if (i == 0 || f.total_ms < r.warm.total_ms) r.warm = f;
-  }
+  // Warm starts: medians of `compiles` fresh models (the machine is shared),
+  // with and without the plan cache, alternating.
+  std::vector<FirstCall> with_plan, without_plan;
+  for (int i = 0; i < compiles; ++i)
+    for (bool plan : {true, false}) {
+      kir::clear_memory_cache();
+      CompiledStep w(depth, plan);
+      (plan ? with_plan : without_plan).push_back(first_call(w));
+    }
+  r.warm = median_call(with_plan);
+  r.warm_no_plan = median_call(without_plan);
+  r.warm_process = median_call(warm_processes(depth, cache, compiles));
   CompiledStep c(depth);
   first_call(c);
   // Steady state: paired rounds, alternating which side runs first.
@@ -220,6 +270,8 @@ int main(int argc, char** argv) {
       compiles = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json = argv[++i];
+    } else if (std::strcmp(argv[i], "--warm-child") == 0 && i + 2 < argc) {
+      return warm_child(std::atoi(argv[i + 1]), argv[i + 2]);
     } else {
       std::fprintf(stderr,
                    "usage: compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] "
@@ -243,20 +295,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "depth %d done (cold %.0f ms)\n", d, r.cold.total_ms);
   }
   std::printf(
-      "\n| depth | nodes | kernels | trace | passes_ms | pipeline | cold compile (LLVM) | warm "
-      "from disk: call (passes_ms, hits) | compiled step | eager step | compiled/eager |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "\n| depth | nodes | kernels | trace | passes_ms | pipeline | cold call (LLVM) | warm call: "
+      "plan cache (trace, passes_ms, plan hits) | warm call: new process (trace, passes_ms) | "
+      "warm call: no plan cache (passes_ms) | warm compile = call - step: plan cache / new "
+      "process / none | compiled step | eager step | compiled/eager |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Row& r : rows) {
     double pipeline = 0;
     for (const auto& t : r.pass_times)
       if (t.pass != "verify") pipeline += t.ms;
     std::printf(
-        "| %d | %zu | %d | %.1f ms | %.0f ms | %.1f ms | %.0f ms (%.0f ms) | %.0f ms (%.0f ms, "
-        "%lld) "
-        "| %.2f ms | %.2f ms | %.2fx |\n",
+        "| %d | %zu | %d | %.1f ms | %.0f ms | %.1f ms | %.0f ms (%.0f ms) | %.0f ms (%.0f, %.0f, "
+        "%lld) | %.0f ms (%.0f, %.0f) | %.0f ms (%.0f) | %.0f / %.0f / %.0f ms | %.2f ms | %.2f "
+        "ms | %.2fx |\n",
         r.depth, r.cold.nodes, r.cold.kernels, r.cold.trace_ms, r.cold.passes_ms, pipeline,
-        r.cold.total_ms, r.cold.llvm_ms, r.warm.total_ms, r.warm.passes_ms,
-        static_cast<long long>(r.warm.disk_hits), r.compiled_ms, r.eager_ms, r.ratio);
+        r.cold.total_ms, r.cold.llvm_ms, r.warm.total_ms, r.warm.trace_ms, r.warm.passes_ms,
+        static_cast<long long>(r.warm.plan_hits), r.warm_process.total_ms, r.warm_process.trace_ms,
+        r.warm_process.passes_ms, r.warm_no_plan.total_ms, r.warm_no_plan.passes_ms,
+        r.warm.total_ms - r.compiled_ms, r.warm_process.total_ms - r.compiled_ms,
+        r.warm_no_plan.total_ms - r.compiled_ms, r.compiled_ms, r.eager_ms, r.ratio);
   }
   std::printf("\nper-pass times of the cold compile (ms, runs):\n| pass |");
   for (const Row& r : rows) std::printf(" depth %d |", r.depth);
@@ -287,6 +344,8 @@ int main(int argc, char** argv) {
       f << (i ? ",\n " : "") << "{\"depth\": " << r.depth << ", \"nodes\": " << r.cold.nodes
         << ", \"trace_ms\": " << r.cold.trace_ms << ", \"passes_ms\": " << r.cold.passes_ms
         << ", \"cold_ms\": " << r.cold.total_ms << ", \"warm_ms\": " << r.warm.total_ms
+        << ", \"warm_process_ms\": " << r.warm_process.total_ms
+        << ", \"warm_no_plan_ms\": " << r.warm_no_plan.total_ms
         << ", \"warm_passes_ms\": " << r.warm.passes_ms << ", \"compiled_ms\": " << r.compiled_ms
         << ", \"eager_ms\": " << r.eager_ms << ", \"ratio\": " << r.ratio << "}";
     }
