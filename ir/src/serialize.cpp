@@ -326,6 +326,9 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
     return values[k];
   };
   const size_t nnodes = r.count(4);
+  values.reserve(ninputs + nnodes + nnodes / 4);
+  std::vector<uint8_t> wrapped;  // per output of the node being read (reused)
+  std::vector<std::string_view> names;
   for (size_t i = 0; i < nnodes; ++i) {
     const uint8_t kind = r.u8();
     if (kind > static_cast<uint8_t>(NodeKind::kConstant)) r.fail("bad node kind");
@@ -356,12 +359,13 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
     }
     const size_t nout = r.count(4);
     std::vector<OutSpec> outs(nout);
-    std::vector<std::pair<bool, std::string>> out_extra(nout);
+    wrapped.resize(nout);
+    names.resize(nout);
     for (size_t o = 0; o < nout; ++o) {
       outs[o].dtype = read_dtype(r);
       outs[o].shape = r.shape();
-      out_extra[o].first = r.u8() != 0;
-      out_extra[o].second = std::string(r.str());
+      wrapped[o] = r.u8();
+      names[o] = r.str();
     }
     Node* n = g->add_op(op, std::move(ins), std::move(attrs), std::move(outs));
     n->sym_attrs = std::move(sym_attrs);
@@ -371,8 +375,8 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
       n->constant = std::move(constant);
     }
     for (size_t o = 0; o < nout; ++o) {
-      n->outputs[o]->wrapped_number = out_extra[o].first;
-      n->outputs[o]->name = std::move(out_extra[o].second);
+      n->outputs[o]->wrapped_number = wrapped[o] != 0;
+      if (!names[o].empty()) n->outputs[o]->name = std::string(names[o]);
       values.push_back(n->outputs[o]);
     }
   }
