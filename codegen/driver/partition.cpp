@@ -63,7 +63,8 @@ Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
   // Forward outputs, then the saved values in first-use order.
   for (size_t o = 0; o < joint.outputs().size(); ++o) {
     if (is_bwd_output[o]) continue;
-    sp.fwd->add_output(in_fwd.at(joint.outputs()[o]), joint.output_names()[o]);
+    sp.fwd->add_output(in_fwd.at(joint.outputs()[o]), joint.output_names()[o],
+                       joint.output_roles()[o]);
     sp.fwd_outputs.push_back(o);
   }
   auto bwd_value = [&](const ir::Value* v) -> ir::Value* {
@@ -101,7 +102,8 @@ Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
   }
   for (size_t o = 0; o < joint.outputs().size(); ++o) {
     if (!is_bwd_output[o]) continue;
-    sp.bwd->add_output(in_bwd.at(joint.outputs()[o]), joint.output_names()[o]);
+    sp.bwd->add_output(in_bwd.at(joint.outputs()[o]), joint.output_names()[o],
+                       joint.output_roles()[o]);
     sp.bwd_outputs.push_back(o);
   }
   return sp;

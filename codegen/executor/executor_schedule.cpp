@@ -144,7 +144,7 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
   // Sinks that may wait for the other instances of their kernel (see the top).
   std::unordered_set<const ir::Value*> gradients;
   for (size_t o = 0; o < g.outputs().size(); ++o)
-    if (g.output_names()[o].rfind("grad:", 0) == 0) gradients.insert(g.outputs()[o]);
+    if (g.is_gradient_output(o)) gradients.insert(g.outputs()[o]);
   std::vector<char> sink(static_cast<size_t>(ng), 0);
   std::vector<int> remaining(num_kernels, 0);
   for (int gi = 0; gi < ng; ++gi) {

@@ -494,7 +494,8 @@ class Builder {
       if (t.graph->outputs().size() != a.outputs().size())
         return bad("different number of outputs");
       for (size_t i = 0; i < a.outputs().size(); ++i)
-        if (t.graph->output_names()[i] != a.output_names()[i])
+        if (t.graph->output_names()[i] != a.output_names()[i] ||
+            t.graph->output_roles()[i] != a.output_roles()[i])
           return bad(str("output ", i, " differs between the traces"));
     }
     for (size_t i = 0; i < a.outputs().size(); ++i) {
@@ -502,7 +503,7 @@ class Builder {
       for (size_t t = 1; t < tr_.size(); ++t)
         if (mapped(t, tr_[t].graph->outputs()[i]) != v) v = nullptr;
       if (v == nullptr) return bad(str("output ", i, " differs between the traces"));
-      g_->add_output(v, a.output_names()[i]);
+      g_->add_output(v, a.output_names()[i], a.output_roles()[i]);
     }
     return true;
   }

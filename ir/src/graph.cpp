@@ -326,11 +326,12 @@ Node* Graph::add_constant(const Tensor& t, Node* before) {
   return n;
 }
 
-void Graph::add_output(Value* v, std::string name) {
+void Graph::add_output(Value* v, std::string name, OutputRole role) {
   KILN_ASSERT(v != nullptr, "null graph output");
   ++v->output_uses_;
   outputs_.push_back(v);
   output_names_.push_back(std::move(name));
+  output_roles_.push_back(role);
 }
 
 void Graph::set_output(size_t i, Value* v) {
@@ -467,7 +468,8 @@ std::unique_ptr<Graph> Graph::clone() const {
       map[static_cast<size_t>(n->outputs[i]->id())] = {n->outputs[i], m->outputs[i]};
     }
   }
-  for (size_t i = 0; i < outputs_.size(); ++i) g->add_output(mapped(outputs_[i]), output_names_[i]);
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    g->add_output(mapped(outputs_[i]), output_names_[i], output_roles_[i]);
   return g;
 }
 
@@ -547,7 +549,8 @@ bool structurally_equal(const Graph& a, const Graph& b, std::string* why) {
   }
   if (a.outputs().size() != b.outputs().size()) return fail("different number of outputs");
   for (size_t i = 0; i < a.outputs().size(); ++i) {
-    if (map.at(a.outputs()[i]) != b.outputs()[i] || a.output_names()[i] != b.output_names()[i])
+    if (map.at(a.outputs()[i]) != b.outputs()[i] || a.output_names()[i] != b.output_names()[i] ||
+        a.output_roles()[i] != b.output_roles()[i])
       return fail(str("output ", i, " differs"));
   }
   return true;

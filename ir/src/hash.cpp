@@ -174,6 +174,7 @@ uint64_t structural_hash(const Graph& g) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     value_ref(g.outputs()[i]);
     h.str(i < g.output_names().size() ? g.output_names()[i] : "");
+    h.word(static_cast<uint64_t>(g.output_roles()[i]));
   }
   return h.finish();
 }

@@ -4,7 +4,7 @@
 //   graph    := 'graph' '(' [input {',' input}] ')' ['syms' '=' INT]
 //               ['rng_advance' '=' symint] '{' {stmt} 'return' [output {',' output}] '}'
 //   input    := VALUE ':' type [STRING]
-//   output   := VALUE [STRING]
+//   output   := VALUE [STRING] ['gradient']
 //   stmt     := [VALUE {',' VALUE} '='] (constant | call)
 //   call     := OP '(' [VALUE {',' VALUE}] ')' ['{' [attr {',' attr}] '}']
 //               [':' type {',' type}]                     (one type per defined value)
@@ -285,7 +285,12 @@ class Parser {
           name = std::move(tok_.str);
           advance();
         }
-        g_->add_output(v, std::move(name));
+        OutputRole role = OutputRole::kValue;
+        if (is_ident("gradient")) {
+          advance();
+          role = OutputRole::kGradient;
+        }
+        g_->add_output(v, std::move(name), role);
       } while (accept(','));
     }
     expect('}');

@@ -277,6 +277,7 @@ std::string print(const Graph& g) {
     ref(g.outputs()[i]);
     out += ' ';
     put_string(out, i < g.output_names().size() ? g.output_names()[i] : std::string());
+    if (g.is_gradient_output(i)) out += " gradient";
   }
   out += "\n}\n";
   return out;

@@ -286,6 +286,7 @@ void write_graph(ByteWriter& out, const Graph& g) {
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     ref(g.outputs()[i]);
     w.str(i < g.output_names().size() ? g.output_names()[i] : "");
+    w.u8(static_cast<uint8_t>(g.output_roles()[i]));
   }
   out.svar(g.num_syms);
   out.sym(g.rng_advance);
@@ -383,7 +384,11 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
   const size_t nout = r.count(2);
   for (size_t i = 0; i < nout; ++i) {
     Value* v = value();
-    g->add_output(v, std::string(r.str()));
+    std::string name(r.str());
+    const uint8_t role = r.u8();
+    KILN_CHECK(role <= static_cast<uint8_t>(OutputRole::kGradient), "[read_graph] output ", i,
+               " has an unknown role ", int(role));
+    g->add_output(v, std::move(name), static_cast<OutputRole>(role));
   }
   return g;
 }

@@ -372,7 +372,8 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
     Tensor now = st_->arg_standins[i].grad();
     if (!now.defined() || now.is_same(st_->arg_grad_at_start[i])) continue;
-    g.add_output(value_of(now, "grad", i), str("grad:arg", st_->arg_index[i]));
+    g.add_output(value_of(now, "grad", i), str("grad:arg", st_->arg_index[i]),
+                 OutputRole::kGradient);
     outs.push_back({OutputBinding::kArgGrad, st_->arg_index[i]});
   }
   for (size_t j = 0; j < grads.size(); ++j) {
@@ -398,7 +399,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
       r.cleared_grads.push_back(static_cast<int>(k));
       continue;
     }
-    g.add_output(value_of(now, "grad", k), str("grad:cap", k));
+    g.add_output(value_of(now, "grad", k), str("grad:cap", k), OutputRole::kGradient);
     outs.push_back({OutputBinding::kGrad, static_cast<int>(k)});
   }
   const uint64_t advance = default_generator().offset - st_->rng_offset;

@@ -40,7 +40,7 @@
 //    temporaries beats the generic strided eager loop, and the executor can
 //    write it in place of a dying input. Groups without compute (only expand,
 //    reshape, copy, full) are dropped: unfused they are views or one copy.
-// 8. A gradient (a graph output named "grad:...") ends its group: its users
+// 8. A gradient (a graph output of role kGradient) ends its group: its users
 //    (optimizer updates) start new groups. The gradient then exists, and its
 //    ready callback (DDP) fires, before any update runs; and the updates, which
 //    only write graph outputs, can wait for each other in the executor and run
@@ -220,7 +220,7 @@ struct Ctx {
     for (size_t o = 0; o < g.outputs().size(); ++o) {
       const auto id = static_cast<size_t>(g.outputs()[o]->id());
       output_flag[id] = 1;
-      if (g.output_names()[o].rfind("grad:", 0) == 0) gradient_flag[id] = 1;
+      if (g.is_gradient_output(o)) gradient_flag[id] = 1;
     }
     node_in.assign(nodes.size(), 0);
     node_seen.assign(nodes.size(), 0);

@@ -543,7 +543,7 @@ TEST(FusedExecutor, FreeDestinationsReceiveTheirOutputs) {
   %2 = matmul(%0, %1) : f32[8, 4]
   %3 = exp(%0) : f32[8, 6]
   %4 = neg(%3) : f32[8, 6]
-  return %2 "grad:a", %4 "grad:b"
+  return %2 "grad:a" gradient, %4 "grad:b" gradient
 })");
   Tensor x = randn({8, 6}), w = randn({6, 4});
   std::vector<Tensor> in{x, w};

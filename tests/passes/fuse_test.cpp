@@ -123,7 +123,7 @@ graph(%0: f32[4, 8] "arg0", %1: f32[8] "cap0", %2: f32[8] "cap1") {
   %43 = expand(%42) {shape=[4, 8]} : f32[4, 8]
   %44 = add(%39, %43) : f32[4, 8]
   %45 = copy(%44) : f32[4, 8]
-  return %17 "out0", %45 "grad:arg0", %26 "grad:cap0", %21 "grad:cap1"
+  return %17 "out0", %45 "grad:arg0" gradient, %26 "grad:cap0" gradient, %21 "grad:cap1" gradient
 }
 )";
 

@@ -142,6 +142,13 @@ class Value {
   int output_uses_ = 0;  // graph outputs that are this value (num_uses in O(1))
 };
 
+/// What a graph output is to the code that runs the graph, typed (its name is
+/// only a label): printed as a keyword after the output's name in IR text.
+enum class OutputRole : uint8_t {
+  kValue,     ///< a result, new state, a value saved for backward
+  kGradient,  ///< the gradient of an argument or captured tensor (written to its .grad)
+};
+
 enum class NodeKind : uint8_t {
   kOp,        ///< a primitive from the op table
   kConstant,  ///< a literal tensor (folded values, scalars from C++ code)
@@ -205,7 +212,7 @@ class Graph {
   /// Adds a constant node holding (a contiguous copy of) `t`.
   Node* add_constant(const Tensor& t, Node* before = nullptr);
   /// Appends a graph output.
-  void add_output(Value* v, std::string name);
+  void add_output(Value* v, std::string name, OutputRole role = OutputRole::kValue);
   /// Replaces graph output i.
   void set_output(size_t i, Value* v);
 
@@ -225,6 +232,9 @@ class Graph {
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<std::string>& output_names() const { return output_names_; }
+  const std::vector<OutputRole>& output_roles() const { return output_roles_; }
+  /// True if graph output i is a gradient (OutputRole::kGradient).
+  bool is_gradient_output(size_t i) const { return output_roles_[i] == OutputRole::kGradient; }
   /// Nodes in evaluation order (a snapshot; safe to mutate the graph while iterating).
   /// A copy of a cached vector; the first call after an insertion before a node
   /// or an erase rebuilds the cache (so, like position(), not concurrently then).
@@ -261,6 +271,7 @@ class Graph {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<std::string> output_names_;
+  std::vector<OutputRole> output_roles_;
   int next_value_id_ = 0;
   int next_node_id_ = 0;
 };

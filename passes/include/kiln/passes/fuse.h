@@ -25,7 +25,7 @@ struct FusionOptions {
   bool column_sums = true;  ///< sums over every row dim join their producer's kernel
   /// A plan made before for this very graph and these switches (codegen's plan
   /// cache): plan_fusion returns a copy of it instead of planning again.
-  std::shared_ptr<const FusionPlan> precomputed;
+  std::shared_ptr<const FusionPlan> precomputed = nullptr;
 };
 
 /// What a group becomes.
