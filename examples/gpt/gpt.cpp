@@ -56,10 +56,10 @@ GptBlock::GptBlock(const GptOptions& o) {
                   o.n_embd, o.n_head, nn::MultiheadAttentionOptions{.dropout = o.dropout}));
   ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(o.n_embd));
   mlp = register_module(
-      "mlp", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-                 std::make_shared<nn::Linear>(o.n_embd, 4 * o.n_embd), std::make_shared<nn::GELU>(),
-                 std::make_shared<nn::Linear>(4 * o.n_embd, o.n_embd),
-                 std::make_shared<nn::Dropout>(o.dropout)}));
+      "mlp", std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(o.n_embd, 4 * o.n_embd),
+                                              std::make_shared<nn::GELU>(),
+                                              std::make_shared<nn::Linear>(4 * o.n_embd, o.n_embd),
+                                              std::make_shared<nn::Dropout>(o.dropout)));
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
@@ -104,7 +104,7 @@ Tensor Gpt::generate(Tensor idx, int64_t max_new_tokens, double temperature, int
   InferenceMode guard;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     // Crop the context to the last block_size tokens.
-    Tensor idx_cond = idx.size(1) <= block_size_ ? idx : idx.slice(1, -block_size_, idx.size(1));
+    Tensor idx_cond = idx.slice(1, -block_size_);                   // idx[:, -block_size:]
     Tensor logits = forward(idx_cond).select(1, -1) / temperature;  // [B, vocab]
     if (top_k > 0) {
       auto [v, ix] = logits.topk(std::min(top_k, logits.size(-1)));

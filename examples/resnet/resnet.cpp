@@ -36,10 +36,10 @@ Tensor BasicBlock::forward(const Tensor& x) {
 ResNet::ResNet(std::vector<int64_t> blocks, int64_t width, int64_t in_channels,
                int64_t num_classes) {
   stem = register_module(
-      "stem", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      "stem", std::make_shared<nn::Sequential>(
                   std::make_shared<nn::Conv2d>(in_channels, width, 3,
                                                nn::Conv2dOptions{.padding = 1, .bias = false}),
-                  std::make_shared<nn::BatchNorm2d>(width), std::make_shared<nn::ReLU>()}));
+                  std::make_shared<nn::BatchNorm2d>(width), std::make_shared<nn::ReLU>()));
   stages = register_module("stages", std::make_shared<nn::Sequential>());
   int64_t in_planes = width;
   for (size_t s = 0; s < blocks.size(); ++s) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <concepts>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -280,7 +281,9 @@ Tensor reshape(const Tensor& x, const Dims& shape);
 Tensor permute(const Tensor& x, const Dims& dims);
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
 Tensor expand(const Tensor& x, const Dims& shape);
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+/// x[start:end:step] along dim, Python's bounds (negative from the end, clamped).
+Tensor slice(const Tensor& x, int64_t dim, int64_t start = 0,
+             int64_t end = std::numeric_limits<int64_t>::max(), int64_t step = 1);
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
 Tensor select(const Tensor& x, int64_t dim, int64_t index);
 Tensor squeeze(const Tensor& x);

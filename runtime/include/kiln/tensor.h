@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -162,7 +163,9 @@ class Tensor {
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor t() const;  ///< transpose of a 2-D tensor
   Tensor expand(const Dims& shape) const;
-  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  /// Python's x[start:end:step] along dim (libtorch's defaults: to the end).
+  Tensor slice(int64_t dim, int64_t start = 0, int64_t end = std::numeric_limits<int64_t>::max(),
+               int64_t step = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor squeeze() const;

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <initializer_list>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "kiln/nn/module.h"
 
@@ -52,6 +55,12 @@ class Sequential : public ModuleSequence {
  public:
   Sequential() = default;
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  /// The modules as arguments, as libtorch's Sequential(Linear(4, 8), ReLU()):
+  /// std::make_shared<Sequential>(std::make_shared<Linear>(4, 8), ...).
+  template <typename... Ms>
+  requires(sizeof...(Ms) > 0 && (std::is_base_of_v<Module, Ms> &&
+                                 ...)) explicit Sequential(std::shared_ptr<Ms>... modules)
+      : Sequential({std::shared_ptr<Module>(std::move(modules))...}) {}
   /// Modules with explicit names, in order.
   explicit Sequential(const NamedModules& modules);
   Tensor forward(const Tensor& x) override;
@@ -63,6 +72,11 @@ class ModuleList : public ModuleSequence {
  public:
   ModuleList() = default;
   ModuleList(std::initializer_list<std::shared_ptr<Module>> modules);
+  /// The modules as arguments (make_shared<ModuleList>(block1, block2)).
+  template <typename... Ms>
+  requires(sizeof...(Ms) > 0 && (std::is_base_of_v<Module, Ms> &&
+                                 ...)) explicit ModuleList(std::shared_ptr<Ms>... modules)
+      : ModuleList({std::shared_ptr<Module>(std::move(modules))...}) {}
   std::shared_ptr<Module> clone() const override;
 };
 
