@@ -406,6 +406,7 @@ PlanSource load_cached_plan(Plan& p, const std::string& key, const CompileOption
     l = read_payload(payload);
     check_consistent(l, p);
     // The executors verify the graphs (as for any graph they are given).
+    profiler::Span codegen("compile", "codegen");  // lowering, kernels (no fusion planning)
     ExecutorOptions eo = executor_options(opts, p.device, l.bwd_graph ? "forward" : "graph");
     eo.fusion.precomputed = l.fusion;
     exec = std::make_unique<Executor>(l.graph, eo);

@@ -74,8 +74,12 @@ TEST(ProfileFashionMnist, CompiledCnnStep) {
   nlohmann::json t = profile_cnn(true);
   ASSERT_FALSE(t.is_null());
   kiln::testing::expect_spans_nested(t);
-  for (const char* phase : {"trace", "passes", "codegen", "run compiled"})
+  for (const char* phase : {"trace", "codegen", "run compiled"})
     EXPECT_FALSE(kiln::testing::trace_events(t, phase).empty()) << phase;
+  // The pass pipeline ran, or its result came from the disk plan cache (a test
+  // run before this one in the same cache directory compiled the same step).
+  EXPECT_TRUE(!kiln::testing::trace_events(t, "passes").empty() ||
+              !kiln::testing::trace_events(t, "plan cache").empty());
   bool kernel = false;
   for (const auto& e : t["traceEvents"])
     if (e["ph"] == "X" && e["cat"] == "kernel") {

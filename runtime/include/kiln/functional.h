@@ -371,9 +371,9 @@ Tensor silu(const Tensor& x);
 /// Normalizes over the trailing dims `normalized_shape`, then applies weight/bias if defined.
 Tensor layer_norm(const Tensor& x, const Dims& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, double eps = 1e-5);
-/// Eager CPU calls of softmax, log_softmax, layer_norm, gelu and silu (f32/f64) run as
-/// one fused kernel each, forward and backward (default on); off, they run as their
-/// primitive ops, as traced. Process-wide.
+/// Eager CPU calls of softmax, log_softmax, layer_norm, batch_norm, gelu and silu
+/// (f32/f64), and ReLU's gradient, run as one fused kernel each, forward and backward
+/// (default on); off, they run as their primitive ops, as traced. Process-wide.
 void set_eager_fusion(bool enabled);
 bool eager_fusion_enabled();
 /// x @ weight^T + bias (weight is [out, in], as torch.nn.functional.linear).
