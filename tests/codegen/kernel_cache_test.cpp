@@ -4,6 +4,7 @@
 // can write refused, KILN_DUMP files, vectorized code, thread-pool launches
 // and the interpreted fallback.
 #include "kernels/kernel_cache.h"
+#include "common/forked_together.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -177,17 +178,10 @@ TEST(KernelCache, ConcurrentWritersLeaveValidEntries) {
   ScopedEnv env("KILN_CACHE_DIR", dir.str());
   std::vector<double> salts;
   for (int i = 0; i < 6; ++i) salts.push_back(unique_salt() + i);
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  std::vector<pid_t> kids;
-  for (int r = 0; r < 2; ++r) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      char c;
-      if (::read(go[0], &c, 1) != 1) ::_exit(3);  // start together
-      int code = 0;
-      try {
+  kiln::testing::run_forked_together(
+      2,
+      [&](int) {
+        int code = 0;
         clear_memory_cache();
         for (double s : salts) {
           auto lk = get_kernel(axpy(s));
@@ -198,30 +192,9 @@ TEST(KernelCache, ConcurrentWritersLeaveValidEntries) {
           (*lk)(0, 1, ptrs, sizes);
           if (y[0] != 2.0f + static_cast<float>(s)) code = 2;
         }
-      } catch (...) {
-        code = 1;
-      }
-      ::_exit(code);
-    }
-    kids.push_back(pid);
-  }
-  ASSERT_EQ(::write(go[1], "gg", 2), 2);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (pid_t pid : kids) {
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t k : kids) ::kill(k, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        FAIL() << "a writer process did not finish within 60 s";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(WIFEXITED(status)) << "writer crashed";
-    EXPECT_EQ(WEXITSTATUS(status), 0);
-  }
-  ::close(go[0]);
-  ::close(go[1]);
+        return code;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(entries(dir.path()).size(), salts.size()) << "temporary files left behind";
   clear_memory_cache();
   for (double s : salts) {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/forked_together.h"
 #include "common/scoped_env.h"
 #include "driver/compile_internal.h"
 #include "kiln/compile.h"
@@ -284,42 +285,13 @@ TEST(PlanCache, ConcurrentWritersAreSafe) {
     }
     return out;
   };
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  std::vector<pid_t> kids;
-  for (int r = 0; r < 2; ++r) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      char c;
-      if (::read(go[0], &c, 1) != 1) ::_exit(3);  // start together
-      int code = 0;
-      try {
+  kiln::testing::run_forked_together(
+      2,
+      [&](int) {
         for (int rep = 0; rep < 3; ++rep) work();
-      } catch (...) {
-        code = 1;
-      }
-      ::_exit(code);
-    }
-    kids.push_back(pid);
-  }
-  ASSERT_EQ(::write(go[1], "gg", 2), 2);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (pid_t pid : kids) {
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t k : kids) ::kill(k, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        FAIL() << "a writer process did not finish within 120 s";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_TRUE(WIFEXITED(status)) << "writer crashed";
-    EXPECT_EQ(WEXITSTATUS(status), 0);
-  }
-  ::close(go[0]);
-  ::close(go[1]);
+        return 0;
+      },
+      std::chrono::seconds(120));
   EXPECT_EQ(dir.plans().size(), 4u);
   for (const fs::path& p : dir.all())
     EXPECT_EQ(p.string().find(".tmp."), std::string::npos) << "temporary left behind: " << p;
