@@ -1,5 +1,6 @@
-// Tracing and the interpreter executor: trace+optimize time of a training
-// step, the per-call guard check, and compiled (interpreter) vs eager step time.
+// Tracing and compiled steps: trace+optimize time of a training step, the
+// per-call guard check, and compiled (LLVM kernels; the interpreter without
+// LLVM) vs eager step time.
 #include <benchmark/benchmark.h>
 
 #include "kiln/compile.h"
@@ -50,7 +51,7 @@ void BM_GuardCheckMlpStep(benchmark::State& state) {
 }
 BENCHMARK(BM_GuardCheckMlpStep);
 
-// The MLP training step, eager vs compiled (interpreter backend), same process.
+// The MLP training step, eager vs compiled, same process.
 void BM_MlpStepEager(benchmark::State& state) {
   MlpStep m;
   for (auto _ : state) benchmark::DoNotOptimize(m.step(m.x, m.y));

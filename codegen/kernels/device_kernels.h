@@ -1,6 +1,6 @@
 // Internal: fused kernels for devices other than the CPU. The executor runs a
 // compiled graph on the device of its inputs; a backend (the CUDA one,
-// codegen/kernels/cuda/graph_kernels.cpp) registers how it compiles and launches a
+// codegen/kernels/cuda/cuda_device.cpp) registers how it compiles and launches a
 // kernel IR kernel there. Without one, graphs on that device are refused.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Kernel IR: what one fused group becomes, and what every backend consumes (LLVM
-// for the CPU today, CUDA C through NVRTC later).
+// for the CPU; CUDA C / OpenCL C through NVRTC or the emulated device).
 //
 // A kernel iterates over a dense index space of rank R >= 1 whose sizes are
 // passed at run time (one kernel serves every batch size). The last dim is the

@@ -26,7 +26,7 @@
 // stored as 0 (0.0 for the double forms `1/(e)` and `1.0*(e)`) in Attrs with a
 // SymAttr beside it: the text carries no concrete value, and eval_attrs
 // replaces the placeholder. SymAttrs come out in attribute order (Dims entries
-// by index). `1.0*(e)` (not in ir/README.md yet) keeps a double attribute
+// by index). `1.0*(e)` keeps a double attribute
 // that equals e a double; a bare `e` would read back as an int64.
 #include <charconv>
 #include <cmath>

@@ -13,7 +13,7 @@
 //    the "needed" ones (in a training step: what the backward reads of the
 //    forward). Each cut chooses which values to keep across it ("saved") and
 //    which to compute again after it.
-// 3. How (AOTAutograd's min-cut partitioner, see shared/NOTES.md section 5):
+// 3. How (after AOTAutograd's min-cut partitioner):
 //    a flow network over the needed values' ancestors, each value split into
 //    in -> out with capacity = the bytes kept alive by saving it; data edges
 //    and needed -> sink are infinite; graph inputs, constants, views of

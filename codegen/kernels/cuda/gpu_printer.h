@@ -15,8 +15,9 @@
 // Semantics follow the kernel IR's (the eager kernels' scalar rules): integer
 // arithmetic wraps, integer division floors and x / 0 = 0, f16/bf16 compute in
 // float and round after every op, bool is a byte. Transcendentals use the
-// device's own libm (CUDA's expf etc., within 2 ulp of exact) until the
-// backend-neutral expansions of issue 18 replace them; everything else is exact.
+// device's own libm (CUDA's expf etc., within 2 ulp of exact): the kernel-IR
+// expansions (kernels/math_expand.h) are not applied to GPU kernels yet;
+// everything else is exact.
 // Not printed yet (kiln::Error naming the kernel): accumulating (column-sum)
 // stores.
 #pragma once

@@ -1,6 +1,6 @@
 // ORC LLJIT for the host CPU. The optimization pipeline is built with the
 // host TargetMachine: with a generic PassBuilder, TargetTransformInfo knows no
-// vector widths and loops are not vectorized (see ../shared/NOTES.md, 1.3).
+// vector widths and loops are not vectorized.
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Analysis/TargetTransformInfo.h>
 #include <llvm/Config/llvm-config.h>

@@ -18,7 +18,8 @@ struct AllocatorStats {
   int64_t num_os_allocs = 0;   ///< allocate() calls that went to the OS
 };
 
-/// Interface for device allocators (CPU now, CUDA later).
+/// Interface for allocators: the caching CPU allocator here; CUDA's device and pinned
+/// allocators live in the CUDA backend (codegen/kernels/cuda/cuda_allocator.cpp).
 class Allocator {
  public:
   virtual ~Allocator() = default;

@@ -24,7 +24,7 @@ inline constexpr int kNumOps = 0
 #undef KILN_OP
     ;
 
-/// Op traits, queried by dispatch, autograd and (later) passes and backends.
+/// Op traits, queried by dispatch, autograd, the passes and the backends.
 enum OpTrait : uint32_t {
   kElementwise = 1u << 0,
   kReduction = 1u << 1,

@@ -1,4 +1,4 @@
-// The intra-op thread pool shared by eager kernels and (later) compiled
+// The intra-op thread pool shared by eager kernels and compiled (fused)
 // kernels. Size: KILN_NUM_THREADS, default = number of cores.
 #pragma once
 

@@ -1,6 +1,7 @@
 // Internal: the scalar definition of every elementwise primitive, one functor
-// named after its op. Eager kernels apply them in loops; the codegen backends
-// (later issues) take their semantics from the same definitions.
+// named after its op. Eager kernels apply them in loops; the kernel IR
+// interpreter (codegen/kernels/kernel_interp.cpp) applies the same functors,
+// and the LLVM and GPU backends are tested against the interpreter.
 #pragma once
 
 #include <cmath>

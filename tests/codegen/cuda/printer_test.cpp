@@ -103,7 +103,7 @@ TEST(GpuPrinter, CoversEveryElementwiseOp) {
   EXPECT_GT(kernels.size(), 150u);
 }
 
-// All op kernels in one program (as a compiled graph's kernels will be): PTX
+// All op kernels in one program (as a compiled graph's kernels are): PTX
 // for sm_80 and sm_90 (NVRTC's front end and code generator), and machine code
 // for sm_90 with ptxas's report: no errors, no spills. ptxas takes ~26 s for
 // the ~270 kernels on 2 cores, so the sm_80 cubin is left to the GPU run, and

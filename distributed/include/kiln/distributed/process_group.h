@@ -1,8 +1,8 @@
 // Process groups: a set of ranks that run collectives together (like c10d's
 // ProcessGroup). Every collective is asynchronous and returns a Work handle;
 // errors and timeouts surface as kiln::Error from Work::wait on every rank,
-// never as a silent hang. Backends: Gloo (CPU tensors over TCP) today; NCCL
-// (CUDA tensors) plugs in behind the same interface later. A Gloo group whose
+// never as a silent hang. Backend: Gloo (CPU tensors over TCP); an NCCL group
+// (CUDA tensors) is not built yet. A Gloo group whose
 // ranks all run on one host moves the collectives' bytes through shared
 // memory instead of TCP (KILN_SHM=0 turns that off).
 //

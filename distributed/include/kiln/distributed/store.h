@@ -26,7 +26,7 @@ class StoreTimeout : public Error {
   using Error::Error;
 };
 
-/// The key-value interface the process groups use (a TCP client today).
+/// The key-value interface the process groups use (implemented by the TCP client).
 class Store {
  public:
   virtual ~Store() = default;
