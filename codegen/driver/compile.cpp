@@ -316,7 +316,7 @@ std::vector<Tensor> CompiledFunction::Impl::trace_and_run(const std::vector<Tens
   auto t0 = std::chrono::steady_clock::now();
   auto plan = std::make_shared<Plan>();
   fill_signature(*plan, args, statics, opts);
-  ir::Tracer tr(opts.fallback == Fallback::eager);
+  ir::Tracer tr(opts.fallback == Fallback::kEager);
   std::vector<Tensor> sym_args;
   for (size_t i = 0; i < args.size(); ++i) {
     // The same tensor passed twice is one stand-in: writes through one argument

@@ -55,8 +55,8 @@ ResNet::ResNet(std::vector<int64_t> blocks, int64_t width, int64_t in_channels,
   // As torchvision: Kaiming-normal convolutions, BatchNorm weight 1 and bias 0.
   for (const auto& m : modules())
     if (auto conv = std::dynamic_pointer_cast<nn::Conv2d>(m))
-      nn::init::kaiming_normal_(conv->weight, 0.0, nn::init::FanMode::FanOut,
-                                nn::init::Nonlinearity::ReLU);
+      nn::init::kaiming_normal_(conv->weight, 0.0, nn::init::FanMode::kFanOut,
+                                nn::init::Nonlinearity::kReLU);
 }
 
 Tensor ResNet::forward(const Tensor& x) {

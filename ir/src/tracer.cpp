@@ -226,7 +226,7 @@ void Tracer::on_value_read(const char* what, const std::source_location& where) 
       str("[trace] ", what, "() reads the value of a traced tensor at ", where_str(where),
           ". A compiled function cannot depend on tensor values: move the read "
           "out of the compiled function, express it with tensor ops (where, "
-          "clamp, ...), or compile with {.fallback = kiln::Fallback::eager} to "
+          "clamp, ...), or compile with {.fallback = kiln::Fallback::kEager} to "
           "run this signature eagerly");
   if (st_->fallback) throw TraceFallback(msg);
   throw Error(msg);

@@ -8,11 +8,11 @@ namespace {
 
 Tensor reduce(const Tensor& elems, Reduction r) {
   switch (r) {
-    case Reduction::None:
+    case Reduction::kNone:
       return elems;
-    case Reduction::Sum:
+    case Reduction::kSum:
       return sum(elems);
-    case Reduction::Mean:
+    case Reduction::kMean:
       return mean(elems);
   }
   return elems;
@@ -55,7 +55,7 @@ Tensor masked_nll(const Tensor& log_probs, const Tensor& target, int64_t ignore_
 
 // Mean over non-ignored targets: 0/0 = NaN when all are ignored, as in PyTorch.
 Tensor reduce_masked(const Tensor& elems, const Tensor& valid, Reduction r) {
-  if (r == Reduction::Mean) return sum(elems) / sum(valid);
+  if (r == Reduction::kMean) return sum(elems) / sum(valid);
   return reduce(elems, r);
 }
 
@@ -102,7 +102,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
                "] ignore_index is not supported for class-probability targets");
     Tensor t = eps > 0.0 ? target * (1.0 - eps) + eps / n_classes : target;
     Tensor elems = -sum(logp * t, {cd});
-    if (opts.reduction != Reduction::Mean) return reduce(elems, opts.reduction);
+    if (opts.reduction != Reduction::kMean) return reduce(elems, opts.reduction);
     // Mean over the N * d... positions (0/0 = NaN when empty, like PyTorch).
     double positions = n_classes > 0 ? static_cast<double>(logits.numel()) / n_classes : 0.0;
     return sum(elems) / positions;

@@ -283,13 +283,13 @@ TEST(Compile, OverlappingCopyOfCapturedStateMatchesEager) {
 // item() while tracing raises an error naming the read and this file.
 TEST(CompileErrors, ValueReadNamesTheCallSite) {
   auto f = compile([](const Tensor& x) { return x * x.sum().item<double>(); }, {.warmup = 0});
-  testing::expect_error([&] { f(ones({3})); }, {"item()", "compile_test.cpp", "Fallback::eager"});
+  testing::expect_error([&] { f(ones({3})); }, {"item()", "compile_test.cpp", "Fallback::kEager"});
 }
 
 // With {.fallback = eager} the function runs eagerly for that signature, warning once.
 TEST(CompileErrors, FallbackEagerRunsThePlainFunction) {
   auto f = compile([](const Tensor& x) { return x * x.sum().item<double>(); },
-                   {.fallback = Fallback::eager, .warmup = 0});
+                   {.fallback = Fallback::kEager, .warmup = 0});
   ::testing::internal::CaptureStderr();
   Tensor r1 = f(ones({3}));
   Tensor r2 = f(ones({3}));

@@ -122,16 +122,16 @@ TEST(LossCrossEntropy, ClassIndices2D) {
   double kept;
   V want = ce_ref(x, t, N, C, 1, -100, 0.0, kept);
   Tensor logits = f64(x, {4, 5}), target = i64(t, {4});
-  expect_near(vals(cross_entropy(logits, target, opts(Reduction::None))), want);
+  expect_near(vals(cross_entropy(logits, target, opts(Reduction::kNone))), want);
   EXPECT_NEAR(val(cross_entropy(logits, target)), sum_of(want) / 4.0, 1e-12);
-  EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum))), sum_of(want), 1e-12);
+  EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kSum))), sum_of(want), 1e-12);
   EXPECT_EQ(cross_entropy(logits, target).shape(), Dims{});
   // Logits given as the transpose of a [C, N] buffer.
   V xt(N * C);
   for (size_t n = 0; n < N; ++n)
     for (size_t c = 0; c < C; ++c) xt[c * N + n] = x[n * C + c];
   Tensor nc = f64(xt, {5, 4}).transpose(0, 1);
-  expect_near(vals(cross_entropy(nc, target, opts(Reduction::None))), want);
+  expect_near(vals(cross_entropy(nc, target, opts(Reduction::kNone))), want);
   // PyTorch: F.cross_entropy(torch.tensor([[1., 2., 3.]]), torch.tensor([0])) = 2.4076.
   Tensor l = cross_entropy(from_vector<float>({1, 2, 3}, {1, 3}), i64({0}, {1}));
   EXPECT_EQ(l.dtype(), DType::f32);
@@ -149,7 +149,7 @@ TEST(LossCrossEntropy, ClassIndicesSpatial) {
   double kept;
   V want = ce_ref(x, t, N, C, D, -100, 0.0, kept);
   Tensor logits = f64(x, {2, 3, 2, 3}), target = i64(t, {2, 2, 3});
-  Tensor none = cross_entropy(logits, target, opts(Reduction::None));
+  Tensor none = cross_entropy(logits, target, opts(Reduction::kNone));
   EXPECT_EQ(none.shape(), (Dims{2, 2, 3}));
   expect_near(vals(none), want);
   EXPECT_NEAR(val(cross_entropy(logits, target)), sum_of(want) / 12.0, 1e-12);
@@ -164,13 +164,13 @@ TEST(LossCrossEntropy, IgnoreIndex) {
   V want = ce_ref(x, t, N, C, 1, -100, 0.0, kept);
   EXPECT_EQ(kept, 3.0);
   Tensor logits = f64(x, {5, 3}), target = i64(t, {5});
-  expect_near(vals(cross_entropy(logits, target, opts(Reduction::None))), want);
+  expect_near(vals(cross_entropy(logits, target, opts(Reduction::kNone))), want);
   EXPECT_NEAR(val(cross_entropy(logits, target)), sum_of(want) / 3.0, 1e-12);
-  EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum))), sum_of(want), 1e-12);
+  EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kSum))), sum_of(want), 1e-12);
   // A custom ignore_index that is also a valid class.
   I t2 = {1, 2, 0, 2, 1};
   V want2 = ce_ref(x, t2, N, C, 1, 2, 0.0, kept);
-  EXPECT_NEAR(val(cross_entropy(logits, i64(t2, {5}), opts(Reduction::Mean, 2))),
+  EXPECT_NEAR(val(cross_entropy(logits, i64(t2, {5}), opts(Reduction::kMean, 2))),
               sum_of(want2) / kept, 1e-12);
   EXPECT_TRUE(std::isnan(val(cross_entropy(logits, i64({-100, -100, -100, -100, -100}, {5})))));
   // Ignored positions get no gradient.
@@ -192,17 +192,17 @@ TEST(LossCrossEntropy, LabelSmoothing) {
     double kept;
     V want = ce_ref(x, t, N, C, 1, -100, eps, kept);
     Tensor logits = f64(x, {4, 6}), target = i64(t, {4});
-    expect_near(vals(cross_entropy(logits, target, opts(Reduction::None, -100, eps))), want);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Mean, -100, eps))),
+    expect_near(vals(cross_entropy(logits, target, opts(Reduction::kNone, -100, eps))), want);
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kMean, -100, eps))),
                 sum_of(want) / kept, 1e-12);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))), sum_of(want),
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kSum, -100, eps))), sum_of(want),
                 1e-12);
   }
   // By hand: logits [1, 2, 3], target 0, eps 0.1: 0.9 * 2.4076 + 0.1 / 3 * 4.2228.
   double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   double want = 0.9 * (lse - 1) + 0.1 / 3 * (3 * lse - 6);
   EXPECT_NEAR(val(cross_entropy(from_vector<double>({1, 2, 3}, {1, 3}), i64({0}, {1}),
-                                opts(Reduction::Mean, -100, 0.1))),
+                                opts(Reduction::kMean, -100, 0.1))),
               want, 1e-12);
 }
 
@@ -213,10 +213,10 @@ TEST(LossCrossEntropy, ProbabilityTargets) {
   Tensor logits = f64(x, {3, 4, 2}), target = f64(tv, {3, 4, 2});
   for (double eps : {0.0, 0.2}) {
     V want = ce_prob_ref(x, tv, N, C, D, eps);
-    expect_near(vals(cross_entropy(logits, target, opts(Reduction::None, -100, eps))), want);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Mean, -100, eps))),
+    expect_near(vals(cross_entropy(logits, target, opts(Reduction::kNone, -100, eps))), want);
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kMean, -100, eps))),
                 sum_of(want) / double(N * D), 1e-12);
-    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::Sum, -100, eps))), sum_of(want),
+    EXPECT_NEAR(val(cross_entropy(logits, target, opts(Reduction::kSum, -100, eps))), sum_of(want),
                 1e-12);
   }
   // One-hot probabilities equal class indices.
@@ -227,7 +227,7 @@ TEST(LossCrossEntropy, ProbabilityTargets) {
   EXPECT_EQ(gradcheck(
                 [](const std::vector<Tensor>& in) {
                   return std::vector<Tensor>{
-                      cross_entropy(in[0], in[1], opts(Reduction::Mean, -100, 0.1))};
+                      cross_entropy(in[0], in[1], opts(Reduction::kMean, -100, 0.1))};
                 },
                 {leaf(x, {3, 4, 2}), leaf(tv, {3, 4, 2})}),
             "");
@@ -237,7 +237,7 @@ TEST(LossCrossEntropy, ProbabilityTargets) {
 TEST(LossCrossEntropy, Gradients) {
   V x = randv(2 * 3 * 4, 8);
   Tensor t = i64({0, 2, -100, 1, 1, 1, 0, -100}, {2, 4});
-  for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
+  for (Reduction r : {Reduction::kNone, Reduction::kMean, Reduction::kSum}) {
     EXPECT_EQ(gradcheck(
                   [&](const std::vector<Tensor>& in) {
                     return std::vector<Tensor>{cross_entropy(in[0], t, opts(r, -100, 0.2))};
@@ -251,7 +251,7 @@ TEST(LossCrossEntropy, Gradients) {
             "");
   EXPECT_EQ(
       check_double(
-          [&](const Tensor& l) { return cross_entropy(l, t, opts(Reduction::Mean, -100, 0.3)); },
+          [&](const Tensor& l) { return cross_entropy(l, t, opts(Reduction::kMean, -100, 0.3)); },
           leaf(x, {2, 3, 4})),
       "");
 }
@@ -268,12 +268,12 @@ TEST(LossCrossEntropy, Errors) {
   expect_error([&] { cross_entropy(logits, cast(zeros({4, 10}), DType::i64)); }, "[cross_entropy]");
   expect_error(
       [&] {
-        cross_entropy(logits, zeros({4, 10}, DType::f64), opts(Reduction::Mean, 3));
+        cross_entropy(logits, zeros({4, 10}, DType::f64), opts(Reduction::kMean, 3));
       },
       "[cross_entropy] ignore_index");
   expect_error(
       [&] {
-        cross_entropy(logits, i64({1, 2, 3, 4}, {4}), opts(Reduction::Mean, -100, 1.5));
+        cross_entropy(logits, i64({1, 2, 3, 4}, {4}), opts(Reduction::kMean, -100, 1.5));
       },
       "[cross_entropy] label_smoothing");
   expect_error([&] { cross_entropy(f64({1}, {1}).reshape({}), i64({0}, {1}).reshape({})); },
@@ -295,11 +295,11 @@ TEST(LossNll, ValuesGradientsErrors) {
   double kept;
   V want = ce_ref(x, t, N, C, 1, -100, 0.0, kept);
   Tensor lp = log_softmax(f64(x, {4, 3}), 1), target = i64(t, {4});
-  expect_near(vals(nll_loss(lp, target, opts(Reduction::None))), want);
+  expect_near(vals(nll_loss(lp, target, opts(Reduction::kNone))), want);
   EXPECT_NEAR(val(nll_loss(lp, target)), sum_of(want) / kept, 1e-12);
-  EXPECT_NEAR(val(nll_loss(lp, target, opts(Reduction::Sum))), sum_of(want), 1e-12);
+  EXPECT_NEAR(val(nll_loss(lp, target, opts(Reduction::kSum))), sum_of(want), 1e-12);
   // nll_loss just picks -input[target]: it does not normalize.
-  expect_near(vals(nll_loss(f64({1, 2, 3, 4}, {2, 2}), i64({1, 0}, {2}), opts(Reduction::None))),
+  expect_near(vals(nll_loss(f64({1, 2, 3, 4}, {2, 2}), i64({1, 0}, {2}), opts(Reduction::kNone))),
               {-2, -3});
   EXPECT_EQ(gradcheck(
                 [&](const std::vector<Tensor>& in) {
@@ -308,7 +308,7 @@ TEST(LossNll, ValuesGradientsErrors) {
                 {leaf(x, {4, 3})}),
             "");
   expect_error([&] { nll_loss(lp, i64({1, 2}, {2})); }, "[nll_loss] target shape [2]");
-  expect_error([&] { nll_loss(lp, target, opts(Reduction::Mean, -100, 0.1)); }, "[nll_loss]");
+  expect_error([&] { nll_loss(lp, target, opts(Reduction::kMean, -100, 0.1)); }, "[nll_loss]");
   expect_error([&] { nll_loss(lp, f64({0, 1, 2, 0}, {4})); }, "[nll_loss]");
 }
 
@@ -323,9 +323,9 @@ TEST(LossMse, ValuesGradientsErrors) {
       double d = a[j * 2 + i] - b[i * 3 + j];
       want[i * 3 + j] = d * d;
     }
-  expect_near(vals(mse_loss(x, y, Reduction::None)), want);
+  expect_near(vals(mse_loss(x, y, Reduction::kNone)), want);
   EXPECT_NEAR(val(mse_loss(x, y)), sum_of(want) / 6.0, 1e-12);
-  EXPECT_NEAR(val(mse_loss(x, y, Reduction::Sum)), sum_of(want), 1e-12);
+  EXPECT_NEAR(val(mse_loss(x, y, Reduction::kSum)), sum_of(want), 1e-12);
   EXPECT_EQ(
       gradcheck(
           [](const std::vector<Tensor>& in) { return std::vector<Tensor>{mse_loss(in[0], in[1])}; },
@@ -343,12 +343,12 @@ TEST(LossBce, ValuesGradientsErrors) {
   for (size_t i = 0; i < 8; ++i)
     want[i] = -(t[i] * std::log(p[i]) + (1 - t[i]) * std::log(1 - p[i]));
   Tensor x = f64(p, {2, 4}), y = f64(t, {2, 4});
-  expect_near(vals(binary_cross_entropy(x, y, Reduction::None)), want);
+  expect_near(vals(binary_cross_entropy(x, y, Reduction::kNone)), want);
   EXPECT_NEAR(val(binary_cross_entropy(x, y)), sum_of(want) / 8.0, 1e-12);
-  EXPECT_NEAR(val(binary_cross_entropy(x, y, Reduction::Sum)), sum_of(want), 1e-12);
+  EXPECT_NEAR(val(binary_cross_entropy(x, y, Reduction::kSum)), sum_of(want), 1e-12);
   // PyTorch: F.binary_cross_entropy([0, 1, 0, 1], [1, 0, 0, 1], 'none') = [100, 100, 0, 0].
   Tensor edge = f64({0, 1, 0, 1}, {4}).requires_grad_();
-  Tensor le = binary_cross_entropy(edge, f64({1, 0, 0, 1}, {4}), Reduction::None);
+  Tensor le = binary_cross_entropy(edge, f64({1, 0, 0, 1}, {4}), Reduction::kNone);
   expect_near(vals(le), {100, 100, 0, 0});
   le.sum().backward();
   for (double g : vals(edge.grad())) EXPECT_TRUE(std::isfinite(g));
@@ -356,7 +356,7 @@ TEST(LossBce, ValuesGradientsErrors) {
             DType::f32);
   EXPECT_EQ(gradcheck(
                 [](const std::vector<Tensor>& in) {
-                  return std::vector<Tensor>{binary_cross_entropy(in[0], in[1], Reduction::Sum)};
+                  return std::vector<Tensor>{binary_cross_entropy(in[0], in[1], Reduction::kSum)};
                 },
                 {leaf(p, {8}), leaf(t, {8})}),
             "");
@@ -381,16 +381,16 @@ TEST(LossBceWithLogits, ValuesGradientsErrors) {
   V wt(10);
   for (size_t i = 0; i < 2; ++i)
     for (size_t j = 0; j < 5; ++j) wt[i * 5 + j] = want[j * 2 + i];
-  expect_near(vals(binary_cross_entropy_with_logits(lx, ty, Reduction::None)), wt, 1e-10);
+  expect_near(vals(binary_cross_entropy_with_logits(lx, ty, Reduction::kNone)), wt, 1e-10);
   EXPECT_NEAR(val(binary_cross_entropy_with_logits(lx, ty)), sum_of(want) / 10, 1e-10);
   // Naive log(sigmoid(x)) gives inf here; the stable form gives the exact values.
   Tensor big = f64({100, -100, 100, -100, 0}, {5});
   expect_near(
-      vals(binary_cross_entropy_with_logits(big, f64({0, 1, 1, 0, 1}, {5}), Reduction::None)),
+      vals(binary_cross_entropy_with_logits(big, f64({0, 1, 1, 0, 1}, {5}), Reduction::kNone)),
       {100, 100, std::log1p(std::exp(-100.0)), std::log1p(std::exp(-100.0)), std::log(2.0)});
   // At x = 0 the gradient is sigmoid(0) - t exactly.
   Tensor z = f64({0.0, 0.0}, {2}).requires_grad_();
-  binary_cross_entropy_with_logits(z, f64({1.0, 0.25}, {2}), Reduction::Sum).backward();
+  binary_cross_entropy_with_logits(z, f64({1.0, 0.25}, {2}), Reduction::kSum).backward();
   expect_near(vals(z.grad()), {-0.5, 0.25});
   EXPECT_EQ(gradcheck(
                 [](const std::vector<Tensor>& in) {
@@ -411,14 +411,14 @@ TEST(LossTracing, RunsWithoutData) {
   Recorder* prev = set_recorder(&rec);
   try {
     Tensor logits = zeros({4, 5, 3}), t = zeros({4, 3}, DType::i64);
-    EXPECT_TRUE(cross_entropy(logits, t, opts(Reduction::Mean, -100, 0.1)).is_symbolic());
-    EXPECT_EQ(cross_entropy(logits, t, opts(Reduction::None)).shape(), (Dims{4, 3}));
+    EXPECT_TRUE(cross_entropy(logits, t, opts(Reduction::kMean, -100, 0.1)).is_symbolic());
+    EXPECT_EQ(cross_entropy(logits, t, opts(Reduction::kNone)).shape(), (Dims{4, 3}));
     EXPECT_EQ(cross_entropy(logits, zeros({4, 5, 3})).shape(), Dims{});
-    EXPECT_EQ(nll_loss(logits, t, opts(Reduction::Sum)).shape(), Dims{});
+    EXPECT_EQ(nll_loss(logits, t, opts(Reduction::kSum)).shape(), Dims{});
     Tensor p = zeros({6}), y = zeros({6});
-    EXPECT_EQ(mse_loss(p, y, Reduction::None).shape(), (Dims{6}));
+    EXPECT_EQ(mse_loss(p, y, Reduction::kNone).shape(), (Dims{6}));
     EXPECT_TRUE(binary_cross_entropy(p, y).is_symbolic());
-    EXPECT_TRUE(binary_cross_entropy_with_logits(p, y, Reduction::Sum).is_symbolic());
+    EXPECT_TRUE(binary_cross_entropy_with_logits(p, y, Reduction::kSum).is_symbolic());
   } catch (...) {
     set_recorder(prev);
     throw;

@@ -15,6 +15,9 @@
   folder or of the nearest folder above it that has one: by its path relative
   to that folder, its basename, or a backticked pattern (`driver.*`,
   `src/ops/binary*.cpp`; `*` stays within one path component).
+- Enumerators of `enum class` are kCamelCase (as PyTorch's C++ frontend spells
+  kCPU, kMean); the exceptions are enums whose enumerators are the names users
+  type as values elsewhere: DType (kiln::f32) and OpId (the op table's names).
 Exit status 1 lists every offence with its size or place; 0 when all pass.
 """
 import argparse
@@ -212,6 +215,26 @@ def format_offenders(root, files):
     return bad
 
 
+# Enums whose enumerators are data names (dtype names, op-table names), not kCamelCase.
+ENUM_STYLE_EXCEPTIONS = {"DType", "OpId"}
+ENUM_DECL = re.compile(r"\benum\s+class\s+(\w+)[^{;]*\{([^}]*)\}")
+ENUMERATOR = re.compile(r"^\s*([A-Za-z_]\w*)")
+
+
+def enum_style_offenders(rel, text):
+    """(place, enum, enumerator) for each enumerator of an enum class not spelled kCamelCase."""
+    code = strip_code(text)
+    for m in ENUM_DECL.finditer(code):
+        name, body = m.group(1), m.group(2)
+        if name in ENUM_STYLE_EXCEPTIONS or "#" in body:  # X-macro bodies take the table's names
+            continue
+        for item in body.split(","):
+            e = ENUMERATOR.match(item)
+            if e and not re.fullmatch(r"k[A-Z0-9]\w*", e.group(1)):
+                line = code.count("\n", 0, m.start()) + 1
+                yield f"{rel}:{line}", name, e.group(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
@@ -219,7 +242,7 @@ def main():
     ap.add_argument("--max-function-lines", type=int, default=150)
     ap.add_argument("--no-format", action="store_true")
     args = ap.parse_args()
-    too_long, long_fns, rels = [], [], []
+    too_long, long_fns, rels, enums = [], [], [], []
     for path in source_files(args.root):
         rel = os.path.relpath(path, args.root)
         rels.append(rel)
@@ -231,11 +254,15 @@ def main():
         if not rel.endswith(".def"):
             for first, n, head in long_functions(text, args.max_function_lines):
                 long_fns.append((n, f"{rel}:{first}", head))
+            enums.extend(enum_style_offenders(rel, text))
     for lines, rel in sorted(too_long, reverse=True):
         print(f"{rel}: {lines} lines (limit {args.max_lines}): split it by family")
     for n, where, head in sorted(long_fns, reverse=True):
         print(f"{where}: a function of {n} lines (limit {args.max_function_lines}): split it into "
               f"named steps [{head}]")
+    for where, name, item in enums:
+        print(f"{where}: enumerator {name}::{item} is not kCamelCase (write k{item[:1].upper()}"
+              f"{item[1:]})")
     cxx = [r for r in rels if not r.endswith(".def")]  # X-macro tables keep their own layout
     unformatted = [] if args.no_format else format_offenders(args.root, cxx)
     for rel in unformatted or []:
@@ -246,8 +273,9 @@ def main():
     print(f"check_sources: {len(rels)} files, {len(too_long)} over {args.max_lines} lines, "
           f"{len(long_fns)} functions over {args.max_function_lines} lines, "
           f"{'unchecked' if unformatted is None else len(unformatted)} not formatted, "
-          f"{len(unlisted)} not listed in their folder's README")
-    return 1 if too_long or long_fns or unformatted or unlisted else 0
+          f"{len(unlisted)} not listed in their folder's README, "
+          f"{len(enums)} enumerators not kCamelCase")
+    return 1 if too_long or long_fns or unformatted or unlisted or enums else 0
 
 
 if __name__ == "__main__":

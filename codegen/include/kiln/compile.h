@@ -32,8 +32,8 @@ namespace kiln {
 
 /// What to do when tracing meets a value-dependent read (item(), printing).
 enum class Fallback {
-  error,  ///< raise kiln::Error naming the read and its call site
-  eager,  ///< run this signature eagerly from then on, with one warning
+  kError,  ///< raise kiln::Error naming the read and its call site
+  kEager,  ///< run this signature eagerly from then on, with one warning
 };
 
 /// A dimension that may change between calls without re-tracing for good:
@@ -53,7 +53,7 @@ struct DynamicDim {
 /// Options of compile().
 struct CompileOptions {
   bool enabled = true;  ///< false: run the plain function (as KILN_EAGER=1)
-  Fallback fallback = Fallback::error;
+  Fallback fallback = Fallback::kError;
   /// Treat captured tensors that the function does not modify as constants, so
   /// parameter-only subgraphs fold (inference). Re-traces if they are replaced.
   bool freeze = false;

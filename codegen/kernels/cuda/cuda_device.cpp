@@ -1,7 +1,7 @@
 // The CUDA device runtime (kiln/device_runtime.h): device memory through a
 // caching allocator, copies in every direction, and eager ops as one-op
 // kernels of the kernel IR printed for the GPU, compiled once per signature.
-// Registered for DeviceType::CUDA when libkiln_codegen loads.
+// Registered for DeviceType::kCUDA when libkiln_codegen loads.
 //
 // Every kernel, copy and allocation goes to the current stream of its device
 // (stream.h; the default stream unless a StreamGuard chose another); copies
@@ -461,8 +461,8 @@ class CudaGraphCompiler final : public detail::DeviceKernelCompiler {
 CudaRuntime g_runtime;
 CudaGraphCompiler g_graph_compiler(g_runtime.kernels());
 const bool g_registered = [] {
-  register_device_runtime(DeviceType::CUDA, &g_runtime);
-  detail::register_device_kernel_compiler(DeviceType::CUDA, &g_graph_compiler);
+  register_device_runtime(DeviceType::kCUDA, &g_runtime);
+  detail::register_device_kernel_compiler(DeviceType::kCUDA, &g_graph_compiler);
   return true;
 }();
 

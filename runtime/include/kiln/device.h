@@ -9,19 +9,19 @@
 namespace kiln {
 
 /// Kind of device.
-enum class DeviceType : uint8_t { CPU, CUDA };
+enum class DeviceType : uint8_t { kCPU, kCUDA };
 
 /// A device: kind plus index ("cpu", "cuda:1").
 struct Device {
-  DeviceType type = DeviceType::CPU;
+  DeviceType type = DeviceType::kCPU;
   int index = 0;
 
   static Device cpu() { return {}; }
-  static Device cuda(int i = 0) { return {DeviceType::CUDA, i}; }
-  bool is_cpu() const { return type == DeviceType::CPU; }
-  bool is_cuda() const { return type == DeviceType::CUDA; }
+  static Device cuda(int i = 0) { return {DeviceType::kCUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::kCPU; }
+  bool is_cuda() const { return type == DeviceType::kCUDA; }
   std::string str() const {
-    return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+    return type == DeviceType::kCPU ? "cpu" : "cuda:" + std::to_string(index);
   }
   friend bool operator==(const Device&, const Device&) = default;
 };

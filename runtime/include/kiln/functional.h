@@ -391,13 +391,13 @@ Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 
 Tensor cosine_similarity(const Tensor& a, const Tensor& b, int64_t dim = 1, double eps = 1e-8);
 
 /// How losses combine per-element values.
-enum class Reduction { None, Mean, Sum };
+enum class Reduction { kNone, kMean, kSum };
 
 /// Options of cross_entropy / nll_loss.
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
-  Reduction reduction = Reduction::Mean;
+  Reduction reduction = Reduction::kMean;
 };
 /// logits [N, C] (or [N, C, d...]) and class indices [N] (or [N, d...]) in
 /// [0, C), or equal to ignore_index (skipped); any other value, negative ones
@@ -408,13 +408,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 /// (in [0, C) or ignore_index, as cross_entropy).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 const CrossEntropyOptions& opts = {});
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r = Reduction::kMean);
 /// BCE of probabilities in [0, 1]; log terms are clamped at -100 like PyTorch.
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target,
-                            Reduction r = Reduction::Mean);
+                            Reduction r = Reduction::kMean);
 /// Numerically stable BCE on logits.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction r = Reduction::Mean);
+                                        Reduction r = Reduction::kMean);
 /// softmax(q k^T * scale + mask) v over the last two dims. `attn_mask` is
 /// boolean (true = keep) or additive float; `is_causal` masks the future.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -23,24 +23,24 @@ DType draw_dtype(const Tensor& t) {
 
 int64_t fan(const Tensor& t, FanMode mode) {
   auto [in, out] = calculate_fan_in_and_fan_out(t);
-  return mode == FanMode::FanIn ? in : out;
+  return mode == FanMode::kFanIn ? in : out;
 }
 
 }  // namespace
 
 double calculate_gain(Nonlinearity nonlinearity, double param) {
   switch (nonlinearity) {
-    case Nonlinearity::Linear:
-    case Nonlinearity::Conv2d:
-    case Nonlinearity::Sigmoid:
+    case Nonlinearity::kLinear:
+    case Nonlinearity::kConv2d:
+    case Nonlinearity::kSigmoid:
       return 1.0;
-    case Nonlinearity::Tanh:
+    case Nonlinearity::kTanh:
       return 5.0 / 3.0;
-    case Nonlinearity::ReLU:
+    case Nonlinearity::kReLU:
       return std::sqrt(2.0);
-    case Nonlinearity::LeakyReLU:
+    case Nonlinearity::kLeakyReLU:
       return std::sqrt(2.0 / (1.0 + param * param));
-    case Nonlinearity::SELU:
+    case Nonlinearity::kSELU:
       return 3.0 / 4.0;
   }
   return 1.0;

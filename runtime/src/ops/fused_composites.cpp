@@ -25,10 +25,10 @@ std::atomic<bool> g_eager_fusion{true};
 bool qualifies(const Tensor& x, std::initializer_list<const Tensor*> ts) {
   if (!g_eager_fusion.load(std::memory_order_relaxed) || current_recorder()) return false;
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64) return false;
-  if (x.is_symbolic() || x.device().type != DeviceType::CPU) return false;
+  if (x.is_symbolic() || x.device().type != DeviceType::kCPU) return false;
   for (const Tensor* t : ts)
     if (t->defined() &&
-        (t->is_symbolic() || t->device().type != DeviceType::CPU || t->dtype() != x.dtype()))
+        (t->is_symbolic() || t->device().type != DeviceType::kCPU || t->dtype() != x.dtype()))
       return false;
   return true;
 }
@@ -197,15 +197,15 @@ using fused::Pointwise;
 // f'(x) as Tensor ops (create_graph).
 Tensor pointwise_grad_ops(Pointwise f, const Tensor& x) {
   switch (f) {
-    case Pointwise::gelu_tanh: {
+    case Pointwise::kGeluTanh: {
       const double k2 = 2.0 * std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
       Tensor s = sigmoid((x + x * x * x * c) * k2);
       return s + x * s * (1.0 - s) * ((x * x * (3.0 * c) + 1.0) * k2);
     }
-    case Pointwise::gelu_erf:
+    case Pointwise::kGeluErf:
       return (erf(x * (std::numbers::sqrt2 / 2.0)) + 1.0) * 0.5 +
              x * exp(x * x * -0.5) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
-    case Pointwise::silu: {
+    case Pointwise::kSilu: {
       Tensor s = sigmoid(x);
       return s * (x * (1.0 - s) + 1.0);
     }
@@ -214,7 +214,7 @@ Tensor pointwise_grad_ops(Pointwise f, const Tensor& x) {
 }
 
 const char* pointwise_name(Pointwise f) {
-  return f == Pointwise::silu ? "SiluBackward" : "GeluBackward";
+  return f == Pointwise::kSilu ? "SiluBackward" : "GeluBackward";
 }
 
 std::optional<Tensor> fused_pointwise(const Tensor& x, Pointwise f) {
@@ -365,11 +365,11 @@ std::optional<Tensor> fused_relu_grad(const Tensor& y, const Tensor& g) {
 }
 
 std::optional<Tensor> fused_gelu(const Tensor& x, bool tanh) {
-  return fused_pointwise(x, tanh ? Pointwise::gelu_tanh : Pointwise::gelu_erf);
+  return fused_pointwise(x, tanh ? Pointwise::kGeluTanh : Pointwise::kGeluErf);
 }
 
 std::optional<Tensor> fused_silu(const Tensor& x) {
-  return fused_pointwise(x, Pointwise::silu);
+  return fused_pointwise(x, Pointwise::kSilu);
 }
 
 }  // namespace ops

@@ -344,20 +344,20 @@ template <typename T>
 void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n) {
   using K = GeluConst<T>;
   switch (f) {
-    case Pointwise::gelu_tanh:
+    case Pointwise::kGeluTanh:
       pointwise_loop<T>(n, [&](int64_t i) {
         const T v = x[i];
         y[i] = v * vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
       });
       break;
-    case Pointwise::gelu_erf:
+    case Pointwise::kGeluErf:
       // erf has no vectorizable form here: libm, still one pass.
       pointwise_loop<T>(n, [&](int64_t i) {
         const T v = x[i];
         y[i] = v * (std::erf(v * K::half_sqrt2) + T(1)) * T(0.5);
       });
       break;
-    case Pointwise::silu:
+    case Pointwise::kSilu:
       pointwise_loop<T>(n, [&](int64_t i) { y[i] = x[i] * vec::sigmoid<T>(x[i]); });
       break;
   }
@@ -367,7 +367,7 @@ template <typename T>
 void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
   using K = GeluConst<T>;
   switch (f) {
-    case Pointwise::gelu_tanh:
+    case Pointwise::kGeluTanh:
       // d/dx x s(z) = s + x s (1 - s) z', z = k2 (x + c x^3), z' = k2 (1 + 3 c x^2).
       pointwise_loop<T>(n, [&](int64_t i) {
         const T v = x[i];
@@ -376,14 +376,14 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
         gx[i] = g[i] * (s + v * s * (T(1) - s) * dz);
       });
       break;
-    case Pointwise::gelu_erf:
+    case Pointwise::kGeluErf:
       pointwise_loop<T>(n, [&](int64_t i) {
         const T v = x[i];
         const T cdf = T(0.5) * (T(1) + std::erf(v * K::half_sqrt2));
         gx[i] = g[i] * (cdf + v * std::exp(T(-0.5) * v * v) * K::inv_sqrt_2pi);
       });
       break;
-    case Pointwise::silu:
+    case Pointwise::kSilu:
       pointwise_loop<T>(n, [&](int64_t i) {
         const T s = vec::sigmoid<T>(x[i]);
         gx[i] = g[i] * (s * (T(1) + x[i] * (T(1) - s)));

@@ -45,7 +45,7 @@ template <typename T>
 void relu_bwd(const T* y, const T* g, T* gx, int64_t n);
 
 /// The pointwise composites.
-enum class Pointwise { gelu_tanh, gelu_erf, silu };
+enum class Pointwise { kGeluTanh, kGeluErf, kSilu };
 /// y = f(x) over n elements.
 template <typename T>
 void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n);

@@ -200,10 +200,10 @@ void rmsprop_typed(const RmspropConfig& c, const std::vector<RmspropJob>& jobs) 
 }  // namespace
 
 bool fusable(const Tensor& p, std::initializer_list<const Tensor*> others) {
-  if (current_recorder() || p.is_symbolic() || p.device().type != DeviceType::CPU) return false;
+  if (current_recorder() || p.is_symbolic() || p.device().type != DeviceType::kCPU) return false;
   if ((p.dtype() != DType::f32 && p.dtype() != DType::f64) || !p.is_contiguous()) return false;
   for (const Tensor* t : others)
-    if (t->defined() && (t->is_symbolic() || t->device().type != DeviceType::CPU ||
+    if (t->defined() && (t->is_symbolic() || t->device().type != DeviceType::kCPU ||
                          t->dtype() != p.dtype() || !t->is_contiguous() || t->shape() != p.shape()))
       return false;
   return true;

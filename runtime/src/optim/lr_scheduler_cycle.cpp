@@ -94,7 +94,7 @@ OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t tota
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {
-  if (o_.anneal_strategy == AnnealStrategy::Linear) return (end - start) * pct + start;
+  if (o_.anneal_strategy == AnnealStrategy::kLinear) return (end - start) * pct + start;
   const double cos_out = std::cos(std::numbers::pi * pct) + 1;
   return end + (start - end) / 2.0 * cos_out;
 }

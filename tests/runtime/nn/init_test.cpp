@@ -14,15 +14,15 @@ using init::Nonlinearity;
 
 // calculate_gain returns PyTorch's constants.
 TEST(InitGain, MatchesPyTorch) {
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::Linear), 1.0);
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::Conv2d), 1.0);
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::Sigmoid), 1.0);
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::Tanh), 5.0 / 3.0);
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::ReLU), std::sqrt(2.0));
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::LeakyReLU), std::sqrt(2.0 / 1.0001));
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::LeakyReLU, std::sqrt(5.0)),
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kLinear), 1.0);
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kConv2d), 1.0);
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kSigmoid), 1.0);
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kTanh), 5.0 / 3.0);
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kReLU), std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kLeakyReLU), std::sqrt(2.0 / 1.0001));
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kLeakyReLU, std::sqrt(5.0)),
                    std::sqrt(1.0 / 3.0));
-  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::SELU), 0.75);
+  EXPECT_DOUBLE_EQ(init::calculate_gain(Nonlinearity::kSELU), 0.75);
 }
 
 // Fans of linear and conv weights; fewer than 2 dims is an error.
@@ -74,11 +74,11 @@ TEST(InitScaled, XavierAndKaimingStd) {
   EXPECT_NEAR(std_of(), b / std::sqrt(3.0), 0.01 * b);
   init::xavier_normal_(t);
   EXPECT_NEAR(std_of(), std::sqrt(2.0 / 1400.0), 0.01 * std::sqrt(2.0 / 1400.0));
-  init::kaiming_uniform_(t, 0.0, FanMode::FanIn, Nonlinearity::ReLU);
+  init::kaiming_uniform_(t, 0.0, FanMode::kFanIn, Nonlinearity::kReLU);
   double want = std::sqrt(2.0) / std::sqrt(600.0);
   EXPECT_LE(t.abs().max().item<double>(), want * std::sqrt(3.0));
   EXPECT_NEAR(std_of(), want, 0.01 * want);
-  init::kaiming_normal_(t, 0.0, FanMode::FanOut, Nonlinearity::ReLU);
+  init::kaiming_normal_(t, 0.0, FanMode::kFanOut, Nonlinearity::kReLU);
   want = std::sqrt(2.0) / std::sqrt(800.0);
   EXPECT_NEAR(std_of(), want, 0.01 * want);
   // Default kaiming_uniform_ is leaky_relu with a = 0: gain sqrt(2).

@@ -205,10 +205,10 @@ TEST(LayerLoss, ModulesMatchFunctional) {
   Tensor a = randn({4, 3}), b = randn({4, 3}), p = rand({4, 3}), t = rand({4, 3});
   Tensor cls = from_vector<int64_t>({0, 2, 1, 2});
   expect_equal(nn::MSELoss()(a, b), mse_loss(a, b));
-  expect_equal(nn::MSELoss(Reduction::Sum)(a, b), mse_loss(a, b, Reduction::Sum));
+  expect_equal(nn::MSELoss(Reduction::kSum)(a, b), mse_loss(a, b, Reduction::kSum));
   expect_equal(nn::BCELoss()(p, t), binary_cross_entropy(p, t));
-  expect_equal(nn::BCEWithLogitsLoss(Reduction::None)(a, t),
-               binary_cross_entropy_with_logits(a, t, Reduction::None));
+  expect_equal(nn::BCEWithLogitsLoss(Reduction::kNone)(a, t),
+               binary_cross_entropy_with_logits(a, t, Reduction::kNone));
   CrossEntropyOptions o{.ignore_index = 1, .label_smoothing = 0.1};
   expect_equal(nn::CrossEntropyLoss(o)(a, cls), cross_entropy(a, cls, o));
   expect_equal(nn::NLLLoss()(log_softmax(a, 1), cls), nll_loss(log_softmax(a, 1), cls));

@@ -40,7 +40,7 @@ std::pair<double, double> one_cycle_reference(int step, double max_lr, int total
                                               const OneCycleOptions& o) {
   const double initial = max_lr / o.div_factor, min_lr = initial / o.final_div_factor;
   auto anneal = [&](double a, double b, double pct) {
-    if (o.anneal_strategy == AnnealStrategy::Linear) return a + (b - a) * pct;
+    if (o.anneal_strategy == AnnealStrategy::kLinear) return a + (b - a) * pct;
     return b + (a - b) / 2 * (std::cos(kPi * pct) + 1);
   };
   const double up_end = o.pct_start * total - 1;
@@ -157,7 +157,7 @@ TEST(SchedLambdaLR, Formula) {
 // SGD's momentum inversely to the lr.
 TEST(SchedOneCycleLR, MatchesPyTorchFormula) {
   for (bool three : {false, true})
-    for (auto strategy : {AnnealStrategy::Cos, AnnealStrategy::Linear}) {
+    for (auto strategy : {AnnealStrategy::kCos, AnnealStrategy::kLinear}) {
       Rig s;
       OneCycleOptions o{.anneal_strategy = strategy, .three_phase = three};
       OneCycleLR sched(s.opt, std::vector<double>{1.0, 0.5}, 100, o);

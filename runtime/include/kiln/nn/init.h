@@ -10,10 +10,10 @@
 namespace kiln::nn::init {
 
 /// Which fan kaiming_* preserves: the forward (FanIn) or backward (FanOut) variance.
-enum class FanMode { FanIn, FanOut };
+enum class FanMode { kFanIn, kFanOut };
 
 /// Nonlinearities known to calculate_gain.
-enum class Nonlinearity { Linear, Conv2d, Sigmoid, Tanh, ReLU, LeakyReLU, SELU };
+enum class Nonlinearity { kLinear, kConv2d, kSigmoid, kTanh, kReLU, kLeakyReLU, kSELU };
 
 /// PyTorch's recommended gain: 1 (linear, conv, sigmoid), 5/3 (tanh), sqrt(2)
 /// (relu), sqrt(2 / (1 + a^2)) (leaky_relu with slope `param`), 3/4 (selu).
@@ -36,10 +36,10 @@ Tensor xavier_uniform_(Tensor t, double gain = 1.0);
 /// N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out)).
 Tensor xavier_normal_(Tensor t, double gain = 1.0);
 /// U(-b, b) with b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a) (He).
-Tensor kaiming_uniform_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU);
+Tensor kaiming_uniform_(Tensor t, double a = 0.0, FanMode mode = FanMode::kFanIn,
+                        Nonlinearity nonlinearity = Nonlinearity::kLeakyReLU);
 /// N(0, std^2) with std = gain / sqrt(fan).
-Tensor kaiming_normal_(Tensor t, double a = 0.0, FanMode mode = FanMode::FanIn,
-                       Nonlinearity nonlinearity = Nonlinearity::LeakyReLU);
+Tensor kaiming_normal_(Tensor t, double a = 0.0, FanMode mode = FanMode::kFanIn,
+                       Nonlinearity nonlinearity = Nonlinearity::kLeakyReLU);
 
 }  // namespace kiln::nn::init

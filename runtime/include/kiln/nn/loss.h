@@ -25,7 +25,7 @@ class Loss : public Module {
 /// mean/sum/none of (input - target)^2.
 class MSELoss : public Loss {
  public:
-  explicit MSELoss(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  explicit MSELoss(Reduction reduction = Reduction::kMean) : reduction_(reduction) {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::shared_ptr<Module> clone() const override;
@@ -37,7 +37,7 @@ class MSELoss : public Loss {
 /// Binary cross-entropy of probabilities in [0, 1].
 class BCELoss : public Loss {
  public:
-  explicit BCELoss(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  explicit BCELoss(Reduction reduction = Reduction::kMean) : reduction_(reduction) {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::shared_ptr<Module> clone() const override;
@@ -49,7 +49,7 @@ class BCELoss : public Loss {
 /// Binary cross-entropy of logits (sigmoid folded in, numerically stable).
 class BCEWithLogitsLoss : public Loss {
  public:
-  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::Mean) : reduction_(reduction) {}
+  explicit BCEWithLogitsLoss(Reduction reduction = Reduction::kMean) : reduction_(reduction) {}
   using Loss::forward;
   Tensor forward(const Tensor& input, const Tensor& target) override;
   std::shared_ptr<Module> clone() const override;

@@ -160,12 +160,12 @@ class LambdaLR : public LRScheduler {
 };
 
 /// How OneCycleLR interpolates within a phase.
-enum class AnnealStrategy { Cos, Linear };
+enum class AnnealStrategy { kCos, kLinear };
 
 /// OneCycleLR's options (PyTorch's defaults).
 struct OneCycleOptions {
   double pct_start = 0.3;  ///< fraction of the steps spent increasing the lr
-  AnnealStrategy anneal_strategy = AnnealStrategy::Cos;
+  AnnealStrategy anneal_strategy = AnnealStrategy::kCos;
   bool cycle_momentum = true;  ///< cycle "momentum" (SGD, RMSprop) or "beta1" (Adam)
   double base_momentum = 0.85;
   double max_momentum = 0.95;
