@@ -45,6 +45,11 @@ std::string take_emulated_detail() {
 }
 
 #ifndef KILN_HAVE_OPENCL
+void* emulated_close_gate(CUstream) {
+  set_detail("kiln was built without the OpenCL headers");
+  return nullptr;
+}
+void emulated_open_gate(void*) {}
 std::string load_emulated_driver(Driver&) {
   return "kiln was built without the OpenCL headers (Debian: opencl-headers), so the emulated "
          "device is not available";
@@ -62,7 +67,8 @@ namespace {
   X(clCreateKernel) X(clReleaseKernel) X(clGetKernelInfo) X(clGetKernelArgInfo) \
   X(clGetKernelWorkGroupInfo) X(clSetKernelArg) X(clSetKernelArgSVMPointer) \
   X(clEnqueueNDRangeKernel) X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList) \
-  X(clWaitForEvents) X(clGetEventInfo) X(clGetEventProfilingInfo) X(clReleaseEvent)
+  X(clWaitForEvents) X(clGetEventInfo) X(clGetEventProfilingInfo) X(clReleaseEvent) \
+  X(clCreateUserEvent) X(clSetUserEventStatus)
 // clang-format on
 
 struct Cl {
@@ -749,6 +755,35 @@ std::string open_pocl(Emu& e) {
 }
 
 }  // namespace
+
+// A user event behind a barrier: the stream's later commands wait for it.
+void* emulated_close_gate(CUstream s) {
+  if (!g || exiting()) return nullptr;
+  cl_int e = CL_SUCCESS;
+  cl_event user = g->cl.clCreateUserEvent(g->ctx, &e);
+  if (e != CL_SUCCESS) {
+    cl_fail(e, "clCreateUserEvent");
+    return nullptr;
+  }
+  cl_event barrier = nullptr;
+  cl_command_queue q = enqueue_point(s);
+  e = g->cl.clEnqueueBarrierWithWaitList(q, 1, &user, &barrier);
+  if (enqueued(s, e, barrier, "clEnqueueBarrierWithWaitList") != CUDA_SUCCESS) {
+    g->cl.clSetUserEventStatus(user, CL_COMPLETE);
+    g->cl.clReleaseEvent(user);
+    return nullptr;
+  }
+  g->cl.clFlush(q);
+  return user;
+}
+
+void emulated_open_gate(void* gate) {
+  if (!gate || !g) return;
+  auto user = static_cast<cl_event>(gate);
+  if (exiting()) return;  // PoCL may be gone: nothing waits any more
+  g->cl.clSetUserEventStatus(user, CL_COMPLETE);
+  g->cl.clReleaseEvent(user);
+}
 
 std::string load_emulated_driver(Driver& d) {
   static std::once_flag once;

@@ -30,6 +30,14 @@ namespace kiln::cuda {
 /// no shared virtual memory, kiln built without the OpenCL headers).
 std::string load_emulated_driver(Driver& d);
 
+/// Emulated device only (the emulated NCCL, distributed/nccl/): the work queued
+/// on `stream` after this call waits until emulated_open_gate(gate) runs — a
+/// completion signalled by a host thread (a collective finished by the comm
+/// thread). nullptr when it cannot be enqueued (take_emulated_detail says why).
+void* emulated_close_gate(CUstream stream);
+/// Lets the work behind `gate` run; every gate must be opened exactly once.
+void emulated_open_gate(void* gate);
+
 /// What the emulated device last reported on this thread beyond a CUresult (a
 /// kernel's build log, an out-of-bounds pointer), then cleared; "" if nothing.
 std::string take_emulated_detail();
