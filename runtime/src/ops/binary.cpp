@@ -36,36 +36,52 @@ void infer_binary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMe
   out.push_back({to_bool ? DType::b8 : c, std::move(shape)});
 }
 
+// One run of n elements: out, x, y at byte strides s. Contiguous operands and
+// a broadcast single element take loops the compiler vectorizes. The dense path
+// and strided_loop's runs both call it, and it is kept out of line, so each
+// (op, dtype) pair compiles these loops once (they dominate the build's time).
+template <typename T, typename R, typename F>
+[[gnu::noinline]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
+  using C = compute_t<T>;
+  const F f{};
+  R* __restrict o = reinterpret_cast<R*>(p[0]);
+  const T* __restrict x = reinterpret_cast<const T*>(p[1]);
+  const T* __restrict y = reinterpret_cast<const T*>(p[2]);
+  constexpr int64_t kT = sizeof(T);
+  if (s[0] == sizeof(R) && s[1] == kT && s[2] == kT) {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), C(y[i])));
+  } else if (s[0] == sizeof(R) && s[1] == kT && s[2] == 0) {
+    const C yv = C(y[0]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), yv));
+  } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == kT) {
+    const C xv = C(x[0]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(xv, C(y[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      auto xv = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+      auto yv = C(*reinterpret_cast<const T*>(p[2] + i * s[2]));
+      *reinterpret_cast<R*>(p[0] + i * s[0]) = static_cast<R>(f(xv, yv));
+    }
+  }
+}
+
 // The dense cases without strided_loop's per-call setup (dim vectors): x and
 // y contiguous with out's shape, or one of them a single element. Small calls
 // run inline; returns false for anything else.
 template <typename T, typename R, typename F>
-bool map_binary_dense(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
-  using C = compute_t<T>;
+bool map_binary_dense(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = out.numel();
   auto dense = [&](const Tensor& t) { return t.shape() == out.shape() && t.is_contiguous(); };
   if (!out.is_contiguous()) return false;
   const bool da = dense(a), db = dense(b);
   const bool sa = !da && a.numel() == 1, sb = !db && b.numel() == 1;
   if (!((da || sa) && (db || sb))) return false;
-  R* o = static_cast<R*>(out.data_ptr());
-  const T* x = static_cast<const T*>(a.data_ptr());
-  const T* y = static_cast<const T*>(b.data_ptr());
+  const int64_t st[3] = {sizeof(R), da ? int64_t(sizeof(T)) : 0, db ? int64_t(sizeof(T)) : 0};
+  char* base[3] = {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
+                   static_cast<char*>(b.data_ptr())};
   auto run = [&](int64_t lo, int64_t hi) {
-    R* __restrict op = o;
-    const T* __restrict xp = x;
-    const T* __restrict yp = y;
-    if (da && db) {
-      for (int64_t i = lo; i < hi; ++i) op[i] = static_cast<R>(f(C(xp[i]), C(yp[i])));
-    } else if (da) {
-      const C yv = C(yp[0]);
-      for (int64_t i = lo; i < hi; ++i) op[i] = static_cast<R>(f(C(xp[i]), yv));
-    } else if (db) {
-      const C xv = C(xp[0]);
-      for (int64_t i = lo; i < hi; ++i) op[i] = static_cast<R>(f(xv, C(yp[i])));
-    } else {
-      for (int64_t i = lo; i < hi; ++i) op[i] = static_cast<R>(f(C(xp[0]), C(yp[0])));
-    }
+    char* p[3] = {base[0] + lo * st[0], base[1] + lo * st[1], base[2] + lo * st[2]};
+    binary_run<T, R, F>(p, st, hi - lo);
   };
   if (n <= kDefaultGrain)
     run(0, n);
@@ -75,35 +91,25 @@ bool map_binary_dense(const Tensor& a, const Tensor& b, const Tensor& out, F f) 
 }
 
 template <typename T, typename R, typename F>
-void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
-  using C = compute_t<T>;
-  if (map_binary_dense<T, R>(a, b, out, f)) return;
+void map_binary(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (map_binary_dense<T, R, F>(a, b, out)) return;
   const Dims& shape = out.shape();
   std::array<char*, 3> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                             static_cast<char*>(b.data_ptr())};
   std::array<Dims, 3> st{broadcast_byte_strides(out, shape), broadcast_byte_strides(a, shape),
                          broadcast_byte_strides(b, shape)};
-  strided_loop<3>(shape, base, st, [&](char** p, const int64_t* s, int64_t n) {
-    R* __restrict o = reinterpret_cast<R*>(p[0]);
-    const T* __restrict x = reinterpret_cast<const T*>(p[1]);
-    const T* __restrict y = reinterpret_cast<const T*>(p[2]);
-    constexpr int64_t kT = sizeof(T);
-    if (s[0] == sizeof(R) && s[1] == kT && s[2] == kT) {
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), C(y[i])));
-    } else if (s[0] == sizeof(R) && s[1] == kT && s[2] == 0) {
-      const C yv = C(y[0]);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), yv));
-    } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == kT) {
-      const C xv = C(x[0]);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(xv, C(y[i])));
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-        auto xv = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
-        auto yv = C(*reinterpret_cast<const T*>(p[2] + i * s[2]));
-        *reinterpret_cast<R*>(p[0] + i * s[0]) = static_cast<R>(f(xv, yv));
-      }
-    }
-  });
+  // A function pointer, not a lambda: one strided_loop serves every (op, dtype).
+  strided_loop<3>(shape, base, st, &binary_run<T, R, F>);
+}
+
+// Whether an op can compute in T, so impossible loops are never compiled: div
+// computes in floating point (integer inputs are promoted first), and
+// infer_binary rejects sub and pow on two bools.
+template <OpId Op, typename T>
+constexpr bool computes_in() {
+  if constexpr (Op == OpId::div) return !std::is_integral_v<T>;
+  if constexpr (Op == OpId::sub || Op == OpId::pow) return !std::is_same_v<T, bool>;
+  return true;
 }
 
 template <OpId Op, typename F>
@@ -112,10 +118,12 @@ void kernel_binary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> o
   Tensor a = to_dtype_raw(in[0], c), b = to_dtype_raw(in[1], c);
   visit_dtype(c, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (is_comparison(Op) || is_logical(Op))
-      map_binary<T, bool>(a, b, out[0], F{});
+    if constexpr (!computes_in<Op, T>())
+      KILN_CHECK(false, "[", op_name(Op), "] internal: no kernel computes in ", c);
+    else if constexpr (is_comparison(Op) || is_logical(Op))
+      map_binary<T, bool, F>(a, b, out[0]);
     else
-      map_binary<T, T>(a, b, out[0], F{});
+      map_binary<T, T, F>(a, b, out[0]);
   });
 }
 

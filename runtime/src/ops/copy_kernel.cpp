@@ -86,57 +86,55 @@ void bf16_to_f32(const BFloat16* x, float* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(static_cast<uint32_t>(h[i]) << 16);
 }
 
+// One run of n elements (dst, src at byte strides s), converted from S to D.
 template <typename S, typename D>
-void copy_typed(const Tensor& dst, const Tensor& src) {
-  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())};
-  std::array<Dims, 2> st{broadcast_byte_strides(dst, dst.shape()),
-                         broadcast_byte_strides(src, dst.shape())};
-  strided_loop<2>(dst.shape(), base, st, [](char** p, const int64_t* s, int64_t n) {
-    char* d = p[0];
-    const char* x = p[1];
-    if constexpr (std::is_same_v<S, D>) {
-      if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
-        std::memcpy(d, x, static_cast<size_t>(n) * sizeof(D));
-        return;
-      }
-    }
-    if (s[0] == sizeof(D) && s[1] == 0) {  // a broadcast value (fill_, zero_): one conversion
-      S v;
-      std::memcpy(&v, x, sizeof(S));
-      D r;
-      if constexpr (std::is_same_v<D, bool>)
-        r = static_cast<compute_t<S>>(v) != 0;
-      else
-        r = static_cast<D>(static_cast<compute_t<S>>(v));
-      std::fill_n(reinterpret_cast<D*>(d), n, r);
-      return;
-    }
+void copy_run(char* const* p, const int64_t* s, int64_t n) {
+  char* d = p[0];
+  const char* x = p[1];
+  if constexpr (std::is_same_v<S, D>) {
     if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
-      D* dp = reinterpret_cast<D*>(d);
-      const S* xp = reinterpret_cast<const S*>(x);
-      if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>)
-        return f32_to_f16(xp, dp, n);
-      if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>)
-        return f16_to_f32(xp, dp, n);
-      if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>)
-        return f32_to_bf16(xp, dp, n);
-      if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>)
-        return bf16_to_f32(xp, dp, n);
-      for (int64_t i = 0; i < n; ++i) dp[i] = static_cast<D>(static_cast<compute_t<S>>(xp[i]));
+      std::memcpy(d, x, static_cast<size_t>(n) * sizeof(D));
       return;
     }
-    for (int64_t i = 0; i < n; ++i) {
-      S v;
-      std::memcpy(&v, x + i * s[1], sizeof(S));
-      D r;
-      if constexpr (std::is_same_v<D, bool>)
-        r = static_cast<compute_t<S>>(v) != 0;
-      else
-        r = static_cast<D>(static_cast<compute_t<S>>(v));
-      std::memcpy(d + i * s[0], &r, sizeof(D));
-    }
-  });
+  }
+  if (s[0] == sizeof(D) && s[1] == 0) {  // a broadcast value (fill_, zero_): one conversion
+    S v;
+    std::memcpy(&v, x, sizeof(S));
+    D r;
+    if constexpr (std::is_same_v<D, bool>)
+      r = static_cast<compute_t<S>>(v) != 0;
+    else
+      r = static_cast<D>(static_cast<compute_t<S>>(v));
+    std::fill_n(reinterpret_cast<D*>(d), n, r);
+    return;
+  }
+  if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+    D* dp = reinterpret_cast<D*>(d);
+    const S* xp = reinterpret_cast<const S*>(x);
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) return f32_to_f16(xp, dp, n);
+    if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) return f16_to_f32(xp, dp, n);
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>)
+      return f32_to_bf16(xp, dp, n);
+    if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>)
+      return bf16_to_f32(xp, dp, n);
+    for (int64_t i = 0; i < n; ++i) dp[i] = static_cast<D>(static_cast<compute_t<S>>(xp[i]));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    S v;
+    std::memcpy(&v, x + i * s[1], sizeof(S));
+    D r;
+    if constexpr (std::is_same_v<D, bool>)
+      r = static_cast<compute_t<S>>(v) != 0;
+    else
+      r = static_cast<D>(static_cast<compute_t<S>>(v));
+    std::memcpy(d + i * s[0], &r, sizeof(D));
+  }
 }
+
+// The 64 (S, D) pairs share one strided_loop through a function pointer (the
+// loop machinery compiled once instead of per pair).
+using CopyRun = void (*)(char* const*, const int64_t*, int64_t);
 }  // namespace
 
 std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
@@ -183,9 +181,14 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     copy_into(dst, tmp);
     return;
   }
-  visit_dtype(src.dtype(), [&](auto s) {
-    visit_dtype(dst.dtype(), [&](auto d) { copy_typed<decltype(s), decltype(d)>(dst, src); });
+  const CopyRun run = visit_dtype(src.dtype(), [&](auto s) {
+    return visit_dtype(dst.dtype(),
+                       [&](auto d) -> CopyRun { return &copy_run<decltype(s), decltype(d)>; });
   });
+  std::array<char*, 2> base{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())};
+  std::array<Dims, 2> st{broadcast_byte_strides(dst, dst.shape()),
+                         broadcast_byte_strides(src, dst.shape())};
+  strided_loop<2>(dst.shape(), base, st, run);
 }
 
 Tensor to_dtype_raw(const Tensor& x, DType dt) {

@@ -13,6 +13,17 @@ struct OpTable {
   OpInfo& operator[](OpId id) { return entries[static_cast<int>(id)]; }
 };
 
+/// An op's traits from ops.def at compile time, so kernels can leave out the
+/// loops a trait rules out (e.g. integer loops of kFloatMath ops).
+constexpr uint32_t static_traits(OpId id) {
+  constexpr uint32_t traits[] = {
+#define KILN_OP(name, family, arity, traits) (traits),
+#include "kiln/ops.def"
+#undef KILN_OP
+  };
+  return traits[static_cast<int>(id)];
+}
+
 void register_unary(OpTable& t);
 void register_binary(OpTable& t);
 void register_reduce(OpTable& t);

@@ -30,17 +30,36 @@ void infer_unary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMet
   out.push_back({t, in[0].shape()});
 }
 
+// One run of n elements at byte strides s (out, x); contiguous runs take the
+// loop the compiler vectorizes. Out of line, so the dense path and
+// strided_loop's runs share one copy of each (op, dtype) loop.
 template <typename T, typename R, typename F>
-void map_unary(const Tensor& x, const Tensor& out, F f) {
+[[gnu::noinline]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
   using C = compute_t<T>;
+  const F f{};
+  if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
+    R* __restrict o = reinterpret_cast<R*>(p[0]);
+    const T* __restrict a = reinterpret_cast<const T*>(p[1]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(static_cast<C>(a[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const T* a = reinterpret_cast<const T*>(p[1] + i * s[1]);
+      R* o = reinterpret_cast<R*>(p[0] + i * s[0]);
+      *o = static_cast<R>(f(static_cast<C>(*a)));
+    }
+  }
+}
+
+template <typename T, typename R, typename F>
+void map_unary(const Tensor& x, const Tensor& out) {
   // Dense operands skip strided_loop's per-call setup; small calls run inline.
   if (x.is_contiguous() && out.is_contiguous() && x.shape() == out.shape()) {
-    R* o = static_cast<R*>(out.data_ptr());
-    const T* a = static_cast<const T*>(x.data_ptr());
+    constexpr int64_t st[2] = {sizeof(R), sizeof(T)};
+    char* o = static_cast<char*>(out.data_ptr());
+    char* a = static_cast<char*>(x.data_ptr());
     auto run = [&](int64_t lo, int64_t hi) {
-      R* __restrict op = o;
-      const T* __restrict ap = a;
-      for (int64_t i = lo; i < hi; ++i) op[i] = static_cast<R>(f(static_cast<C>(ap[i])));
+      char* p[2] = {o + lo * st[0], a + lo * st[1]};
+      unary_run<T, R, F>(p, st, hi - lo);
     };
     const int64_t n = out.numel();
     if (n <= kDefaultGrain)
@@ -52,19 +71,8 @@ void map_unary(const Tensor& x, const Tensor& out, F f) {
   std::array<char*, 2> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())};
   std::array<Dims, 2> st{broadcast_byte_strides(out, out.shape()),
                          broadcast_byte_strides(x, out.shape())};
-  strided_loop<2>(out.shape(), base, st, [&](char** p, const int64_t* s, int64_t n) {
-    if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
-      R* __restrict o = reinterpret_cast<R*>(p[0]);
-      const T* __restrict a = reinterpret_cast<const T*>(p[1]);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(static_cast<C>(a[i])));
-    } else {
-      for (int64_t i = 0; i < n; ++i) {
-        const T* a = reinterpret_cast<const T*>(p[1] + i * s[1]);
-        R* o = reinterpret_cast<R*>(p[0] + i * s[0]);
-        *o = static_cast<R>(f(static_cast<C>(*a)));
-      }
-    }
-  });
+  // A function pointer, not a lambda: one strided_loop serves every (op, dtype).
+  strided_loop<2>(out.shape(), base, st, &unary_run<T, R, F>);
 }
 
 template <OpId Op, typename F>
@@ -72,13 +80,17 @@ void kernel_unary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> ou
   if constexpr (Op == OpId::logical_not) {
     visit_dtype(in[0].dtype(), [&](auto tag) {
       using T = decltype(tag);
-      map_unary<T, bool>(in[0], out[0], F{});
+      map_unary<T, bool, F>(in[0], out[0]);
     });
   } else {
     Tensor x = to_dtype_raw(in[0], out[0].dtype());
     visit_dtype(out[0].dtype(), [&](auto tag) {
       using T = decltype(tag);
-      map_unary<T, T>(x, out[0], F{});
+      // kFloatMath ops compute in floating point (infer_unary): no integer loops.
+      if constexpr ((static_traits(Op) & kFloatMath) && std::is_integral_v<T>)
+        KILN_CHECK(false, "[", op_name(Op), "] internal: no kernel computes in ", out[0].dtype());
+      else
+        map_unary<T, T, F>(x, out[0]);
     });
   }
 }
