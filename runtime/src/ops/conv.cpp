@@ -1,10 +1,12 @@
-// 2-D convolution as im2col + GEMM (per image and group), its two gradient
-// primitives, and the public conv2d (which adds the bias). The pooling ops of
-// this family live in pool.cpp.
+// 2-D convolution as im2col + GEMM (per image and group) or, for unit stride,
+// the direct kernel of conv_direct.cpp; its two gradient primitives, and the
+// public conv2d (which adds the bias). The pooling ops of this family live in
+// pool.cpp.
 //
 // conv2d_grad_input and conv2d_grad_weight are the adjoints of conv2d in each
 // argument, so their own derivatives are again these three primitives: double
 // backward through a convolution needs no new kernels.
+#include "ops/conv_direct.h"
 #include "ops/gemm.h"
 #include "ops/helpers.h"
 #include "ops/pool.h"
@@ -167,6 +169,12 @@ const T* image_cols(const T* xg, const ConvGeom& g, std::vector<T>& col) {
 
 template <typename T>
 void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
+  const DirectConvShape ds{g.N,  g.C,  g.H,  g.W,  g.O,  g.kH, g.kW, g.Ho,
+                           g.Wo, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+  if (direct_conv_applies(ds)) {  // unit stride: no im2col (conv_direct.cpp)
+    direct_conv_forward(x, w, y, ds);
+    return;
+  }
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
   parallel_for(0, g.N, image_grain(g), [&](int64_t n0, int64_t n1) {
     std::vector<T> col(g.direct() ? 0 : static_cast<size_t>(K * L));
