@@ -55,9 +55,6 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
     throw Error(str("[executor] the graph is invalid: ", e.what()));
   }
   plan_.group_of.assign(g.num_nodes(), -1);
-  // The GPU printer has no column sums (cross-block partials): on a device such
-  // sums stay unfused and run as the device's reduction.
-  if (!opts_.device.is_cpu()) opts_.fusion.column_sums = false;
   if (opts_.fuse) plan_ = passes::plan_fusion(g, opts_.fusion);
   build_schedule();
   // Symbols are bound by the first input dim that is exactly the symbol.

@@ -325,12 +325,18 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
   const int out_slot = grp.arg_slot[lg.num_inputs + j];
   Tensor o;
   if (lg.column_sum[j]) {
-    // The sum's value, and the f64 partials the kernel writes instead.
+    // The sum's value, and the f64 partials the kernel writes instead (a
+    // device kernel keeps its own partials and writes the sum).
     o = dest_or_new(out_slot, v->dtype, shape);
-    if (l.blocks == 0) l.blocks = detail::column_blocks(l.items, numel_of(l.sizes));
-    Tensor part = detail::column_partials(l.blocks, l.sizes.back());
-    l.ptrs[lg.num_inputs + j] = part.data_ptr();
-    l.sums.push_back({lg.num_inputs + j, o, std::move(part)});
+    if (grp.device_kernel) {
+      l.ptrs[lg.num_inputs + j] = o.data_ptr();
+      l.sums.push_back({lg.num_inputs + j, o, Tensor()});
+    } else {
+      if (l.blocks == 0) l.blocks = detail::column_blocks(l.items, numel_of(l.sizes));
+      Tensor part = detail::column_partials(l.blocks, l.sizes.back());
+      l.ptrs[lg.num_inputs + j] = part.data_ptr();
+      l.sums.push_back({lg.num_inputs + j, o, std::move(part)});
+    }
     mem_.hold(o);
     slots_[static_cast<size_t>(out_slot)] = std::move(o);
     return;
@@ -421,7 +427,12 @@ void Executor::Run::launch(const Step& step) {
     profile_launch(step, kspan);
   if (first.device_kernel) {
     // On a device: one launch per instance, queued in order.
-    for (const Launch& l : launches_) first.device_kernel->launch(l.ptrs.data(), l.sizes.data());
+    std::vector<DType> sum_dtypes;
+    for (const Launch& l : launches_) {
+      sum_dtypes.clear();
+      for (const detail::ColumnPartial& s : l.sums) sum_dtypes.push_back(s.out.dtype());
+      first.device_kernel->launch(l.ptrs.data(), l.sizes.data(), sum_dtypes);
+    }
   } else if (launches_.size() == 1 && !launches_[0].sums.empty()) {
     const Launch& l = launches_[0];
     detail::launch_with_column_sums(*first.kernel, l.ptrs, l.sizes.data(), l.items, l.blocks,

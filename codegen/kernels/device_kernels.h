@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "kernels/kernel_ir.h"
@@ -18,7 +19,12 @@ class DeviceKernel {
   virtual ~DeviceKernel() = default;
   /// Queues the kernel over its whole iteration space: `ptrs` holds one device
   /// address per kernel argument, `sizes` the iteration sizes (kernel rank).
-  virtual void launch(void* const* ptrs, const int64_t* sizes) const = 0;
+  /// A column-sum argument (an accumulating store) gets the address of the sum
+  /// itself: sizes[rank - 1] contiguous values of its entry of `sum_dtypes`
+  /// (f32 or f64; one per column-sum argument, in argument order); the backend
+  /// keeps the partials and adds them in a fixed order.
+  virtual void launch(void* const* ptrs, const int64_t* sizes,
+                      std::span<const DType> sum_dtypes) const = 0;
 };
 
 /// Compiles kernel IR for devices of one type.
@@ -26,7 +32,7 @@ class DeviceKernelCompiler {
  public:
   virtual ~DeviceKernelCompiler() = default;
   /// The kernel ready to launch on `device`; kiln::Error naming the kernel and
-  /// why when it cannot run there (a column sum on CUDA, a compile error).
+  /// why when it cannot run there (a compile error).
   virtual std::shared_ptr<const DeviceKernel> compile(const kir::Kernel& k, Device device) = 0;
 };
 

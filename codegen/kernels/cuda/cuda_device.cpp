@@ -285,8 +285,9 @@ void CudaRuntime::elementwise(OpId op, std::span<const Tensor> in, const Tensor&
   launch(k, args, std::vector<int64_t>(shape.begin(), shape.end()), out.device().index);
 }
 
-// sum/max/min over `dims`: the reduced dims moved last and made one inner dim,
-// then a row kernel (one block per output element).
+// sum/max/min over `dims`: a column sum's own kernels (sums over leading
+// dims), else the reduced dims moved last and made one inner dim, then a row
+// kernel (one block per output element).
 void CudaRuntime::reduce(OpId op, const Tensor& x, const Attrs& attrs, const Tensor& out) {
   if (out.numel() == 0) return;
   const Dims dims =
@@ -302,6 +303,7 @@ void CudaRuntime::reduce(OpId op, const Tensor& x, const Attrs& attrs, const Ten
     perm.push_back(d);
     inner *= x.shape()[static_cast<size_t>(d)];
   }
+  if (op == OpId::sum && device_column_sum(x, dims, out)) return;
   int64_t rows = 1;
   for (int64_t s : kept) rows *= s;
   const Tensor xc = kiln::permute(x, perm).contiguous();
@@ -360,7 +362,7 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
 // of any of them compiles as one program: one NVRTC call and one module for
 // the graph (20 kernels: 0.5 s batched against 2.6 s one by one, measured on this project's hosts).
 // Kernels already compiled (by an earlier graph) are reused from the cache.
-std::atomic<int64_t> g_batch_programs{0}, g_batch_kernels{0};
+std::atomic<int64_t> g_batch_programs{0}, g_batch_kernels{0}, g_column_sum_launches{0};
 
 class GraphBatch {
  public:
@@ -415,8 +417,14 @@ class CudaGraphKernel final : public detail::DeviceKernel {
  public:
   CudaGraphKernel(kir::Kernel k, CUfunction fn, std::shared_ptr<GraphBatch> batch, size_t index,
                   int device)
-      : k_(std::move(k)), fn_(fn), batch_(std::move(batch)), index_(index), device_(device) {}
-  void launch(void* const* ptrs, const int64_t* sizes) const override {
+      : k_(std::move(k)),
+        fn_(fn),
+        batch_(std::move(batch)),
+        index_(index),
+        device_(device),
+        sums_(has_column_sums(k_)) {}
+  void launch(void* const* ptrs, const int64_t* sizes,
+              std::span<const DType> sum_dtypes) const override {
     use_device(device_);
     CUfunction fn = fn_.load(std::memory_order_acquire);
     if (!fn) {
@@ -425,6 +433,10 @@ class CudaGraphKernel final : public detail::DeviceKernel {
     }
     std::vector<CUdeviceptr> p(k_.args.size());
     for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<CUdeviceptr>(ptrs[i]);
+    if (sums_) {
+      ++g_column_sum_launches;
+      return launch_column_sums(fn, k_, std::move(p), sizes, sum_dtypes, device_);
+    }
     launch_kernel(fn, k_, p, sizes, current_cu_stream(device_));
   }
 
@@ -434,6 +446,7 @@ class CudaGraphKernel final : public detail::DeviceKernel {
   std::shared_ptr<GraphBatch> batch_;
   size_t index_;
   int device_;
+  bool sums_;
 };
 
 class CudaGraphCompiler final : public detail::DeviceKernelCompiler {
@@ -441,7 +454,7 @@ class CudaGraphCompiler final : public detail::DeviceKernelCompiler {
   explicit CudaGraphCompiler(Kernels& kernels) : kernels_(kernels) {}
   std::shared_ptr<const detail::DeviceKernel> compile(const kir::Kernel& k,
                                                       Device device) override {
-    const std::string single = print_kernel(k, "kiln_fused");  // refuses unprintable kernels now
+    const std::string single = print_kernel(k, "kiln_fused");  // refuses invalid kernels now
     use_device(device.index);
     if (CUfunction fn = kernels_.find(device.index, single))
       return std::make_shared<CudaGraphKernel>(k, fn, nullptr, 0, device.index);
@@ -469,7 +482,7 @@ const bool g_registered = [] {
 }  // namespace
 
 GraphProgramStats graph_program_stats() {
-  return {g_batch_programs.load(), g_batch_kernels.load()};
+  return {g_batch_programs.load(), g_batch_kernels.load(), g_column_sum_launches.load()};
 }
 
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol) {

@@ -9,7 +9,12 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
+
+#include "kernels/kernel_ir.h"
+#include "kiln/dims.h"
 
 namespace kiln {
 class Attrs;
@@ -24,8 +29,9 @@ CUfunction cached_kernel(int device, const std::string& source, const std::strin
 
 /// Compiled graphs' kernels built in batches (one program per batch) so far.
 struct GraphProgramStats {
-  int64_t programs = 0;  ///< programs compiled (one NVRTC call / module each)
-  int64_t kernels = 0;   ///< kernels they held
+  int64_t programs = 0;             ///< programs compiled (one NVRTC call / module each)
+  int64_t kernels = 0;              ///< kernels they held
+  int64_t column_sum_launches = 0;  ///< launches of fused kernels with column sums
 };
 GraphProgramStats graph_program_stats();
 
@@ -41,6 +47,18 @@ void device_arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim,
 /// out = scatter_add(x, dim, index, src): a copy of x with src added at index.
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out);
+
+/// out = sum(x, dims) when it is a column sum (the reduced dims lead the kept
+/// ones of size > 1; more than one column): per-part partials and their
+/// combine in part order (gpu_printer.h), so results do not depend on the
+/// launch. False (nothing done) for any other sum.
+bool device_column_sum(const Tensor& x, const Dims& dims, const Tensor& out);
+/// Launches printed kernel `fn` of `k`, which has column sums: `ptrs` holds
+/// each column sum's output address (sizes[rank - 1] values of its
+/// `sum_dtypes` entry, in argument order); the f64 partials are allocated on
+/// the current stream and combined into the outputs.
+void launch_column_sums(CUfunction fn, const kir::Kernel& k, std::vector<CUdeviceptr> ptrs,
+                        const int64_t* sizes, std::span<const DType> sum_dtypes, int device);
 
 /// out = rand_uniform / rand_normal (`normal`) with the op's attrs (seed,
 /// offset, a multiple of 4): the CPU's Philox rule (random_rule.h) printed as

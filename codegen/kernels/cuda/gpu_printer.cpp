@@ -337,29 +337,24 @@ std::string print_strided_copy(DType from, DType to, const std::string& symbol) 
   return os.str();
 }
 
-bool printable(const Kernel& k) {
+bool has_column_sums(const Kernel& k) {
   for (const kir::Store& s : k.stores)
-    if (s.accumulate) return false;
-  return true;
+    if (s.accumulate) return true;
+  return false;
 }
 
-namespace {
-
-// The statements of one element ("lane") at index `idx`, in three parts so a
-// thread can issue the loads of several elements before computing any: the
-// loads (with their coordinates and offsets), the arithmetic, the stores.
-// Names carry the lane's suffix.
-struct LaneText {
-  std::string loads, math, stores;
-};
+namespace detail {
 
 LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& sfx,
                    const std::string& indent) {
   std::ostringstream ld, mt, st;
   std::vector<std::string> offset(k.args.size(), idx);
+  std::vector<char> summed(k.args.size(), 0);  // column sums: no offset, a register
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) summed[static_cast<size_t>(s.arg)] = 1;
   bool coords = false;
-  for (const kir::Arg& a : k.args)
-    for (bool dense : a.dense) coords |= !dense;
+  for (size_t a = 0; a < k.args.size(); ++a)
+    for (bool dense : k.args[a].dense) coords |= !dense && !summed[a];
   if (coords) {  // coordinates and offsets only for arguments with broadcast dims
     ld << indent << "kiln_i64 r" << sfx << " = " << idx << ";\n";
     for (int d = k.rank - 1; d > 0; --d)
@@ -369,7 +364,7 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
     for (size_t a = 0; a < k.args.size(); ++a) {
       bool all_dense = true;
       for (bool dense : k.args[a].dense) all_dense &= dense;
-      if (all_dense) continue;
+      if (all_dense || summed[a]) continue;
       std::string o = "0";
       for (int d = 0; d < k.rank; ++d)
         if (k.args[a].dense[static_cast<size_t>(d)])
@@ -405,20 +400,24 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
         KILN_ASSERT(false, "reductions are refused by print_kernel");
     }
   }
-  for (const kir::Store& s : k.stores)
+  for (const kir::Store& s : k.stores) {
+    if (s.accumulate) {  // the thread's running f64 sum of its column (in index order)
+      st << indent << "acc" << s.arg << " = acc" << s.arg << " + e" << s.expr << sfx << ";\n";
+      continue;
+    }
     st << indent << "p" << s.arg << "[" << offset[static_cast<size_t>(s.arg)]
        << "] = " << store_value(k.args[static_cast<size_t>(s.arg)].dtype, str("e", s.expr, sfx))
        << ";\n";
+  }
   return {ld.str(), mt.str(), st.str()};
 }
 
-}  // namespace
+}  // namespace detail
 
 std::string print_kernel(const Kernel& k, const std::string& symbol) {
   kir::verify(k);
-  KILN_CHECK(printable(k), "[cuda] kernel '", k.name,
-             "': column sums (accumulating stores) are not printed for the GPU yet");
   if (k.has_reductions()) return tables_for(k) + detail::print_row_kernel(k, symbol);
+  if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);
   std::ostringstream os;
   os << tables_for(k);
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each

@@ -18,8 +18,13 @@
 // device's own libm (CUDA's expf etc., within 2 ulp of exact): the kernel-IR
 // expansions (kernels/math_expand.h) are not applied to GPU kernels yet;
 // everything else is exact.
-// Not printed yet (kiln::Error naming the kernel): accumulating (column-sum)
-// stores.
+// Column sums (accumulating stores, kernel_ir.h) take one more parameter after
+// the sizes, `parts` (column_parts()), and write per-part f64 partials
+// [parts, inner] where the kernel IR's argument is: part p covers rows
+// [rows * p / parts, rows * (p + 1) / parts), each column summed in index order
+// by one thread (a register in pointwise kernels, its own partial element in
+// row kernels); print_column_combine adds the parts in order. Results depend on
+// the sizes only, not on the grid, the block size or the device.
 #pragma once
 
 #include <string>
@@ -73,7 +78,23 @@ std::string print_scatter_add(DType t, DType index_t, const std::string& symbol)
 /// whole Philox blocks of 4 words (grid-stride).
 std::string print_random(bool normal, DType dt, const std::string& symbol);
 
-/// True when print_kernel supports `k` (no accumulating stores).
-bool printable(const kir::Kernel& k);
+/// True when `k` has column sums (accumulating stores).
+bool has_column_sums(const kir::Kernel& k);
+
+/// Work blocks ("parts") the column sums over `rows` rows of `inner` columns
+/// are split into: a function of the sizes only (never of the grid or the
+/// device), so the sums are equal run to run and on every launch shape.
+int64_t column_parts(int64_t rows, int64_t inner);
+
+/// Eager sum over leading dims: x viewed as [rows, cols] (contiguous, dtype
+/// `x`) summed per column into partials [parts, cols] of the accumulator
+/// dtype `acc` (f64 for f32/f64, f32 for f16/bf16, i64 wrapping otherwise):
+/// parameters (partial, x, rows, cols, parts); part p sums rows
+/// [rows * p / parts, rows * (p + 1) / parts) of each column in index order,
+/// one thread per column and part.
+std::string print_column_sum(DType x, DType acc, const std::string& symbol);
+/// out[j] = the partials of column j added in part order, converted to
+/// `out`: parameters (out, partial, cols, parts); parts = 0 writes zeros.
+std::string print_column_combine(DType acc, DType out, const std::string& symbol);
 
 }  // namespace kiln::cuda

@@ -33,6 +33,20 @@ std::string load(DType t, const std::string& p, const std::string& off);
 /// A compute-type value converted for storing as dtype t.
 std::string store_value(DType t, const std::string& v);
 
+/// The statements of one element ("lane") at flat index `idx`, in three parts
+/// so a thread can issue the loads of several elements before computing any:
+/// the loads (with coordinates and offsets), the arithmetic, the stores. Names
+/// carry the lane's suffix `sfx`; a column sum's store adds to the register
+/// acc<arg>.
+struct LaneText {
+  std::string loads, math, stores;
+};
+LaneText lane_text(const kir::Kernel& k, const std::string& idx, const std::string& sfx,
+                   const std::string& indent);
+
+/// A pointwise kernel with column sums (print_kernel's third form).
+std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol);
+
 /// Row loads in flight per thread per step of a row kernel's loops.
 constexpr int kRowUnroll = 16;
 /// A kernel with row reductions (print_kernel's second half); each row loop

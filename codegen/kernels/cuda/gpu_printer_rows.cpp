@@ -130,6 +130,11 @@ void emit_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& w
   for (size_t i : which) {
     const kir::Store& s = k.stores[i];
     const auto a = static_cast<size_t>(s.arg);
+    if (s.accumulate) {  // the column's f64 partial of this part: only this thread adds to it
+      os << ind << "q" << a << "[" << j << "] = q" << a << "[" << j << "] + e" << s.expr << sfx
+         << ";\n";
+      continue;
+    }
     const std::string off = k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
     os << ind << "p" << a << "[" << off
        << "] = " << store_value(k.args[a].dtype, str("e", s.expr, sfx)) << ";\n";
@@ -274,14 +279,28 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
        << "* p" << a << ", ";
   os << "kiln_i64 rows";
   for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
-  os << ") {\n";
+  std::vector<int> summed;  // column sums: a part of rows per block (see gpu_printer.h)
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) summed.push_back(s.arg);
+  os << (summed.empty() ? "" : ", kiln_i64 parts") << ") {\n";
   // Local memory at the kernel's top scope (OpenCL requires it there): the
   // per-warp partials, and the emulated device's shuffle scratch.
   os << "  KILN_SHUFFLE_SCRATCH;\n";
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "  __shared__ " << acc_type(k.reductions[r]) << " kiln_sh" << r << "[32];\n";
-  os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n"
-     << "  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n";
+  if (summed.empty()) {
+    os << "  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+  } else {
+    // Each block takes whole parts; thread t owns columns t, t + blockDim.x,
+    // ... of the part's partials (the store loop's mapping), in row order.
+    os << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
+    for (int a : summed)
+      os << "  KILN_GLOBAL double* q" << a << " = p" << a << " + part * inner;\n"
+         << "  for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q" << a << "[j] = 0.0;\n";
+    os << "  const kiln_i64 end = rows * (part + 1) / parts;\n"
+       << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n";
+  }
   if (k.rank > 1) {
     os << "    kiln_i64 rr = row;\n";
     for (int d = k.rank - 2; d > 0; --d)
@@ -298,7 +317,7 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
   row_body(os, k, an, max_unroll);
-  os << "  }\n}\n";
+  os << (summed.empty() ? "" : "  }\n") << "  }\n}\n";
   return os.str();
 }
 

@@ -168,7 +168,7 @@ void after_launch(const std::string& kernel) {
 }
 
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                   const int64_t* sizes, CUstream stream) {
+                   const int64_t* sizes, CUstream stream, int64_t parts) {
   KILN_CHECK(ptrs.size() == k.args.size(), "[cuda] kernel '", k.name, "' takes ", k.args.size(),
              " buffers, got ", ptrs.size());
   const int64_t n = kir::work_items(k, sizes);
@@ -180,9 +180,20 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
   for (int d = 0; d < k.rank; ++d) scalars.push_back(sizes[d]);
   std::vector<void*> params;
   for (const CUdeviceptr& p : ptrs) params.push_back(const_cast<CUdeviceptr*>(&p));
+  const bool sums = has_column_sums(k);
+  if (sums) {
+    KILN_CHECK(parts >= 0, "[cuda] kernel '", k.name, "' has column sums: launch it with parts");
+    if (parts == 0) return;
+    scalars.push_back(parts);
+  }
   for (long long& s : scalars) params.push_back(&s);
   int64_t threads, blocks;
-  if (k.has_reductions()) {
+  if (sums && !k.has_reductions()) {
+    // One thread per column and part, columns in tiles of `threads`.
+    const int64_t inner = sizes[k.rank - 1];
+    threads = std::min<int64_t>(256, (inner + 31) / 32 * 32);
+    blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
+  } else if (k.has_reductions()) {
     // One block per row; a reassoc = false kernel sums in index order with one
     // thread. About 32 elements per thread, 64 to 256 threads: on an H200 rows
     // of 1024 ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
@@ -190,7 +201,7 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
     threads = 64;
     while (threads < 256 && threads * 32 < inner) threads *= 2;
     if (!k.reassoc) threads = 1;
-    blocks = std::min<int64_t>(n, int64_t{1} << 16);
+    blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
   } else {
     // Each thread takes 4 elements per grid-stride step (the printer's unroll).
     threads = 256;

@@ -81,8 +81,10 @@ NvrtcCacheStats nvrtc_cache_stats();
 void after_launch(const std::string& kernel);
 
 /// Launches printed kernel `fn` of `k` (gpu_printer.h's ABI) over the sizes
-/// `sizes` with device pointers `ptrs` (one per argument) on `stream`.
+/// `sizes` with device pointers `ptrs` (one per argument) on `stream`. A
+/// kernel with column sums takes `parts` (column_parts(); 0: nothing to run)
+/// and the partials' addresses in place of its column-sum arguments.
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                   const int64_t* sizes, CUstream stream = nullptr);
+                   const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1);
 
 }  // namespace kiln::cuda

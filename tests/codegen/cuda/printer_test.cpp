@@ -1,5 +1,6 @@
-// The GPU printer without a GPU: golden output for a broadcast kernel, clear
-// refusals, and NVRTC compiling every printed op kernel for sm_80 and sm_90.
+// The GPU printer without a GPU: golden output for a broadcast kernel, a row
+// kernel and column sums, and NVRTC compiling every printed kernel for sm_80
+// and sm_90.
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,17 +66,66 @@ TEST(GpuPrinter, GoldenSoftmaxRowKernel) {
                 print_kernel(testing::softmax_kernel(DType::f32), "kiln_softmax"));
 }
 
-TEST(GpuPrinter, RefusesColumnSumsClearly) {
+// A bias gradient: out = relu'(x) * g stored, and its column sum.
+kir::Kernel column_sum_kernel() {
   Builder b(2, "colsum");
   const int x = b.load(b.in(DType::f32, {true, true}));
-  b.k.stores.push_back({b.out(DType::f64, {false, true}), b.op(OpId::cast, DType::f64, x), true});
-  EXPECT_FALSE(printable(b.k));
-  try {
-    print_kernel(b.k, "k");
-    FAIL() << "expected kiln::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'colsum'"), std::string::npos) << e.what();
+  const int g = b.load(b.in(DType::f32, {true, true}));
+  const int pos = b.op(OpId::gt, DType::b8, x, b.cnst(DType::f32, 0.0));
+  const int y = b.op(OpId::where, DType::f32, pos, g, b.cnst(DType::f32, 0.0));
+  b.store(b.out(DType::f32, {true, true}), y);
+  b.k.stores.push_back({b.out(DType::f64, {false, true}), b.op(OpId::cast, DType::f64, y), true});
+  return b.k;
+}
+
+// layer_norm's backward shape: a row kernel whose elementwise value is also
+// summed per column (the weight gradient), rank 3 (two row dims).
+kir::Kernel row_column_sum_kernel(DType t) {
+  Builder b(3, str("row_colsum_", dtype_name(t)));
+  const int x = b.load(b.in(t, {true, true, true}));
+  const int m = b.reduce(OpId::sum, x, 0, t);
+  const int d = b.op(OpId::sub, t, x, m);
+  b.store(b.out(t, {true, true, true}), d);
+  const int wide = t == DType::f64 ? d : b.op(OpId::cast, DType::f64, d);
+  b.k.stores.push_back({b.out(DType::f64, {false, false, true}), wide, true});
+  return b.k;
+}
+
+// Column sums: a pointwise kernel's, an eager sum's kernel and the combine.
+TEST(GpuPrinter, GoldenColumnSumKernels) {
+  expect_golden("column_sums.cu",
+                print_kernel(column_sum_kernel(), "kiln_colsum") +
+                    print_kernel(row_column_sum_kernel(DType::f32), "kiln_row_colsum") +
+                    print_column_sum(DType::f16, DType::f32, "kiln_eager_colsum") +
+                    print_column_combine(DType::f64, DType::f32, "kiln_colsum_combine"));
+}
+
+// The column-sum kernels of every kind and dtype: PTX for sm_80 and sm_90,
+// machine code for sm_90 without spills.
+TEST(Nvrtc, ColumnSumKernelsCompileWithoutSpills) {
+  std::string source = cuda_prelude() + print_kernel(column_sum_kernel(), "c0");
+  int n = 1;
+  for (DType t : {DType::f32, DType::f64})
+    source += print_kernel(row_column_sum_kernel(t), str("c", n++));
+  for (DType x : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32,
+                  DType::u8, DType::b8}) {
+    const DType acc = x == DType::f32 || x == DType::f64    ? DType::f64
+                      : x == DType::f16 || x == DType::bf16 ? DType::f32
+                                                            : DType::i64;
+    const DType out = acc == DType::i64 ? DType::i64 : x;
+    source += print_column_sum(x, acc, str("c", n++));
+    source += print_column_combine(acc, out, str("c", n++));
   }
+  source += print_column_combine(DType::f64, DType::f32, str("c", n++));
+  for (int arch : {80, 90})
+    EXPECT_NE(nvrtc_compile(source, "column_sums.cu", arch, /*cubin=*/false)
+                  .ptx.find(str(".target sm_", arch)),
+              std::string::npos);
+#ifndef KILN_TEST_SANITIZED
+  const NvrtcOutput out =
+      nvrtc_compile(source, "column_sums.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
+  EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
+#endif
 }
 
 // Row kernels: machine code for sm_90 without spills.

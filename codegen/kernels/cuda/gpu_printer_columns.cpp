@@ -1,0 +1,119 @@
+// The GPU printer's column sums (gpu_printer.h): sums over the leading dims
+// with per-part partials, and the ordered combine of the parts.
+//
+// A part is a fixed run of rows (column_parts() depends on the sizes only);
+// one thread sums one column of one part in index order, and the combine adds
+// the parts in order, so no result depends on the grid, the block size or how
+// the device schedules blocks. (Atomics would make the order the scheduler's.)
+#include <algorithm>
+#include <sstream>
+
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_internal.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int64_t kRowsPerPart = 8;         // fewer rows: the combine costs as much as the sum
+constexpr int64_t kElementsPerPart = 8192;  // a part's share when columns are few
+constexpr int64_t kMaxParts = 256;          // the partials stay a fraction of the input
+
+// The C type an accumulator of dtype `acc` adds in (integers wrap in 64 bits).
+const char* acc_ctype(DType acc) {
+  return acc == DType::i64 ? "kiln_u64" : detail::compute_type(acc);
+}
+
+// The loop over (part, column tile) work items of a column kernel: `part` and
+// the thread's column `j` (< `cols`) in scope inside; the caller closes two braces.
+std::string part_loop_head(const std::string& cols) {
+  return str("  const kiln_i64 tiles = (", cols,
+             " + blockDim.x - 1) / blockDim.x;\n"
+             "  for (kiln_i64 w = blockIdx.x; w < parts * tiles; w += gridDim.x) {\n"
+             "    const kiln_i64 part = w / tiles;\n"
+             "    const kiln_i64 j = (w % tiles) * blockDim.x + threadIdx.x;\n"
+             "    if (j < ",
+             cols, ") {\n");
+}
+
+}  // namespace
+
+int64_t column_parts(int64_t rows, int64_t inner) {
+  if (rows <= 0) return 0;
+  return std::clamp<int64_t>(std::min(rows / kRowsPerPart, rows * inner / kElementsPerPart), 1,
+                             kMaxParts);
+}
+
+std::string print_column_sum(DType x, DType acc, const std::string& symbol) {
+  KILN_CHECK(acc == DType::f64 || acc == DType::f32 || acc == DType::i64,
+             "[cuda] column sum accumulates in f64, f32 or i64, not ", dtype_name(acc));
+  const char* at = acc_ctype(acc);
+  std::string v = detail::load(x, "x", "r * cols + j");
+  v = acc == DType::i64 ? str("(kiln_u64)(kiln_i64)", v) : str("(", at, ")", v);
+  std::ostringstream os;
+  os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << detail::storage_type(acc)
+     << "* partial, KILN_GLOBAL const " << detail::storage_type(x)
+     << "* x, kiln_i64 rows, kiln_i64 cols, kiln_i64 parts) {\n"
+     << part_loop_head("cols") << "      " << at << " acc = (" << at << ")0;\n"
+     << "      const kiln_i64 end = rows * (part + 1) / parts;\n"
+     << "      for (kiln_i64 r = rows * part / parts; r < end; ++r) acc = acc + " << v << ";\n"
+     << "      partial[part * cols + j] = (" << detail::storage_type(acc) << ")acc;\n"
+     << "    }\n  }\n}\n";
+  return os.str();
+}
+
+std::string print_column_combine(DType acc, DType out, const std::string& symbol) {
+  KILN_CHECK(acc == DType::f64 || acc == DType::f32 || acc == DType::i64,
+             "[cuda] column sum accumulates in f64, f32 or i64, not ", dtype_name(acc));
+  const char* at = acc_ctype(acc);
+  const DType ct = acc == DType::i64 ? DType::i64 : acc;  // the value's dtype for the cast
+  const std::string s = acc == DType::i64 ? "(kiln_i64)s" : "s";
+  const std::string value = detail::store_value(
+      out, detail::rounded(out, detail::op_expr(OpId::cast, ct, out, s, "", "")));
+  std::ostringstream os;
+  os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << detail::storage_type(out)
+     << "* out, KILN_GLOBAL const " << detail::storage_type(acc)
+     << "* partial, kiln_i64 cols, kiln_i64 parts) {\n"
+     << "  for (kiln_i64 j = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; j < cols;\n"
+     << "       j += (kiln_i64)gridDim.x * blockDim.x) {\n"
+     << "    " << at << " s = parts > 0 ? (" << at << ")partial[j] : (" << at << ")0;\n"
+     << "    for (kiln_i64 p = 1; p < parts; ++p) s = s + (" << at << ")partial[p * cols + j];\n"
+     << "    out[j] = " << value << ";\n"
+     << "  }\n}\n";
+  return os.str();
+}
+
+namespace detail {
+
+std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol) {
+  std::vector<int> summed;
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) summed.push_back(s.arg);
+  std::ostringstream os;
+  os << "KILN_KERNEL void " << symbol << "(";
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    const kir::Arg& arg = k.args[a];
+    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
+       << ", ";
+  }
+  os << "kiln_i64 n";
+  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
+  os << ", kiln_i64 parts) {\n"
+     << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n"
+     << "  const kiln_i64 rows = n / inner;\n"
+     << part_loop_head("inner");
+  for (int a : summed) os << "      double acc" << a << " = 0.0;\n";
+  // Element i of the flat index space is (row, j): one thread per column and
+  // part, rows in order (elementwise outputs are stored on the way).
+  const LaneText t = lane_text(k, "i", "", "        ");
+  os << "      const kiln_i64 end = rows * (part + 1) / parts;\n"
+     << "      for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
+     << "        const kiln_i64 i = row * inner + j;\n"
+     << t.loads << t.math << t.stores << "      }\n";
+  for (int a : summed) os << "      p" << a << "[part * inner + j] = acc" << a << ";\n";
+  os << "    }\n  }\n}\n";
+  return os.str();
+}
+
+}  // namespace detail
+}  // namespace kiln::cuda
