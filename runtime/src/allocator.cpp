@@ -4,8 +4,11 @@
 // allocates from the OS only in its first iteration.
 #include "kiln/allocator.h"
 
+#include "caching_allocator.h"
+
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
@@ -33,7 +36,7 @@ size_t size_class(size_t n) {
   return (n + kLargeQuantum - 1) / kLargeQuantum * kLargeQuantum;
 }
 
-class CachingCpuAllocator final : public Allocator {
+class CachingCpuAllocator final : public CachingAllocator {
  public:
   ~CachingCpuAllocator() override {
     // Intentionally leak cached blocks at exit: static destruction order with
@@ -54,8 +57,7 @@ class CachingCpuAllocator final : public Allocator {
     int64_t current = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      stats_.current_bytes -= static_cast<int64_t>(c);
-      stats_.cached_bytes += static_cast<int64_t>(c);
+      count_returned(c);
       free_list(c).push_back(p);
       current = stats_.current_bytes;
     }
@@ -63,41 +65,21 @@ class CachingCpuAllocator final : public Allocator {
       profiler::on_free(p, c, current);
   }
 
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_all_locked();
-  }
-
  private:
   void* allocate_class(size_t c, size_t nbytes) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
-    auto& list = free_list(c);
-    void* p = nullptr;
-    if (!list.empty()) {
-      p = list.back();
-      list.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(c);
-      ++stats_.num_cache_hits;
-    } else {
+    void* p = take_free(free_list(c), c);
+    if (!p) {
       p = os_alloc(c);
       if (!p) {
-        release_all_locked();
+        release_cached();
         p = os_alloc(c);
       }
       if (!p) throw Error(str("[allocator] out of memory allocating ", nbytes, " bytes"));
       ++stats_.num_os_allocs;
     }
-    stats_.current_bytes += static_cast<int64_t>(c);
-    if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+    count_handed_out(c);
     return p;
   }
 
@@ -107,7 +89,7 @@ class CachingCpuAllocator final : public Allocator {
     if (p && c >= kLargeQuantum) madvise(p, c, MADV_HUGEPAGE);
     return p;
   }
-  void release_all_locked() {
+  void release_cached() override {
     auto release = [&](size_t c, std::vector<void*>& list) {
       for (void* p : list) std::free(p);
       stats_.cached_bytes -= static_cast<int64_t>(c * list.size());
@@ -125,13 +107,45 @@ class CachingCpuAllocator final : public Allocator {
 
   static constexpr size_t kSmallClasses =
       std::countr_zero(kSmallLimit) - std::countr_zero(kAlign) + 1;
-  mutable std::mutex mu_;
   std::vector<void*> small_[kSmallClasses];
   std::unordered_map<size_t, std::vector<void*>> large_;
-  AllocatorStats stats_;
 };
 
 }  // namespace
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached();
+}
+
+void* CachingAllocator::take_free(std::vector<void*>& list, size_t size) {
+  if (list.empty()) return nullptr;
+  void* p = list.back();
+  list.pop_back();
+  stats_.cached_bytes -= static_cast<int64_t>(size);
+  ++stats_.num_cache_hits;
+  return p;
+}
+
+void CachingAllocator::count_handed_out(size_t size) {
+  stats_.current_bytes += static_cast<int64_t>(size);
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+}
+
+void CachingAllocator::count_returned(size_t size) {
+  stats_.current_bytes -= static_cast<int64_t>(size);
+  stats_.cached_bytes += static_cast<int64_t>(size);
+}
 
 Allocator& cpu_allocator() {
   static CachingCpuAllocator* a = new CachingCpuAllocator();  // never destroyed (see above)

@@ -1,13 +1,22 @@
 // The caching allocators of device and pinned host memory (cuda_allocator.h).
+//
+// Device memory comes in segments (one cuMemAlloc each): 2 MiB ones shared by
+// requests up to 1 MiB, and one per larger request. A segment is a list of
+// blocks; a cached block serves a smaller request by splitting (the rest stays
+// cached, with the freed block's stream and event), and a freed block merges
+// with free neighbours of its segment that are reusable on the same terms
+// (freed on the same stream, or all their work known finished).
 #include "kernels/cuda/cuda_allocator.h"
 
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "caching_allocator.h"
 #include "kernels/cuda/driver.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
@@ -15,10 +24,13 @@
 namespace kiln::cuda {
 namespace {
 
-// Blocks are kept per rounded size: 512 B granules, 2 MiB ones above 1 MiB.
+constexpr size_t kSmallRequest = size_t{1} << 20;  // up to this: the small pool
+constexpr size_t kSmallSegment = size_t{2} << 20;  // the small pool's segments
+
+// Sizes are rounded: 512 B granules, 2 MiB ones above 1 MiB.
 size_t round_size(size_t n) {
   n = std::max<size_t>(n, 1);
-  const size_t g = n > (size_t{1} << 20) ? (size_t{2} << 20) : 512;
+  const size_t g = n > kSmallRequest ? (size_t{2} << 20) : 512;
   return (n + g - 1) / g * g;
 }
 
@@ -46,29 +58,32 @@ bool finished(CUevent e) {
 }
 
 // ---------------- device memory ----------------
-class CudaAllocator final : public Allocator {
+class CudaAllocator final : public CachingAllocator {
  public:
   explicit CudaAllocator(int device) : device_(device) {}
 
   void* allocate(size_t nbytes) override {
     const size_t size = round_size(nbytes);
+    const bool small = size <= kSmallRequest;
     StreamPtr s = current_stream_impl(device_);
     std::lock_guard<std::mutex> lock(mu_);
     use_device(device_);
     ++stats_.num_allocs;
     collect_pending();
-    void* p = take_cached(size, *s);
-    if (p) {
-      stats_.cached_bytes -= static_cast<int64_t>(size);
+    Block* b = take_cached(size, *s, small);
+    if (b) {
       ++stats_.num_cache_hits;
     } else {
-      p = fresh(size, nbytes);
+      b = new_segment(small ? kSmallSegment : size, nbytes, small, s);
       ++stats_.num_os_allocs;
     }
-    live_[p] = Live{size, std::move(s), {}};
-    stats_.current_bytes += static_cast<int64_t>(size);
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
-    return p;
+    split(b, size);
+    b->state = State::kLive;
+    b->stream = std::move(s);
+    live_[b->ptr] = b;
+    count_handed_out(size);
+    count_cached();
+    return b->ptr;
   }
 
   // Runs in destructors: never throws. A block whose events cannot be
@@ -78,18 +93,18 @@ class CudaAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(p);
     if (it == live_.end()) return;
-    Live b = std::move(it->second);
+    Block* b = it->second;
     live_.erase(it);
-    stats_.current_bytes -= static_cast<int64_t>(b.size);
-    stats_.cached_bytes += static_cast<int64_t>(b.size);
-    Free f{p, b.size, b.stream, nullptr, false};
+    stats_.current_bytes -= static_cast<int64_t>(b->size);
+    count_cached();
+    b->ready = false;
     std::vector<CUevent> waits;
     bool ok = true;
     try {
-      if (streams_in_use() || !b.uses.empty()) {
+      if (streams_in_use() || !b->uses.empty()) {
         use_device(device_);
-        f.ev = record_event(b.stream, events_);  // on failure: recorded when needed
-        for (const StreamPtr& u : b.uses) {
+        b->ev = record(b->stream);  // on failure: recorded when needed
+        for (const StreamPtr& u : b->uses) {
           CUevent e = record_event(u, events_);
           if (!e) ok = false;
           if (e) waits.push_back(e);
@@ -98,31 +113,18 @@ class CudaAllocator final : public Allocator {
     } catch (...) {
       ok = false;
     }
+    b->uses.clear();
     if (!ok) {  // no events: wait for the whole device instead
       events_.insert(events_.end(), waits.begin(), waits.end());
       waits.clear();
-      if (f.ev) events_.push_back(f.ev);
-      f.ev = nullptr;
+      recycle(b->ev);
       driver().cuCtxSynchronize();
-      f.ready = true;
+      b->ready = true;
     }
-    if (waits.empty())
-      free_[f.size].push_back(std::move(f));
-    else
-      pending_.push_back(Pending{std::move(f), std::move(waits)});
-  }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_cached();
+    if (waits.empty()) return make_free(b);
+    b->state = State::kPending;
+    b->waits = std::move(waits);
+    pending_.push_back(b);
   }
 
   // record_stream: the block at `base` is also used by work on `s`.
@@ -132,128 +134,269 @@ class CudaAllocator final : public Allocator {
     KILN_CHECK(it != live_.end(),
                "[record_stream] the tensor's memory is not a block of cuda:", device_,
                "'s caching allocator");
-    Live& b = it->second;
+    Block& b = *it->second;
     if (b.stream->id == s->id) return;
     for (const StreamPtr& u : b.uses)
       if (u->id == s->id) return;
     b.uses.push_back(s);
   }
 
- private:
-  struct Live {
-    size_t size = 0;
-    StreamPtr stream;             // the stream it was allocated on
-    std::vector<StreamPtr> uses;  // record_stream's other streams
-  };
-  struct Free {
-    void* p = nullptr;
-    size_t size = 0;
-    StreamPtr stream;      // its stream when freed
-    CUevent ev = nullptr;  // recorded on `stream` at free time (null: not yet)
-    bool ready = false;    // all work on it known finished
-  };
-  struct Pending {  // freed, but record_stream's streams may still use it
-    Free f;
-    std::vector<CUevent> waits;
-  };
+  /// Each segment's blocks in address order: {bytes, in use} (device_segments).
+  std::vector<std::vector<std::pair<size_t, bool>>> segments() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::vector<std::pair<size_t, bool>>> out;
+    for (Block* first : segments_) {
+      out.emplace_back();
+      for (Block* b = first; b; b = b->next)
+        out.back().push_back({b->size, b->state == State::kLive});
+    }
+    return out;
+  }
 
-  // A cached block of `size` for stream `s`: one freed on `s` (stream order
-  // makes it safe), else one whose free-time event has completed.
-  void* take_cached(size_t size, const Stream::Impl& s) {
-    auto it = free_.find(size);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    std::vector<Free>& list = it->second;
-    auto take = [&](size_t i) {
-      void* p = list[i].p;
-      if (list[i].ev) events_.push_back(list[i].ev);
-      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-      return p;
-    };
-    for (size_t i = list.size(); i-- > 0;)
-      if (list[i].ready || list[i].stream->id == s.id) return take(i);
-    for (size_t i = list.size(); i-- > 0;) {
-      Free& f = list[i];
-      if (!f.ev) f.ev = record_event(f.stream, events_);  // freed before streams existed
-      if (f.ev && finished(f.ev)) return take(i);
+ private:
+  enum class State { kLive, kFree, kPending };
+  struct Block {
+    char* ptr = nullptr;
+    size_t size = 0;
+    bool small = false;
+    Block* prev = nullptr;  // neighbours in the segment
+    Block* next = nullptr;
+    State state = State::kFree;
+    StreamPtr stream;             // live: allocated on; free: freed on
+    std::vector<StreamPtr> uses;  // live: record_stream's other streams
+    CUevent ev = nullptr;         // free: recorded on `stream` at free time (null: not yet)
+    uint64_t seq = 0;             // ev's recording order (later events cover earlier ones)
+    bool ready = false;           // free: all work on it known finished
+    std::vector<CUevent> waits;   // pending: record_stream's streams at free time
+  };
+  struct BySize {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->size != b->size ? a->size < b->size : a->ptr < b->ptr;
+    }
+  };
+  using FreeSet = std::set<Block*, BySize>;
+
+  FreeSet& pool(const Block* b) { return free_[b->small ? 0 : 1]; }
+
+  CUevent record(const StreamPtr& s) {
+    CUevent e = record_event(s, events_);
+    if (e) seq_[e] = ++next_seq_;
+    return e;
+  }
+  void recycle(CUevent& e) {
+    if (e) events_.push_back(e);
+    e = nullptr;
+  }
+  void count_cached() { stats_.cached_bytes = reserved_ - stats_.current_bytes; }
+
+  // Whether free block b may serve stream s now: freed on s (stream order
+  // makes it safe), or its free-time work has finished.
+  bool usable(Block& b, const Stream::Impl& s) {
+    if (b.ready || b.stream->id == s.id) return true;
+    if (!b.ev) b.ev = record(b.stream);  // freed before streams existed
+    if (b.ev && finished(b.ev)) {
+      b.ready = true;
+      recycle(b.ev);
+    }
+    return b.ready;
+  }
+
+  // The smallest usable cached block of at least `size` in the pool, taken
+  // out of the free set.
+  Block* take_cached(size_t size, const Stream::Impl& s, bool small) {
+    FreeSet& set = free_[small ? 0 : 1];
+    Block probe;
+    probe.size = size;
+    for (auto it = set.lower_bound(&probe); it != set.end(); ++it) {
+      if (!usable(**it, s)) continue;
+      Block* b = *it;
+      set.erase(it);
+      return b;
     }
     return nullptr;
   }
 
-  // Pending blocks whose other streams have finished join the free lists.
+  // Cuts b to `size`; the rest stays cached as b was (stream, event, ready).
+  void split(Block* b, size_t size) {
+    if (b->size > size) {
+      auto* r = new Block;
+      r->ptr = b->ptr + size;
+      r->size = b->size - size;
+      r->small = b->small;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next) b->next->prev = r;
+      b->next = r;
+      r->stream = b->stream;
+      r->ev = b->ev;
+      r->seq = b->seq;
+      r->ready = b->ready;
+      b->ev = nullptr;
+      b->size = size;
+      pool(r).insert(r);
+    }
+    recycle(b->ev);
+  }
+
+  // Free neighbours a and b (a before b) are one block when reusable on the
+  // same terms: both finished, or freed on one stream (the later event then
+  // covers both: a stream runs its work in order).
+  static bool mergeable(const Block& a, const Block& b) {
+    return b.state == State::kFree && ((a.ready && b.ready) || a.stream->id == b.stream->id);
+  }
+  void merge_into(Block* keep, Block* gone) {
+    if (keep->ready && gone->ready) {
+      recycle(keep->ev);
+      recycle(gone->ev);
+    } else if (keep->ready || gone->ready) {
+      Block* busy = keep->ready ? gone : keep;
+      Block* idle = keep->ready ? keep : gone;
+      recycle(idle->ev);
+      keep->ev = busy->ev;
+      keep->seq = busy->seq;
+      keep->stream = busy->stream;
+      keep->ready = false;
+    } else if (!keep->ev || !gone->ev) {  // one to record when needed: it covers both
+      recycle(keep->ev);
+      recycle(gone->ev);
+    } else if (seq_[gone->ev] > seq_[keep->ev]) {
+      recycle(keep->ev);
+      keep->ev = gone->ev;
+    } else {
+      recycle(gone->ev);
+    }
+    gone->ev = nullptr;
+    if (gone == keep->next) {
+      keep->next = gone->next;
+      if (gone->next) gone->next->prev = keep;
+    } else {
+      keep->prev = gone->prev;
+      if (gone->prev)
+        gone->prev->next = keep;
+      else
+        std::replace(segments_.begin(), segments_.end(), gone, keep);
+      keep->ptr = gone->ptr;
+    }
+    keep->size += gone->size;
+    delete gone;
+  }
+
+  // b (freed, its events recorded) joins the cache, merged with its neighbours.
+  void make_free(Block* b) {
+    b->state = State::kFree;
+    for (Block* n : {b->prev, b->next})
+      if (n && mergeable(*b, *n)) {
+        pool(n).erase(n);
+        merge_into(b, n);
+      }
+    pool(b).insert(b);
+  }
+
+  // Pending blocks whose other streams have finished join the cache.
   void collect_pending() {
     for (size_t i = pending_.size(); i-- > 0;) {
-      Pending& pd = pending_[i];
-      if (!std::all_of(pd.waits.begin(), pd.waits.end(), finished)) continue;
-      events_.insert(events_.end(), pd.waits.begin(), pd.waits.end());
-      free_[pd.f.size].push_back(std::move(pd.f));
+      Block* b = pending_[i];
+      if (!std::all_of(b->waits.begin(), b->waits.end(), finished)) continue;
+      events_.insert(events_.end(), b->waits.begin(), b->waits.end());
+      b->waits.clear();
       pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      make_free(b);
     }
   }
 
-  // New device memory; out of memory frees the cache (after the device is
-  // idle, so every cached block is safe) and retries once.
-  void* fresh(size_t size, size_t nbytes) {
+  // A new segment of `bytes` as one free block (not in the cache); out of
+  // memory frees the cache (after the device is idle, so every cached block
+  // is safe) and retries once.
+  Block* new_segment(size_t bytes, size_t asked, bool small, const StreamPtr& s) {
     CUdeviceptr d = 0;
-    CUresult r = driver().cuMemAlloc(&d, size);
+    CUresult r = driver().cuMemAlloc(&d, bytes);
+    const int64_t cached = stats_.cached_bytes;
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       release_cached();
-      r = driver().cuMemAlloc(&d, size);
+      r = driver().cuMemAlloc(&d, bytes);
     }
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
       size_t free_b = 0, total_b = 0;
       driver().cuMemGetInfo(&free_b, &total_b);
-      KILN_CHECK(false, "[cuda] out of memory on cuda:", device_, ": asked for ", nbytes,
-                 " bytes; tensors hold ", stats_.current_bytes, ", the cache held ",
-                 stats_.cached_bytes, " (freed and retried); the device has ", free_b,
-                 " bytes free of ", total_b);
+      KILN_CHECK(false, "[cuda] out of memory on cuda:", device_, ": asked for ", asked,
+                 " bytes; tensors hold ", stats_.current_bytes, ", the cache held ", cached,
+                 " (freed and retried); the device has ", free_b, " bytes free of ", total_b);
     }
     check(r, "cuMemAlloc");
-    return reinterpret_cast<void*>(d);
+    reserved_ += static_cast<int64_t>(bytes);
+    auto* b = new Block;
+    b->ptr = reinterpret_cast<char*>(d);
+    b->size = bytes;
+    b->small = small;
+    b->stream = s;
+    b->ready = true;  // nothing ever ran on it
+    segments_.push_back(b);
+    return b;
   }
 
-  void release_cached() {
+  // Gives back every segment that is one free block (mu_ held).
+  void release_cached() override {
     use_device(device_);
     driver().cuCtxSynchronize();  // every event completes: all cached blocks are idle
-    for (Pending& pd : pending_) {
-      events_.insert(events_.end(), pd.waits.begin(), pd.waits.end());
-      free_[pd.f.size].push_back(std::move(pd.f));
+    for (Block* b : pending_) {
+      events_.insert(events_.end(), b->waits.begin(), b->waits.end());
+      b->waits.clear();
+      b->ready = true;
+      make_free(b);
     }
     pending_.clear();
-    for (auto& [size, list] : free_) {
-      for (Free& f : list) {
-        driver().cuMemFree(reinterpret_cast<CUdeviceptr>(f.p));
-        if (f.ev) events_.push_back(f.ev);
+    // Idle now: every free block is reusable anywhere, and free neighbours merge.
+    for (Block* first : segments_)
+      for (Block* b = first; b; b = b->next)
+        if (b->state == State::kFree) {
+          b->ready = true;
+          recycle(b->ev);
+        }
+    for (Block* first : segments_)
+      for (Block* b = first; b && b->next;) {
+        if (b->state != State::kFree || b->next->state != State::kFree) {
+          b = b->next;
+          continue;
+        }
+        pool(b).erase(b);
+        pool(b->next).erase(b->next);
+        merge_into(b, b->next);
+        pool(b).insert(b);
       }
-      stats_.cached_bytes -= static_cast<int64_t>(size * list.size());
-      list.clear();
+    for (size_t i = segments_.size(); i-- > 0;) {
+      Block* b = segments_[i];
+      if (b->state != State::kFree || b->next) continue;
+      pool(b).erase(b);
+      recycle(b->ev);
+      driver().cuMemFree(reinterpret_cast<CUdeviceptr>(b->ptr));
+      reserved_ -= static_cast<int64_t>(b->size);
+      segments_.erase(segments_.begin() + static_cast<std::ptrdiff_t>(i));
+      delete b;
     }
+    count_cached();
   }
 
   int device_;
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<Free>> free_;
-  std::vector<Pending> pending_;
-  std::unordered_map<void*, Live> live_;
-  std::vector<CUevent> events_;  // recorded-and-finished events to reuse
-  AllocatorStats stats_;
+  FreeSet free_[2];               // cached blocks: the small pool, the large one
+  std::vector<Block*> pending_;   // freed, but record_stream's streams may still use them
+  std::vector<Block*> segments_;  // each segment's first block
+  std::unordered_map<void*, Block*> live_;
+  std::vector<CUevent> events_;  // events to record again
+  std::unordered_map<CUevent, uint64_t> seq_;
+  uint64_t next_seq_ = 0;
+  int64_t reserved_ = 0;  // bytes of all segments
 };
 
 // ---------------- pinned host memory ----------------
-class PinnedAllocator final : public Allocator {
+class PinnedAllocator final : public CachingAllocator {
  public:
   void* allocate(size_t nbytes) override {
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
     collect_pending();
-    void* p = nullptr;
-    auto& list = free_[size];
-    if (!list.empty()) {
-      p = list.back();
-      list.pop_back();
-      stats_.cached_bytes -= static_cast<int64_t>(size);
-      ++stats_.num_cache_hits;
-    } else {
+    void* p = take_free(free_[size], size);
+    if (!p) {
       use_device(0);  // cuMemHostAlloc needs a context; PORTABLE serves every device
       CUresult r = driver().cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE);
       if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -267,8 +410,7 @@ class PinnedAllocator final : public Allocator {
       ++stats_.num_os_allocs;
     }
     live_[reinterpret_cast<uintptr_t>(p)] = Block{size, {}};
-    stats_.current_bytes += static_cast<int64_t>(size);
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
+    count_handed_out(size);
     return p;
   }
 
@@ -279,8 +421,7 @@ class PinnedAllocator final : public Allocator {
     if (it == live_.end()) return;
     Block b = std::move(it->second);
     live_.erase(it);
-    stats_.current_bytes -= static_cast<int64_t>(b.size);
-    stats_.cached_bytes += static_cast<int64_t>(b.size);
+    count_returned(b.size);
     if (b.uses.empty())
       free_[b.size].push_back(p);
     else
@@ -307,19 +448,6 @@ class PinnedAllocator final : public Allocator {
     check(driver().cuStreamSynchronize(s->handle), "cuStreamSynchronize");  // no event: wait now
   }
 
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_cached();
-  }
-
  private:
   struct Block {
     size_t size = 0;
@@ -344,7 +472,7 @@ class PinnedAllocator final : public Allocator {
     }
   }
 
-  void release_cached() {
+  void release_cached() override {
     for (auto& [p, b] : pending_) {
       for (CUevent e : b.uses) {
         driver().cuEventSynchronize(e);
@@ -360,11 +488,9 @@ class PinnedAllocator final : public Allocator {
     }
   }
 
-  mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;
   std::vector<std::pair<void*, Block>> pending_;
   std::map<uintptr_t, Block> live_;
-  AllocatorStats stats_;
 };
 
 }  // namespace
@@ -381,6 +507,10 @@ Allocator& device_allocator(int device) {
 Allocator& pinned_host_allocator() {
   static auto* a = new PinnedAllocator;  // never freed, as device_allocator's
   return *a;
+}
+
+std::vector<std::vector<std::pair<size_t, bool>>> device_segments(int device) {
+  return static_cast<CudaAllocator&>(device_allocator(device)).segments();
 }
 
 void pinned_record_use(const void* p, const StreamPtr& stream) {
