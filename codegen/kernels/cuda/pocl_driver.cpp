@@ -46,7 +46,6 @@ std::string take_emulated_detail() {
 
 #ifndef KILN_HAVE_OPENCL
 void* emulated_close_gate(CUstream) {
-  set_detail("kiln was built without the OpenCL headers");
   return nullptr;
 }
 void emulated_open_gate(void*) {}
@@ -756,33 +755,24 @@ std::string open_pocl(Emu& e) {
 
 }  // namespace
 
-// A user event behind a barrier: the stream's later commands wait for it.
-void* emulated_close_gate(CUstream s) {
+void* emulated_close_gate(CUstream s) {  // a user event behind a barrier
   if (!g || exiting()) return nullptr;
   cl_int e = CL_SUCCESS;
-  cl_event user = g->cl.clCreateUserEvent(g->ctx, &e);
-  if (e != CL_SUCCESS) {
-    cl_fail(e, "clCreateUserEvent");
-    return nullptr;
+  cl_event user = g->cl.clCreateUserEvent(g->ctx, &e), barrier = nullptr;
+  cl_command_queue q = e == CL_SUCCESS ? enqueue_point(s) : nullptr;
+  if (q) e = g->cl.clEnqueueBarrierWithWaitList(q, 1, &user, &barrier);
+  if (enqueued(s, e, barrier, "a gate (clEnqueueBarrierWithWaitList)") == CUDA_SUCCESS) {
+    g->cl.clFlush(q);
+    return user;
   }
-  cl_event barrier = nullptr;
-  cl_command_queue q = enqueue_point(s);
-  e = g->cl.clEnqueueBarrierWithWaitList(q, 1, &user, &barrier);
-  if (enqueued(s, e, barrier, "clEnqueueBarrierWithWaitList") != CUDA_SUCCESS) {
-    g->cl.clSetUserEventStatus(user, CL_COMPLETE);
-    g->cl.clReleaseEvent(user);
-    return nullptr;
-  }
-  g->cl.clFlush(q);
-  return user;
+  if (user) emulated_open_gate(user);
+  return nullptr;
 }
 
 void emulated_open_gate(void* gate) {
-  if (!gate || !g) return;
-  auto user = static_cast<cl_event>(gate);
-  if (exiting()) return;  // PoCL may be gone: nothing waits any more
-  g->cl.clSetUserEventStatus(user, CL_COMPLETE);
-  g->cl.clReleaseEvent(user);
+  if (!gate || !g || exiting()) return;  // at exit PoCL may be gone: nothing waits any more
+  g->cl.clSetUserEventStatus(static_cast<cl_event>(gate), CL_COMPLETE);
+  g->cl.clReleaseEvent(static_cast<cl_event>(gate));
 }
 
 std::string load_emulated_driver(Driver& d) {
