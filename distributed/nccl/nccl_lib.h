@@ -1,7 +1,7 @@
 // Internal: NCCL opened at run time (libnccl.so.2 is 218 MB and needs a GPU to
-// be useful: never linked). The first piece of the NCCL process group (issue
-// 20): the function table, and the calls that need no driver (version, unique
-// id) or one GPU (a one-rank communicator).
+// be useful: never linked). The NCCL process group (issue 20) calls NCCL
+// through this function table; nccl_emulated.h is its second implementation,
+// for the emulated CUDA device.
 #pragma once
 
 #include <nccl.h>
@@ -19,10 +19,14 @@ namespace kiln::dist::nccl {
   X(ncclCommAbort) \
   X(ncclCommGetAsyncError) \
   X(ncclGetErrorString) \
+  X(ncclGetLastError) \
   X(ncclAllReduce) \
   X(ncclBroadcast) \
+  X(ncclReduce) \
   X(ncclReduceScatter) \
   X(ncclAllGather) \
+  X(ncclSend) \
+  X(ncclRecv) \
   X(ncclGroupStart) \
   X(ncclGroupEnd)
 // clang-format on

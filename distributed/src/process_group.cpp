@@ -47,6 +47,15 @@ WorkPtr ProcessGroup::all_reduce_into(std::vector<Tensor> srcs, Tensor dst, Redu
   return all_reduce(std::move(dst), op);
 }
 
+#ifndef KILN_HAVE_NCCL_BACKEND
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store>, int, int, int,
+                                              ProcessGroupOptions, const std::string&) {
+  throw Error(
+      "[nccl] kiln was built without the NCCL backend (it needs the CUDA toolkit's nccl.h and "
+      "libnccl, and Gloo for the emulated NCCL's shared memory)");
+}
+#endif
+
 Tensor ProcessGroup::make_comm_buffer(int64_t numel, DType dtype) {
   KILN_CHECK(numel >= 0, "[make_comm_buffer] numel must be >= 0; got ", numel);
   return zeros({numel}, dtype);
@@ -144,6 +153,15 @@ Rendezvous resolve(const InitOptions& o) {
   return r;
 }
 
+// A group of `backend`; LOCAL_RANK picks the CUDA device of nccl and auto.
+std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared_ptr<Store> store,
+                                         int rank, int size, int local_rank,
+                                         const ProcessGroupOptions& po, const std::string& prefix) {
+  if (backend == "nccl") return make_nccl_group(store, rank, size, local_rank, po, prefix);
+  if (backend == "auto") return make_auto_group(store, rank, size, local_rank, po, prefix);
+  return make_gloo_group(store, rank, size, po, prefix);
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -155,6 +173,7 @@ struct DefaultGroup {
   std::unique_ptr<TCPStoreServer> server;
   ProcessGroupOptions options;
   std::string prefix;
+  std::string backend;  // of the default group; new_group uses it too
   int local_rank = 0;
   int inits = 0;       // init_process_group calls in this process (fresh store keys)
   int new_groups = 0;  // new_group calls since init (every rank counts alike)
@@ -179,8 +198,8 @@ void init_process_group(const InitOptions& opts) {
   auto& s = state();
   std::lock_guard lock(s.mu);
   KILN_CHECK(s.group == nullptr, kInit, "already initialized (call destroy_process_group first)");
-  KILN_CHECK(opts.backend == "gloo", kInit, "unknown or unavailable backend '", opts.backend,
-             "' (available: gloo)");
+  KILN_CHECK(opts.backend == "gloo" || opts.backend == "nccl" || opts.backend == "auto", kInit,
+             "unknown backend '", opts.backend, "' (use gloo, nccl or auto)");
   KILN_CHECK(opts.timeout.count() > 0, kInit, "timeout must be positive; got ",
              opts.timeout.count(), " ms");
   Rendezvous r = resolve(opts);
@@ -213,7 +232,7 @@ void init_process_group(const InitOptions& opts) {
     po.timeout = opts.timeout;
     po.threads = opts.threads;
     if (loopback && env_value("GLOO_SOCKET_IFNAME").empty()) po.host = "127.0.0.1";
-    s.group = make_gloo_group(s.store, r.rank, r.world_size, po, prefix);
+    s.group = make_group(opts.backend, s.store, r.rank, r.world_size, r.local_rank, po, prefix);
     s.options = po;
     detail::align_profiler_clock(*s.store, prefix, r.rank, r.world_size);
   } catch (...) {
@@ -223,6 +242,7 @@ void init_process_group(const InitOptions& opts) {
     throw;
   }
   s.prefix = prefix;
+  s.backend = opts.backend;
   s.local_rank = r.local_rank;
   s.new_groups = 0;
 }
@@ -256,8 +276,8 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
   auto& s = state();
   std::shared_ptr<Store> store;
   ProcessGroupOptions options;
-  std::string prefix;
-  int rank = 0, world = 0;
+  std::string prefix, backend;
+  int rank = 0, world = 0, local_rank = 0;
   {
     std::lock_guard lock(s.mu);
     KILN_CHECK(s.group != nullptr, "[new_group] the default process group is not initialized ",
@@ -275,13 +295,16 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
     }
     store = s.store;
     options = s.options;
+    backend = s.backend;
+    local_rank = s.local_rank;
     prefix = kiln::str(s.prefix, "/group", s.new_groups++);
   }
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   auto it = std::find(sorted.begin(), sorted.end(), rank);
   if (it == sorted.end()) return nullptr;
-  return make_gloo_group(store, int(it - sorted.begin()), int(sorted.size()), options, prefix);
+  return make_group(backend, store, int(it - sorted.begin()), int(sorted.size()), local_rank,
+                    options, prefix);
 }
 
 void destroy_process_group() {

@@ -314,9 +314,9 @@ TEST(InitProcessGroup, ErrorsBeforeAnyNetwork) {
   expect_error([&] { init("tcp://127.0.0.1:29500", -1, -1); },
                {"tcp://127.0.0.1:29500 needs the environment variable(s) [RANK, WORLD_SIZE]"});
   expect_error([&] { init("file:///tmp/x"); }, {"unsupported init_method 'file:///tmp/x'"});
-  InitOptions nccl;
-  nccl.backend = "nccl";
-  expect_error([&] { init_process_group(nccl); }, {"backend 'nccl'", "available: gloo"});
+  InitOptions mpi;
+  mpi.backend = "mpi";
+  expect_error([&] { init_process_group(mpi); }, {"backend 'mpi'", "use gloo, nccl or auto"});
   EXPECT_FALSE(is_initialized());
   expect_error([] { default_group(); }, {"[default_group]", "not initialized"});
   expect_error([] { get_rank(); }, {"[get_rank]", "init_process_group"});

@@ -1,8 +1,8 @@
 // Process groups: a set of ranks that run collectives together (like c10d's
 // ProcessGroup). Every collective is asynchronous and returns a Work handle;
 // errors and timeouts surface as kiln::Error from Work::wait on every rank,
-// never as a silent hang. Backend: Gloo (CPU tensors over TCP); an NCCL group
-// (CUDA tensors) is not built yet. A Gloo group whose
+// never as a silent hang. Backends: Gloo (CPU tensors over TCP), NCCL (CUDA
+// tensors; make_nccl_group) and "auto" (both). A Gloo group whose
 // ranks all run on one host moves the collectives' bytes through shared
 // memory instead of TCP (KILN_SHM=0 turns that off).
 //
@@ -137,8 +137,31 @@ std::shared_ptr<ProcessGroup> make_gloo_group(std::shared_ptr<Store> store, int 
                                               ProcessGroupOptions options = {},
                                               const std::string& prefix = "default_pg");
 
+/// Creates an NCCL process group (CUDA tensors on device cuda:`device`) over
+/// `store`: rank 0's unique id travels through the store, NCCL connects the
+/// ranks. On the emulated CUDA device (KILN_CUDA_EMULATE) the emulated NCCL
+/// runs the collectives through shared memory between the ranks of one host.
+/// Collectives are ordered on the group's communication stream after the
+/// caller's current stream; Work::wait() without a timeout makes the caller's
+/// current stream wait for the collective and returns at once (with a timeout
+/// it also blocks the host until done); a watchdog fails every pending Work
+/// and aborts the communicator on an NCCL error or after options.timeout.
+/// kiln::Error when NCCL, CUDA or the device is unavailable.
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int rank, int size,
+                                              int device, ProcessGroupOptions options = {},
+                                              const std::string& prefix = "default_pg");
+/// The "auto" backend (PyTorch's "cpu:gloo,cuda:nccl"): one group whose
+/// collectives on CUDA tensors run on an NCCL part (device cuda:`device`) and
+/// the others, barrier and make_comm_buffer on a Gloo part. Without a usable
+/// CUDA device the NCCL part is absent and CUDA tensors raise kiln::Error.
+std::shared_ptr<ProcessGroup> make_auto_group(std::shared_ptr<Store> store, int rank, int size,
+                                              int device, ProcessGroupOptions options = {},
+                                              const std::string& prefix = "default_pg");
+
 /// Arguments of init_process_group (like torch.distributed.init_process_group).
 struct InitOptions {
+  /// "gloo" (CPU tensors), "nccl" (CUDA tensors on device LOCAL_RANK) or
+  /// "auto" (both: each collective by its tensors' device).
   std::string backend = "gloo";
   /// "env://" (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or "tcp://host:port".
   std::string init_method = "env://";

@@ -1,0 +1,39 @@
+// Internal: the second implementation of the NCCL function table (nccl_lib.h),
+// for the emulated CUDA device (codegen/kernels/cuda/pocl_driver.h). NCCL
+// refuses two ranks on one GPU and CI has none, so multi-rank runs of the NCCL
+// process group execute here: the collectives of kilnrun processes (or forked
+// ones) on one host, through kiln's shared-memory transport (src/shm/).
+//
+// Stream order, as NCCL's kernels have it: a call records an event on the
+// given stream, closes a gate on it (emulated_close_gate: the stream's later
+// work waits), and queues the op for the communicator's thread, which waits
+// for the event, runs the collective on the device memory (the emulated
+// device's memory is host-addressable), and opens the gate. Calls return at
+// once, as NCCL's do.
+//
+// Bootstrap: real NCCL connects its ranks over its own sockets from the unique
+// id; the emulated one connects them over a kiln store the caller lends it
+// (set_emulated_bootstrap) under keys named after the unique id. Failures (a
+// peer that exited or left, ranks issuing different collectives, a wait past
+// the bootstrap's timeout) make ncclCommGetAsyncError report an error and
+// ncclGetLastError say what happened; the communicator then skips its queued
+// ops (their gates open, so the streams never hang) until it is aborted.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "kiln/distributed/store.h"
+#include "nccl_lib.h"
+
+namespace kiln::dist::nccl {
+
+/// The emulated library's table (every entry set).
+const Nccl& emulated_lib();
+
+/// The store and the wait limit that the next emulated ncclCommInitRank calls
+/// of this process connect over (nullptr store: none; ncclCommInitRank then
+/// fails with ncclInvalidUsage).
+void set_emulated_bootstrap(std::shared_ptr<Store> store, std::chrono::milliseconds timeout);
+
+}  // namespace kiln::dist::nccl
