@@ -11,13 +11,39 @@ Tensor Tensor::to(DType t) const {
   return cast(*this, t);
 }
 
+namespace {
+
+// An uninitialized contiguous CPU tensor in memory from `pinned` (a device
+// runtime's page-locked allocator).
+Tensor pinned_empty(const Dims& shape, DType dtype, Allocator& pinned) {
+  auto st = std::make_shared<StorageImpl>();
+  st->nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  st->allocator = &pinned;
+  st->data = pinned.allocate(st->nbytes);
+  st->device = Device::cpu();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(st);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = Device::cpu();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
 Tensor Tensor::to(Device d, bool non_blocking) const {
   if (device() == d) return *this;
   KILN_CHECK(!is_symbolic(), "[to] moving a traced tensor from ", device(), " to ", d,
              " is not supported inside kiln::compile");
-  Tensor out = make_tensor(shape(), dtype(), d);
-  if (non_blocking && device().is_cpu() && numel() > 0)
-    device_runtime(d, "to").copy_non_blocking(out, *this);
+  // Asynchronous between the host and a device; to the host into pinned
+  // memory, which the device writes while the host goes on (PyTorch's rule).
+  const bool async = non_blocking && numel() > 0 && (device().is_cpu() || d.is_cpu());
+  DeviceRuntime* rt = async ? &device_runtime(device().is_cpu() ? d : device(), "to") : nullptr;
+  Allocator* pinned = async && d.is_cpu() ? rt->pinned_allocator() : nullptr;
+  Tensor out = pinned ? pinned_empty(shape(), dtype(), *pinned) : make_tensor(shape(), dtype(), d);
+  if (async)
+    rt->copy_non_blocking(out, *this);
   else
     ops::copy_into(out, *this);
   if (!(grad_mode_enabled() && requires_grad())) return out;
@@ -34,18 +60,7 @@ Tensor Tensor::pin_memory() const {
   if (is_pinned()) return *this;
   Allocator* a = device_runtime(Device::cuda(), "pin_memory").pinned_allocator();
   KILN_CHECK(a != nullptr, "[pin_memory] the CUDA backend has no pinned memory");
-  auto st = std::make_shared<StorageImpl>();
-  st->nbytes = static_cast<size_t>(numel()) * dtype_size(dtype());
-  st->allocator = a;
-  st->data = a->allocate(st->nbytes);
-  st->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(st);
-  impl->shape = shape();
-  impl->strides = contiguous_strides(shape());
-  impl->dtype = dtype();
-  impl->device = Device::cpu();
-  Tensor out(std::move(impl));
+  Tensor out = pinned_empty(shape(), dtype(), *a);
   ops::copy_into(out, *this);
   return out;
 }

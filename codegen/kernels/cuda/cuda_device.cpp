@@ -5,7 +5,8 @@
 //
 // Every kernel, copy and allocation goes to the current stream of its device
 // (stream.h; the default stream unless a StreamGuard chose another); copies
-// to the host wait for that stream, copies from pinned memory may not.
+// to the host wait for that stream, copies between pinned memory and the
+// device may not (non_blocking).
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -160,19 +161,28 @@ void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
   }
 }
 
-// Pinned host memory to a device tensor of the same layout: queued on the
-// current stream and left running; the pinned block is not handed out again
-// before the copy has read it. Every other copy is copy()'s.
+// Between pinned host memory and a device tensor of the same layout, either
+// way: queued on the current stream and left running (PyTorch's non_blocking:
+// a host result is valid once that stream is synchronized or an event
+// recorded after the copy waited for); the pinned block is not handed out
+// again before the copy ran. Every other copy is copy()'s.
 void CudaRuntime::copy_non_blocking(const Tensor& dst, const Tensor& src) {
-  if (!(src.device().is_cpu() && dst.device().is_cuda() && src.is_pinned() && dense_same(dst, src)))
-    return copy(dst, src);
-  const int device = dst.device().index;
+  const bool up = src.device().is_cpu() && dst.device().is_cuda() && src.is_pinned();
+  const bool down = src.device().is_cuda() && dst.device().is_cpu() && dst.is_pinned();
+  if (!((up || down) && dense_same(dst, src))) return copy(dst, src);
+  const int device = up ? dst.device().index : src.device().index;
   use_device(device);
   const StreamPtr s = current_stream_impl(device);
   const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
-  check(driver().cuMemcpyHtoDAsync(dptr(dst), src.data_ptr(), bytes, s->handle),
-        "cuMemcpyHtoDAsync");
-  pinned_record_use(src.data_ptr(), s);
+  if (up) {
+    check(driver().cuMemcpyHtoDAsync(dptr(dst), src.data_ptr(), bytes, s->handle),
+          "cuMemcpyHtoDAsync");
+    pinned_record_use(src.data_ptr(), s);
+  } else {
+    check(driver().cuMemcpyDtoHAsync(dst.data_ptr(), dptr(src), bytes, s->handle),
+          "cuMemcpyDtoHAsync");
+    pinned_record_use(dst.data_ptr(), s);
+  }
 }
 
 // dst = src on one device, any strides, broadcasting src to dst's shape.

@@ -30,9 +30,9 @@ class DeviceRuntime {
   /// both are on this device type, ordered on the device's current stream; the
   /// host may reuse or read the host side when it returns.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
-  /// copy(dst, src), but a copy from pinned host memory (pinned_allocator())
-  /// to the device may still be in flight when it returns (Tensor::to's
-  /// non_blocking); every other copy is synchronous as copy()'s.
+  /// copy(dst, src), but a copy between pinned host memory (pinned_allocator())
+  /// and the device, either way, may still be in flight when it returns
+  /// (Tensor::to's non_blocking); every other copy is synchronous as copy()'s.
   virtual void copy_non_blocking(const Tensor& dst, const Tensor& src) { copy(dst, src); }
   /// The allocator of page-locked host memory that copies to this device type
   /// read asynchronously (Tensor::pin_memory), or nullptr if it has none. Its

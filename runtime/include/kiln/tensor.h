@@ -139,9 +139,9 @@ class Tensor {
   // ---- conversion and copying ----
   Tensor to(DType t) const;
   /// A copy on device `d` (this tensor when already there); differentiable,
-  /// the gradient moving back to this tensor's device. `non_blocking`: a copy
-  /// from pinned memory to a device may still run when this returns (ordered
-  /// on the device's current stream); other copies are synchronous anyway.
+  /// the gradient moving back. `non_blocking` (PyTorch's): pinned memory to a
+  /// device, or a device to new pinned host memory (valid once the current
+  /// stream is synchronized, or an event recorded after is waited for).
   Tensor to(Device d, bool non_blocking = false) const;
   /// A copy of this CPU tensor in page-locked (pinned) host memory, which CUDA
   /// copies read asynchronously; this tensor if already pinned.

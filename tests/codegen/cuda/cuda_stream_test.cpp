@@ -246,5 +246,43 @@ TEST_F(CudaStreams, NonBlockingCopiesFromPinnedMemory) {
   EXPECT_THROW((void)d.pin_memory(), Error);
 }
 
+// to(Device::cpu(), non_blocking) from the device: PyTorch's semantics, the
+// result in pinned memory and valid once the stream is synchronized or an
+// event recorded after the copy is waited for; its pinned block is not reused
+// while the copy may still write it.
+TEST_F(CudaStreams, NonBlockingCopiesToPinnedHostMemory) {
+  const Tensor h = arange(0, 4096, 1, DType::f32);
+  Stream s;
+  StreamGuard g(s);
+  const Tensor d = h.cuda();
+  slow_fill(d, 7, s);  // the copy queues behind this write
+  std::vector<float> want = values(h);
+  std::fill(want.begin(), want.begin() + 64, 7.0f);
+  const Tensor r = d.to(Device::cpu(), /*non_blocking=*/true);
+  EXPECT_EQ(r.device(), Device::cpu());
+  EXPECT_TRUE(r.is_pinned());
+  s.synchronize();
+  EXPECT_EQ(values(r), want);
+  // Through an event, and a block freed before the copy ran.
+  slow_fill(d, 8, s);
+  std::fill(want.begin(), want.begin() + 64, 8.0f);
+  const Tensor r2 = d.to(Device::cpu(), true);
+  Event e;
+  e.record(s);
+  Tensor r3 = d.to(Device::cpu(), true);
+  void* p3 = r3.data_ptr();
+  r3 = Tensor();
+  const Tensor q = zeros({4096}).pin_memory();
+  if (q.data_ptr() == p3) {
+    EXPECT_TRUE(s.query()) << "a pinned block reused while a copy may still write it";
+  }
+  e.synchronize();
+  EXPECT_EQ(values(r2), want);
+  // Strided or cast: synchronous, as PyTorch's pageable copies.
+  EXPECT_EQ(values(d.reshape({64, 64}).t().to(Device::cpu(), true)),
+            values(d.cpu().reshape({64, 64}).t().contiguous()));
+  EXPECT_EQ(d.slice(0, 0, 0).to(Device::cpu(), true).numel(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::cuda
