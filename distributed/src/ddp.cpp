@@ -52,17 +52,21 @@ double signature_hash(const std::vector<Tensor>& ps) {
 }
 
 // Raises on every rank if the ranks' parameters differ (count, size, shapes).
+// The exchange runs on the parameters' device (an NCCL group takes only CUDA
+// tensors; an "auto" group sends CUDA tensors to its NCCL part).
 void check_same_parameters(ProcessGroup& pg, const std::vector<Tensor>& ps) {
   int64_t numel = 0;
   for (const Tensor& p : ps) numel += p.numel();
+  const Device dev = ps[0].device();
   Tensor mine = zeros({3}, DType::f64);
   double* m = mine.data<double>();
   m[0] = static_cast<double>(ps.size());
   m[1] = static_cast<double>(numel);
   m[2] = signature_hash(ps);
   std::vector<Tensor> all;
-  for (int r = 0; r < pg.size(); ++r) all.push_back(zeros({3}, DType::f64));
-  pg.all_gather(all, mine)->wait();
+  for (int r = 0; r < pg.size(); ++r) all.push_back(zeros({3}, DType::f64, dev));
+  pg.all_gather(all, mine.to(dev))->wait();
+  for (Tensor& t : all) t = t.to(Device::cpu());  // after the gather (stream order)
   const double* r0 = all[0].data<double>();
   for (int r = 1; r < pg.size(); ++r) {
     const double* x = all[static_cast<size_t>(r)].data<double>();
@@ -168,9 +172,12 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       if (b.numel * static_cast<int64_t>(dtype_size(b.dtype)) >= limits[bi]) open[d] = -1;
     }
     NoGradGuard ng;
+    const Device dev = params[0].tensor.device();
     for (Bucket& b : buckets) {
       // Shared with the peers when they run on this host: reduced without copies.
+      // On the parameters' device (an "auto" group's buffers are the CPU's).
       b.buffer = pg->make_comm_buffer(b.numel, b.dtype);
+      if (b.buffer.device() != dev) b.buffer = zeros({b.numel}, b.dtype, dev);
       b.pending = b.params.size();
       for (size_t j = 0; j < b.params.size(); ++j) {
         Param& p = params[b.params[j]];
@@ -398,6 +405,8 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       used_any = zeros({static_cast<int64_t>(params.size())});
       float* u = used_any.data<float>();
       for (size_t i = 0; i < params.size(); ++i) u[i] = used[i] ? 1.0f : 0.0f;
+      // On the buckets' device (an NCCL group reduces CUDA tensors only).
+      used_any = used_any.to(params[0].tensor.device());
       used_work = pg->all_reduce(used_any, ReduceOp::kSum);
     }
     std::vector<WorkPtr> works;
@@ -414,7 +423,10 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       works.push_back(buckets[b].work);
       launches.push_back(buckets[b].launched);
     }
-    if (used_work) used_work->wait();
+    if (used_work) {
+      used_work->wait();
+      used_any = used_any.to(Device::cpu());  // ordered after the all-reduce
+    }
     NoGradGuard ng;
     for (size_t i = 0; i < params.size(); ++i) {
       Param& p = params[i];
@@ -455,6 +467,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   KILN_CHECK(!ps.empty(), kTag,
              "the module has no parameter that requires grad, so there is "
              "nothing to synchronize");
+  for (const auto& p : r->params)
+    KILN_CHECK(p.tensor.device() == ps[0].device(), kTag, "parameter '", p.name, "' is on ",
+               p.tensor.device(), " but '", r->params[0].name, "' on ", ps[0].device(),
+               "; DDP takes a module on one device");
   r->buffers = module_->buffers();
   check_same_parameters(*r->pg, ps);
   if (r->pg->size() > 1) {

@@ -78,6 +78,8 @@ std::shared_ptr<NarrowSlot> narrow_slot(ProcessGroup& pg, const GradBucket& buck
   // be threads of this process.
   auto slot = std::make_shared<NarrowSlot>();
   slot->buffer = pg.make_comm_buffer(bucket.buffer.numel(), narrow);
+  if (slot->buffer.device() != bucket.buffer.device())  // an "auto" group's is the CPU's
+    slot->buffer = zeros({bucket.buffer.numel()}, narrow, bucket.buffer.device());
   std::lock_guard<std::mutex> lock(mu);
   entries.push_back({storage, narrow, slot});
   return slot;

@@ -17,6 +17,13 @@
 // launched strictly in bucket order, so every rank issues the same sequence of
 // collectives. The end of backward waits for every bucket.
 //
+// CUDA parameters (one device; an "nccl" or "auto" group): the buckets live
+// on the device and a bucket's all-reduce is enqueued when its last gradient's
+// kernels have been enqueued (the NCCL group orders it after them with an
+// event), so it overlaps the rest of backward; the end of backward makes the
+// current stream wait for the buckets without blocking the host; the
+// compression hooks' casts are device kernels.
+//
 // Compiled steps (kiln::compile), with no graph break: by default
 // (trace_collectives) the same hooks run while tracing and record each
 // bucket's all-reduce as collective_start / collective_wait IR nodes, and the
