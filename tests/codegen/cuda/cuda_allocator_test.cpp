@@ -4,6 +4,7 @@
 // every piece, and empty_cache gives back only wholly free segments. On a GPU
 // or the emulated device.
 #include <algorithm>
+#include <random>
 
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/device_ops.h"
@@ -173,6 +174,50 @@ TEST_F(CudaAllocatorSegments, RecordStreamHoldsEveryPiece) {
   const Tensor z = block(2 * kMiB);
   EXPECT_TRUE(at(y) == base || at(z) == base || at(z) == base + 2 * kMiB)
       << "the block serves again once s2 finished";
+}
+
+// Random allocations and frees on two streams (with record_stream and
+// empty_cache now and then): live blocks never overlap, every segment is the
+// sum of its blocks, and the counters are the segments' (current = blocks in
+// use, current + cached = all segments).
+TEST_F(CudaAllocatorSegments, RandomAllocationsKeepTheBooks) {
+  Stream s1, s2;
+  std::mt19937 rng(7);
+  const int64_t sizes[] = {4, 700, 4096, 65536, 1 << 20, (1 << 20) + 4, 3 << 20, 8 << 20};
+  std::vector<Tensor> live;
+  for (int op = 0; op < 600; ++op) {
+    const Stream& s = rng() % 2 ? s1 : s2;
+    StreamGuard g(s);
+    const unsigned r = rng() % 10;
+    if (r < 5 || live.empty()) {
+      live.push_back(block(sizes[rng() % std::size(sizes)]));
+    } else if (r < 9) {
+      const size_t i = rng() % live.size();
+      if (r == 8) record_stream(live[i], rng() % 2 ? s1 : s2);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      allocator().empty_cache();
+    }
+    std::vector<std::pair<char*, char*>> ranges;
+    for (const Tensor& t : live) ranges.push_back({at(t), at(t) + t.numel() * 4});
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      ASSERT_LE(ranges[i - 1].second, ranges[i].first) << "overlapping blocks at op " << op;
+    int64_t used = 0, total = 0;
+    for (const auto& seg : device_segments(0))
+      for (auto [bytes, in_use] : seg) {
+        total += static_cast<int64_t>(bytes);
+        if (in_use) used += static_cast<int64_t>(bytes);
+      }
+    const AllocatorStats st = allocator().stats();
+    ASSERT_EQ(used, st.current_bytes) << "op " << op;
+    ASSERT_EQ(total, st.current_bytes + st.cached_bytes) << "op " << op;
+  }
+  live.clear();
+  s1.synchronize();
+  s2.synchronize();
+  allocator().empty_cache();
+  expect_segments_tidy();
 }
 
 // Out of memory: the cache is given back and the allocation retried once;
