@@ -3,14 +3,16 @@
 //   eager | eager with kiln::checkpoint per block | compiled without the remat
 //   pass | compiled (default remat policy) | compiled with memory_budget = 50%
 //   and 25% of the default plan's predicted peak.
-// Workloads: a deep MLP (16 x (Linear 256->256, GELU), batch 1024) and a stack
+// Workloads: a deep MLP (16 x (Linear 256->256, GELU), batch 256; --batch N) and a stack
 // of 4 transformer encoder blocks (d 256, 4 heads, ff 1024, GELU, batch 16 x
 // 128 tokens); MSE-to-zero loss, backward, SGD with momentum.
 // Peak memory is the caching allocator's peak above what was allocated before
-// the step (parameters, optimizer state, inputs: resident anyway), so eager
+// the step (parameters, optimizer state, inputs: resident anyway; the previous
+// step's gradients dropped first, so every variant counts its new ones), so eager
 // and compiled are measured alike; compiled rows also show the executor's
-// measured and predicted peaks (stats()). Step time: median of --reps steps.
-// Plain executable:  remat_bench [--reps N] [--only mlp|transformer]
+// measured and predicted peaks (stats()). Step time: median of --reps steps,
+// the variants taking turns (paired rounds).
+// Plain executable:  remat_bench [--reps N] [--only mlp|transformer] [--batch N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,11 +53,13 @@ struct Workload {
   }
 };
 
+int64_t mlp_batch = 256;  // --batch
+
 Workload make(const std::string& which) {
   manual_seed(11);
   Workload w;
-  w.name = which == "mlp" ? "deep MLP 16 x (Linear 256, GELU), batch 1024"
-                          : "transformer 4 blocks, 16 x 128 x 256";
+  w.name =
+      which == "mlp" ? "deep MLP 16 x (Linear 256, GELU)" : "transformer 4 blocks, 16 x 128 x 256";
   if (which == "mlp") {
     for (int i = 0; i < 16; ++i) {
       auto b = std::make_shared<nn::Sequential>();
@@ -63,7 +67,7 @@ Workload make(const std::string& which) {
       b->push_back(std::make_shared<nn::GELU>());
       w.blocks.push_back(b);
     }
-    w.x = randn({1024, 256});
+    w.x = randn({mlp_batch, 256});
   } else {
     for (int i = 0; i < 4; ++i)
       w.blocks.push_back(std::make_shared<nn::TransformerEncoderLayer>(
@@ -89,58 +93,76 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs `variant` of workload `which` for `reps` timed steps after 3 warm-ups.
-Row run(const std::string& which, const std::string& variant, int reps, int64_t budget) {
-  Workload w = make(which);
-  optim::SGD opt(w.all->parameters(), {.lr = 1e-3, .momentum = 0.9});
-  const bool ck = variant == "eager + checkpoint";
-  auto step = [&](const Tensor& x) {
-    opt.zero_grad();
-    Tensor loss = mean(square(w.forward(x, ck)));
-    loss.backward();
-    opt.step();
-    return loss.detach();
-  };
-  const bool compiled = variant.rfind("compiled", 0) == 0;
-  CompileOptions opts{.enabled = compiled, .memory_budget = budget};
-  if (variant == "compiled, no remat")
-    opts.pipeline = passes::standard_pipeline();  // remat is late
-  auto f = compile(step, opts);
+// One variant of a workload: its own model (same seed), optimizer and step.
+struct Variant {
+  Workload w;
+  optim::SGD opt;
   Row r;
-  r.variant = variant;
-  for (int i = 0; i < 3; ++i) r.loss = f(w.x);
   std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
+  using Step = std::function<Tensor(const Tensor&)>;
+  std::unique_ptr<Compiled<Step>> holder;
+  bool compiled = false;
+
+  Variant(const std::string& which, const std::string& variant, int64_t budget)
+      : w(make(which)), opt(w.all->parameters(), {.lr = 1e-3, .momentum = 0.9}) {
+    r.variant = variant;
+    const bool ck = variant == "eager + checkpoint";
+    auto step = [this, ck](const Tensor& x) {
+      opt.zero_grad();
+      Tensor loss = mean(square(w.forward(x, ck)));
+      loss.backward();
+      opt.step();
+      return loss.detach();
+    };
+    CompileOptions opts{.enabled = variant.rfind("compiled", 0) == 0, .memory_budget = budget};
+    if (variant == "compiled, no remat")
+      opts.pipeline = passes::standard_pipeline();  // remat is late
+    compiled = opts.enabled;
+    holder = std::make_unique<Compiled<Step>>(compile(Step(step), opts));
+    for (int i = 0; i < 3; ++i) r.loss = (*holder)(w.x);  // warm-up (traces)
+  }
+  // One timed step; the allocator's peak above the resident state.
+  void step() {
+    // The previous step's gradients go first (the step's zero_grad is then a
+    // no-op), so the peak counts the new ones alike in every variant.
+    opt.zero_grad();
     Allocator& a = cpu_allocator();
     const int64_t before = a.stats().current_bytes;
     a.reset_peak();
     const auto t0 = Clock::now();
-    r.loss = f(w.x);
+    r.loss = (*holder)(w.x);
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     r.alloc_peak = std::max(r.alloc_peak, a.stats().peak_bytes - before);
   }
-  r.ms = median(ms);
-  if (compiled) {
-    r.exec_peak = f.stats().last_peak_bytes;
-    r.predicted = f.stats().predicted_peak_bytes;
+  Row finish() {
+    r.ms = median(ms);
+    if (compiled) {
+      r.exec_peak = holder->stats().last_peak_bytes;
+      r.predicted = holder->stats().predicted_peak_bytes;
+    }
+    return r;
   }
-  return r;
-}
+};
 
 double mib(int64_t b) {
   return static_cast<double>(b) / (1024.0 * 1024.0);
 }
 
+// Paired runs: the variants take turns, one step each per round, so load
+// that drifts over the run (a shared host) affects them alike.
 void bench(const std::string& which, int reps) {
+  std::vector<std::unique_ptr<Variant>> vs;
+  for (const char* v : {"eager", "eager + checkpoint", "compiled, no remat", "compiled"})
+    vs.push_back(std::make_unique<Variant>(which, v, 0));
+  const int64_t base = vs.back()->holder->stats().predicted_peak_bytes;
+  vs.push_back(std::make_unique<Variant>(which, "compiled, budget 50%", base / 2));
+  vs.push_back(std::make_unique<Variant>(which, "compiled, budget 25%", base / 4));
+  for (int i = 0; i < reps; ++i)
+    for (auto& v : vs) v->step();
   std::vector<Row> rows;
-  rows.push_back(run(which, "eager", reps, 0));
-  rows.push_back(run(which, "eager + checkpoint", reps, 0));
-  rows.push_back(run(which, "compiled, no remat", reps, 0));
-  rows.push_back(run(which, "compiled", reps, 0));
-  const int64_t base = rows.back().predicted;
-  rows.push_back(run(which, "compiled, budget 50%", reps, base / 2));
-  rows.push_back(run(which, "compiled, budget 25%", reps, base / 4));
-  std::printf("\n%s (median of %d steps)\n", make(which).name, reps);
+  for (auto& v : vs) rows.push_back(v->finish());
+  std::printf("\n%s%s (median of %d steps)\n", make(which).name,
+              which == "mlp" ? str(", batch ", mlp_batch).c_str() : "", reps);
   std::printf(
       "| variant | step ms | x compiled | peak MiB (allocator) | x eager | executor peak MiB "
       "(measured / predicted) | loss |\n| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -168,8 +190,10 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      mlp_batch = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: remat_bench [--reps N] [--only mlp|transformer]\n");
+      std::fprintf(stderr, "usage: remat_bench [--reps N] [--only mlp|transformer] [--batch N]\n");
       return 2;
     }
   }

@@ -230,13 +230,30 @@ ExecutorOptions executor_options(const CompileOptions& opts, Device device, cons
 
 namespace {
 
+// The outputs that replace a captured tensor or argument (new parameters and
+// optimizer state), for the remat model: the executor writes them in place.
+std::vector<passes::StateWrite> state_writes(const Plan& p) {
+  std::vector<passes::StateWrite> w;
+  for (size_t o = 0; o < p.outputs.size(); ++o) {
+    const auto& b = p.outputs[o];
+    const bool cap = b.kind == ir::OutputBinding::kWrite;
+    if (!cap && b.kind != ir::OutputBinding::kArgWrite) continue;
+    for (size_t i = 0; i < p.inputs.size(); ++i)
+      if (p.inputs[i].index == b.index &&
+          p.inputs[i].kind == (cap ? ir::InputBinding::kCapture : ir::InputBinding::kArg))
+        w.push_back({static_cast<int>(o), static_cast<int>(i)});
+  }
+  return w;
+}
+
 // `p` (given for the whole or forward graph) receives the remat pass's report.
 std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts,
                                     Plan* p = nullptr) {
   profiler::Span span("compile", "passes");
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
-  passes::RematScope remat({.memory_budget = opts.memory_budget});
+  passes::RematScope remat({.memory_budget = opts.memory_budget,
+                            .writes = p ? state_writes(*p) : std::vector<passes::StateWrite>{}});
   passes::run_pipeline(*g, names);
   if (opts.pipeline.empty()) {
     passes::PipelineOptions once;
@@ -245,7 +262,8 @@ std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileO
   }
   if (p) {
     const passes::RematReport& r = remat.report();
-    p->remat_after = r.peak_before > 0 ? r.peak_after : passes::predicted_peak_bytes(*g);
+    p->remat_after =
+        r.peak_before > 0 ? r.peak_after : passes::predicted_peak_bytes(*g, state_writes(*p));
     p->remat_before = r.peak_before > 0 ? r.peak_before : p->remat_after;
     p->budget_met = opts.memory_budget <= 0 || p->remat_after <= opts.memory_budget;
     p->remat_log.clear();
@@ -282,7 +300,8 @@ void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOp
       profiler::Span span("compile", "codegen");  // fusion plan, lowering, kernels
       p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device, "graph"));
     }
-    p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
+    p.predicted_peak =
+        passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan(), state_writes(p));
     p.num_fwd_outputs = p.outputs.size();
     return;
   }
@@ -308,7 +327,7 @@ void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOp
   p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
   profiler::Span span("compile", "codegen");  // fusion plans, lowering, kernels
   p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
-  p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan());
+  p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan(), state_writes(p));
   p.bwd_exec =
       std::make_shared<Executor>(p.bwd_graph, executor_options(opts, p.device, "backward"));
 }

@@ -5,7 +5,8 @@
 //    order; a node's output buffer lives from the node to its last reader
 //    (graph outputs to the end). Views (kView ops) share their source's buffer
 //    and extend its life. Graph inputs (arguments, parameters, optimizer state)
-//    and constants exist anyway and are not counted (a view of a constant is). This is the
+//    and constants exist anyway and are not counted (a view of a constant is),
+//    nor are state writes the executor does in place (remat_model.cpp). This is the
 //    executor's accounting without fusion (fused temporaries are never stored), in-place reuse or
 //    placement, which all lower the measured peak.
 // 2. Where to cut: at the predicted peak (the earliest node where it occurs),
@@ -24,19 +25,25 @@
 //    The minimum cut is the cheapest set of values to save; every node on the
 //    sink side is recomputed. Ties prefer saving a needed value itself (no
 //    recomputation for nothing).
-// 4. What may be recomputed, by tier. Default policy: cheap elementwise ops
-//    (add, mul, compares, where, casts... not the kCostly ops of ops.def),
-//    views and fills: the recomputation fuses into the backward's kernels, so
-//    it costs little beyond bandwidth already paid. Under a memory budget,
-//    tiers escalate while the budget is not met: + costly math; + reductions
-//    and the other movement ops; then matmul/conv/pooling, all but every
-//    (d+1)-th of them (d = 1, 2, 3, in the order they run before the cut), so
-//    a recomputed path crosses at most d of them: the every-other-layer and
-//    sqrt(n)-style segment schemes. Left free, the cut would recompute the
-//    whole forward from the input (saving nothing: it costs no bytes) and the
-//    recomputed activations would pile up again in the backward. Never:
-//    random ops (the IR contract: never duplicated), collectives, multi-output
-//    ops.
+// 4. What a recomputation costs (recompute_cost): each recomputable value's
+//    in node also hangs off the source with capacity rate * cost, so the min
+//    cut weighs the bytes it keeps against the work it adds (a node on the
+//    sink side is recomputed and pays its edge). Costs, per output element at
+//    rate 1: cheap elementwise 1 (it fuses into the backward's kernel), kCostly
+//    math 16, reductions and copies 1 per input element, matmul/conv K/4 (K
+//    multiply-adds at BLAS's ~8x scalar rate); views and fills 0. The default
+//    policy is rate 1: cheap elementwise chains are recomputed, costly math
+//    and matmuls saved. Under a memory budget the rate drops by 4x per tier
+//    while the budget is not met (1/4; 1/16: costly math): the cheapest
+//    recomputation per byte saved comes first. Opaque ops (matmul, conv)
+//    join from rate 1/16 on, all but every (d+1)-th of them (d = 1, 1, 2, 3,
+//    in the order they run before the cut), so a recomputed path crosses at
+//    most d of them: the every-other-layer and sqrt(n)-style segment schemes.
+//    Left free, the cut would recompute the whole forward from the input (its
+//    cost is no match for a value's bytes at a low rate) and the recomputed
+//    activations would pile up again in the backward. Never recomputed:
+//    random ops (the IR contract: never duplicated), collectives,
+//    multi-output ops.
 // 5. Placement: a recomputed node goes just before its earliest reader after
 //    the cut (or before the earliest recomputed node that reads it), and those
 //    readers read the copy; the original dies at its last use before the cut.
@@ -54,12 +61,18 @@
 //    their temporaries are never stored) must not have grown, else the whole
 //    run is undone (checked once per run: plan_fusion is the costly part). So
 //    the pass never makes either peak worse.
-// 8. Budget: the pass stops as soon as the predicted peak fits. If no tier
-//    gets there, the report says budget_met = false with the smallest peak
-//    reached; the compile driver warns with both numbers.
+// 8. Budget: the pass stops as soon as the predicted peak fits. A cut that
+//    gets below the budget is narrowed first: values made before a window
+//    start are saved, and the latest start that still fits wins (a binary
+//    search), so a budget recomputes what it needs, not all a rate allows
+//    (16 identical layers: the last few, not all 16). If no tier gets there,
+//    the report says budget_met = false with the smallest peak reached and
+//    what that peak holds (RematReport::peak_composition, "floor:" in the
+//    log); the compile driver warns with both numbers.
 #include "kiln/passes/remat.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -70,6 +83,7 @@
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/passes/dce.h"
+#include "remat_internal.h"
 
 namespace kiln::passes {
 namespace {
@@ -77,95 +91,14 @@ namespace {
 using ir::Node;
 using ir::Value;
 
-constexpr int64_t kNominalDim = 64;  // a symbolic dim's size in the model
 constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 constexpr int kMaxCuts = 32;  // per tier
 
 thread_local RematScope* current_scope = nullptr;
 
-// ---- rule 1: the memory model ----
+// ---- rule 1: the memory model (remat_model.cpp) ----
 
-int64_t bytes_of(const Value* v, std::span<const int64_t> syms) {
-  int64_t n = 1;
-  for (const ir::SymInt& d : v->shape) n *= d.is_static() ? d.b : d.eval(syms);
-  return n * static_cast<int64_t>(dtype_size(v->dtype));
-}
-
-struct Model {
-  std::vector<Node*> nodes;      // in order
-  std::vector<int> root;         // by value id: the value owning its buffer, -1: not counted
-  std::vector<int64_t> bytes;    // by value id
-  std::vector<int> birth, last;  // by root id: position made, last position alive
-  std::vector<char> output;      // by value id: a graph output
-  int64_t peak = 0;
-  int at = 0;  // earliest position of the peak
-  int id_of(const Value* v) const { return v->id(); }
-};
-
-Model simulate(const ir::Graph& g) {
-  Model m;
-  m.nodes = g.nodes();
-  int ids = 0;
-  for (const Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
-  for (const Node* n : m.nodes)
-    for (const Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
-  const std::vector<int64_t> syms(static_cast<size_t>(g.num_syms), kNominalDim);
-  const auto sz = static_cast<size_t>(ids);
-  m.root.assign(sz, -1);
-  m.bytes.assign(sz, 0);
-  m.birth.assign(sz, -1);
-  m.last.assign(sz, -1);
-  m.output.assign(sz, 0);
-  for (const Value* v : g.outputs()) m.output[static_cast<size_t>(v->id())] = 1;
-  const int end = static_cast<int>(m.nodes.size()) - 1;
-  for (int p = 0; p <= end; ++p) {
-    const Node* n = m.nodes[static_cast<size_t>(p)];
-    for (const Value* in : n->inputs) {
-      const int r = m.root[static_cast<size_t>(in->id())];
-      if (r >= 0) m.last[static_cast<size_t>(r)] = std::max(m.last[static_cast<size_t>(r)], p);
-    }
-    for (const Value* v : n->outputs) {
-      const auto id = static_cast<size_t>(v->id());
-      m.bytes[id] = bytes_of(v, syms);
-      if (n->is_constant()) continue;
-      if (n->info().has(kView) && !n->inputs.empty()) {
-        const Value* src = n->inputs[0];
-        int r = m.root[static_cast<size_t>(src->id())];
-        if (r < 0 && src->producer && src->producer->is_constant()) {
-          // A view of a constant holds that buffer while it lives (the
-          // executor counts it from then on; a graph input's, never).
-          r = src->id();
-          if (m.birth[static_cast<size_t>(r)] < 0)
-            m.birth[static_cast<size_t>(r)] = m.last[static_cast<size_t>(r)] = p;
-        }
-        m.root[id] = r;
-        continue;
-      }
-      m.root[id] = static_cast<int>(id);
-      m.birth[id] = p;
-      m.last[id] = p;
-    }
-  }
-  for (const Value* v : g.outputs()) {
-    const int r = m.root[static_cast<size_t>(v->id())];
-    if (r >= 0) m.last[static_cast<size_t>(r)] = end;
-  }
-  std::vector<int64_t> diff(m.nodes.size() + 1, 0);
-  for (size_t r = 0; r < sz; ++r) {
-    if (m.birth[r] < 0) continue;
-    diff[static_cast<size_t>(m.birth[r])] += m.bytes[r];
-    diff[static_cast<size_t>(m.last[r]) + 1] -= m.bytes[r];
-  }
-  int64_t live = 0;
-  for (size_t p = 0; p < m.nodes.size(); ++p) {
-    live += diff[p];
-    if (live > m.peak) {
-      m.peak = live;
-      m.at = static_cast<int>(p);
-    }
-  }
-  return m;
-}
+using detail::Model;
 
 // ---- rule 3: max flow (Dinic) ----
 
@@ -273,27 +206,50 @@ class FlowNet {
   std::vector<size_t> iter_;
 };
 
-// ---- rule 4: tiers ----
+// ---- rule 4: what a recomputation costs ----
 
+// A tier is an exchange rate: recomputing n costs rate * recompute_cost(n)
+// byte-equivalents in the cut, against the bytes that saving a value keeps.
 struct Tier {
-  bool math = false;        // kCostly elementwise ops (ops.def)
-  bool reductions = false;  // reductions and non-view movement ops
-  int depth = 0;            // opaque ops (matmul, conv): all but every (depth+1)-th
+  int shift = 0;  // rate = 2^-shift
+  int depth = 0;  // opaque ops (matmul, conv): none if 0, else all but every (depth+1)-th
   const char* name = "";
 };
 
-// True if n may be recomputed in tier t; `opaque_rank` is n's number among
-// the opaque nodes before the cut (rule 4: every (depth+1)-th one is kept).
-bool recomputable(const Node& n, const Tier& t, int opaque_rank) {
-  if (n.is_constant() || n.outputs.size() != 1) return false;
+int64_t elems_of(const Value* v) {
+  int64_t n = 1;
+  for (const ir::SymInt& d : v->shape) n *= d.is_static() ? d.b : detail::kNominalDim;
+  return n;
+}
+
+// The time to compute n again, in byte-equivalents at rate 1: one per element
+// of a cheap elementwise op (it fuses into the backward's kernel, costing about
+// the bandwidth of one more operand), 16 of a kCostly one (erf, exp, div: tens
+// of instructions each; recomputing GELU's erf made a 16-layer MLP step 1.47x
+// slower, bench/remat_bench), one per input element of a reduction or copy,
+// and a quarter per multiply-add of a matmul or convolution (BLAS runs about
+// eight times the scalar rate). Views and fills are free. -1: never recomputed
+// (random ops: the IR contract; collectives; multi-output ops).
+double recompute_cost(const Node& n) {
+  if (n.is_constant() || n.outputs.size() != 1) return -1;
   const OpInfo& info = n.info();
-  if (info.has(kRandom) || info.has(kCollective)) return false;
-  if (info.has(kOpaque)) return t.depth > 0 && opaque_rank % (t.depth + 1) != t.depth;
-  // kCostly: recomputing GELU's erf in the backward made a 16-layer MLP step
-  // 1.47x slower (bench/remat_bench), so the default policy keeps them saved.
-  if (info.has(kElementwise) && info.has(kCostly)) return t.math;
-  if (info.has(kElementwise) || info.has(kView) || n.is_op(OpId::full)) return true;
-  return t.reductions && (info.has(kReduction) || info.has(kMovement) || info.has(kFactory));
+  if (info.has(kRandom) || info.has(kCollective)) return -1;
+  const double out = static_cast<double>(elems_of(n.output()));
+  if (info.has(kView) || n.is_op(OpId::full)) return 0;
+  if (info.has(kElementwise)) return out * (info.has(kCostly) ? 16 : 1);
+  double in = 0;
+  for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));
+  if (n.is_op(OpId::matmul) && !n.inputs.empty() && !n.inputs[0]->shape.empty()) {
+    const ir::SymInt& k = n.inputs[0]->shape.back();
+    return out * static_cast<double>(k.is_static() ? k.b : detail::kNominalDim) / 4;
+  }
+  if (info.has(kOpaque) && n.inputs.size() >= 2 && !n.inputs[1]->shape.empty()) {
+    // Convolutions: the weight's elements per output channel are the multiply-adds.
+    const ir::SymInt& c = n.inputs[1]->shape[0];
+    const int64_t channels = std::max<int64_t>(1, c.is_static() ? c.b : detail::kNominalDim);
+    return out * static_cast<double>(elems_of(n.inputs[1]) / channels) / 4;
+  }
+  return std::max(in, out);
 }
 
 // ---- rules 2 and 3: one cut ----
@@ -304,7 +260,9 @@ struct Cut {
   int64_t saved_bytes = 0;
 };
 
-Cut find_cut(const ir::Graph& g, const Model& m, int gap, const Tier& t) {
+// `lo`: values made before position lo are saved, never recomputed (rule 8's
+// window: a budget's cut recomputes no more than it needs).
+Cut find_cut(const ir::Graph& g, const Model& m, int gap, const Tier& t, int lo = 0) {
   Cut cut;
   const size_t ids = m.root.size();
   gap = std::min(gap, static_cast<int>(m.nodes.size()));
@@ -356,10 +314,17 @@ Cut find_cut(const ir::Graph& g, const Model& m, int gap, const Tier& t) {
     const int64_t kept = m.bytes[static_cast<size_t>(m.root[id])];
     net.add_edge(in, out, 2 * kept + (needed[id] ? 0 : 1));
     Node* n = v->producer;
-    if (!recomputable(*n, t, opaque_rank[id])) {
+    // Rule 4: recomputing n (v on the sink side) cuts src -> in at its cost.
+    const double cost = recompute_cost(*n);
+    const int rank = opaque_rank[id];
+    const bool opaque_kept =
+        n->info().has(kOpaque) && (t.depth == 0 || rank % (t.depth + 1) == t.depth);
+    if (cost < 0 || opaque_kept || pos(n) < lo) {
       net.add_edge(src, in, kInf);
       continue;
     }
+    const double scaled = std::ldexp(2 * cost, -t.shift);
+    if (scaled > 0) net.add_edge(src, in, std::min<int64_t>(kInf, std::llround(scaled)));
     for (Value* u : n->inputs)  // free values are available on both sides
       if (!is_free(u)) net.add_edge(get(u), in, kInf);
   }
@@ -464,6 +429,26 @@ void undo(ir::Graph& g, const Applied& a) {
   for (auto it = a.copies.rbegin(); it != a.copies.rend(); ++it) g.erase(*it);
 }
 
+// Rule 8: the cut of the latest window start (values made before it are
+// saved) that still `fits`; `full` (window 0) fits. Binary search: ~log2(gap) trial cuts.
+template <typename Fits>
+Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id, Cut full,
+                Fits fits) {
+  int lo = 0, hi = gap;  // the cut from lo fits; from hi, not known
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    Cut c = find_cut(g, m, gap, t, mid);
+    bool ok = false;
+    if (!c.recompute.empty()) {
+      Applied b = apply_cut(g, m, c, gap, id);
+      ok = !b.copies.empty() && fits();
+      undo(g, b);
+    }
+    (ok ? lo : hi) = mid;
+  }
+  return lo > 0 ? find_cut(g, m, gap, t, lo) : full;
+}
+
 std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
@@ -483,104 +468,6 @@ int64_t next_id(const ir::Graph& g) {
 
 }  // namespace
 
-int64_t predicted_peak_bytes(const ir::Graph& g) {
-  return simulate(g).peak;
-}
-
-int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan) {
-  const auto nodes = g.nodes();
-  const size_t n = nodes.size(), ng = plan.groups.size();
-  if (plan.group_of.size() != n) return simulate(g).peak;
-  auto pos = [&](const Node* x) { return g.position(x); };
-  auto unit = [&](size_t p) {
-    const int gi = plan.group_of[p];
-    return gi >= 0 ? static_cast<size_t>(gi) : ng + p;
-  };
-  // The executor's order: a unit runs when its producers have, earliest first position first.
-  const size_t nu = ng + n;
-  std::vector<size_t> first(nu, n);
-  std::vector<std::vector<size_t>> succ(nu);
-  std::vector<int> indeg(nu, 0);
-  for (size_t p = 0; p < n; ++p) {
-    const size_t u = unit(p);
-    first[u] = std::min(first[u], p);
-    for (const Value* v : nodes[p]->inputs) {
-      if (!v->producer) continue;
-      const size_t w = unit(pos(v->producer));
-      if (w == u) continue;
-      succ[w].push_back(u);
-      ++indeg[u];
-    }
-  }
-  std::set<std::pair<size_t, size_t>> ready;
-  for (size_t u = 0; u < nu; ++u)
-    if (first[u] < n && indeg[u] == 0) ready.insert({first[u], u});
-  std::vector<int> step(nu, 0);
-  int t = 0;
-  while (!ready.empty()) {
-    const size_t u = ready.begin()->second;
-    ready.erase(ready.begin());
-    step[u] = t++;
-    for (size_t w : succ[u])
-      if (--indeg[w] == 0) ready.insert({first[w], w});
-  }
-  // Buffers: materialized values (group outputs, unfused nodes' outputs) from
-  // their unit's step to the last step reading them (or one of their views).
-  int ids = 0;
-  for (const Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
-  for (const Node* x : nodes)
-    for (const Value* v : x->outputs) ids = std::max(ids, v->id() + 1);
-  std::vector<const Value*> root(static_cast<size_t>(ids), nullptr);  // by value id
-  std::vector<int> birth(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
-  auto root_of = [&](const Value* v) { return root[static_cast<size_t>(v->id())]; };
-  const std::vector<int64_t> syms(static_cast<size_t>(g.num_syms), kNominalDim);
-  for (size_t p = 0; p < n; ++p) {
-    const Node* x = nodes[p];
-    const int s = step[unit(p)];
-    for (const Value* v : x->inputs)
-      if (const Value* r = root_of(v)) {
-        int& l = last[static_cast<size_t>(r->id())];
-        l = std::max(l, s);
-      }
-    if (x->is_constant()) continue;
-    const int gi = plan.group_of[p];
-    for (const Value* v : x->outputs) {
-      const auto id = static_cast<size_t>(v->id());
-      if (gi >= 0) {
-        const auto& outs = plan.groups[static_cast<size_t>(gi)].outputs;
-        if (std::find(outs.begin(), outs.end(), v) == outs.end()) continue;  // in registers
-      } else if (x->info().has(kView) && !x->inputs.empty()) {
-        const Value* src = x->inputs[0];
-        root[id] = root_of(src);
-        if (!root[id] && src->producer && src->producer->is_constant()) {
-          root[id] = src;  // as in simulate(): the view holds the constant's buffer
-          const auto sid = static_cast<size_t>(src->id());
-          if (birth[sid] < 0) birth[sid] = last[sid] = s;
-        }
-        continue;
-      }
-      root[id] = v;
-      birth[id] = last[id] = s;
-    }
-  }
-  for (const Value* v : g.outputs())
-    if (const Value* r = root_of(v)) last[static_cast<size_t>(r->id())] = t;
-  std::vector<const Value*> by_id(static_cast<size_t>(ids), nullptr);
-  for (const Value* v : g.inputs()) by_id[static_cast<size_t>(v->id())] = v;
-  for (const Node* x : nodes)
-    for (const Value* v : x->outputs) by_id[static_cast<size_t>(v->id())] = v;
-  std::vector<int64_t> diff(static_cast<size_t>(t) + 2, 0);
-  for (size_t id = 0; id < by_id.size(); ++id) {
-    if (birth[id] < 0) continue;
-    const int64_t b = bytes_of(by_id[id], syms);
-    diff[static_cast<size_t>(birth[id])] += b;
-    diff[static_cast<size_t>(last[id]) + 1] -= b;
-  }
-  int64_t live = 0, peak = 0;
-  for (int64_t d : diff) peak = std::max(peak, live += d);
-  return peak;
-}
-
 RematScope::RematScope(RematOptions opts) : opts_(opts), outer_(current_scope) {
   report_.budget = opts.memory_budget;
   current_scope = this;
@@ -594,15 +481,24 @@ bool remat(ir::Graph& g) {
   RematReport local;
   RematReport& rep = current_scope ? current_scope->report() : local;
   const int64_t budget = current_scope ? current_scope->options().memory_budget : 0;
+  static const std::vector<StateWrite> kNoWrites;
+  const std::vector<StateWrite>& writes =
+      current_scope ? current_scope->options().writes : kNoWrites;
+  auto simulate = [&](const ir::Graph& x) { return detail::simulate(x, writes); };
   Model m = simulate(g);
   if (rep.peak_before == 0) rep.peak_before = m.peak;
-  static const Tier kDefault[] = {{false, false, 0, "cheap elementwise"}};
-  static const Tier kBudget[] = {{false, false, 0, "cheap elementwise"},
-                                 {true, false, 0, "+math"},
-                                 {true, true, 0, "+reductions"},
-                                 {true, true, 1, "+matmul, every 2nd kept"},
-                                 {true, true, 2, "+matmul, every 3rd kept"},
-                                 {true, true, 3, "+matmul, every 4th kept"}};
+  // Rule 4: the default rate recomputes cheap elementwise chains (1 per
+  // element against a saved f32's 4 bytes), not costly math (16) nor matmuls;
+  // a budget lowers the rate until the peak fits: costly math at 1/16,
+  // matmuls with k = 256 at 1/64, longer recompute chains at lower rates.
+  static const Tier kDefault[] = {{0, 0, "rate 1"}};
+  static const Tier kBudget[] = {{0, 0, "rate 1"},
+                                 {2, 0, "rate 1/4"},
+                                 {4, 0, "rate 1/16"},
+                                 {4, 1, "rate 1/16, matmuls but every 2nd"},
+                                 {6, 1, "rate 1/64, matmuls but every 2nd"},
+                                 {8, 2, "rate 1/256, matmuls but every 3rd"},
+                                 {10, 3, "rate 1/1024, matmuls but every 4th"}};
   const std::span<const Tier> tiers =
       budget > 0 ? std::span<const Tier>(kBudget) : std::span<const Tier>(kDefault);
   int64_t id = next_id(g);
@@ -631,6 +527,12 @@ bool remat(ir::Graph& g) {
           undo(g, a);
           continue;
         }
+        if (budget > 0 && simulate(g).peak <= budget) {
+          undo(g, a);
+          cut = just_enough(g, m, gap, t, id, std::move(cut),
+                            [&] { return simulate(g).peak <= budget; });
+          a = apply_cut(g, m, cut, gap, id);
+        }
         if (!original) {  // the graph as it was, for the fused check (taken once)
           undo(g, a);
           original = g.clone();
@@ -651,8 +553,8 @@ bool remat(ir::Graph& g) {
     }
   }
   if (changed) {
-    const int64_t was = predicted_peak_bytes(*original, plan_fusion(*original));
-    const int64_t now = predicted_peak_bytes(g, plan_fusion(g));
+    const int64_t was = predicted_peak_bytes(*original, plan_fusion(*original), writes);
+    const int64_t now = predicted_peak_bytes(g, plan_fusion(g), writes);
     if (now > was) {  // rule 7, fused schedule: keep the graph as it was
       rep.log.resize(first_log);
       rep.log.push_back(str("remat undone: the fused schedule's predicted peak would grow from ",
@@ -666,6 +568,8 @@ bool remat(ir::Graph& g) {
   }
   rep.peak_after = m.peak;
   rep.budget_met = budget <= 0 || m.peak <= budget;
+  rep.peak_composition = detail::peak_composition(g, m);
+  if (!rep.budget_met) rep.log.push_back("floor: " + rep.peak_composition);
   if (env::get_int("KILN_DEBUG", 0) >= 1)
     for (size_t k = first_log; k < rep.log.size(); ++k)
       std::fprintf(stderr, "[kiln] %s\n", rep.log[k].c_str());

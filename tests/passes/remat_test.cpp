@@ -156,7 +156,7 @@ TEST(Remat, BudgetRecomputesMatmulsAndReports) {
   EXPECT_TRUE(r.budget_met) << r.peak_after << " > " << r.budget;
   EXPECT_GT(r.splits, 0);
   ASSERT_FALSE(r.log.empty());
-  EXPECT_NE(r.log[0].find("+matmul"), std::string::npos) << r.log[0];
+  EXPECT_NE(r.log[0].find("rate 1/"), std::string::npos) << r.log[0];
   int marked_matmuls = 0;
   for (const ir::Node* n : g->nodes())
     marked_matmuls += n->is_op(OpId::matmul) && n->attrs.has("recompute");
@@ -175,6 +175,80 @@ TEST(Remat, UnreachableBudgetReportsTheSmallestPeak) {
   EXPECT_LT(r.peak_after, before);
   EXPECT_EQ(r.peak_after, predicted_peak_bytes(*g));
   EXPECT_GE(r.peak_after, 2 * 128 * 64 * 4);  // a matmul's input and output
+}
+
+TEST(Remat, BudgetRecomputesJustEnough) {
+  // A budget one buffer under the peak recomputes a window of the last
+  // layers, not every layer the rate allows (rule 8).
+  auto all = ir::parse(layers_text());
+  const int64_t before = predicted_peak_bytes(*all);
+  int most = 0;
+  {
+    RematScope scope({.memory_budget = 1});
+    remat(*all);
+    most = scope.report().recomputed;
+  }
+  auto g = ir::parse(layers_text());
+  RematScope scope({.memory_budget = before - 128 * 64 * 4});
+  remat(*g);
+  EXPECT_TRUE(scope.report().budget_met) << scope.report().peak_after;
+  EXPECT_GT(scope.report().recomputed, 0);
+  EXPECT_LT(scope.report().recomputed, most);
+  // Two layers' matmul and tanh; the rate's whole cut recomputes every other layer's.
+  EXPECT_LE(scope.report().recomputed, 4) << ::testing::PrintToString(scope.report().log);
+  EXPECT_NO_THROW(ir::verify(*g));
+}
+
+TEST(Remat, UnmetBudgetLogsTheFloor) {
+  // The floor's composition: what the smallest peak holds.
+  auto g = ir::parse(layers_text());
+  RematScope scope({.memory_budget = 1});
+  remat(*g);
+  const RematReport& r = scope.report();
+  ASSERT_FALSE(r.budget_met);
+  EXPECT_NE(r.peak_composition.find("gradients 0.00 MiB"), std::string::npos) << r.peak_composition;
+  EXPECT_EQ(r.log.back(), "floor: " + r.peak_composition);
+}
+
+// A parameter update: new = p - g*g, returned as the state that replaces p.
+constexpr const char* kUpdate = R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = mul(%1, %1) : f32[64, 64]
+  %3 = sub(%0, %2) : f32[64, 64]
+  %4 = mul(%2, %2) : f32[64, 64]
+  return %3 "out0", %4 "out1"
+}
+)";
+
+TEST(Remat, StateWritesInPlaceAreNotCounted) {
+  // Regression: the model counted every new parameter and optimizer state as
+  // a new buffer alive to the end, while the executor writes it over the
+  // input it replaces (a floor of all parameters under every budget).
+  auto g = ir::parse(testing::trim_leading_newline(kUpdate));
+  const int64_t buf = 64 * 64 * 4;
+  EXPECT_EQ(predicted_peak_bytes(*g), 3 * buf);
+  const std::vector<StateWrite> writes{{0, 0}};
+  EXPECT_EQ(predicted_peak_bytes(*g, writes), 2 * buf);
+  // Not when the input is read after the update: then it is a new buffer.
+  auto late = ir::parse(testing::trim_leading_newline(R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = mul(%1, %1) : f32[64, 64]
+  %3 = sub(%0, %2) : f32[64, 64]
+  %4 = mul(%0, %2) : f32[64, 64]
+  return %3 "out0", %4 "out1"
+}
+)"));
+  EXPECT_EQ(predicted_peak_bytes(*late, writes), 3 * buf);
+  // Nor when the input is also returned.
+  auto kept = ir::parse(testing::trim_leading_newline(R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = mul(%1, %1) : f32[64, 64]
+  %3 = sub(%0, %2) : f32[64, 64]
+  return %3 "out0", %0 "out1"
+}
+)"));
+  EXPECT_EQ(predicted_peak_bytes(*kept, writes), 2 * buf);
+  EXPECT_EQ(predicted_peak_bytes(*kept), 2 * buf);
 }
 
 }  // namespace

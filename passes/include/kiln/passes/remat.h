@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,22 @@
 
 namespace kiln::passes {
 
+/// A graph output that replaces graph input `input` (a parameter, optimizer
+/// state): the executor writes it into that input's buffer when its
+/// elementwise producer is the input's last reader, so it costs no memory then.
+struct StateWrite {
+  int output = 0;  ///< index in g.outputs()
+  int input = 0;   ///< index in g.inputs()
+};
+
 /// How the remat pass decides (set for a pipeline run with RematScope).
 struct RematOptions {
   /// Peak bytes the graph should fit (the model of predicted_peak_bytes); 0:
-  /// the default policy (cheap elementwise/view chains only, when the peak drops 1%).
+  /// the default policy (recompute what costs less than the bytes it frees at
+  /// the default exchange rate, when the peak drops 1%: cheap elementwise chains).
   int64_t memory_budget = 0;
+  /// The graph's state writes (see StateWrite); the compile driver sets them.
+  std::vector<StateWrite> writes = {};
 };
 
 /// What the remat pass did to one graph (over every run in a RematScope).
@@ -30,16 +42,21 @@ struct RematReport {
   int splits = 0;                ///< accepted cuts
   int recomputed = 0;            ///< nodes added as recomputations
   std::vector<std::string> log;  ///< one line per accepted cut
+  /// What the buffers alive at the final predicted peak are (gradients, other
+  /// graph outputs, values read after the peak, the working set): the floor
+  /// when a budget is not met.
+  std::string peak_composition;
 };
 
 /// Predicted peak bytes of running `g` node by node in its order: each node's
 /// output buffer lives from that node to its last use (views share their
 /// source's buffer; graph inputs and constants are not counted; graph outputs
-/// live to the end). Symbolic dims count as 64.
-int64_t predicted_peak_bytes(const ir::Graph& g);
+/// live to the end, except state writes done in place). Symbolic dims count as 64.
+int64_t predicted_peak_bytes(const ir::Graph& g, std::span<const StateWrite> writes = {});
 /// The same for the executor's schedule of `g` under a fusion plan: groups run
 /// as units in the executor's order, values inside a group are never stored.
-int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan);
+int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
+                             std::span<const StateWrite> writes = {});
 
 /// While alive, the remat pass on this thread uses `opts` and records what it
 /// does into report() (scopes nest; the innermost wins).

@@ -1,0 +1,305 @@
+// The memory model of rematerialization (rule 1 of remat.cpp): the predicted
+// peak of a graph run node by node, and of the executor's fused schedule.
+//
+// State writes (RematOptions::writes): the executor writes a new parameter or
+// optimizer state into the buffer of the input it replaces when the kernel
+// that makes it reads that input elementwise and nothing reads the input (or
+// a view of it) afterwards; such an output is then no new buffer. Counting it
+// would put a floor of every parameter and state buffer under the model's
+// peak that the measured one does not have.
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <set>
+
+#include "kiln/error.h"
+#include "remat_internal.h"
+
+namespace kiln::passes::detail {
+namespace {
+
+using ir::Node;
+using ir::Value;
+
+int num_ids(const ir::Graph& g) {
+  int ids = 0;
+  for (const Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
+  for (const Node* n : g.nodes())
+    for (const Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
+  return ids;
+}
+
+// Graph inputs a state write may reuse, by value id of the output: the input's
+// value id, or -1. An input that is itself (or through a view) a graph output
+// is never reused (the executor's rule too).
+std::vector<int> write_targets(const ir::Graph& g, std::span<const StateWrite> writes, int ids) {
+  std::vector<int> into(static_cast<size_t>(ids), -1);
+  if (writes.empty()) return into;
+  std::vector<int> origin(static_cast<size_t>(ids), -1);  // input a view chain starts from
+  for (const Value* v : g.inputs()) origin[static_cast<size_t>(v->id())] = v->id();
+  for (const Node* n : g.nodes())
+    if (!n->is_constant() && n->info().has(kView) && !n->inputs.empty())
+      for (const Value* o : n->outputs)
+        origin[static_cast<size_t>(o->id())] = origin[static_cast<size_t>(n->inputs[0]->id())];
+  std::vector<char> returned(static_cast<size_t>(ids), 0);
+  for (const Value* o : g.outputs())
+    if (const int r = origin[static_cast<size_t>(o->id())]; r >= 0)
+      returned[static_cast<size_t>(r)] = 1;
+  const auto outs = g.outputs();
+  const auto ins = g.inputs();
+  for (const StateWrite& w : writes) {
+    if (w.output < 0 || w.input < 0 || static_cast<size_t>(w.output) >= outs.size() ||
+        static_cast<size_t>(w.input) >= ins.size())
+      continue;
+    const Value* o = outs[static_cast<size_t>(w.output)];
+    const Value* x = ins[static_cast<size_t>(w.input)];
+    if (!o->producer || o->producer->is_constant() || returned[static_cast<size_t>(x->id())] ||
+        !o->producer->info().has(kElementwise) || o->dtype != x->dtype || o->shape != x->shape)
+      continue;
+    into[static_cast<size_t>(o->id())] = x->id();
+  }
+  // An output listed twice (two inputs) reuses neither.
+  return into;
+}
+
+// The last position (by `at`) reading each graph input directly or through views.
+template <typename At>
+std::vector<int> input_last_use(const ir::Graph& g, int ids, At at) {
+  std::vector<int> origin(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
+  for (const Value* v : g.inputs()) origin[static_cast<size_t>(v->id())] = v->id();
+  const auto nodes = g.nodes();
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    const Node* n = nodes[p];
+    for (const Value* in : n->inputs)
+      if (const int r = origin[static_cast<size_t>(in->id())]; r >= 0)
+        last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], at(p));
+    if (!n->is_constant() && n->info().has(kView) && !n->inputs.empty())
+      for (const Value* o : n->outputs)
+        origin[static_cast<size_t>(o->id())] = origin[static_cast<size_t>(n->inputs[0]->id())];
+  }
+  return last;
+}
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+int64_t bytes_of(const Value* v, std::span<const int64_t> syms) {
+  int64_t n = 1;
+  for (const ir::SymInt& d : v->shape) n *= d.is_static() ? d.b : d.eval(syms);
+  return n * static_cast<int64_t>(dtype_size(v->dtype));
+}
+
+Model simulate(const ir::Graph& g, std::span<const StateWrite> writes) {
+  Model m;
+  m.nodes = g.nodes();
+  const int ids = num_ids(g);
+  const std::vector<int64_t> syms(static_cast<size_t>(g.num_syms), kNominalDim);
+  const auto sz = static_cast<size_t>(ids);
+  m.root.assign(sz, -1);
+  m.bytes.assign(sz, 0);
+  m.birth.assign(sz, -1);
+  m.last.assign(sz, -1);
+  m.output.assign(sz, 0);
+  for (const Value* v : g.outputs()) m.output[static_cast<size_t>(v->id())] = 1;
+  const std::vector<int> into = write_targets(g, writes, ids);
+  const std::vector<int> input_last =
+      writes.empty() ? std::vector<int>()
+                     : input_last_use(g, ids, [](size_t p) { return static_cast<int>(p); });
+  const int end = static_cast<int>(m.nodes.size()) - 1;
+  for (int p = 0; p <= end; ++p) {
+    const Node* n = m.nodes[static_cast<size_t>(p)];
+    for (const Value* in : n->inputs) {
+      const int r = m.root[static_cast<size_t>(in->id())];
+      if (r >= 0) m.last[static_cast<size_t>(r)] = std::max(m.last[static_cast<size_t>(r)], p);
+    }
+    for (const Value* v : n->outputs) {
+      const auto id = static_cast<size_t>(v->id());
+      m.bytes[id] = bytes_of(v, syms);
+      if (n->is_constant()) continue;
+      if (const int x = into[id]; x >= 0 && input_last[static_cast<size_t>(x)] <= p)
+        continue;  // written over the input it replaces: no new buffer
+      if (n->info().has(kView) && !n->inputs.empty()) {
+        const Value* src = n->inputs[0];
+        int r = m.root[static_cast<size_t>(src->id())];
+        if (r < 0 && src->producer && src->producer->is_constant()) {
+          // A view of a constant holds that buffer while it lives (the
+          // executor counts it from then on; a graph input's, never).
+          r = src->id();
+          if (m.birth[static_cast<size_t>(r)] < 0)
+            m.birth[static_cast<size_t>(r)] = m.last[static_cast<size_t>(r)] = p;
+        }
+        m.root[id] = r;
+        continue;
+      }
+      m.root[id] = static_cast<int>(id);
+      m.birth[id] = p;
+      m.last[id] = p;
+    }
+  }
+  for (const Value* v : g.outputs()) {
+    const int r = m.root[static_cast<size_t>(v->id())];
+    if (r >= 0) m.last[static_cast<size_t>(r)] = end;
+  }
+  std::vector<int64_t> diff(m.nodes.size() + 1, 0);
+  for (size_t r = 0; r < sz; ++r) {
+    if (m.birth[r] < 0) continue;
+    diff[static_cast<size_t>(m.birth[r])] += m.bytes[r];
+    diff[static_cast<size_t>(m.last[r]) + 1] -= m.bytes[r];
+  }
+  int64_t live = 0;
+  for (size_t p = 0; p < m.nodes.size(); ++p) {
+    live += diff[p];
+    if (live > m.peak) {
+      m.peak = live;
+      m.at = static_cast<int>(p);
+    }
+  }
+  return m;
+}
+
+std::string peak_composition(const ir::Graph& g, const Model& m) {
+  if (m.peak == 0) return "";
+  int64_t grads = 0, outs = 0, later = 0, work = 0;
+  int n_grads = 0, n_outs = 0, n_later = 0, n_work = 0;
+  std::vector<char> grad(m.root.size(), 0);
+  for (size_t o = 0; o < g.outputs().size(); ++o)
+    if (g.is_gradient_output(o)) grad[static_cast<size_t>(g.outputs()[o]->id())] = 1;
+  for (size_t r = 0; r < m.root.size(); ++r) {
+    if (m.birth[r] < 0 || m.birth[r] > m.at || m.last[r] < m.at) continue;
+    const int64_t b = m.bytes[r];
+    if (grad[r]) {
+      grads += b;
+      ++n_grads;
+    } else if (m.output[r]) {
+      outs += b;
+      ++n_outs;
+    } else if (m.birth[r] < m.at && m.last[r] > m.at) {
+      later += b;
+      ++n_later;
+    } else {
+      work += b;
+      ++n_work;
+    }
+  }
+  const Node* at = m.nodes[static_cast<size_t>(m.at)];
+  return str("peak ", mib(m.peak), " at node ", m.at, " (", op_name(at->op), "): gradients ",
+             mib(grads), " (", n_grads, "), other graph outputs ", mib(outs), " (", n_outs,
+             "), values made before and read after it ", mib(later), " (", n_later,
+             "), its own inputs and outputs ", mib(work), " (", n_work, ")");
+}
+
+}  // namespace kiln::passes::detail
+
+namespace kiln::passes {
+
+int64_t predicted_peak_bytes(const ir::Graph& g, std::span<const StateWrite> writes) {
+  return detail::simulate(g, writes).peak;
+}
+
+int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
+                             std::span<const StateWrite> writes) {
+  using ir::Node;
+  using ir::Value;
+  const auto nodes = g.nodes();
+  const size_t n = nodes.size(), ng = plan.groups.size();
+  if (plan.group_of.size() != n) return detail::simulate(g, writes).peak;
+  auto pos = [&](const Node* x) { return g.position(x); };
+  auto unit = [&](size_t p) {
+    const int gi = plan.group_of[p];
+    return gi >= 0 ? static_cast<size_t>(gi) : ng + p;
+  };
+  // The executor's order: a unit runs when its producers have, earliest first position first.
+  const size_t nu = ng + n;
+  std::vector<size_t> first(nu, n);
+  std::vector<std::vector<size_t>> succ(nu);
+  std::vector<int> indeg(nu, 0);
+  for (size_t p = 0; p < n; ++p) {
+    const size_t u = unit(p);
+    first[u] = std::min(first[u], p);
+    for (const Value* v : nodes[p]->inputs) {
+      if (!v->producer) continue;
+      const size_t w = unit(pos(v->producer));
+      if (w == u) continue;
+      succ[w].push_back(u);
+      ++indeg[u];
+    }
+  }
+  std::set<std::pair<size_t, size_t>> ready;
+  for (size_t u = 0; u < nu; ++u)
+    if (first[u] < n && indeg[u] == 0) ready.insert({first[u], u});
+  std::vector<int> step(nu, 0);
+  int t = 0;
+  while (!ready.empty()) {
+    const size_t u = ready.begin()->second;
+    ready.erase(ready.begin());
+    step[u] = t++;
+    for (size_t w : succ[u])
+      if (--indeg[w] == 0) ready.insert({first[w], w});
+  }
+  // Buffers: materialized values (group outputs, unfused nodes' outputs) from
+  // their unit's step to the last step reading them (or one of their views).
+  const int ids = detail::num_ids(g);
+  const std::vector<int> into = detail::write_targets(g, writes, ids);
+  const std::vector<int> input_last =
+      writes.empty() ? std::vector<int>()
+                     : detail::input_last_use(g, ids, [&](size_t p) { return step[unit(p)]; });
+  std::vector<const Value*> root(static_cast<size_t>(ids), nullptr);  // by value id
+  std::vector<int> birth(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
+  auto root_of = [&](const Value* v) { return root[static_cast<size_t>(v->id())]; };
+  const std::vector<int64_t> syms(static_cast<size_t>(g.num_syms), detail::kNominalDim);
+  for (size_t p = 0; p < n; ++p) {
+    const Node* x = nodes[p];
+    const int s = step[unit(p)];
+    for (const Value* v : x->inputs)
+      if (const Value* r = root_of(v)) {
+        int& l = last[static_cast<size_t>(r->id())];
+        l = std::max(l, s);
+      }
+    if (x->is_constant()) continue;
+    const int gi = plan.group_of[p];
+    for (const Value* v : x->outputs) {
+      const auto id = static_cast<size_t>(v->id());
+      if (gi >= 0) {
+        const auto& outs = plan.groups[static_cast<size_t>(gi)].outputs;
+        if (std::find(outs.begin(), outs.end(), v) == outs.end()) continue;  // in registers
+      }
+      if (const int w = into[id]; w >= 0 && input_last[static_cast<size_t>(w)] <= s)
+        continue;  // written over the input it replaces
+      if (gi < 0 && x->info().has(kView) && !x->inputs.empty()) {
+        const Value* src = x->inputs[0];
+        root[id] = root_of(src);
+        if (!root[id] && src->producer && src->producer->is_constant()) {
+          root[id] = src;  // as in simulate(): the view holds the constant's buffer
+          const auto sid = static_cast<size_t>(src->id());
+          if (birth[sid] < 0) birth[sid] = last[sid] = s;
+        }
+        continue;
+      }
+      root[id] = v;
+      birth[id] = last[id] = s;
+    }
+  }
+  for (const Value* v : g.outputs())
+    if (const Value* r = root_of(v)) last[static_cast<size_t>(r->id())] = t;
+  std::vector<const Value*> by_id(static_cast<size_t>(ids), nullptr);
+  for (const Value* v : g.inputs()) by_id[static_cast<size_t>(v->id())] = v;
+  for (const Node* x : nodes)
+    for (const Value* v : x->outputs) by_id[static_cast<size_t>(v->id())] = v;
+  std::vector<int64_t> diff(static_cast<size_t>(t) + 2, 0);
+  for (size_t id = 0; id < by_id.size(); ++id) {
+    if (birth[id] < 0) continue;
+    const int64_t b = detail::bytes_of(by_id[id], syms);
+    diff[static_cast<size_t>(birth[id])] += b;
+    diff[static_cast<size_t>(last[id]) + 1] -= b;
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : diff) peak = std::max(peak, live += d);
+  return peak;
+}
+
+}  // namespace kiln::passes
