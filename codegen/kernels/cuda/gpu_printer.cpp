@@ -345,6 +345,20 @@ bool has_column_sums(const Kernel& k) {
 
 namespace detail {
 
+std::string kernel_head(const Kernel& k, const std::string& symbol, const char* count) {
+  std::ostringstream os;
+  os << "KILN_KERNEL void " << symbol << "(";
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    const kir::Arg& arg = k.args[a];
+    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
+       << ", ";
+  }
+  os << "kiln_i64 " << count;
+  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
+  os << (has_column_sums(k) ? ", kiln_i64 parts" : "") << ") {\n";
+  return os.str();
+}
+
 LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& sfx,
                    const std::string& indent) {
   std::ostringstream ld, mt, st;
@@ -422,15 +436,7 @@ std::string print_kernel(const Kernel& k, const std::string& symbol) {
   os << tables_for(k);
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
   // element is loaded before it is stored, by the same thread.
-  os << "KILN_KERNEL void " << symbol << "(";
-  for (size_t a = 0; a < k.args.size(); ++a) {
-    const kir::Arg& arg = k.args[a];
-    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
-       << ", ";
-  }
-  os << "kiln_i64 n";
-  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
-  os << ") {\n";
+  os << kernel_head(k, symbol, "n");
   // Grid-stride loop, kUnroll elements a stride apart per iteration: each
   // thread has kUnroll independent, coalesced loads in flight (one 4-byte load
   // per thread leaves an H200 at ~45% of its bandwidth), then the remainder.

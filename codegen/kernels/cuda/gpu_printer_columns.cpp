@@ -90,16 +90,7 @@ std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol)
   for (const kir::Store& s : k.stores)
     if (s.accumulate) summed.push_back(s.arg);
   std::ostringstream os;
-  os << "KILN_KERNEL void " << symbol << "(";
-  for (size_t a = 0; a < k.args.size(); ++a) {
-    const kir::Arg& arg = k.args[a];
-    os << "KILN_GLOBAL " << (arg.is_output ? "" : "const ") << storage_type(arg.dtype) << "* p" << a
-       << ", ";
-  }
-  os << "kiln_i64 n";
-  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
-  os << ", kiln_i64 parts) {\n"
-     << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n"
+  os << kernel_head(k, symbol, "n") << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n"
      << "  const kiln_i64 rows = n / inner;\n"
      << part_loop_head("inner");
   for (int a : summed) os << "      double acc" << a << " = 0.0;\n";

@@ -33,6 +33,11 @@ std::string load(DType t, const std::string& p, const std::string& off);
 /// A compute-type value converted for storing as dtype t.
 std::string store_value(DType t, const std::string& v);
 
+/// A printed kernel's signature and opening brace: a pointer per argument,
+/// the work-item count named `count`, the sizes, and `parts` when `k` has
+/// column sums (gpu_printer.h's launch ABI).
+std::string kernel_head(const kir::Kernel& k, const std::string& symbol, const char* count);
+
 /// The statements of one element ("lane") at flat index `idx`, in three parts
 /// so a thread can issue the loads of several elements before computing any:
 /// the loads (with coordinates and offsets), the arithmetic, the stores. Names

@@ -273,16 +273,10 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   KILN_ASSERT(max_unroll >= 1, "row kernel unroll ", max_unroll);
   const kir::detail::Analysis an = kir::detail::analyze(k);
   std::ostringstream os;
-  os << "KILN_KERNEL void " << symbol << "(";
-  for (size_t a = 0; a < k.args.size(); ++a)
-    os << "KILN_GLOBAL " << (k.args[a].is_output ? "" : "const ") << storage_type(k.args[a].dtype)
-       << "* p" << a << ", ";
-  os << "kiln_i64 rows";
-  for (int d = 0; d < k.rank; ++d) os << ", kiln_i64 s" << d;
+  os << kernel_head(k, symbol, "rows");
   std::vector<int> summed;  // column sums: a part of rows per block (see gpu_printer.h)
   for (const kir::Store& s : k.stores)
     if (s.accumulate) summed.push_back(s.arg);
-  os << (summed.empty() ? "" : ", kiln_i64 parts") << ") {\n";
   // Local memory at the kernel's top scope (OpenCL requires it there): the
   // per-warp partials, and the emulated device's shuffle scratch.
   os << "  KILN_SHUFFLE_SCRATCH;\n";
