@@ -5,6 +5,8 @@
 
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/module.h"
+#include "kiln/distributed/ddp.h"
+#include "kiln/distributed/process_group.h"
 #include "nccl_lib.h"
 
 namespace kiln::dist::nccl {
@@ -53,6 +55,59 @@ TEST(Nccl, OneRankAllReduceOnTheGpu) {
   check(lib().ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
   EXPECT_EQ(async, ncclSuccess);
   check(lib().ncclCommDestroy(comm), "ncclCommDestroy");
+}
+
+// On a GPU (tools/device/gpu_checks.sh): a one-rank NCCL process group over
+// the real library, its collectives, and two DDP steps of a small MLP on the
+// device against the same steps on the CPU.
+TEST(Nccl, OneRankGroupAndDdpStepsOnTheGpu) {
+  if (!cuda::is_available() || cuda::driver().emulated)
+    GTEST_SKIP() << "no CUDA GPU: " << cuda::unavailable_reason();
+  TCPStoreServerOptions so;
+  so.host = "127.0.0.1";
+  TCPStoreServer server(so);
+  TCPStoreOptions co;
+  co.host = "127.0.0.1";
+  co.port = server.port();
+  auto pg = make_nccl_group(std::make_shared<TCPStore>(co), 0, 1, 0, {}, "gpu");
+  ASSERT_EQ(pg->backend(), "nccl");
+  Tensor x = arange(0.0, 1000.0, 1.0, DType::f32).to(Device::cuda(0));
+  pg->all_reduce(x, ReduceOp::kAvg)->wait();
+  pg->broadcast(x, 0)->wait();
+  pg->barrier()->wait(std::chrono::milliseconds(60000));
+  Tensor back = x.to(Device::cpu());
+  EXPECT_EQ(back.data<float>()[999], 999.0f);
+
+  auto make = [] {
+    manual_seed(7);
+    return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(32, 64),
+                                            std::make_shared<nn::ReLU>(),
+                                            std::make_shared<nn::Linear>(64, 10));
+  };
+  manual_seed(1);
+  Tensor in = randn({16, 32});
+  Tensor target = randint(0, 10, {16});
+  auto ref = make();
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.1});
+  auto m = make();
+  m->to(Device::cuda(0));
+  DistributedDataParallel ddp(m, {.first_bucket_mb = 1e-3, .process_group = pg});
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  const Tensor in_gpu = in.to(Device::cuda(0)), target_gpu = target.to(Device::cuda(0));
+  for (int step = 0; step < 2; ++step) {
+    ref_opt.zero_grad();
+    cross_entropy(ref->forward(in), target).backward();
+    ref_opt.step();
+    opt.zero_grad();
+    cross_entropy(ddp(in_gpu), target_gpu).backward();
+    opt.step();
+  }
+  auto want = ref->parameters(), got = m->parameters();
+  for (size_t i = 0; i < want.size(); ++i) {
+    Tensor g = got[i].to(Device::cpu());
+    for (int64_t k = 0; k < g.numel(); ++k)
+      EXPECT_NEAR(g.data<float>()[k], want[i].data<float>()[k], 1e-4) << "param " << i;
+  }
 }
 
 }  // namespace
