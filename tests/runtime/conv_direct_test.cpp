@@ -131,16 +131,20 @@ TEST(ConvDirect, MatchesReferenceAtTheEdges) {
       {2, 6, 9, 8, 6, 3, 3, 1, 1, 2, 1},     {1, 6, 7, 7, 9, 3, 3, 1, 1, 3, 1},
       {1, 70, 41, 40, 5, 3, 3, 1, 1, 1, 1},  {2, 32, 32, 32, 32, 3, 3, 1, 1, 1, 1},
       {2, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1}, {2, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1},
-      {1, 3, 4, 4, 2, 2, 2, 1, 1, 1, 1},
+      {1, 3, 4, 4, 2, 2, 2, 1, 1, 1, 1},     {2, 8, 7, 9, 6, 3, 3, 1, 1, 2, 1},
+      {1, 9, 5, 11, 19, 3, 3, 1, 1, 1, 1},
   };
+  int grad_weight = 0;
   uint64_t seed = 1;
   for (const Case& c : cases) {
     ASSERT_TRUE(ops::direct_conv_applies(shape_of(c))) << c.C << " " << c.H << "x" << c.W;
+    grad_weight += ops::direct_conv_grad_weight_applies(shape_of(c));
     for (DType dt : {DType::f32, DType::f64}) {
       check_case(c, dt, seed);
       seed += 3;
     }
   }
+  EXPECT_GE(grad_weight, 9);  // the weight-gradient kernel, beside the forward one
 }
 
 // Random shapes, unit stride and stride 2 (the general path) alike.
@@ -172,7 +176,7 @@ TEST(ConvDirect, MatchesReferenceOnRandomShapes) {
 }
 
 // A batch of one splits each image's channel blocks over the pool: 1, 2 and 3
-// threads give the same bits, forward and input gradient.
+// threads give the same bits, forward and both gradients.
 TEST(ConvDirect, ThreadCountDoesNotChangeResults) {
   const Case c{1, 8, 12, 12, 21, 3, 3, 1, 1, 1, 1};
   Tensor x0 = random({1, 8, 12, 12}, 5, DType::f32), w0 = random({21, 8, 3, 3}, 6, DType::f32);
@@ -181,19 +185,20 @@ TEST(ConvDirect, ThreadCountDoesNotChangeResults) {
   std::vector<V> runs;
   for (int n : {1, 2, 3}) {
     set_num_threads(n);
-    Tensor x = x0.detach().requires_grad_();
-    Tensor y = conv2d(x, w0, {}, options(c));
+    Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
+    Tensor y = conv2d(x, w, {}, options(c));
     y.backward(gy);
-    runs.push_back(y.to_vector<double>());
-    runs.push_back(x.grad().to_vector<double>());
+    for (const Tensor& t : {y, x.grad(), w.grad()}) runs.push_back(t.to_vector<double>());
   }
   set_num_threads(before);
-  for (size_t i = 2; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 2]) << i;
+  for (size_t i = 3; i < runs.size(); ++i) EXPECT_EQ(runs[i], runs[i % 3]) << i;
 }
 
-// First and second derivatives through autograd on unit-stride convolutions.
+// First and second derivatives through autograd on unit-stride convolutions
+// (the first case's weight gradient runs the direct kernel too).
 TEST(ConvDirect, Gradcheck) {
-  const Case cases[] = {{2, 3, 5, 6, 5, 3, 3, 1, 1, 1, 1}, {1, 4, 6, 5, 6, 3, 2, 2, 2, 2, 1}};
+  const Case cases[] = {{2, 4, 5, 6, 5, 3, 3, 1, 1, 1, 1}, {1, 4, 6, 5, 6, 3, 2, 2, 2, 2, 1}};
+  ASSERT_TRUE(ops::direct_conv_grad_weight_applies(shape_of(cases[0])));
   uint64_t seed = 40;
   for (const Case& c : cases) {
     ASSERT_TRUE(ops::direct_conv_applies(shape_of(c)));

@@ -1,5 +1,5 @@
 // 2-D convolution as im2col + GEMM (per image and group) or, for unit stride,
-// the direct kernel of conv_direct.cpp; its two gradient primitives, and the
+// the direct kernels of conv_direct.cpp; its two gradient primitives, and the
 // public conv2d (which adds the bias). The pooling ops of this family live in
 // pool.cpp.
 //
@@ -167,10 +167,14 @@ const T* image_cols(const T* xg, const ConvGeom& g, std::vector<T>& col) {
   return col.data();
 }
 
+DirectConvShape direct_shape(const ConvGeom& g) {
+  return {g.N,  g.C,  g.H,  g.W,  g.O,  g.kH, g.kW, g.Ho,
+          g.Wo, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+}
+
 template <typename T>
 void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
-  const DirectConvShape ds{g.N,  g.C,  g.H,  g.W,  g.O,  g.kH, g.kW, g.Ho,
-                           g.Wo, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+  const DirectConvShape ds = direct_shape(g);
   if (direct_conv_applies(ds)) {  // unit stride: no im2col (conv_direct.cpp)
     direct_conv_forward(x, w, y, ds);
     return;
@@ -236,6 +240,11 @@ void conv_grad_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
 
 template <typename T>
 void conv_grad_weight(const T* x, const T* gy, T* gw, const ConvGeom& g) {
+  const DirectConvShape ds = direct_shape(g);
+  if (direct_conv_grad_weight_applies(ds)) {  // unit stride: conv_direct.cpp
+    direct_conv_grad_weight(x, gy, gw, ds);
+    return;
+  }
   const int64_t Og = g.Og(), K = g.kdim(), L = g.L();
   // gW = sum over images of grad_n @ col_n^T: fixed blocks of images (set by
   // N alone, so results do not depend on the threads) sum into their own

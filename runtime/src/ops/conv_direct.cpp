@@ -185,6 +185,90 @@ void image_group(const T* xp, const T* wg, int64_t Cg, int64_t Og, int64_t ob0, 
   }
 }
 
+// ---- weight gradient ----
+// gw[o, c, tap] = sum over images and q of gy[o, q] * xp[c, q + tap]. The
+// output gradient is transposed per image to gyT [q][Op] (output channels
+// contiguous, Op = Og rounded up to whole vectors; zeros at the dropped
+// columns), so a tile of kGwVecs vectors of output channels by kGwTaps taps
+// accumulates over q with one broadcast of x per tap: no horizontal sums.
+constexpr int kGwVecs = 4;
+constexpr int kGwTaps = 3;
+
+template <typename T, int NV, int NT>
+void gw_tile(const T* gyT, int64_t Op, const T* xc, const int64_t* taps, int64_t q0, int64_t q1,
+             T* out) {
+  using V = typename Vec<T>::V;
+  constexpr int64_t L = Vec<T>::kLanes;
+  V acc[NV][NT];
+  for (int i = 0; i < NV; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = V{};
+  for (int64_t q = q0; q < q1; ++q) {
+    T xb[NT];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) xb[j] = xc[q + taps[j]];
+    const T* g = gyT + q * Op;
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) {
+      V gv = load(g + i * L);
+#if defined(__x86_64__)
+      // Keeps gv in a register: GCC would otherwise fold the load into each of
+      // the NT multiply-adds, and the load ports, not the FMAs, set the pace.
+      asm("" : "+x"(gv));
+#endif
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) acc[i][j] += xb[j] * gv;
+    }
+  }
+  for (int j = 0; j < NT; ++j)
+    for (int i = 0; i < NV; ++i)
+      store(out + j * Op + i * L, load(out + j * Op + i * L) + acc[i][j]);
+}
+
+// All taps of one channel's plane xc over positions [q0, q1), for the NV
+// vectors of output channels at gyT (out: [tap][Op] of that channel).
+template <typename T, int NV>
+void gw_taps(const T* gyT, int64_t Op, const T* xc, const Plan& p, int64_t q0, int64_t q1, T* out) {
+  const int64_t kk = static_cast<int64_t>(p.taps.size());
+  int64_t t = 0;
+  for (; t + kGwTaps <= kk; t += kGwTaps)
+    gw_tile<T, NV, kGwTaps>(gyT, Op, xc, p.taps.data() + t, q0, q1, out + t * Op);
+  for (; t < kk; ++t) gw_tile<T, NV, 1>(gyT, Op, xc, p.taps.data() + t, q0, q1, out + t * Op);
+}
+
+// Adds one image group's contribution to out [Cg][tap][Op]: xp its padded
+// planes, gyT its transposed output gradient. Positions go in blocks whose
+// rows of gyT (about 16 KB) stay in L1 while every channel reads them.
+template <typename T>
+void gw_image(const T* xp, const T* gyT, int64_t Cg, int64_t Op, const Plan& p, T* out) {
+  constexpr int64_t L = Vec<T>::kLanes;
+  const int64_t kk = static_cast<int64_t>(p.taps.size()), vecs = Op / L;
+  const int64_t block = std::max<int64_t>(16, 4096 / Op);
+  for (int64_t q0 = 0; q0 < p.Q; q0 += block) {
+    const int64_t q1 = std::min(p.Q, q0 + block);
+    for (int64_t c = 0; c < Cg; ++c) {
+      const T* xc = xp + c * p.Ps;
+      T* oc = out + c * kk * Op;
+      int64_t v = 0;
+      for (; v + kGwVecs <= vecs; v += kGwVecs)
+        gw_taps<T, kGwVecs>(gyT + v * L, Op, xc, p, q0, q1, oc + v * L);
+      const T* g = gyT + v * L;
+      switch (vecs - v) {
+        case 3:
+          gw_taps<T, 3>(g, Op, xc, p, q0, q1, oc + v * L);
+          break;
+        case 2:
+          gw_taps<T, 2>(g, Op, xc, p, q0, q1, oc + v * L);
+          break;
+        case 1:
+          gw_taps<T, 1>(g, Op, xc, p, q0, q1, oc + v * L);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool direct_conv_applies(const DirectConvShape& s) {
@@ -236,5 +320,55 @@ template void direct_conv_forward<float>(const float*, const float*, float*,
                                          const DirectConvShape&);
 template void direct_conv_forward<double>(const double*, const double*, double*,
                                           const DirectConvShape&);
+
+bool direct_conv_grad_weight_applies(const DirectConvShape& s) {
+  // Few input channels per group leave too little work per transposed
+  // gradient element; im2col + GEMM does better there.
+  return direct_conv_applies(s) && s.C / s.groups >= 4;
+}
+
+template <typename T>
+void direct_conv_grad_weight(const T* x, const T* gy, T* gw, const DirectConvShape& s) {
+  static_assert(kGwVecs == 4, "gw_image's switch covers 1..3 remaining vectors");
+  constexpr int64_t L = Vec<T>::kLanes;
+  const Plan p = make_plan<T>(s);
+  const int64_t G = s.groups, Cg = s.C / G, Og = s.O / G, kk = s.kH * s.kW;
+  const int64_t Op = round_up(Og, L), HWo = s.Ho * s.Wo;
+  // Fixed blocks of images (set by N alone, so results do not depend on the
+  // threads) sum into their own partial [G][Cg][tap][Op], added in block order.
+  const int64_t blocks = std::clamp<int64_t>(s.N, 1, 16), part = G * Cg * kk * Op;
+  std::vector<T> parts(static_cast<size_t>(blocks * part), T(0));
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> xp(static_cast<size_t>(Cg * p.Ps));
+    // Zero once: only valid positions and real channels are ever written.
+    std::vector<T> gyT(static_cast<size_t>(p.Q * Op), T(0));
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      for (int64_t n = s.N * blk / blocks; n < s.N * (blk + 1) / blocks; ++n) {
+        for (int64_t gr = 0; gr < G; ++gr) {
+          pad_planes(x + (n * s.C + gr * Cg) * s.H * s.W, Cg, s, p, xp.data());
+          for (int64_t o = 0; o < Og; ++o)
+            for (int64_t h = 0; h < s.Ho; ++h) {
+              const T* src = gy + (n * s.O + gr * Og + o) * HWo + h * s.Wo;
+              T* dst = gyT.data() + h * p.Wp * Op + o;
+              for (int64_t w = 0; w < s.Wo; ++w) dst[w * Op] = src[w];
+            }
+          gw_image(xp.data(), gyT.data(), Cg, Op, p, parts.data() + blk * part + gr * Cg * kk * Op);
+        }
+      }
+    }
+  });
+  for (int64_t blk = 1; blk < blocks; ++blk)
+    for (int64_t i = 0; i < part; ++i) parts[i] += parts[blk * part + i];
+  for (int64_t gr = 0; gr < G; ++gr)
+    for (int64_t o = 0; o < Og; ++o)
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t t = 0; t < kk; ++t)
+          gw[((gr * Og + o) * Cg + c) * kk + t] = parts[((gr * Cg + c) * kk + t) * Op + o];
+}
+
+template void direct_conv_grad_weight<float>(const float*, const float*, float*,
+                                             const DirectConvShape&);
+template void direct_conv_grad_weight<double>(const double*, const double*, double*,
+                                              const DirectConvShape&);
 
 }  // namespace kiln::ops

@@ -1,6 +1,6 @@
 // Internal: direct convolution (no im2col, no GEMM) for unit stride on the CPU,
-// used by conv.cpp's forward and, through its flipped-weight form, by the input
-// gradient. See conv_direct.cpp for the method.
+// used by conv.cpp's forward, through its flipped-weight form by the input
+// gradient, and (a kernel of its own) for the weight gradient. See conv_direct.cpp for the method.
 #pragma once
 
 #include <cstdint>
@@ -23,5 +23,14 @@ bool direct_conv_applies(const DirectConvShape& s);
 /// or double; x, w, y contiguous. Results do not depend on the thread count.
 template <typename T>
 void direct_conv_forward(const T* x, const T* w, T* y, const DirectConvShape& s);
+
+/// True when direct_conv_grad_weight serves this convolution: as
+/// direct_conv_applies, with at least 4 input channels per group.
+bool direct_conv_grad_weight_applies(const DirectConvShape& s);
+
+/// gw = conv2d's weight gradient for input x and output gradient gy, for a shape
+/// where direct_conv_grad_weight_applies; results do not depend on the threads.
+template <typename T>
+void direct_conv_grad_weight(const T* x, const T* gy, T* gw, const DirectConvShape& s);
 
 }  // namespace kiln::ops
