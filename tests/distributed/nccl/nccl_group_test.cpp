@@ -7,6 +7,9 @@
 // Every rank is a forked process that starts CUDA (PoCL) itself: the test
 // process never touches CUDA, so forking stays safe. Tensors are tiny (the
 // emulated device is slow).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -221,6 +224,56 @@ TEST(NcclGroup, AutoBackendDispatchesByDevice) {
     if (bad.empty()) bad = compare("cpu", c, expected_reduce(size, 4, ReduceOp::kSum));
     return bad;
   });
+}
+
+// A port nothing listens on now (the OS's choice for a socket bound to 0).
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    a.sin_port = 0;
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// init_process_group with backend "nccl" (and "auto") over tcp://: the
+// default group and new_group's are NCCL groups; LOCAL_RANK picks the device
+// (on the emulated device every rank's is cuda:0).
+TEST(NcclGroup, InitProcessGroupWithTheNcclAndAutoBackends) {
+  for (const char* backend : {"nccl", "auto"}) {
+    const uint16_t port = free_port();
+    ASSERT_NE(port, 0);
+    testing::ForkedRanks ranks(2, [&](int rank, uint64_t) {
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      InitOptions o;
+      o.backend = backend;
+      o.init_method = str("tcp://127.0.0.1:", port);
+      o.rank = rank;
+      o.world_size = 2;
+      o.timeout = 20s;
+      init_process_group(o);
+      std::string bad;
+      if (default_group()->backend() != backend || get_local_rank() != rank)
+        bad = "backend " + default_group()->backend();
+      Tensor x = on_gpu(input(rank, 4));
+      default_group()->all_reduce(x)->wait();
+      auto sub = new_group({0, 1});
+      sub->all_reduce(x)->wait();
+      if (bad.empty()) bad = compare("init", x, expected_reduce(2, 4, ReduceOp::kSum) * 2.0);
+      if (bad.empty() && sub->backend() != backend) bad = "new_group's backend " + sub->backend();
+      sub.reset();
+      destroy_process_group();
+      if (!bad.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, bad.c_str());
+      return bad.empty() ? 0 : 1;
+    });
+    ranks.start(0);
+    auto status = ranks.wait(std::chrono::steady_clock::now() + 60s);
+    EXPECT_EQ(status, (std::vector<int>{0, 0})) << backend << " (see stderr; -1: timed out)";
+  }
 }
 
 // Runs `fn`, expecting a kiln::Error whose text holds every one of `parts`.
