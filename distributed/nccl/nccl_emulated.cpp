@@ -30,10 +30,12 @@ using Millis = std::chrono::milliseconds;
 constexpr char kMagic[8] = {'k', 'i', 'l', 'n', 'e', 'm', 'u', '1'};
 constexpr size_t kIdBytes = 16;  // random bytes after the magic
 
-std::mutex g_mu;  // guards the bootstrap and the last error without a communicator
-std::shared_ptr<Store> g_store;
-Millis g_timeout{300000};
+std::mutex g_mu;  // guards the last error without a communicator
 std::string g_last;
+// The bootstrap of this thread's next ncclCommInitRank (per thread: ranks may
+// be threads of one process, each creating its group).
+thread_local std::shared_ptr<Store> t_store;
+thread_local Millis t_timeout{300000};
 
 ncclResult_t global_error(ncclResult_t r, const std::string& why) {
   std::lock_guard lock(g_mu);
@@ -259,11 +261,8 @@ ncclResult_t CommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank
     return global_error(ncclInvalidArgument,
                         str("rank ", rank, " is out of range for ", nranks, " ranks"));
   auto c = std::make_shared<Comm>();
-  {
-    std::lock_guard lock(g_mu);
-    c->store = g_store;
-    c->timeout = g_timeout;
-  }
+  c->store = t_store;
+  c->timeout = t_timeout;
   if (!c->store)
     return global_error(ncclInvalidUsage,
                         "the emulated NCCL connects its ranks over a kiln store: call "
@@ -535,9 +534,8 @@ const Nccl& emulated_lib() {
 }
 
 void set_emulated_bootstrap(std::shared_ptr<Store> store, std::chrono::milliseconds timeout) {
-  std::lock_guard lock(g_mu);
-  g_store = std::move(store);
-  g_timeout = timeout;
+  t_store = std::move(store);
+  t_timeout = timeout;
 }
 
 }  // namespace kiln::dist::nccl

@@ -31,9 +31,9 @@ namespace kiln::dist::nccl {
 /// The emulated library's table (every entry set).
 const Nccl& emulated_lib();
 
-/// The store and the wait limit that the next emulated ncclCommInitRank calls
-/// of this process connect over (nullptr store: none; ncclCommInitRank then
-/// fails with ncclInvalidUsage).
+/// The store and the wait limit that the emulated ncclCommInitRank calls of
+/// this thread connect over (nullptr store: none; ncclCommInitRank then fails
+/// with ncclInvalidUsage).
 void set_emulated_bootstrap(std::shared_ptr<Store> store, std::chrono::milliseconds timeout);
 
 }  // namespace kiln::dist::nccl
