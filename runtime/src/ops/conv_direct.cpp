@@ -5,9 +5,8 @@
 // contiguous runs of q (the Wp - Wo columns past each row's end are computed
 // and dropped), so a register tile of kRows output channels by kVecs vectors
 // of consecutive q accumulates over channels and taps with whole-vector loads,
-// a broadcast weight per channel row, and no im2col matrix or GEMM packing:
-// on the 3x3 convolutions of the harness's ResNet step about 1.5x the rate of
-// im2col + OpenBLAS per image (bench/RESULTS.md, issue 21).
+// a broadcast weight per channel row, and no im2col matrix or GEMM packing
+// (timings against im2col + OpenBLAS: bench/RESULTS.md, "direct convolutions").
 #include "ops/conv_direct.h"
 
 #include <algorithm>
