@@ -1,5 +1,5 @@
 // DistributedDataParallel with CUDA parameters over the NCCL group, on the
-// emulated device: 2 forked ranks train eagerly and end with the parameters of
+// emulated device: 2 and 4 forked ranks train eagerly and end with the parameters of
 // one process trained on the whole batch (on the CPU); each bucket's
 // all-reduce is launched during backward; the bf16 compression hook runs as
 // device casts. Tiny models (the emulated device is slow).
@@ -63,9 +63,10 @@ std::string close_to(const std::vector<Tensor>& got, const std::vector<Tensor>& 
   return "";
 }
 
-// Rank `rank` of 2 trains on its half of every batch, its model on the device.
+// Rank `rank` of `size` trains on its share of every batch, its model on the
+// device.
 // Rank 1 starts from other weights: DDP's broadcast replaces them.
-std::string train_rank(int rank, uint64_t port, bool bf16) {
+std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
   TCPStoreOptions co;
   co.host = "127.0.0.1";
   co.port = uint16_t(port);
@@ -74,7 +75,7 @@ std::string train_rank(int rank, uint64_t port, bool bf16) {
   ProcessGroupOptions po;
   po.timeout = 30s;
   po.host = "127.0.0.1";
-  auto pg = make_nccl_group(store, rank, 2, rank, po, "ddp");
+  auto pg = make_nccl_group(store, rank, size, rank, po, "ddp");
   auto data = make_batches(3, 4);
   auto ref = train_single(data);
   auto m = make_mlp(rank + 1);
@@ -87,7 +88,7 @@ std::string train_rank(int rank, uint64_t port, bool bf16) {
     return bf16 ? bf16_compress_hook(g, b) : allreduce_hook(g, b);
   });
   optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  const int64_t b = 4;
+  const int64_t b = 8 / size;  // every batch holds 8 examples
   for (const auto& bt : data) {
     opt.zero_grad();
     launched.clear();
@@ -102,9 +103,9 @@ std::string train_rank(int rank, uint64_t port, bool bf16) {
   return close_to(m->parameters(), ref, bf16 ? 2e-2 : 1e-5);
 }
 
-void run_two(bool bf16) {
-  testing::ForkedRanks ranks(2, [&](int rank, uint64_t port) {
-    std::string why = train_rank(rank, port, bf16);
+void run_ranks(int size, bool bf16) {
+  testing::ForkedRanks ranks(size, [&](int rank, uint64_t port) {
+    std::string why = train_rank(rank, size, port, bf16);
     if (why.empty()) return 0;
     std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
     return 1;
@@ -114,15 +115,19 @@ void run_two(bool bf16) {
   TCPStoreServer server(so);
   ranks.start(server.port());
   auto status = ranks.wait(std::chrono::steady_clock::now() + 120s);
-  EXPECT_EQ(status, (std::vector<int>{0, 0})) << "see the ranks' stderr (-1: timed out)";
+  EXPECT_EQ(status, std::vector<int>(size_t(size), 0)) << "see the ranks' stderr (-1: timed out)";
 }
 
 TEST(NcclDDP, TwoRanksOnTheDeviceMatchOneProcess) {
-  run_two(false);
+  run_ranks(2, false);
+}
+
+TEST(NcclDDP, FourRanksOnTheDeviceMatchOneProcess) {
+  run_ranks(4, false);
 }
 
 TEST(NcclDDP, Bf16CompressionRunsOnTheDevice) {
-  run_two(true);
+  run_ranks(2, true);
 }
 
 }  // namespace
