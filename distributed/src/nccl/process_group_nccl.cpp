@@ -269,6 +269,7 @@ void NcclGroup::break_group(const std::string& why, const std::shared_ptr<WorkIm
 }
 
 void NcclGroup::watchdog() {
+  cuda::set_device(device_);  // event queries need the device's context on this thread
   std::unique_lock lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::milliseconds(1));
