@@ -1,5 +1,5 @@
-// 2-D convolution as im2col + GEMM (per image and group) or, for strides 1 and
-// 2, the direct kernels of conv_direct.cpp; its two gradient primitives, and the
+// 2-D convolution as im2col + GEMM (per image and group) or, for unit stride,
+// the direct kernels of conv_direct.cpp; its two gradient primitives, and the
 // public conv2d (which adds the bias). The pooling ops of this family live in
 // pool.cpp.
 //
@@ -175,7 +175,7 @@ DirectConvShape direct_shape(const ConvGeom& g) {
 template <typename T>
 void conv_fwd(const T* x, const T* w, T* y, const ConvGeom& g) {
   const DirectConvShape ds = direct_shape(g);
-  if (direct_conv_applies(ds)) {  // strides 1, 2: no im2col (conv_direct.cpp)
+  if (direct_conv_applies(ds)) {  // unit stride: no im2col (conv_direct.cpp)
     direct_conv_forward(x, w, y, ds);
     return;
   }
@@ -241,7 +241,7 @@ void conv_grad_input(const T* gy, const T* w, T* gx, const ConvGeom& g) {
 template <typename T>
 void conv_grad_weight(const T* x, const T* gy, T* gw, const ConvGeom& g) {
   const DirectConvShape ds = direct_shape(g);
-  if (direct_conv_grad_weight_applies(ds)) {  // strides 1, 2: conv_direct.cpp
+  if (direct_conv_grad_weight_applies(ds)) {  // unit stride: conv_direct.cpp
     direct_conv_grad_weight(x, gy, gw, ds);
     return;
   }

@@ -1,14 +1,12 @@
-// Direct convolution for strides 1 and 2. Each image's channel planes are
-// copied once into zero-padded planes of width Wp = W + 2 pw; output position
-// (oh, ow) is then flat position q = oh * Wp + ow, and every kernel tap (i, j)
-// reads the padded plane at q + i dh Wp + j dw (stride 2 first splits each
-// plane into its four row/column phases: see Plan). The convolution becomes a
-// 1-D one over contiguous runs of q (the Wp - Wo columns past each row's end
-// are computed and dropped), so a register tile of kRows output channels by
-// kVecs vectors of consecutive q accumulates over channels and taps with
-// whole-vector loads, a broadcast weight per channel row, and no im2col matrix
-// or GEMM packing (timings against im2col + OpenBLAS: bench/RESULTS.md,
-// "direct convolutions").
+// Direct convolution for unit stride. Each image's channel planes are copied
+// once into zero-padded planes of width Wp = W + 2 pw; output position (oh, ow)
+// is then flat position q = oh * Wp + ow, and every kernel tap (i, j) reads the
+// padded plane at q + i dh Wp + j dw. The convolution becomes a 1-D one over
+// contiguous runs of q (the Wp - Wo columns past each row's end are computed
+// and dropped), so a register tile of kRows output channels by kVecs vectors
+// of consecutive q accumulates over channels and taps with whole-vector loads,
+// a broadcast weight per channel row, and no im2col matrix or GEMM packing
+// (timings against im2col + OpenBLAS: bench/RESULTS.md, "direct convolutions").
 #include "ops/conv_direct.h"
 
 #include <algorithm>
@@ -55,38 +53,24 @@ inline int64_t round_up(int64_t a, int64_t b) {
   return (a + b - 1) / b * b;
 }
 
-// Padded-plane layout of one convolution. With stride (sh, sw) each channel's
-// padded input is split into sh x sw phase planes (rows a, a + sh, ...; columns
-// b, b + sw, ...), so that every tap again reads at a fixed offset from the
-// output's flat position: tap (i, j) reads phase ((i dh) % sh, (j dw) % sw)
-// at row offset (i dh) / sh and column offset (j dw) / sw.
+// Padded-plane layout of one convolution.
 struct Plan {
-  int64_t Wp, Hq;             // row length of the flat layout (padded width / sw), rows per plane
-  int64_t Q, Qr;              // flat outputs Ho * Wp, rounded up to whole tiles
-  int64_t Ps, Cs;             // stride of a phase plane, of a channel (sh * sw planes)
-  std::vector<int64_t> taps;  // flat offset of each kernel tap from a channel's first plane
+  int64_t Wp, Q, Qr, Ps;      // padded width, flat outputs, rounded to tiles, plane stride
+  std::vector<int64_t> taps;  // flat offset of each kernel tap
 };
 
 template <typename T>
 Plan make_plan(const DirectConvShape& s) {
   constexpr int64_t tile = kVecs * Vec<T>::kLanes;
   Plan p;
-  p.Wp = (s.W + 2 * s.pw + s.sw - 1) / s.sw;
-  p.Hq = (s.H + 2 * s.ph + s.sh - 1) / s.sh;
+  p.Wp = s.W + 2 * s.pw;
   p.Q = s.Ho * p.Wp;
   p.Qr = round_up(p.Q, tile);
-  int64_t reach = 0;  // the largest offset within a plane
   for (int64_t i = 0; i < s.kH; ++i)
-    for (int64_t j = 0; j < s.kW; ++j)
-      reach = std::max(reach, i * s.dh / s.sh * p.Wp + j * s.dw / s.sw);
-  // The last tile reads up to Qr - 1 plus the reach: zeros past the plane.
-  p.Ps = round_up(std::max(p.Hq * p.Wp, p.Qr + reach), Vec<T>::kLanes);
-  p.Cs = s.sh * s.sw * p.Ps;
-  for (int64_t i = 0; i < s.kH; ++i)
-    for (int64_t j = 0; j < s.kW; ++j) {
-      const int64_t phase = i * s.dh % s.sh * s.sw + j * s.dw % s.sw;
-      p.taps.push_back(phase * p.Ps + i * s.dh / s.sh * p.Wp + j * s.dw / s.sw);
-    }
+    for (int64_t j = 0; j < s.kW; ++j) p.taps.push_back(i * s.dh * p.Wp + j * s.dw);
+  // The last tile reads up to Qr - 1 plus the largest tap: zeros past the plane.
+  const int64_t padded = (s.H + 2 * s.ph) * p.Wp;
+  p.Ps = round_up(std::max(padded, p.Qr + p.taps.back()), Vec<T>::kLanes);
   return p;
 }
 
@@ -99,32 +83,20 @@ int64_t chunk_size(int64_t Cg, const Plan& p) {
   return std::min(tiles * tile_q, p.Qr);
 }
 
-// Copies the C planes [H, W] at x into zero-padded phase planes (Plan) at xp.
+// Copies the C planes [H, W] at x into zero-padded planes of stride Ps at xp.
 template <typename T>
 void pad_planes(const T* x, int64_t C, const DirectConvShape& s, const Plan& p, T* xp) {
   for (int64_t c = 0; c < C; ++c) {
+    T* d = xp + c * p.Ps;
     const T* src = x + c * s.H * s.W;
-    for (int64_t a = 0; a < s.sh; ++a)
-      for (int64_t b = 0; b < s.sw; ++b) {
-        T* d = xp + c * p.Cs + (a * s.sw + b) * p.Ps;
-        for (int64_t r = 0; r < p.Hq; ++r) {
-          T* row = d + r * p.Wp;
-          const int64_t h = r * s.sh + a - s.ph;
-          if (h < 0 || h >= s.H) {
-            std::fill(row, row + p.Wp, T(0));
-          } else if (s.sw == 1) {
-            std::fill(row, row + s.pw, T(0));
-            std::memcpy(row + s.pw, src + h * s.W, static_cast<size_t>(s.W) * sizeof(T));
-            std::fill(row + s.pw + s.W, row + p.Wp, T(0));
-          } else {
-            for (int64_t k = 0; k < p.Wp; ++k) {
-              const int64_t w = k * s.sw + b - s.pw;
-              row[k] = w >= 0 && w < s.W ? src[h * s.W + w] : T(0);
-            }
-          }
-        }
-        std::fill(d + p.Hq * p.Wp, d + p.Ps, T(0));
-      }
+    std::fill(d, d + s.ph * p.Wp, T(0));
+    for (int64_t h = 0; h < s.H; ++h) {
+      T* row = d + (s.ph + h) * p.Wp;
+      std::fill(row, row + s.pw, T(0));
+      std::memcpy(row + s.pw, src + h * s.W, static_cast<size_t>(s.W) * sizeof(T));
+      std::fill(row + s.pw + s.W, row + p.Wp, T(0));
+    }
+    std::fill(d + (s.ph + s.H) * p.Wp, d + p.Ps, T(0));
   }
 }
 
@@ -141,7 +113,7 @@ void tile(const T* xp, const T* wp, int64_t C, const Plan& p, int64_t q0, T* ys,
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < kVecs; ++j) acc[i][j] = V{};
   for (int64_t c = 0; c < C; ++c) {
-    const T* xc = xp + c * p.Cs + q0;
+    const T* xc = xp + c * p.Ps + q0;
     const T* wc = wp + c * kk * kRows;
     for (int64_t t = 0; t < kk; ++t) {
       V xv[kVecs];
@@ -273,7 +245,7 @@ void gw_image(const T* xp, const T* gyT, int64_t Cg, int64_t Op, const Plan& p, 
   for (int64_t q0 = 0; q0 < p.Q; q0 += block) {
     const int64_t q1 = std::min(p.Q, q0 + block);
     for (int64_t c = 0; c < Cg; ++c) {
-      const T* xc = xp + c * p.Cs;
+      const T* xc = xp + c * p.Ps;
       T* oc = out + c * kk * Op;
       int64_t v = 0;
       for (; v + kGwVecs <= vecs; v += kGwVecs)
@@ -299,10 +271,10 @@ void gw_image(const T* xp, const T* gyT, int64_t Cg, int64_t Op, const Plan& p, 
 }  // namespace
 
 bool direct_conv_applies(const DirectConvShape& s) {
-  if (s.sh < 1 || s.sh > 2 || s.sw < 1 || s.sw > 2) return false;
-  const bool gemm_1x1 = s.kH == 1 && s.kW == 1 && s.ph == 0 && s.pw == 0 && s.sh == 1 && s.sw == 1;
+  if (s.sh != 1 || s.sw != 1) return false;
+  const bool gemm_1x1 = s.kH == 1 && s.kW == 1 && s.ph == 0 && s.pw == 0;
   // Computing the Wp - Wo dropped columns costs (Wp / Wo - 1) of the work.
-  const int64_t Wp = (s.W + 2 * s.pw + s.sw - 1) / s.sw;
+  const int64_t Wp = s.W + 2 * s.pw;
   return !gemm_1x1 && s.N > 0 && s.C > 0 && s.O > 0 && s.Wo > 0 && s.Ho > 0 && 2 * Wp <= 3 * s.Wo;
 }
 
@@ -327,7 +299,7 @@ void direct_conv_forward(const T* x, const T* w, T* y, const DirectConvShape& s)
   const int64_t shares =
       std::clamp<int64_t>((num_threads() + images - 1) / std::max<int64_t>(images, 1), 1, blocks);
   parallel_for(0, images * shares, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<T> xp(static_cast<size_t>(Cg * p.Cs));
+    std::vector<T> xp(static_cast<size_t>(Cg * p.Ps));
     std::vector<T> ys(static_cast<size_t>(kRows * chunk_size<T>(Cg, p)));
     int64_t padded = -1;
     for (int64_t it = i0; it < i1; ++it) {
@@ -366,7 +338,7 @@ void direct_conv_grad_weight(const T* x, const T* gy, T* gw, const DirectConvSha
   const int64_t blocks = std::clamp<int64_t>(s.N, 1, 16), part = G * Cg * kk * Op;
   std::vector<T> parts(static_cast<size_t>(blocks * part), T(0));
   parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<T> xp(static_cast<size_t>(Cg * p.Cs));
+    std::vector<T> xp(static_cast<size_t>(Cg * p.Ps));
     // Zero once: only valid positions and real channels are ever written.
     std::vector<T> gyT(static_cast<size_t>(p.Q * Op), T(0));
     for (int64_t blk = b0; blk < b1; ++blk) {

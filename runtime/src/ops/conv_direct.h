@@ -1,7 +1,6 @@
-// Internal: direct convolution (no im2col, no GEMM) for strides 1 and 2 on the
-// CPU, used by conv.cpp's forward, through its flipped-weight form by the
-// unit-stride input gradient, and (a kernel of its own) for the weight gradient. See
-// conv_direct.cpp for the method.
+// Internal: direct convolution (no im2col, no GEMM) for unit stride on the CPU,
+// used by conv.cpp's forward, through its flipped-weight form by the input
+// gradient, and (a kernel of its own) for the weight gradient. See conv_direct.cpp for the method.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +15,8 @@ struct DirectConvShape {
   int64_t sh, sw, ph, pw, dh, dw, groups;
 };
 
-/// True when direct_conv_forward serves this convolution: stride 1 or 2, not a
-/// unit-stride unpadded 1x1 (a plain GEMM), at most half the work on padding.
+/// True when direct_conv_forward serves this convolution: unit stride, not an
+/// unpadded 1x1 (a plain GEMM), and at most half the work spent on padding.
 bool direct_conv_applies(const DirectConvShape& s);
 
 /// y = conv2d(x, w) (no bias) for a shape where direct_conv_applies; T is float
