@@ -3,10 +3,65 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/passes/remat.h"
+
 namespace kiln::detail {
 
+namespace {
+
+// The backward's nodes in joint order, each node the backward computes again
+// (`moved`) placed just before its first reader there, so a recomputed value
+// is not alive from the backward's start.
+std::vector<const ir::Node*> backward_order(const ir::Graph& joint,
+                                            const std::vector<bool>& tainted_live,
+                                            const std::vector<char>& moved,
+                                            const std::vector<bool>& is_bwd_output) {
+  const auto nodes = joint.nodes();
+  std::vector<const ir::Node*> order;
+  std::vector<char> emitted(nodes.size(), 0);
+  // Moved ancestors first (iteratively: recompute chains can be long).
+  auto emit = [&](size_t s) {
+    std::vector<std::pair<size_t, size_t>> stack{{s, 0}};
+    while (!stack.empty()) {
+      auto& [at, next] = stack.back();
+      const ir::Node* n = nodes[at];
+      if (next < n->inputs.size()) {
+        const ir::Node* p = n->inputs[next++]->producer;
+        if (p) {
+          const size_t q = joint.position(p);
+          if (moved[q] && !emitted[q]) {
+            emitted[q] = 1;
+            stack.push_back({q, 0});
+          }
+        }
+        continue;
+      }
+      order.push_back(n);
+      stack.pop_back();
+    }
+  };
+  for (size_t s = 0; s < nodes.size(); ++s)
+    if (tainted_live[s]) {
+      emitted[s] = 1;
+      emit(s);
+    }
+  // A backward output no backward node reads (made from forward values only).
+  for (size_t o = 0; o < joint.outputs().size(); ++o) {
+    const ir::Node* p = joint.outputs()[o]->producer;
+    if (!is_bwd_output[o] || !p) continue;
+    const size_t q = joint.position(p);
+    if (moved[q] && !emitted[q]) {
+      emitted[q] = 1;
+      emit(q);
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
 Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
-                const std::vector<bool>& is_bwd_output) {
+                const std::vector<bool>& is_bwd_output, bool recompute) {
   const auto nodes = joint.nodes();
   // Tainted: depends on a gradient input (must run in the backward).
   std::unordered_set<const ir::Value*> tainted;
@@ -78,15 +133,29 @@ Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
     in_bwd[v] = nv;
     return nv;
   };
-  // Gradient inputs come after the saved values: collect the saved ones first.
-  std::vector<const ir::Node*> bwd_nodes;
+  // Forward nodes the backward computes again instead of the forward saving
+  // their values (remat's min cut at its default rate: AOTAutograd's partitioner).
+  std::vector<bool> tainted_live(nodes.size(), false);
+  for (size_t s = 0; s < nodes.size(); ++s) tainted_live[s] = live[s] && node_tainted[s];
+  std::vector<char> moved(nodes.size(), 0);
+  if (recompute) {
+    std::vector<char> backward(nodes.size(), 0), fwd_output(joint.outputs().size(), 0);
+    for (size_t s = 0; s < nodes.size(); ++s) backward[s] = tainted_live[s];
+    for (size_t o = 0; o < fwd_output.size(); ++o) fwd_output[o] = !is_bwd_output[o];
+    moved = passes::backward_recompute(joint, backward, fwd_output);
+  }
+  std::unordered_set<const ir::Value*> made_in_bwd(tainted);
   for (size_t s = 0; s < nodes.size(); ++s)
-    if (live[s] && node_tainted[s]) bwd_nodes.push_back(nodes[s]);
+    if (moved[s])
+      for (const ir::Value* o : nodes[s]->outputs) made_in_bwd.insert(o);
+  // Gradient inputs come after the saved values: collect the saved ones first.
+  const std::vector<const ir::Node*> bwd_nodes =
+      backward_order(joint, tainted_live, moved, is_bwd_output);
   for (const ir::Node* n : bwd_nodes)
     for (const ir::Value* v : n->inputs)
-      if (!tainted.count(v)) bwd_value(v);
+      if (!made_in_bwd.count(v)) bwd_value(v);
   for (size_t o = 0; o < joint.outputs().size(); ++o)
-    if (is_bwd_output[o] && !tainted.count(joint.outputs()[o])) bwd_value(joint.outputs()[o]);
+    if (is_bwd_output[o] && !made_in_bwd.count(joint.outputs()[o])) bwd_value(joint.outputs()[o]);
   for (size_t i = 0; i < joint.inputs().size(); ++i) {
     if (!is_grad_input[i]) continue;
     const ir::Value* v = joint.inputs()[i];

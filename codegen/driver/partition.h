@@ -22,8 +22,10 @@ struct Split {
 
 /// `is_grad_input[i]`: joint input i is a gradient of a result; `is_bwd_output[o]`:
 /// joint output o is a gradient w.r.t. a differentiable input. Nodes that do not
-/// depend on gradient inputs run in the forward (their results are saved).
+/// depend on gradient inputs run in the forward (their results are saved), except,
+/// with `recompute`, those remat's min cut (passes::backward_recompute) gives
+/// the backward to compute again: cheap elementwise chains, forward-only terms.
 Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
-                const std::vector<bool>& is_bwd_output);
+                const std::vector<bool>& is_bwd_output, bool recompute = true);
 
 }  // namespace kiln::detail

@@ -91,7 +91,6 @@ namespace {
 using ir::Node;
 using ir::Value;
 
-constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 constexpr int kMaxCuts = 32;  // per tier
 
 thread_local RematScope* current_scope = nullptr;
@@ -100,111 +99,10 @@ thread_local RematScope* current_scope = nullptr;
 
 using detail::Model;
 
-// ---- rule 3: max flow (Dinic) ----
+// ---- rule 3: max flow (Dinic): detail::FlowNet (remat_internal.h) ----
 
-class FlowNet {
- public:
-  int add_node() {
-    adj_.emplace_back();
-    return static_cast<int>(adj_.size()) - 1;
-  }
-  void add_edge(int u, int v, int64_t cap) {
-    adj_[static_cast<size_t>(u)].push_back(static_cast<int>(edges_.size()));
-    edges_.push_back({v, cap});
-    adj_[static_cast<size_t>(v)].push_back(static_cast<int>(edges_.size()));
-    edges_.push_back({u, 0});
-  }
-  int64_t max_flow(int s, int t) {
-    int64_t flow = 0;
-    while (levels(s, t)) {
-      iter_.assign(adj_.size(), 0);
-      while (int64_t f = push(s, t, kInf)) flow += f;
-    }
-    return flow;
-  }
-  // Nodes reachable from s in the residual graph (the source side of a min cut).
-  std::vector<char> source_side(int s) const {
-    std::vector<char> seen(adj_.size(), 0);
-    std::vector<int> stack{s};
-    seen[static_cast<size_t>(s)] = 1;
-    while (!stack.empty()) {
-      const int u = stack.back();
-      stack.pop_back();
-      for (int e : adj_[static_cast<size_t>(u)]) {
-        const Edge& ed = edges_[static_cast<size_t>(e)];
-        if (ed.cap > 0 && !seen[static_cast<size_t>(ed.to)]) {
-          seen[static_cast<size_t>(ed.to)] = 1;
-          stack.push_back(ed.to);
-        }
-      }
-    }
-    return seen;
-  }
-
- private:
-  struct Edge {
-    int to;
-    int64_t cap;
-  };
-  bool levels(int s, int t) {
-    level_.assign(adj_.size(), -1);
-    std::vector<int> queue{s};
-    level_[static_cast<size_t>(s)] = 0;
-    for (size_t q = 0; q < queue.size(); ++q) {
-      const int u = queue[q];
-      for (int e : adj_[static_cast<size_t>(u)]) {
-        const Edge& ed = edges_[static_cast<size_t>(e)];
-        if (ed.cap > 0 && level_[static_cast<size_t>(ed.to)] < 0) {
-          level_[static_cast<size_t>(ed.to)] = level_[static_cast<size_t>(u)] + 1;
-          queue.push_back(ed.to);
-        }
-      }
-    }
-    return level_[static_cast<size_t>(t)] >= 0;
-  }
-  // One augmenting path in the level graph, iteratively (cones can be deep).
-  int64_t push(int s, int t, int64_t limit) {
-    std::vector<int> path;  // edges taken
-    int u = s;
-    while (true) {
-      if (u == t) {
-        int64_t f = limit;
-        for (int e : path) f = std::min(f, edges_[static_cast<size_t>(e)].cap);
-        for (int e : path) {
-          edges_[static_cast<size_t>(e)].cap -= f;
-          edges_[static_cast<size_t>(e ^ 1)].cap += f;
-        }
-        return f;
-      }
-      auto& it = iter_[static_cast<size_t>(u)];
-      const auto& out = adj_[static_cast<size_t>(u)];
-      bool advanced = false;
-      for (; it < out.size(); ++it) {
-        const int e = out[it];
-        const Edge& ed = edges_[static_cast<size_t>(e)];
-        if (ed.cap > 0 &&
-            level_[static_cast<size_t>(ed.to)] == level_[static_cast<size_t>(u)] + 1) {
-          path.push_back(e);
-          u = ed.to;
-          advanced = true;
-          break;
-        }
-      }
-      if (advanced) continue;
-      // Dead end: never visit u again in this phase; step back.
-      level_[static_cast<size_t>(u)] = -1;
-      if (path.empty()) return 0;
-      const int e = path.back();
-      path.pop_back();
-      u = edges_[static_cast<size_t>(e ^ 1)].to;
-      ++iter_[static_cast<size_t>(u)];
-    }
-  }
-  std::vector<Edge> edges_;
-  std::vector<std::vector<int>> adj_;
-  std::vector<int> level_;
-  std::vector<size_t> iter_;
-};
+using detail::FlowNet;
+using detail::kInf;
 
 // ---- rule 4: what a recomputation costs ----
 
@@ -216,41 +114,7 @@ struct Tier {
   const char* name = "";
 };
 
-int64_t elems_of(const Value* v) {
-  int64_t n = 1;
-  for (const ir::SymInt& d : v->shape) n *= d.is_static() ? d.b : detail::kNominalDim;
-  return n;
-}
-
-// The time to compute n again, in byte-equivalents at rate 1: one per element
-// of a cheap elementwise op (it fuses into the backward's kernel, costing about
-// the bandwidth of one more operand), 16 of a kCostly one (erf, exp, div: tens
-// of instructions each; recomputing GELU's erf made a 16-layer MLP step 1.47x
-// slower, bench/remat_bench), one per input element of a reduction or copy,
-// and a quarter per multiply-add of a matmul or convolution (BLAS runs about
-// eight times the scalar rate). Views and fills are free. -1: never recomputed
-// (random ops: the IR contract; collectives; multi-output ops).
-double recompute_cost(const Node& n) {
-  if (n.is_constant() || n.outputs.size() != 1) return -1;
-  const OpInfo& info = n.info();
-  if (info.has(kRandom) || info.has(kCollective)) return -1;
-  const double out = static_cast<double>(elems_of(n.output()));
-  if (info.has(kView) || n.is_op(OpId::full)) return 0;
-  if (info.has(kElementwise)) return out * (info.has(kCostly) ? 16 : 1);
-  double in = 0;
-  for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));
-  if (n.is_op(OpId::matmul) && !n.inputs.empty() && !n.inputs[0]->shape.empty()) {
-    const ir::SymInt& k = n.inputs[0]->shape.back();
-    return out * static_cast<double>(k.is_static() ? k.b : detail::kNominalDim) / 4;
-  }
-  if (info.has(kOpaque) && n.inputs.size() >= 2 && !n.inputs[1]->shape.empty()) {
-    // Convolutions: the weight's elements per output channel are the multiply-adds.
-    const ir::SymInt& c = n.inputs[1]->shape[0];
-    const int64_t channels = std::max<int64_t>(1, c.is_static() ? c.b : detail::kNominalDim);
-    return out * static_cast<double>(elems_of(n.inputs[1]) / channels) / 4;
-  }
-  return std::max(in, out);
-}
+using detail::recompute_cost;
 
 // ---- rules 2 and 3: one cut ----
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 namespace kiln::passes::detail {
 
 constexpr int64_t kNominalDim = 64;  // a symbolic dim's size in the model
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
 /// Bytes of v with symbolic dims evaluated at `syms`.
 int64_t bytes_of(const ir::Value* v, std::span<const int64_t> syms);
@@ -35,5 +38,117 @@ Model simulate(const ir::Graph& g, std::span<const StateWrite> writes);
 /// What the buffers alive at m's peak are (gradients, other graph outputs,
 /// values read after the peak, the working set), one line.
 std::string peak_composition(const ir::Graph& g, const Model& m);
+
+/// Elements of v (symbolic dims at kNominalDim).
+int64_t elems_of(const ir::Value* v);
+
+/// Rule 4: the time to compute n again in byte-equivalents at rate 1; -1:
+/// never recomputed (see remat_model.cpp).
+double recompute_cost(const ir::Node& n);
+
+/// Rule 3's max flow (Dinic) and min cut.
+class FlowNet {
+ public:
+  int add_node() {
+    adj_.emplace_back();
+    return static_cast<int>(adj_.size()) - 1;
+  }
+  void add_edge(int u, int v, int64_t cap) {
+    adj_[static_cast<size_t>(u)].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({v, cap});
+    adj_[static_cast<size_t>(v)].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({u, 0});
+  }
+  int64_t max_flow(int s, int t) {
+    int64_t flow = 0;
+    while (levels(s, t)) {
+      iter_.assign(adj_.size(), 0);
+      while (int64_t f = push(s, t, kInf)) flow += f;
+    }
+    return flow;
+  }
+  // Nodes reachable from s in the residual graph (the source side of a min cut).
+  std::vector<char> source_side(int s) const {
+    std::vector<char> seen(adj_.size(), 0);
+    std::vector<int> stack{s};
+    seen[static_cast<size_t>(s)] = 1;
+    while (!stack.empty()) {
+      const int u = stack.back();
+      stack.pop_back();
+      for (int e : adj_[static_cast<size_t>(u)]) {
+        const Edge& ed = edges_[static_cast<size_t>(e)];
+        if (ed.cap > 0 && !seen[static_cast<size_t>(ed.to)]) {
+          seen[static_cast<size_t>(ed.to)] = 1;
+          stack.push_back(ed.to);
+        }
+      }
+    }
+    return seen;
+  }
+
+ private:
+  struct Edge {
+    int to;
+    int64_t cap;
+  };
+  bool levels(int s, int t) {
+    level_.assign(adj_.size(), -1);
+    std::vector<int> queue{s};
+    level_[static_cast<size_t>(s)] = 0;
+    for (size_t q = 0; q < queue.size(); ++q) {
+      const int u = queue[q];
+      for (int e : adj_[static_cast<size_t>(u)]) {
+        const Edge& ed = edges_[static_cast<size_t>(e)];
+        if (ed.cap > 0 && level_[static_cast<size_t>(ed.to)] < 0) {
+          level_[static_cast<size_t>(ed.to)] = level_[static_cast<size_t>(u)] + 1;
+          queue.push_back(ed.to);
+        }
+      }
+    }
+    return level_[static_cast<size_t>(t)] >= 0;
+  }
+  // One augmenting path in the level graph, iteratively (cones can be deep).
+  int64_t push(int s, int t, int64_t limit) {
+    std::vector<int> path;  // edges taken
+    int u = s;
+    while (true) {
+      if (u == t) {
+        int64_t f = limit;
+        for (int e : path) f = std::min(f, edges_[static_cast<size_t>(e)].cap);
+        for (int e : path) {
+          edges_[static_cast<size_t>(e)].cap -= f;
+          edges_[static_cast<size_t>(e ^ 1)].cap += f;
+        }
+        return f;
+      }
+      auto& it = iter_[static_cast<size_t>(u)];
+      const auto& out = adj_[static_cast<size_t>(u)];
+      bool advanced = false;
+      for (; it < out.size(); ++it) {
+        const int e = out[it];
+        const Edge& ed = edges_[static_cast<size_t>(e)];
+        if (ed.cap > 0 &&
+            level_[static_cast<size_t>(ed.to)] == level_[static_cast<size_t>(u)] + 1) {
+          path.push_back(e);
+          u = ed.to;
+          advanced = true;
+          break;
+        }
+      }
+      if (advanced) continue;
+      // Dead end: never visit u again in this phase; step back.
+      level_[static_cast<size_t>(u)] = -1;
+      if (path.empty()) return 0;
+      const int e = path.back();
+      path.pop_back();
+      u = edges_[static_cast<size_t>(e ^ 1)].to;
+      ++iter_[static_cast<size_t>(u)];
+    }
+  }
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> adj_;
+  std::vector<int> level_;
+  std::vector<size_t> iter_;
+};
 
 }  // namespace kiln::passes::detail

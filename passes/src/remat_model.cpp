@@ -94,6 +94,42 @@ int64_t bytes_of(const Value* v, std::span<const int64_t> syms) {
   return n * static_cast<int64_t>(dtype_size(v->dtype));
 }
 
+int64_t elems_of(const Value* v) {
+  int64_t n = 1;
+  for (const ir::SymInt& d : v->shape) n *= d.is_static() ? d.b : detail::kNominalDim;
+  return n;
+}
+
+// The time to compute n again, in byte-equivalents at rate 1: one per element
+// of a cheap elementwise op (it fuses into the backward's kernel, costing about
+// the bandwidth of one more operand), 16 of a kCostly one (erf, exp, div: tens
+// of instructions each; recomputing GELU's erf made a 16-layer MLP step 1.47x
+// slower, bench/remat_bench), one per input element of a reduction or copy,
+// and a quarter per multiply-add of a matmul or convolution (BLAS runs about
+// eight times the scalar rate). Views and fills are free. -1: never recomputed
+// (random ops: the IR contract; collectives; multi-output ops).
+double recompute_cost(const Node& n) {
+  if (n.is_constant() || n.outputs.size() != 1) return -1;
+  const OpInfo& info = n.info();
+  if (info.has(kRandom) || info.has(kCollective)) return -1;
+  const double out = static_cast<double>(elems_of(n.output()));
+  if (info.has(kView) || n.is_op(OpId::full)) return 0;
+  if (info.has(kElementwise)) return out * (info.has(kCostly) ? 16 : 1);
+  double in = 0;
+  for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));
+  if (n.is_op(OpId::matmul) && !n.inputs.empty() && !n.inputs[0]->shape.empty()) {
+    const ir::SymInt& k = n.inputs[0]->shape.back();
+    return out * static_cast<double>(k.is_static() ? k.b : detail::kNominalDim) / 4;
+  }
+  if (info.has(kOpaque) && n.inputs.size() >= 2 && !n.inputs[1]->shape.empty()) {
+    // Convolutions: the weight's elements per output channel are the multiply-adds.
+    const ir::SymInt& c = n.inputs[1]->shape[0];
+    const int64_t channels = std::max<int64_t>(1, c.is_static() ? c.b : detail::kNominalDim);
+    return out * static_cast<double>(elems_of(n.inputs[1]) / channels) / 4;
+  }
+  return std::max(in, out);
+}
+
 Model simulate(const ir::Graph& g, std::span<const StateWrite> writes) {
   Model m;
   m.nodes = g.nodes();

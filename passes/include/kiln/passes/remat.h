@@ -82,6 +82,16 @@ class RematScope {
 /// fusion keep them apart from the originals. Returns true if it changed g.
 bool remat(ir::Graph& g);
 
+/// AOTAutograd's partition choice, by the min cut of the pass's rules 3-4 at
+/// the default rate (cheap elementwise chains, views): of a joint
+/// forward+backward graph whose nodes marked in `backward` (by position) run
+/// in the backward, the forward nodes the backward should compute itself
+/// instead of reading their values saved (by position). Moving a node that no
+/// forward output needs costs nothing. `forward_output[o]`: output o is the
+/// forward's (alive anyway).
+std::vector<char> backward_recompute(const ir::Graph& g, const std::vector<char>& backward,
+                                     const std::vector<char>& forward_output);
+
 /// What g recomputes, one line per cut ("recompute -1: 4 nodes (mul, erf, add,
 /// mul) -> %57 %60 %63 from saved %55"), values numbered as ir::print numbers
 /// them; "" if nothing is recomputed.
