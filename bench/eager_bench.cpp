@@ -1,5 +1,6 @@
 // Eager-runtime benchmarks: dispatch overhead, elementwise throughput on 16M
-// floats (with page faults per iteration), and sgemm 1024^3 through matmul.
+// floats (with page faults per iteration), sgemm 1024^3 through matmul, and a
+// 3x3 convolution forward and backward.
 // Each kiln figure has a baseline measured in the same process: a plain C++
 // loop for elementwise, a direct cblas_sgemm call for matmul.
 #include <benchmark/benchmark.h>
@@ -158,6 +159,30 @@ void BM_TinyForwardBackward(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TinyForwardBackward);
+
+// The ResNet step's 3x3 convolution ([32, 32, 32, 32], 32 output channels,
+// padding 1; the direct kernels of ops/conv_direct.cpp): arg 0 the forward,
+// arg 1 the input and weight gradients (conv2d_grad_input, conv2d_grad_weight).
+void BM_Conv3x3(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({32, 32, 32, 32}), w = randn({32, 32, 3, 3});
+  Conv2dFuncOptions same;
+  same.padding = {1, 1};
+  Tensor gy = randn({32, 32, 32, 32});
+  const bool backward = state.range(0) != 0;
+  for (auto _ : state) {
+    if (backward) {
+      Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_();
+      conv2d(xg, wg, {}, same).backward(gy);
+      benchmark::DoNotOptimize(wg.grad().impl());
+    } else {
+      Tensor y = conv2d(x, w, {}, same);
+      benchmark::DoNotOptimize(y.impl());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * 32 * 32 * 32 * 32 * 9 * 32 * (backward ? 3 : 1));
+}
+BENCHMARK(BM_Conv3x3)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
