@@ -3,6 +3,7 @@
 #include "kiln/optim/adam.h"
 
 #include <cmath>
+#include <unordered_map>
 
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
@@ -104,17 +105,25 @@ void Adam::step() {
                            .maximize = o.maximize};
     std::vector<detail::AdamJob> jobs;
     bool config_read = false;
+    // Parameters of equal step count share their bias corrections: one host
+    // computation per class advances the counts and makes both numbers.
+    std::unordered_map<const TensorImpl*, std::pair<Tensor, Tensor>> corrections;
+    for (const std::vector<Tensor>& cls : step_classes(gi)) {
+      const Tensor neg_step_size = host_scalar([this, cls, get] {
+        const double step = advance_steps(cls);
+        return -(get("lr") / (1 - std::pow(get("beta1"), step)));
+      });
+      const Tensor bias_correction2_sqrt = host_scalar([this, p = cls.front(), get] {
+        return std::sqrt(1 - std::pow(get("beta2"), current_step(state(p))));
+      });
+      for (const Tensor& p : cls)
+        corrections.emplace(p.impl(), std::pair{neg_step_size, bias_correction2_sqrt});
+    }
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       StateDict& st = mutable_state(p);
-      const Tensor neg_step_size = host_scalar([this, p, get] {
-        const double step = increment_step(mutable_state(p));
-        return -(get("lr") / (1 - std::pow(get("beta1"), step)));
-      });
-      const Tensor bias_correction2_sqrt = host_scalar([this, p, get] {
-        return std::sqrt(1 - std::pow(get("beta2"), current_step(mutable_state(p))));
-      });
+      const auto& [neg_step_size, bias_correction2_sqrt] = corrections.at(p.impl());
       Tensor exp_avg = state_buffer(st, "exp_avg", p);
       Tensor exp_avg_sq = state_buffer(st, "exp_avg_sq", p);
       Tensor max_sq = o.amsgrad ? state_buffer(st, "max_exp_avg_sq", p) : Tensor();

@@ -39,6 +39,15 @@ double increment_step(StateDict& state) {
     t = state.find("step");
   }
   Tensor step = *t;
+  // The count is a host number (a 0-d f64 CPU tensor, see load_state_dict):
+  // written directly, as add_ would (version included), without a dispatch.
+  if (step.device().is_cpu() && step.dtype() == DType::f64 && step.numel() == 1 &&
+      !step.is_symbolic()) {
+    double& v = *step.data<double>();
+    v += 1.0;
+    ++step.impl()->storage->version;
+    return v;
+  }
   step.add_(1.0);
   return step.item<double>();
 }
@@ -96,6 +105,44 @@ Tensor Optimizer::hyper(size_t gi, const std::string& key, double (*f)(double)) 
     const double v = groups_[gi].get(key);
     return f ? f(v) : v;
   });
+}
+
+std::vector<std::vector<Tensor>> Optimizer::step_classes(size_t gi) {
+  std::vector<std::vector<Tensor>> classes;
+  std::vector<double> counts;
+  for (const Tensor& p : groups_[gi].params) {
+    if (!p.grad().defined()) continue;
+    const double c = current_step(mutable_state(p));
+    const size_t k =
+        static_cast<size_t>(std::find(counts.begin(), counts.end(), c) - counts.begin());
+    if (k == counts.size()) {
+      counts.push_back(c);
+      classes.emplace_back();
+    }
+    classes[k].push_back(p);
+  }
+  if (current_recorder())
+    for (const auto& cls : classes)
+      if (cls.size() > 1)
+        trace_guard([this, gi, cls]() -> std::string {
+          const double first = current_step(state(cls.front()));
+          for (size_t i = 1; i < cls.size(); ++i)
+            if (const double c = current_step(state(cls[i])); c != first)
+              return str(name_, " step counts of group ", gi,
+                         "'s parameters, equal when traced, now differ (", first, " and ", c,
+                         "): they no longer share one bias correction");
+          return {};
+        });
+  return classes;
+}
+
+double Optimizer::advance_steps(const std::vector<Tensor>& params) {
+  double first = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const double c = increment_step(mutable_state(params[i]));
+    if (i == 0) first = c;
+  }
+  return first;
 }
 
 Optimizer::Optimizer(std::string name, Hyperparams defaults)

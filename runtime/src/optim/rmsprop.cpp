@@ -89,11 +89,16 @@ void RMSprop::step() {
                               .has_momentum = o.momentum > 0,
                               .maximize = o.maximize};
     std::vector<detail::RmspropJob> jobs;
+    // The step counts (kept for state_dict, not read by the update): one host
+    // action per call advances all of the group's.
+    std::vector<Tensor> stepped;
+    for (const Tensor& p : param_groups()[gi].params)
+      if (p.grad().defined()) stepped.push_back(p);
+    if (!stepped.empty()) host_action([this, stepped] { advance_steps(stepped); });
     for (Tensor& p : param_groups()[gi].params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       StateDict& st = mutable_state(p);
-      host_scalar([this, p] { return increment_step(mutable_state(p)); });
       Tensor square_avg = state_buffer(st, "square_avg", p);
       Tensor grad_avg = o.centered ? state_buffer(st, "grad_avg", p) : Tensor();
       Tensor buf = o.momentum > 0 ? state_buffer(st, "momentum_buffer", p) : Tensor();

@@ -90,6 +90,15 @@ class Optimizer {
   /// Hyperparameter `key` of group gi, mapped by f, as a 0-d host number:
   /// the value now, or, while tracing, re-read at every compiled call.
   Tensor hyper(size_t gi, const std::string& key, double (*f)(double) = nullptr) const;
+  /// Group gi's parameters that have a gradient, in classes of equal step
+  /// count (in order of first appearance): a class shares one host number
+  /// per call (bias corrections) and one host computation advances all its
+  /// counts (advance_steps), instead of one per parameter. While tracing,
+  /// guards that each class's counts stay equal (else the step re-traces).
+  std::vector<std::vector<Tensor>> step_classes(size_t gi);
+  /// Adds 1 to the step count of each of `params` (created at 0); returns the
+  /// first one's new count.
+  double advance_steps(const std::vector<Tensor>& params);
   /// "[<name>] " prefix of error messages.
   std::string tag() const { return "[" + name_ + "] "; }
 
