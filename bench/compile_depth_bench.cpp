@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -141,6 +142,28 @@ int warm_child(int depth, const char* dir) {
   const FirstCall f = first_call(c);
   std::printf("%.3f %.3f %.3f %lld\n", f.total_ms, f.trace_ms, f.passes_ms,
               static_cast<long long>(f.plan_hits));
+  return 0;
+}
+
+// --profile-steps DEPTH N compiled|eager: N steps of one side only after a
+// warm-up, for `perf record` (prints the median step).
+int profile_steps(int depth, int n, bool compiled) {
+  setenv("KILN_CACHE_DIR", "off", 1);
+  CompiledStep c(depth);
+  if (compiled) first_call(c);
+  std::vector<double> t, cpu;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    const std::clock_t c0 = std::clock();
+    if (compiled)
+      c();
+    else
+      c.s->step(c.s->x, c.s->y);
+    t.push_back(ms_since(t0));
+    cpu.push_back(1e3 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
+  }
+  std::printf("%s step, depth %d: median %.3f ms (process CPU %.3f ms) over %d\n",
+              compiled ? "compiled" : "eager", depth, median(t), median(cpu), n);
   return 0;
 }
 
@@ -272,10 +295,13 @@ int main(int argc, char** argv) {
       json = argv[++i];
     } else if (std::strcmp(argv[i], "--warm-child") == 0 && i + 2 < argc) {
       return warm_child(std::atoi(argv[i + 1]), argv[i + 2]);
+    } else if (std::strcmp(argv[i], "--profile-steps") == 0 && i + 3 < argc) {
+      return profile_steps(std::atoi(argv[i + 1]), std::atoi(argv[i + 2]),
+                           std::strcmp(argv[i + 3], "eager") != 0);
     } else {
       std::fprintf(stderr,
                    "usage: compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] "
-                   "[--compiles N] [--json FILE]\n");
+                   "[--compiles N] [--json FILE] | --profile-steps DEPTH N compiled|eager\n");
       return 2;
     }
   }

@@ -514,10 +514,13 @@ void apply_writes(const Plan& p, Writes& writes, Escapes& escapes) {
            value.data_ptr() == target.data_ptr() && value.is_contiguous() &&
            target.is_contiguous() && value.numel() == target.numel();
   };
-  std::unordered_set<const StorageImpl*> target_storage;  // lookups only
-  for (const auto& w : writes) target_storage.insert(w.first.impl()->storage.get());
+  std::vector<const StorageImpl*> target_storage;  // sorted, lookups only
+  target_storage.reserve(writes.size());
+  for (const auto& w : writes) target_storage.push_back(w.first.impl()->storage.get());
+  std::sort(target_storage.begin(), target_storage.end());
   for (auto& [target, value] : writes)
-    if (target_storage.count(value.impl()->storage.get()) && !in_place(target, value))
+    if (!in_place(target, value) && std::binary_search(target_storage.begin(), target_storage.end(),
+                                                       value.impl()->storage.get()))
       value = value.clone();
   for (auto& [target, value] : writes) {
     if (in_place(target, value))
@@ -625,9 +628,17 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
   // hooks fire) as soon as the executor produces it, while the rest of the
   // graph still runs: DDP's bucket hooks overlap with the compiled backward.
   std::vector<std::pair<Tensor, Tensor>> late_grads;
-  // The inputs' storages (lookups only): a model has thousands of inputs and of gradients.
-  std::unordered_set<const StorageImpl*> input_storage;
-  for (const Tensor& t : inputs) input_storage.insert(t.impl()->storage.get());
+  // The inputs' storages, sorted when first needed (a .grad that exists
+  // while the graph runs): a model has thousands of inputs and of gradients.
+  std::vector<const StorageImpl*> input_storage;
+  auto is_input_storage = [&](const StorageImpl* s) {
+    if (input_storage.empty()) {
+      input_storage.reserve(inputs.size());
+      for (const Tensor& t : inputs) input_storage.push_back(t.impl()->storage.get());
+      std::sort(input_storage.begin(), input_storage.end());
+    }
+    return std::binary_search(input_storage.begin(), input_storage.end(), s);
+  };
   OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
     if (o >= p.num_fwd_outputs) return;
     const auto& b = p.outputs[o];
@@ -636,7 +647,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     // A .grad that is itself a graph input (accumulation) may still be read by
     // later nodes: write it after the run.
     Tensor cur = target.grad();
-    if (cur.defined() && input_storage.count(cur.impl()->storage.get())) {
+    if (cur.defined() && is_input_storage(cur.impl()->storage.get())) {
       late_grads.emplace_back(target, value);
       return;
     }

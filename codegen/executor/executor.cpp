@@ -120,13 +120,12 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
               " destinations for ", output_slots_.size(), " outputs");
   r.input.assign(static_cast<size_t>(num_slots_), nullptr);
   r.free.assign(static_cast<size_t>(num_slots_), nullptr);
-  // Inputs by storage: how many share it, and the last of them.
-  std::unordered_map<const StorageImpl*, std::pair<int, size_t>> by_storage;
-  for (size_t i = 0; i < args.inputs.size(); ++i) {
-    auto& e = by_storage[args.inputs[i].impl()->storage.get()];
-    ++e.first;
-    e.second = i;
-  }
+  // Inputs by storage (sorted, no allocation per input): a storage's entries
+  // are adjacent, so how many share it and the last of them are found by search.
+  std::vector<std::pair<const StorageImpl*, size_t>> by_storage(args.inputs.size());
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    by_storage[i] = {args.inputs[i].impl()->storage.get(), i};
+  std::sort(by_storage.begin(), by_storage.end());
   struct Candidate {
     const StorageImpl* storage;
     const char *begin, *end;
@@ -136,11 +135,13 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
   for (size_t o = 0; o < args.dests.size(); ++o) {
     const Tensor& d = args.dests[o];
     if (!d.defined() || !d.impl()->storage || !d.is_contiguous()) continue;
-    const auto it = by_storage.find(d.impl()->storage.get());
-    if (it != by_storage.end()) {
-      const auto [count, i] = it->second;
-      if (count == 1 && args.inputs[i].is_same(d) && input_alias_until_[i] != INT_MAX)
-        r.input[i] = &d;
+    const StorageImpl* ds = d.impl()->storage.get();
+    const auto lo = std::lower_bound(by_storage.begin(), by_storage.end(),
+                                     std::pair<const StorageImpl*, size_t>{ds, 0});
+    if (lo != by_storage.end() && lo->first == ds) {
+      const bool one = lo + 1 == by_storage.end() || (lo + 1)->first != ds;
+      const size_t i = lo->second;
+      if (one && args.inputs[i].is_same(d) && input_alias_until_[i] != INT_MAX) r.input[i] = &d;
       continue;
     }
     const int sl = output_slots_[o];

@@ -112,6 +112,7 @@ class Executor {
   std::vector<std::vector<int>> order_units(size_t num_kernels) const;
   void make_steps(const std::vector<std::vector<int>>& order, const std::vector<int>& slot_by_id);
   void plan_last_uses(const std::vector<int>& slot_by_id);
+  void precompute_static_shapes(const std::vector<int>& slot_by_id);
   Destinations destinations(const RunArgs& args) const;
   // Fills `r` with the buffers alive after `step` (a new peak of `bytes`).
   void note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots, int64_t bytes,
@@ -129,6 +130,9 @@ class Executor {
   std::vector<bool> is_input_slot_;
   std::vector<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
   std::vector<int> input_alias_until_;  // graph input -> last step reading an unfused view of it
+  std::vector<Dims> static_shape_;      // slot -> its value's shape, for a graph without symbols
+  std::vector<int> dying_input_at_;     // slot -> the step listing it in dying_inputs, or -1
+  std::vector<int> overwritable_at_;    // slot -> the step listing it in overwritable, or -1
   int num_slots_ = 0;
 
  public:

@@ -19,6 +19,9 @@ struct Executor::Group {
   int kernel_id = 0;                                          // equal ids: the same compiled kernel
   std::vector<int> arg_slot;                                  // per kernel argument
   int nodes = 0;
+  // A static graph's run-time sizes and work items, made once (kernel_sizes).
+  std::vector<int64_t> static_sizes;
+  int64_t static_items = 0;
 };
 
 struct Executor::Step {

@@ -4,6 +4,7 @@
 // fused kernels. Schedule-time decisions are in executor_schedule.cpp.
 #include <algorithm>
 #include <climits>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -26,40 +27,92 @@ namespace kiln {
 namespace {
 
 // Buffers alive during one run (counted once per storage), for RunStats::peak_bytes.
+// Storages are counted in an open-addressing table sized for the run (every
+// buffer a slot can hold, plus the inputs): no allocation per buffer. An entry
+// whose count drops to 0 stays (a later storage at that address reuses it).
 class Liveness {
  public:
-  explicit Liveness(bool on) : on_(on) {}
+  Liveness(bool on, size_t capacity) : on_(on) {
+    if (!on_) return;
+    size_t n = 16;
+    while (n < 2 * capacity) n *= 2;
+    table_.assign(n, Entry{});
+  }
   // A buffer that existed before the run (a graph input): its views and the
   // outputs written into it are not intermediate buffers.
   void exclude(const Tensor& t) {
-    if (on_ && t.defined() && t.impl()->storage) excluded_.insert(t.impl()->storage.get());
+    if (on_ && t.defined() && t.impl()->storage) find(t.impl()->storage.get()).count = kExcluded;
   }
   void hold(const Tensor& t) {
     if (!on_ || !t.defined() || !t.impl()->storage) return;
-    if (excluded_.count(t.impl()->storage.get())) return;
-    if (live_[t.impl()->storage.get()]++ == 0)
-      cur_ += static_cast<int64_t>(t.impl()->storage->nbytes);
+    Entry& e = find(t.impl()->storage.get());
+    if (e.count == kExcluded) return;
+    if (e.count++ == 0) cur_ += static_cast<int64_t>(t.impl()->storage->nbytes);
     peak_ = std::max(peak_, cur_);
   }
   void drop(const Tensor& t) {
     if (!on_ || !t.defined() || !t.impl()->storage) return;
-    auto it = live_.find(t.impl()->storage.get());
-    if (it != live_.end() && --it->second == 0) {
-      cur_ -= static_cast<int64_t>(t.impl()->storage->nbytes);
-      live_.erase(it);
-    }
+    Entry& e = find(t.impl()->storage.get());
+    if (e.count > 0 && --e.count == 0) cur_ -= static_cast<int64_t>(t.impl()->storage->nbytes);
   }
   int64_t peak() const { return peak_; }
   int64_t current() const { return cur_; }
   // Whether t's buffer is counted now (held, and not a graph input's).
   bool counts(const Tensor& t) const {
-    return t.defined() && t.impl()->storage && live_.count(t.impl()->storage.get());
+    if (!on_ || !t.defined() || !t.impl()->storage) return false;
+    const Entry* e = lookup(t.impl()->storage.get());
+    return e && e->count > 0;
   }
 
  private:
+  static constexpr int kExcluded = -1;
+  struct Entry {
+    const StorageImpl* key = nullptr;
+    int count = 0;
+  };
+  static size_t hash(const StorageImpl* p) {
+    auto h = reinterpret_cast<uintptr_t>(p);
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+  const Entry* lookup(const StorageImpl* p) const {
+    const size_t mask = table_.size() - 1;
+    for (size_t i = hash(p) & mask;; i = (i + 1) & mask) {
+      if (table_[i].key == p) return &table_[i];
+      if (table_[i].key == nullptr) return nullptr;
+    }
+  }
+  Entry& find(const StorageImpl* p) {
+    const size_t mask = table_.size() - 1;
+    for (size_t i = hash(p) & mask;; i = (i + 1) & mask) {
+      if (table_[i].key == p) return table_[i];
+      if (table_[i].key == nullptr) {
+        if (++used_ * 4 > table_.size() * 3) {  // more buffers than planned for: grow
+          grow();
+          return find(p);
+        }
+        table_[i].key = p;
+        return table_[i];
+      }
+    }
+  }
+  void grow() {
+    std::vector<Entry> old = std::move(table_);
+    table_.assign(old.size() * 2, Entry{});
+    used_ = 0;
+    for (const Entry& e : old)
+      if (e.key) {
+        ++used_;
+        const size_t mask = table_.size() - 1;
+        size_t i = hash(e.key) & mask;
+        while (table_[i].key) i = (i + 1) & mask;
+        table_[i] = e;
+      }
+  }
   bool on_;
-  std::unordered_map<const StorageImpl*, int> live_;
-  std::unordered_set<const StorageImpl*> excluded_;
+  std::vector<Entry> table_;
+  size_t used_ = 0;
   int64_t cur_ = 0, peak_ = 0;
 };
 
@@ -95,7 +148,8 @@ class Executor::Run {
         args_(args),
         dev_(e.opts_.device),
         peak_report_(profiler::enabled() && profiler::profile_memory()),
-        mem_(args.stats != nullptr || peak_report_) {}
+        mem_(args.stats != nullptr || peak_report_,
+             static_cast<size_t>(e.num_slots_) + args.inputs.size()) {}
   std::vector<Tensor> run();
 
  private:
@@ -106,6 +160,11 @@ class Executor::Run {
   }
   void run_kernel(const ir::Node& n, std::vector<Tensor>& in, const Attrs& attrs,
                   std::vector<Tensor>& out) const;
+  // The shape of the value in slot `sl` (v): precomputed for a static graph.
+  Dims shape_of(int sl, const ir::Value* v) const {
+    return e_.static_shape_.empty() ? ir::eval_shape(v->shape, syms_)
+                                    : e_.static_shape_[static_cast<size_t>(sl)];
+  }
   void fire(size_t at);
   const Tensor* free_dest_for(int sl, DType dt, const Dims& shape) const;
   // Output slot `sl`'s free destination viewed with `shape`, else a new tensor.
@@ -138,7 +197,13 @@ class Executor::Run {
   std::vector<Tensor> hosted_;
   std::vector<Tensor> ins_;
   std::vector<Launch> launches_;
-  std::vector<int> claimed_;  // input slots a kernel of this step writes over
+  std::vector<int> claimed_;      // input slots a kernel of this step writes over
+  std::vector<char> is_claimed_;  // the same by slot
+  size_t num_launches_ = 0;       // launches_ in use by this step (the rest keep capacity)
+  void claim(int sl) {
+    claimed_.push_back(sl);
+    is_claimed_[static_cast<size_t>(sl)] = 1;
+  }
 };
 
 void Executor::Run::bind_inputs() {
@@ -153,7 +218,7 @@ void Executor::Run::bind_inputs() {
     const Tensor& t = args_.inputs[i];
     KILN_CHECK(t.defined() && !t.is_symbolic(), "[executor] input ", i, " (", v->name,
                ") is undefined or symbolic");
-    const Dims want = ir::eval_shape(v->shape, syms_);
+    const Dims want = shape_of(static_cast<int>(i), v);
     KILN_CHECK(t.dtype() == v->dtype && t.shape() == want, "[executor] input ", i, " (", v->name,
                ") is ", t.dtype(), t.shape(), ", the graph expects ", v->dtype, want);
     // Promotion differs for wrapped numbers (C++ scalars): the graph's dtypes
@@ -201,11 +266,10 @@ int Executor::Run::dest_input(const Step& step, const Group& grp, size_t j, cons
     const int sl = grp.arg_slot[static_cast<size_t>(a)];
     const Tensor* d = dst_.input[static_cast<size_t>(sl)];
     if (d == nullptr || d->dtype() != dt || d->numel() != numel_of(shape)) continue;
-    if (std::find(step.dying_inputs.begin(), step.dying_inputs.end(), sl) ==
-            step.dying_inputs.end() ||
-        e_.input_alias_until_[static_cast<size_t>(sl)] >=
-            static_cast<int>(&step - e_.steps_.data()) ||
-        std::find(claimed_.begin(), claimed_.end(), sl) != claimed_.end())
+    const int at = static_cast<int>(&step - e_.steps_.data());
+    if (e_.dying_input_at_[static_cast<size_t>(sl)] != at ||
+        e_.input_alias_until_[static_cast<size_t>(sl)] >= at ||
+        is_claimed_[static_cast<size_t>(sl)])
       continue;
     // Every graph output this value is must be that destination (not also a
     // result or a value saved for backward, which would alias the state).
@@ -226,7 +290,7 @@ Tensor Executor::Run::placed_output(const Step& step) {
   Tensor& h = hosted_[static_cast<size_t>(step.host_slot)];
   if (!h.defined()) {
     const ir::Value* hv = p.host->output();
-    h = dest_or_new(step.host_slot, hv->dtype, ir::eval_shape(hv->shape, syms_));
+    h = dest_or_new(step.host_slot, hv->dtype, shape_of(step.host_slot, hv));
     mem_.hold(h);
   }
   return as_strided(h, l->shape, l->strides, h.offset() + l->offset);
@@ -282,7 +346,7 @@ void Executor::Run::run_node(const Step& step) {
   const ir::Value* ov = n.outputs.size() == 1 ? n.outputs[0] : nullptr;
   const Tensor* d = nullptr;
   if (ov && !info.has(kView) && !info.has(kCollective) && info.kernel)
-    d = free_dest_for(step.out[0], ov->dtype, ir::eval_shape(ov->shape, syms_));
+    d = free_dest_for(step.out[0], ov->dtype, shape_of(step.out[0], ov));
   Tensor host;
   if (!hosted_.empty() && !step.out.empty())
     host = std::move(hosted_[static_cast<size_t>(step.out[0])]);
@@ -321,8 +385,8 @@ void Executor::Run::run_node(const Step& step) {
 void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l, size_t j) {
   const detail::LoweredGroup& lg = grp.lowered;
   const ir::Value* v = lg.args[lg.num_inputs + j];
-  const Dims shape = ir::eval_shape(v->shape, syms_);
   const int out_slot = grp.arg_slot[lg.num_inputs + j];
+  const Dims shape = shape_of(out_slot, v);
   Tensor o;
   if (lg.column_sum[j]) {
     // The sum's value, and the f64 partials the kernel writes instead (a
@@ -343,19 +407,20 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
   }
   if (const int sl = dest_input(step, grp, j, shape, v->dtype); sl >= 0) {
     o = shaped(*dst_.input[static_cast<size_t>(sl)], shape);
-    claimed_.push_back(sl);
+    claim(sl);
     ++st_.in_place;
   }
-  for (int a : e_.opts_.in_place && !o.defined() ? lg.in_place[j] : std::vector<int>{}) {
+  static const std::vector<int> kNone;
+  for (int a : e_.opts_.in_place && !o.defined() ? lg.in_place[j] : kNone) {
     const int sl = grp.arg_slot[static_cast<size_t>(a)];
-    if (std::find(step.overwritable.begin(), step.overwritable.end(), sl) ==
-            step.overwritable.end() ||
-        std::find(claimed_.begin(), claimed_.end(), sl) != claimed_.end())
+    if (e_.overwritable_at_[static_cast<size_t>(sl)] !=
+            static_cast<int>(&step - e_.steps_.data()) ||
+        is_claimed_[static_cast<size_t>(sl)])
       continue;
     const Tensor& t = slots_[static_cast<size_t>(sl)];
     if (!exclusive(t, v->dtype, numel_of(shape))) continue;
     o = shaped(t, shape);
-    claimed_.push_back(sl);
+    claim(sl);
     ++st_.in_place;
     break;
   }
@@ -373,8 +438,13 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
 // One kernel instance's sizes and argument pointers.
 void Executor::Run::prepare_launch(const Step& step, const Group& grp, Launch& l) {
   const detail::LoweredGroup& lg = grp.lowered;
-  l.sizes = detail::kernel_sizes(lg, syms_);
-  l.items = kir::work_items(lg.kernel, l.sizes.data());
+  if (e_.static_shape_.empty()) {
+    l.sizes = detail::kernel_sizes(lg, syms_);
+    l.items = kir::work_items(lg.kernel, l.sizes.data());
+  } else {
+    l.sizes.assign(grp.static_sizes.begin(), grp.static_sizes.end());
+    l.items = grp.static_items;
+  }
   // Eager's rule for amax/amin (a dynamic dim may reach 0 after tracing).
   for (const kir::Reduction& r : lg.kernel.reductions)
     KILN_CHECK(r.op == OpId::sum || l.sizes.back() != 0, "[", r.op == OpId::max ? "amax" : "amin",
@@ -402,25 +472,36 @@ void Executor::Run::prepare_launch(const Step& step, const Group& grp, Launch& l
 // Iteration space and bytes read + written (every argument once); on a device
 // the span is the launch's queueing, not the kernel's run.
 void Executor::Run::profile_launch(const Step& step, profiler::Span& kspan) const {
+  const std::span<const Launch> ls(launches_.data(), num_launches_);
   int64_t bytes = 0, items = 0;
-  for (size_t i = 0; i < launches_.size(); ++i) {
-    items += launches_[i].items;
+  for (size_t i = 0; i < ls.size(); ++i) {
+    items += ls[i].items;
     for (int sl : e_.groups_[static_cast<size_t>(step.groups[i])].arg_slot)
       if (const Tensor& t = slots_[static_cast<size_t>(sl)]; t.defined())
         bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
   }
-  kspan.arg("instances", static_cast<int64_t>(launches_.size()));
+  kspan.arg("instances", static_cast<int64_t>(ls.size()));
   kspan.arg("work_items", items);
-  kspan.arg("sizes", str(launches_.front().sizes));
+  kspan.arg("sizes", str(ls.front().sizes));
   kspan.set_bytes(bytes);
 }
 
 // A step of fused kernels: every instance prepared, then launched together.
 void Executor::Run::launch(const Step& step) {
-  launches_.assign(step.groups.size(), Launch{});
+  // Launches keep their vectors' capacity from step to step.
+  num_launches_ = step.groups.size();
+  if (launches_.size() < num_launches_) launches_.resize(num_launches_);
+  const std::span<Launch> ls(launches_.data(), num_launches_);
+  for (Launch& l : ls) {
+    l.ptrs.clear();
+    l.keep.clear();
+    l.sums.clear();
+    l.items = l.blocks = 0;
+  }
+  for (int sl : claimed_) is_claimed_[static_cast<size_t>(sl)] = 0;
   claimed_.clear();
   for (size_t i = 0; i < step.groups.size(); ++i)
-    prepare_launch(step, e_.groups_[static_cast<size_t>(step.groups[i])], launches_[i]);
+    prepare_launch(step, e_.groups_[static_cast<size_t>(step.groups[i])], ls[i]);
   const Group& first = e_.groups_[static_cast<size_t>(step.groups.front())];
   profiler::Span kspan("kernel", first.lowered.kernel.name);
   if (kspan.active()) [[unlikely]]
@@ -428,40 +509,43 @@ void Executor::Run::launch(const Step& step) {
   if (first.device_kernel) {
     // On a device: one launch per instance, queued in order.
     std::vector<DType> sum_dtypes;
-    for (const Launch& l : launches_) {
+    for (const Launch& l : ls) {
       sum_dtypes.clear();
       for (const detail::ColumnPartial& s : l.sums) sum_dtypes.push_back(s.out.dtype());
       first.device_kernel->launch(l.ptrs.data(), l.sizes.data(), sum_dtypes);
     }
-  } else if (launches_.size() == 1 && !launches_[0].sums.empty()) {
-    const Launch& l = launches_[0];
+  } else if (ls.size() == 1 && !ls[0].sums.empty()) {
+    const Launch& l = ls[0];
     detail::launch_with_column_sums(*first.kernel, l.ptrs, l.sizes.data(), l.items, l.blocks,
                                     l.sums);
-  } else if (launches_.size() == 1) {
-    first.kernel->launch(launches_[0].ptrs.data(), launches_[0].sizes.data());
+  } else if (ls.size() == 1) {
+    first.kernel->launch(ls[0].ptrs.data(), ls[0].sizes.data());
   } else {
     // One launch over the concatenated work items of every instance.
     const kir::LoadedKernel& kernel = *first.kernel;
-    std::vector<int64_t> start(launches_.size() + 1, 0);
+    std::vector<int64_t> start(ls.size() + 1, 0);
     int64_t max_inner = 1;
-    for (size_t i = 0; i < launches_.size(); ++i) {
-      start[i + 1] = start[i] + launches_[i].items;
-      max_inner = std::max(max_inner, launches_[i].sizes.back());
+    for (size_t i = 0; i < ls.size(); ++i) {
+      start[i + 1] = start[i] + ls[i].items;
+      max_inner = std::max(max_inner, ls[i].sizes.back());
     }
     const int64_t grain = kernel.kernel().has_reductions() ? std::max<int64_t>(1, 16384 / max_inner)
                                                            : kDefaultGrain / 2;
     parallel_for(0, start.back(), grain, [&](int64_t b, int64_t e) {
       size_t i =
           static_cast<size_t>(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
-      for (; i < launches_.size() && start[i] < e; ++i) {
+      for (; i < ls.size() && start[i] < e; ++i) {
         const int64_t lo = std::max(b, start[i]) - start[i];
         const int64_t hi = std::min(e, start[i + 1]) - start[i];
-        if (lo < hi) kernel(lo, hi, launches_[i].ptrs.data(), launches_[i].sizes.data());
+        if (lo < hi) kernel(lo, hi, ls[i].ptrs.data(), ls[i].sizes.data());
       }
     });
   }
   ++st_.kernel_launches;
-  launches_.clear();
+  for (Launch& l : ls) {  // release copies and partials now
+    l.keep.clear();
+    l.sums.clear();
+  }
 }
 
 std::vector<Tensor> Executor::Run::run() {
@@ -471,6 +555,7 @@ std::vector<Tensor> Executor::Run::run() {
   dst_ = e_.destinations(args_);
   for (const Tensor& t : args_.inputs) mem_.exclude(t);
   if (!e_.placements_.empty()) hosted_.resize(static_cast<size_t>(e_.num_slots_));
+  is_claimed_.assign(static_cast<size_t>(e_.num_slots_), 0);
   fire(0);
   for (size_t s = 0; s < e_.steps_.size(); ++s) {
     const Step& step = e_.steps_[s];

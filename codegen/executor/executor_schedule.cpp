@@ -341,6 +341,16 @@ void Executor::plan_last_uses(const std::vector<int>& slot_by_id) {
       readers[static_cast<size_t>(sl)] = 0;
     }
   }
+  // The same as per-slot lookups, so a run tests membership in O(1) (a batched
+  // optimizer step has thousands of instances and dying slots).
+  dying_input_at_.assign(static_cast<size_t>(num_slots_), -1);
+  overwritable_at_.assign(static_cast<size_t>(num_slots_), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (int sl : steps_[s].dying_inputs)
+      dying_input_at_[static_cast<size_t>(sl)] = static_cast<int>(s);
+    for (int sl : steps_[s].overwritable)
+      overwritable_at_[static_cast<size_t>(sl)] = static_cast<int>(s);
+  }
   // Where each output becomes available: 0 = before the first step, s+1 = after step s.
   outputs_at_step_.resize(steps_.size() + 1);
   std::unordered_map<int, size_t> made_at;
@@ -352,11 +362,31 @@ void Executor::plan_last_uses(const std::vector<int>& slot_by_id) {
   }
 }
 
+// A graph without symbols has the same shapes and kernel sizes at every run:
+// evaluated once here instead of per run and value.
+void Executor::precompute_static_shapes(const std::vector<int>& slot_by_id) {
+  const ir::Graph& g = *graph_;
+  if (g.num_syms != 0) return;
+  static_shape_.resize(static_cast<size_t>(num_slots_));
+  auto note = [&](const ir::Value* v) {
+    static_shape_[static_cast<size_t>(slot_by_id[static_cast<size_t>(v->id())])] =
+        ir::eval_shape(v->shape, {});
+  };
+  for (const ir::Value* v : g.inputs()) note(v);
+  for (const ir::Node* n : g.nodes())
+    for (const ir::Value* v : n->outputs) note(v);
+  for (Group& grp : groups_) {
+    grp.static_sizes = detail::kernel_sizes(grp.lowered, {});
+    grp.static_items = kir::work_items(grp.lowered.kernel, grp.static_sizes.data());
+  }
+}
+
 void Executor::build_schedule() {
   const std::vector<int> slot_by_id = assign_slots();
   const size_t num_kernels = compile_kernels(slot_by_id);
   make_steps(order_units(num_kernels), slot_by_id);
   plan_last_uses(slot_by_id);
+  precompute_static_shapes(slot_by_id);
 }
 
 }  // namespace kiln
