@@ -82,10 +82,11 @@ struct CompileOptions {
   /// may return either zero. false: eager's order, division and tie rule (slower).
   bool reassociate = true;
   /// Peak bytes of intermediate buffers a compiled call should fit: the remat
-  /// pass recomputes values after the predicted peak instead of keeping them
-  /// (elementwise chains first, then reductions, then matmuls), with a warning
-  /// naming the smallest peak it reached when the budget cannot be met. 0: the
-  /// default policy (cheap elementwise chains only, and only when the peak drops).
+  /// pass recomputes values after the predicted peak instead of keeping them,
+  /// cheapest per byte saved first (elementwise chains, costly math, then
+  /// matmuls) and no more than the budget needs, with a warning naming the
+  /// smallest peak it reached when the budget cannot be met. 0: the default
+  /// policy (what costs less than it saves, when the peak drops 1%).
   /// remat runs after the standard pipeline; a custom `pipeline` runs it where it lists it.
   int64_t memory_budget = 0;
   /// Keep the optimized plan (the graphs after the passes, their fusion groups,
