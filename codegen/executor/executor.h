@@ -73,6 +73,9 @@ struct ExecutorOptions {
   Device device = Device::cpu();
   /// What the graph is, in profiler peak reports ("forward of step").
   std::string name = "graph";
+  /// false: the graph is known valid (a plan cache entry whose checksum
+  /// matched, written from a verified graph): skip ir::verify unless KILN_VERIFY=1.
+  bool verify = true;
 };
 
 /// A prepared graph (schedule, kernels, last uses and symbol bindings
