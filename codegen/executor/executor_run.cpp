@@ -161,9 +161,11 @@ class Executor::Run {
   void run_kernel(const ir::Node& n, std::vector<Tensor>& in, const Attrs& attrs,
                   std::vector<Tensor>& out) const;
   // The shape of the value in slot `sl` (v): precomputed for a static graph.
-  Dims shape_of(int sl, const ir::Value* v) const {
-    return e_.static_shape_.empty() ? ir::eval_shape(v->shape, syms_)
-                                    : e_.static_shape_[static_cast<size_t>(sl)];
+  // The reference is valid until the next call.
+  const Dims& shape_of(int sl, const ir::Value* v) {
+    if (!e_.static_shape_.empty()) return e_.static_shape_[static_cast<size_t>(sl)];
+    shape_ = ir::eval_shape(v->shape, syms_);
+    return shape_;
   }
   void fire(size_t at);
   const Tensor* free_dest_for(int sl, DType dt, const Dims& shape) const;
@@ -199,7 +201,9 @@ class Executor::Run {
   std::vector<Launch> launches_;
   std::vector<int> claimed_;      // input slots a kernel of this step writes over
   std::vector<char> is_claimed_;  // the same by slot
-  size_t num_launches_ = 0;       // launches_ in use by this step (the rest keep capacity)
+  size_t num_launches_ = 0;
+  Dims shape_;  // shape_of's result for a graph with symbols       // launches_ in use by this step
+                // (the rest keep capacity)
   void claim(int sl) {
     claimed_.push_back(sl);
     is_claimed_[static_cast<size_t>(sl)] = 1;
@@ -218,7 +222,7 @@ void Executor::Run::bind_inputs() {
     const Tensor& t = args_.inputs[i];
     KILN_CHECK(t.defined() && !t.is_symbolic(), "[executor] input ", i, " (", v->name,
                ") is undefined or symbolic");
-    const Dims want = shape_of(static_cast<int>(i), v);
+    const Dims& want = shape_of(static_cast<int>(i), v);
     KILN_CHECK(t.dtype() == v->dtype && t.shape() == want, "[executor] input ", i, " (", v->name,
                ") is ", t.dtype(), t.shape(), ", the graph expects ", v->dtype, want);
     // Promotion differs for wrapped numbers (C++ scalars): the graph's dtypes
@@ -386,7 +390,7 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
   const detail::LoweredGroup& lg = grp.lowered;
   const ir::Value* v = lg.args[lg.num_inputs + j];
   const int out_slot = grp.arg_slot[lg.num_inputs + j];
-  const Dims shape = shape_of(out_slot, v);
+  const Dims& shape = shape_of(out_slot, v);
   Tensor o;
   if (lg.column_sum[j]) {
     // The sum's value, and the f64 partials the kernel writes instead (a

@@ -372,10 +372,16 @@ void Executor::precompute_static_shapes(const std::vector<int>& slot_by_id) {
     static_shape_[static_cast<size_t>(slot_by_id[static_cast<size_t>(v->id())])] =
         ir::eval_shape(v->shape, {});
   };
+  // Only values a run sees: inputs, unfused nodes' outputs, kernel arguments
+  // (most values live inside a fused kernel and have no buffer).
   for (const ir::Value* v : g.inputs()) note(v);
-  for (const ir::Node* n : g.nodes())
-    for (const ir::Value* v : n->outputs) note(v);
+  for (const Step& st : steps_)
+    if (st.node)
+      for (const ir::Value* v : st.node->outputs) note(v);
+  for (const detail::Placement& p : placements_) note(p.host->output());
   for (Group& grp : groups_) {
+    for (size_t a = grp.lowered.num_inputs; a < grp.lowered.args.size(); ++a)
+      note(grp.lowered.args[a]);
     grp.static_sizes = detail::kernel_sizes(grp.lowered, {});
     grp.static_items = kir::work_items(grp.lowered.kernel, grp.static_sizes.data());
   }
