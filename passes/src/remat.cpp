@@ -99,9 +99,8 @@ thread_local RematScope* current_scope = nullptr;
 
 using detail::Model;
 
-// ---- rule 3: max flow (Dinic): detail::FlowNet (remat_internal.h) ----
+// ---- rule 3: the min cut over values: detail::min_value_cut (remat_model.cpp) ----
 
-using detail::FlowNet;
 using detail::kInf;
 
 // ---- rule 4: what a recomputation costs ----
@@ -156,49 +155,21 @@ Cut find_cut(const ir::Graph& g, const Model& m, int gap, const Tier& t, int lo 
     }
   }
   if (needs.empty()) return cut;
-  FlowNet net;
-  const int src = net.add_node(), sink = net.add_node();
-  std::vector<int> in_node(ids, -1);
-  std::vector<Value*> work;
-  // The out node of v, created (with its in node) on first sight.
-  auto get = [&](Value* v) {
-    int& in = in_node[static_cast<size_t>(v->id())];
-    if (in < 0) {
-      in = net.add_node();
-      net.add_node();
-      work.push_back(v);
-    }
-    return in + 1;
-  };
-  for (Value* v : needs) net.add_edge(get(v), sink, kInf);
-  for (size_t w = 0; w < work.size(); ++w) {
-    Value* v = work[w];
-    const auto id = static_cast<size_t>(v->id());
-    const int in = in_node[id], out = in + 1;  // never free (see below)
-    const int64_t kept = m.bytes[static_cast<size_t>(m.root[id])];
-    net.add_edge(in, out, 2 * kept + (needed[id] ? 0 : 1));
-    Node* n = v->producer;
-    // Rule 4: recomputing n (v on the sink side) cuts src -> in at its cost.
+  // Rule 4: recomputing v's producer (v on the sink side) cuts src -> in at its cost.
+  const auto c = detail::min_value_cut(m, needs, needed, is_free, [&](Value* v) -> int64_t {
+    const Node* n = v->producer;
     const double cost = recompute_cost(*n);
-    const int rank = opaque_rank[id];
+    const int rank = opaque_rank[static_cast<size_t>(v->id())];
     const bool opaque_kept =
         n->info().has(kOpaque) && (t.depth == 0 || rank % (t.depth + 1) == t.depth);
-    if (cost < 0 || opaque_kept || pos(n) < lo) {
-      net.add_edge(src, in, kInf);
-      continue;
-    }
+    if (cost < 0 || opaque_kept || pos(n) < lo) return detail::ValueCut::kPinned;
     const double scaled = std::ldexp(2 * cost, -t.shift);
-    if (scaled > 0) net.add_edge(src, in, std::min<int64_t>(kInf, std::llround(scaled)));
-    for (Value* u : n->inputs)  // free values are available on both sides
-      if (!is_free(u)) net.add_edge(get(u), in, kInf);
-  }
-  net.max_flow(src, sink);
-  const std::vector<char> side = net.source_side(src);
+    return scaled > 0 ? std::min<int64_t>(kInf, std::llround(scaled)) : 0;
+  });
   std::vector<char> saved(ids, 0), redo(ids, 0);
-  for (Value* v : work) {
-    const auto in = static_cast<size_t>(in_node[static_cast<size_t>(v->id())]);
-    if (side[in] && !side[in + 1]) saved[static_cast<size_t>(v->id())] = 1;
-    if (!side[in]) redo[static_cast<size_t>(v->id())] = 1;
+  for (Value* v : c.values) {
+    if (c.saved(v)) saved[static_cast<size_t>(v->id())] = 1;
+    if (c.recomputed(v)) redo[static_cast<size_t>(v->id())] = 1;
   }
   for (int p = 0; p < gap; ++p) {
     Node* n = m.nodes[static_cast<size_t>(p)];

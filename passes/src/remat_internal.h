@@ -1,8 +1,10 @@
-// The memory model shared by the remat pass (remat.cpp) and the peak
-// functions of remat.h (remat_model.cpp). Internal to kiln_passes.
+// The memory model and the min cut shared by the remat pass (remat.cpp), the
+// partition choice (remat_partition.cpp) and the peak functions of remat.h
+// (remat_model.cpp). Internal to kiln_passes.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -150,5 +152,25 @@ class FlowNet {
   std::vector<int> level_;
   std::vector<size_t> iter_;
 };
+
+/// Rule 3's network over values, as both remat passes build it: each value
+/// reached from `needs` through its producer's non-free inputs is split into
+/// in -> out with capacity 2 * bytes (+1 unless `needed`: ties keep what is
+/// read); needs -> sink and data edges are infinite. `recompute(v)` gives
+/// src -> in(v): kPinned (infinite, inputs not followed), 0 (no edge) or a capacity.
+struct ValueCut {
+  static constexpr int64_t kPinned = -1;
+  std::vector<ir::Value*> values;  // every value in the network, first seen first
+  std::vector<int> in_node;        // by value id: its in node, -1 if absent
+  std::vector<char> side;          // by network node: on the source side of the min cut
+  /// v's in node is on the source side and its out node on the sink side: v is saved.
+  bool saved(const ir::Value* v) const;
+  /// v's in node is on the sink side: its producer runs again.
+  bool recomputed(const ir::Value* v) const;
+};
+ValueCut min_value_cut(const Model& m, const std::vector<ir::Value*>& needs,
+                       const std::vector<char>& needed,
+                       const std::function<bool(const ir::Value*)>& is_free,
+                       const std::function<int64_t(ir::Value*)>& recompute);
 
 }  // namespace kiln::passes::detail

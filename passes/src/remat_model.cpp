@@ -229,6 +229,54 @@ std::string peak_composition(const ir::Graph& g, const Model& m) {
              "), its own inputs and outputs ", mib(work), " (", n_work, ")");
 }
 
+bool ValueCut::saved(const ir::Value* v) const {
+  const int in = in_node[static_cast<size_t>(v->id())];
+  return in >= 0 && side[static_cast<size_t>(in)] && !side[static_cast<size_t>(in + 1)];
+}
+
+bool ValueCut::recomputed(const ir::Value* v) const {
+  const int in = in_node[static_cast<size_t>(v->id())];
+  return in >= 0 && !side[static_cast<size_t>(in)];
+}
+
+ValueCut min_value_cut(const Model& m, const std::vector<ir::Value*>& needs,
+                       const std::vector<char>& needed,
+                       const std::function<bool(const ir::Value*)>& is_free,
+                       const std::function<int64_t(ir::Value*)>& recompute) {
+  ValueCut c;
+  c.in_node.assign(m.root.size(), -1);
+  FlowNet net;
+  const int src = net.add_node(), sink = net.add_node();
+  // The out node of v, created (with its in node) on first sight.
+  auto get = [&](ir::Value* v) {
+    int& in = c.in_node[static_cast<size_t>(v->id())];
+    if (in < 0) {
+      in = net.add_node();
+      net.add_node();
+      c.values.push_back(v);
+    }
+    return in + 1;
+  };
+  for (ir::Value* v : needs) net.add_edge(get(v), sink, kInf);
+  for (size_t w = 0; w < c.values.size(); ++w) {
+    ir::Value* v = c.values[w];
+    const auto id = static_cast<size_t>(v->id());
+    const int in = c.in_node[id];
+    net.add_edge(in, in + 1, 2 * m.bytes[static_cast<size_t>(m.root[id])] + (needed[id] ? 0 : 1));
+    const int64_t cap = recompute(v);
+    if (cap == ValueCut::kPinned) {
+      net.add_edge(src, in, kInf);
+      continue;
+    }
+    if (cap > 0) net.add_edge(src, in, std::min(kInf, cap));
+    for (ir::Value* u : v->producer->inputs)  // free values are available on both sides
+      if (!is_free(u)) net.add_edge(get(u), in, kInf);
+  }
+  net.max_flow(src, sink);
+  c.side = net.source_side(src);
+  return c;
+}
+
 }  // namespace kiln::passes::detail
 
 namespace kiln::passes {

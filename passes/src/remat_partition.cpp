@@ -76,45 +76,18 @@ std::vector<char> backward_recompute(const ir::Graph& g, const std::vector<char>
       for (const Value* u : nodes[p]->inputs) fwd_required[static_cast<size_t>(u->id())] = 1;
   }
   // Rule 2.
-  detail::FlowNet net;
-  const int src = net.add_node(), sink = net.add_node();
-  std::vector<int> in_node(ids, -1);
-  std::vector<Value*> work;
-  auto get = [&](Value* v) {
-    int& in = in_node[static_cast<size_t>(v->id())];
-    if (in < 0) {
-      in = net.add_node();
-      net.add_node();
-      work.push_back(v);
-    }
-    return in + 1;
-  };
-  for (Value* v : needs) net.add_edge(get(v), sink, detail::kInf);
-  for (size_t w = 0; w < work.size(); ++w) {
-    Value* v = work[w];
-    const auto id = static_cast<size_t>(v->id());
-    const int in = in_node[id];
-    net.add_edge(in, in + 1, 2 * m.bytes[static_cast<size_t>(m.root[id])] + (needed[id] ? 0 : 1));
+  const auto c = detail::min_value_cut(m, needs, needed, is_free, [&](Value* v) -> int64_t {
     const Node* n = v->producer;
     const double cost = detail::recompute_cost(*n);
-    if (cost < 0) {
-      net.add_edge(src, in, detail::kInf);
-      continue;
-    }
+    if (cost < 0) return detail::ValueCut::kPinned;
     bool required = false;
     for (const Value* o : n->outputs)
       required = required || fwd_required[static_cast<size_t>(o->id())];
-    if (required && cost > 0)
-      net.add_edge(src, in, std::min<int64_t>(detail::kInf, std::llround(2 * cost)));
-    for (Value* u : n->inputs)
-      if (!is_free(u)) net.add_edge(get(u), in, detail::kInf);
-  }
-  net.max_flow(src, sink);
+    return required && cost > 0 ? std::min<int64_t>(detail::kInf, std::llround(2 * cost)) : 0;
+  });
   // Rule 3.
-  const std::vector<char> side = net.source_side(src);
-  for (Value* v : work)
-    if (!side[static_cast<size_t>(in_node[static_cast<size_t>(v->id())])])
-      moved[g.position(v->producer)] = 1;
+  for (Value* v : c.values)
+    if (c.recomputed(v)) moved[g.position(v->producer)] = 1;
   return moved;
 }
 
