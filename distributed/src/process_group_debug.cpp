@@ -82,4 +82,18 @@ void debug_check(Store& store, const std::string& prefix, int rank, int size,
   }
 }
 
+void debug_check_logged(Store& store, const std::string& prefix, int rank, int size,
+                        const CollectiveInfo& info, Millis timeout,
+                        const std::shared_ptr<CollectiveLog>& log, const std::string& where) {
+  auto print = [&] {
+    print_log(*log, where, kiln::str("KILN_DIST_DEBUG: waiting for ", info.str()));
+  };
+  try {
+    debug_check(store, prefix, rank, size, info, timeout, print);
+  } catch (const Error& e) {
+    failed_work(info, where, log, e.what());  // into the log
+    throw;
+  }
+}
+
 }  // namespace kiln::dist::detail

@@ -129,6 +129,13 @@ void debug_check(Store& store, const std::string& prefix, int rank, int size,
                  const CollectiveInfo& info, Millis timeout,
                  const std::function<void()>& on_timeout);
 
+/// debug_check as a group runs it before issuing a collective: on a timeout the
+/// group's log is printed (under `where`), and a failure is entered in the log
+/// (as a failed Work) before the kiln::Error propagates.
+void debug_check_logged(Store& store, const std::string& prefix, int rank, int size,
+                        const CollectiveInfo& info, Millis timeout,
+                        const std::shared_ptr<CollectiveLog>& log, const std::string& where);
+
 /// A string's bytes as a store value, and back.
 inline Bytes to_bytes(const std::string& s) {
   return Bytes(s.begin(), s.end());

@@ -336,15 +336,7 @@ WorkPtr GlooGroup::collective(CollectiveInfo info, Signature sig, std::vector<Te
   info.seq = next_seq_++;
   sig.seq = info.seq;
   if (debug_) {
-    auto print = [&] {
-      detail::print_log(*log_, where_, kiln::str("KILN_DIST_DEBUG: waiting for ", info.str()));
-    };
-    try {
-      detail::debug_check(*store_, prefix_, rank_, size_, info, opts_.timeout, print);
-    } catch (const Error& e) {
-      detail::failed_work(info, where_, log_, e.what());  // into the log
-      throw;
-    }
+    detail::debug_check_logged(*store_, prefix_, rank_, size_, info, opts_.timeout, log_, where_);
   }
   uint64_t id = log_->add(info.str());
   auto work = std::make_shared<WorkImpl>(std::move(info), where_, std::move(results), opts_.timeout,
