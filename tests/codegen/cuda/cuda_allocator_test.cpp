@@ -134,9 +134,12 @@ TEST_F(CudaAllocatorSegments, PiecesKeepTheirStream) {
     base = at(big);
     keep_busy(big, s1);
   }  // freed on s1, its work pending
+  // y stays alive while z is placed: freed first, y's own segment (when s1 was
+  // still busy) would be the best fit for z, a legitimate choice the test is not about.
+  Tensor y;
   {
     StreamGuard g(s2);
-    const Tensor y = block(4 * kMiB);
+    y = block(4 * kMiB);
     const bool s1_done = s1.query();
     if (at(y) >= base && at(y) < base + 16 * kMiB) {
       EXPECT_TRUE(s1_done) << "a piece reached s2 before s1's work finished";
@@ -147,6 +150,10 @@ TEST_F(CudaAllocatorSegments, PiecesKeepTheirStream) {
     const Tensor z = block(4 * kMiB);
     EXPECT_GE(at(z), base) << "s1 reuses its own block at once";
     EXPECT_LT(at(z), base + 16 * kMiB);
+  }
+  {
+    StreamGuard g(s2);
+    y = Tensor();
   }
   s1.synchronize();
   StreamGuard g(s2);
