@@ -6,6 +6,7 @@
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "tensor_storage.h"
 
 namespace kiln {
 
@@ -150,20 +151,10 @@ void check_shape(const Dims& shape, const char* op, const char* what) {
 
 Tensor make_tensor(const Dims& shape, DType dtype, Device device) {
   check_shape(shape, "empty");
-  auto impl = std::make_shared<TensorImpl>();
-  auto st = std::make_shared<StorageImpl>();
-  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
-  st->nbytes = nbytes;
-  st->allocator =
-      device.is_cpu() ? &cpu_allocator() : &device_runtime(device, "empty").allocator(device.index);
-  st->data = st->allocator->allocate(nbytes);
-  st->device = device;
-  impl->storage = std::move(st);
-  impl->strides = contiguous_strides(shape);
-  impl->shape = shape;
-  impl->dtype = dtype;
-  impl->device = device;
-  return Tensor(std::move(impl));
+  Allocator& a =
+      device.is_cpu() ? cpu_allocator() : device_runtime(device, "empty").allocator(device.index);
+  const size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  return detail::tensor_over(detail::allocate_storage(nbytes, a, device), shape, dtype);
 }
 
 Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64_t offset) {

@@ -4,6 +4,7 @@
 #include "kiln/device_runtime.h"
 #include "kiln/functional.h"
 #include "ops/helpers.h"
+#include "tensor_storage.h"
 
 namespace kiln {
 
@@ -16,18 +17,8 @@ namespace {
 // An uninitialized contiguous CPU tensor in memory from `pinned` (a device
 // runtime's page-locked allocator).
 Tensor pinned_empty(const Dims& shape, DType dtype, Allocator& pinned) {
-  auto st = std::make_shared<StorageImpl>();
-  st->nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
-  st->allocator = &pinned;
-  st->data = pinned.allocate(st->nbytes);
-  st->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(st);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  impl->device = Device::cpu();
-  return Tensor(std::move(impl));
+  const size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+  return detail::tensor_over(detail::allocate_storage(nbytes, pinned, Device::cpu()), shape, dtype);
 }
 
 }  // namespace

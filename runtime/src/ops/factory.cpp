@@ -31,6 +31,7 @@
 #include "ops/helpers.h"
 #include "ops/registry.h"
 #include "random_rule.h"
+#include "tensor_storage.h"
 
 namespace kiln {
 namespace ops {
@@ -513,13 +514,7 @@ Tensor from_blob(void* data, const Dims& shape, DType dtype, std::function<void(
   st->allocator = nullptr;
   st->deleter = std::move(deleter);
   st->device = Device::cpu();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(st);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  impl->device = Device::cpu();
-  return Tensor(std::move(impl));
+  return detail::tensor_over(std::move(st), shape, dtype);
 }
 
 // ---------------- random ----------------
