@@ -115,6 +115,13 @@ void check_cpu_tensor(const char* op, const Tensor& t, const char* name = "tenso
 void check_reducible(const char* op, DType dt, ReduceOp rop);
 /// "[4, 256]".
 std::string shape_str(const Tensor& t);
+/// The CollectiveInfo of a collective on one tensor: op, dtype, shape, numel.
+CollectiveInfo tensor_op(const char* op, const Tensor& t, std::string detail = {});
+/// all_reduce_coalesced's front-end checks (`check` on each tensor, one shared
+/// dtype, reducible with `rop`) and its info: the flat buffer's numel and
+/// "[N in K tensors]". kiln::Error otherwise.
+CollectiveInfo coalesced_info(const std::vector<Tensor>& ts, ReduceOp rop,
+                              const std::function<void(const char*, const Tensor&)>& check);
 /// all_reduce_into's arguments: dst 1-D and contiguous, every src defined,
 /// contiguous, with dst's dtype and device, their sizes summing to dst's; a src
 /// sharing dst's storage is exactly its range of dst. kiln::Error otherwise.

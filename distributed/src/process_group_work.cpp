@@ -233,6 +233,33 @@ std::string shape_str(const Tensor& t) {
   return kiln::str(t.shape());
 }
 
+CollectiveInfo tensor_op(const char* op, const Tensor& t, std::string detail) {
+  CollectiveInfo i;
+  i.op = op;
+  i.dtype = dtype_name(t.dtype());
+  i.shape = shape_str(t);
+  i.numel = t.numel();
+  i.detail = std::move(detail);
+  return i;
+}
+
+CollectiveInfo coalesced_info(const std::vector<Tensor>& ts, ReduceOp rop,
+                              const std::function<void(const char*, const Tensor&)>& check) {
+  KILN_CHECK(!ts.empty(), "[all_reduce_coalesced] no tensors given");
+  int64_t total = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    check("all_reduce_coalesced", ts[i]);
+    KILN_CHECK(ts[i].dtype() == ts[0].dtype(), "[all_reduce_coalesced] tensor ", i, " is ",
+               ts[i].dtype(), " but tensor 0 is ", ts[0].dtype(), "; all must share a dtype");
+    total += ts[i].numel();
+  }
+  check_reducible("all_reduce_coalesced", ts[0].dtype(), rop);
+  CollectiveInfo info = tensor_op("all_reduce_coalesced", ts[0], to_string(rop));
+  info.numel = total;
+  info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
+  return info;
+}
+
 void check_cpu_tensor(const char* op, const Tensor& t, const char* name) {
   KILN_CHECK(t.defined(), "[", op, "] ", name, " is undefined");
   KILN_CHECK(!t.is_symbolic(), "[", op, "] ", name,

@@ -52,15 +52,7 @@ inline detail::Span span_of(const Tensor& t) {
   return {bytes_of(t), nbytes(t)};
 }
 
-inline CollectiveInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
-  CollectiveInfo i;
-  i.op = op;
-  i.dtype = dtype_name(t.dtype());
-  i.shape = detail::shape_str(t);
-  i.numel = t.numel();
-  i.detail = std::move(detail);
-  return i;
-}
+using detail::tensor_op;
 
 // A send's or recv's Gloo buffers, each kept alive (also after a failure,
 // until the contexts close) and aborted when the group is destroyed.

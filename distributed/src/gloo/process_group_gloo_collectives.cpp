@@ -23,18 +23,9 @@ WorkPtr GlooGroup::all_reduce(Tensor t, ReduceOp op) {
 }
 
 WorkPtr GlooGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
-  KILN_CHECK(!ts.empty(), "[all_reduce_coalesced] no tensors given");
-  int64_t total = 0;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    detail::check_cpu_tensor("all_reduce_coalesced", ts[i]);
-    KILN_CHECK(ts[i].dtype() == ts[0].dtype(), "[all_reduce_coalesced] tensor ", i, " is ",
-               ts[i].dtype(), " but tensor 0 is ", ts[0].dtype(), "; all must share a dtype");
-    total += ts[i].numel();
-  }
-  detail::check_reducible("all_reduce_coalesced", ts[0].dtype(), op);
-  CollectiveInfo info = tensor_op("all_reduce_coalesced", ts[0], to_string(op));
-  info.numel = total;
-  info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
+  CollectiveInfo info = detail::coalesced_info(
+      ts, op, [](const char* name, const Tensor& t) { detail::check_cpu_tensor(name, t); });
+  const int64_t total = info.numel;
   // The same signature as all_reduce of the flat buffer: that is what moves.
   Signature sig = detail::make_signature(CollectiveKind::kAllReduce, 0, ts[0].dtype(),
                                          uint64_t(total), int(op));

@@ -40,15 +40,7 @@ class NcclWork final : public Work {
   int device_;
 };
 
-CollectiveInfo tensor_op(const char* op, const Tensor& t, std::string detail = {}) {
-  CollectiveInfo i;
-  i.op = op;
-  i.dtype = dtype_name(t.dtype());
-  i.shape = detail::shape_str(t);
-  i.numel = t.numel();
-  i.detail = std::move(detail);
-  return i;
-}
+using detail::tensor_op;
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
@@ -319,18 +311,9 @@ WorkPtr NcclGroup::all_reduce(Tensor t, ReduceOp op) {
 
 // One flat buffer on the communication stream: copied in, reduced, copied out.
 WorkPtr NcclGroup::all_reduce_coalesced(std::vector<Tensor> ts, ReduceOp op) {
-  KILN_CHECK(!ts.empty(), "[all_reduce_coalesced] no tensors given");
-  int64_t total = 0;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    check_tensor("all_reduce_coalesced", ts[i]);
-    KILN_CHECK(ts[i].dtype() == ts[0].dtype(), "[all_reduce_coalesced] tensor ", i, " is ",
-               ts[i].dtype(), " but tensor 0 is ", ts[0].dtype(), "; all must share a dtype");
-    total += ts[i].numel();
-  }
-  detail::check_reducible("all_reduce_coalesced", ts[0].dtype(), op);
-  CollectiveInfo info = tensor_op("all_reduce_coalesced", ts[0], to_string(op));
-  info.numel = total;
-  info.shape = kiln::str("[", total, " in ", ts.size(), " tensors]");
+  CollectiveInfo info = detail::coalesced_info(
+      ts, op, [this](const char* name, const Tensor& t) { check_tensor(name, t); });
+  const int64_t total = info.numel;
   return enqueue(std::move(info), ts, ts, [&](cudaStream_t s, std::vector<Tensor>& keep) {
     NoGradGuard ng;
     Tensor flat = zeros({total}, ts[0].dtype(), Device::cuda(device_));
