@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/forked_ranks.h"
+#include "distributed/store_ranks.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/store.h"
@@ -104,17 +104,8 @@ std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
 }
 
 void run_ranks(int size, bool bf16) {
-  testing::ForkedRanks ranks(size, [&](int rank, uint64_t port) {
-    std::string why = train_rank(rank, size, port, bf16);
-    if (why.empty()) return 0;
-    std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
-    return 1;
-  });
-  TCPStoreServerOptions so;
-  so.host = "127.0.0.1";
-  TCPStoreServer server(so);
-  ranks.start(server.port());
-  auto status = ranks.wait(std::chrono::steady_clock::now() + 120s);
+  auto status = testing::run_store_ranks(
+      size, [&](int rank, uint64_t port) { return train_rank(rank, size, port, bf16); }, 120s);
   EXPECT_EQ(status, std::vector<int>(size_t(size), 0)) << "see the ranks' stderr (-1: timed out)";
 }
 

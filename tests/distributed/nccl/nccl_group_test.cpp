@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/forked_ranks.h"
+#include "distributed/store_ranks.h"
 #include "kiln/cuda.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/process_group.h"
@@ -53,17 +53,8 @@ ProcessGroupOptions group_options(std::chrono::milliseconds timeout, int debug =
 // Runs `body` on `size` forked ranks; every rank must return "" (its failure
 // text is printed by the child) within `limit`.
 void run_ranks(int size, const Body& body, std::chrono::seconds limit = 90s) {
-  testing::ForkedRanks ranks(size, [&](int rank, uint64_t port) {
-    std::string why = body(rank, size, client(port, 20s));
-    if (why.empty()) return 0;
-    std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
-    return 1;
-  });
-  TCPStoreServerOptions so;
-  so.host = "127.0.0.1";
-  TCPStoreServer server(so);
-  ranks.start(server.port());
-  auto status = ranks.wait(std::chrono::steady_clock::now() + limit);
+  auto status = testing::run_store_ranks(
+      size, [&](int rank, uint64_t port) { return body(rank, size, client(port, 20s)); }, limit);
   for (int r = 0; r < size; ++r)
     EXPECT_EQ(status[size_t(r)], 0) << "rank " << r << " failed or timed out (-1) (see stderr)";
 }
