@@ -209,9 +209,11 @@ void gw_tile(const T* gyT, int64_t Op, const T* xc, const int64_t* taps, int64_t
 #pragma GCC unroll 4
     for (int i = 0; i < NV; ++i) {
       V gv = load(g + i * L);
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__AVX__)
       // Keeps gv in a register: GCC would otherwise fold the load into each of
       // the NT multiply-adds, and the load ports, not the FMAs, set the pace.
+      // Only with AVX does a 32-byte vector fit one "x" register (builds
+      // without -march=native, such as the fuzzers', split it).
       asm("" : "+x"(gv));
 #endif
 #pragma GCC unroll 4
