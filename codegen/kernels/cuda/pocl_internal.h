@@ -1,0 +1,142 @@
+// Internal: the emulated CUDA device's shared state (pocl_driver.h), used by
+// its entry points, which are split by family: pocl_memory.cpp (device,
+// context, memory, copies), pocl_launch.cpp (modules, launches),
+// pocl_streams.cpp (streams, events); pocl_driver.cpp loads PoCL and fills
+// the driver table. Each emu::cuXxx has the signature of the table's member of
+// the same name (cuda.h's macros map some to their _v2 names, as they do the
+// members).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/pocl_driver.h"
+
+#if __has_include(<CL/cl.h>)
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
+#define KILN_HAVE_OPENCL 1
+#endif
+
+namespace kiln::cuda::pocl {
+
+/// Sets what take_emulated_detail() reports next on this thread.
+void set_detail(const std::string& d);
+/// Clears it (each entry point starts with a clean detail).
+void clear_detail();
+/// The detail, then cleared.
+std::string take_detail();
+
+}  // namespace kiln::cuda::pocl
+
+#ifdef KILN_HAVE_OPENCL
+namespace kiln::cuda::pocl {
+// The OpenCL entry points used, resolved with dlsym (types from CL/cl.h only).
+// clang-format off
+#define KILN_OPENCL_FUNCS(X) \
+  X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo) \
+  X(clCreateContext) X(clCreateCommandQueueWithProperties) X(clReleaseCommandQueue) \
+  X(clFlush) X(clFinish) X(clSVMAlloc) X(clSVMFree) X(clEnqueueSVMMemcpy) X(clEnqueueSVMMemFill) \
+  X(clCreateProgramWithSource) X(clBuildProgram) X(clGetProgramBuildInfo) X(clReleaseProgram) \
+  X(clCreateKernel) X(clReleaseKernel) X(clGetKernelInfo) X(clGetKernelArgInfo) \
+  X(clGetKernelWorkGroupInfo) X(clSetKernelArg) X(clSetKernelArgSVMPointer) \
+  X(clEnqueueNDRangeKernel) X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList) \
+  X(clWaitForEvents) X(clGetEventInfo) X(clGetEventProfilingInfo) X(clReleaseEvent) \
+  X(clCreateUserEvent) X(clSetUserEventStatus)
+// clang-format on
+
+struct Cl {
+#define KILN_CL_MEMBER(name) decltype(&::name) name = nullptr;
+  KILN_OPENCL_FUNCS(KILN_CL_MEMBER)
+#undef KILN_CL_MEMBER
+};
+
+// The largest block the printed kernels' shuffle scratch holds (CUDA's limit).
+constexpr size_t kMaxBlock = 1024;
+
+struct Stream {
+  cl_command_queue q = nullptr;
+  bool blocking = true;     // orders against the null stream (not CU_STREAM_NON_BLOCKING)
+  std::mutex mu;            // guards last
+  cl_event last = nullptr;  // the newest command: done means the stream is idle
+};
+
+struct Event {
+  cl_event ev = nullptr;
+  bool timing = true;
+};
+
+struct ArgKind {
+  bool pointer = false;
+  size_t size = 0;
+};
+
+struct Function {
+  cl_kernel k = nullptr;
+  std::string name;
+  std::vector<ArgKind> args;
+  std::mutex mu;  // clSetKernelArg .. enqueue is one step
+};
+
+struct Mod {
+  cl_program prog = nullptr;
+  std::map<std::string, std::unique_ptr<Function> > fns;
+  std::mutex mu;
+};
+
+struct Emu {
+  Cl cl;
+  cl_device_id dev = nullptr;
+  cl_context ctx = nullptr;
+  Stream null_stream;
+  std::string name;
+  size_t total = 0, local_mem = 0, l2 = 0;
+  int units = 1;
+  std::mutex mu;  // the maps below
+  std::map<uintptr_t, size_t> allocs, pinned;
+  size_t allocated = 0;
+  std::set<Stream*> streams;
+};
+
+/// The device; set once PoCL loaded (load_emulated_driver).
+extern Emu* g;
+/// True once the process is exiting (PoCL's destructors may have run).
+bool exiting();
+/// The primary context's handle points here.
+extern int g_context_tag;
+/// The context current on this thread.
+extern thread_local CUcontext t_current;
+
+/// Returns r after recording `detail` for take_emulated_detail.
+CUresult fail(CUresult r, const std::string& detail);
+/// Whether [p, p + n) lies inside one entry of `m` (a base -> size map).
+bool inside(const std::map<uintptr_t, size_t>& m, uintptr_t p, size_t n);
+/// CUDA_ERROR_INVALID_VALUE (with a detail) unless [p, p + n) is device memory.
+CUresult check_device_range(CUdeviceptr p, size_t n, const char* what);
+/// The Stream behind a handle (the null/legacy/per-thread handles: the null stream).
+Stream* stream_of(CUstream s);
+/// The queue to enqueue on for `s`, ordered as CUDA's legacy null stream orders it.
+cl_command_queue enqueue_point(CUstream s);
+/// Waits for every queue.
+CUresult finish_all();
+/// The outcome of enqueuing a command on `s` (event `ev`, its newest command).
+CUresult enqueued(CUstream s, cl_int e, cl_event ev, const char* what);
+/// The CUresult for an OpenCL error of `what`.
+CUresult cl_fail(cl_int e, const char* what);
+
+// The entry points, declared from the table's types. Calls among them are
+// qualified: ADL on the CUDA handle types would also find cuda.h's.
+namespace emu {
+#define KILN_EMU_DECLARE(name, version) std::remove_pointer_t<PFN_##name##_v##version> name;
+KILN_CUDA_DRIVER_FUNCS(KILN_EMU_DECLARE)
+#undef KILN_EMU_DECLARE
+}  // namespace emu
+
+}  // namespace kiln::cuda::pocl
+#endif
