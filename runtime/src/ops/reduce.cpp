@@ -229,6 +229,87 @@ RDims reduction_dims(const Tensor& x, const Dims& dims) {
   return co;
 }
 
+// The typed leaves of one reduction (input T, output O, accumulator A, reducer
+// Op). The paths below choose work and threads once, for every dtype, and call
+// the leaves only per output block or per block of rows, so each (dtype, op)
+// instantiates the inner loops alone (issue 18: build time). Accumulator
+// buffers are bytes; every A is at most 8 bytes.
+struct Leaves {
+  size_t acc_bytes;
+  // y[0..m) = the reduction's identity (a reduction over an empty dim).
+  void (*identity)(void* y, int64_t m);
+  // Row path: outputs [o0, o1), each reducing rn elements: the outer reduced
+  // dims `outer` x the innermost run (n, s).
+  void (*rows)(const void* x, void* y, const RDims& kept, const RDims& outer, int64_t n, int64_t s,
+               int64_t rn, int64_t o0, int64_t o1);
+  // *acc = the reduction of elements [e0, e1) of that space, from x + xo.
+  void (*range)(const void* x, int64_t xo, const RDims& outer, int64_t n, int64_t s, int64_t e0,
+                int64_t e1, void* acc);
+  // acc[0..len) = the reduction of rows [r0, r1) of `red` (offsets from x +
+  // xo), each row len elements xs apart.
+  void (*fold)(const void* x, int64_t xo, const RDims& red, int64_t r0, int64_t r1, int64_t xs,
+               int64_t len, void* acc);
+  // acc[j] = step(acc[j], other[j]) for j < n.
+  void (*combine)(void* acc, const void* other, int64_t n);
+  // y[yo + j ys] = acc[j] as O for j < n.
+  void (*store)(void* y, int64_t yo, int64_t ys, const void* acc, int64_t n);
+};
+
+template <typename T, typename O, typename A, typename Op>
+struct TypedLeaves {
+  using C = compute_t<T>;
+  static void identity(void* y, int64_t m) {
+    O* yp = static_cast<O*>(y);
+    for (int64_t i = 0; i < m; ++i) yp[i] = finish<O, A>(Op::init());
+  }
+  static void rows(const void* x, void* y, const RDims& kept, const RDims& outer, int64_t n,
+                   int64_t s, int64_t rn, int64_t o0, int64_t o1) {
+    const T* xp = static_cast<const T*>(x);
+    O* yp = static_cast<O*>(y);
+    for (int64_t o = o0; o < o1; ++o) {
+      int64_t xo, yo;
+      unravel(kept, o, xo, yo);
+      yp[yo] = finish<O, A>(reduce_range<T, A, Op>(xp + xo, outer, n, s, 0, rn));
+    }
+  }
+  static void range(const void* x, int64_t xo, const RDims& outer, int64_t n, int64_t s, int64_t e0,
+                    int64_t e1, void* acc) {
+    *static_cast<A*>(acc) =
+        reduce_range<T, A, Op>(static_cast<const T*>(x) + xo, outer, n, s, e0, e1);
+  }
+  static void fold(const void* x, int64_t xo, const RDims& red, int64_t r0, int64_t r1, int64_t xs,
+                   int64_t len, void* acc) {
+    A* a = static_cast<A*>(acc);
+    for (int64_t j = 0; j < len; ++j) a[j] = Op::init();
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t rx, ry;
+      unravel(red, r, rx, ry);
+      const T* p = static_cast<const T*>(x) + xo + rx;
+      if (xs == 1) {
+        for (int64_t j = 0; j < len; ++j) a[j] = Op::step(a[j], A(C(p[j])));
+      } else {
+        for (int64_t j = 0; j < len; ++j) a[j] = Op::step(a[j], A(C(p[j * xs])));
+      }
+    }
+  }
+  static void combine(void* acc, const void* other, int64_t n) {
+    A* a = static_cast<A*>(acc);
+    const A* b = static_cast<const A*>(other);
+    for (int64_t j = 0; j < n; ++j) a[j] = Op::step(a[j], b[j]);
+  }
+  static void store(void* y, int64_t yo, int64_t ys, const void* acc, int64_t n) {
+    O* q = static_cast<O*>(y) + yo;
+    const A* a = static_cast<const A*>(acc);
+    for (int64_t j = 0; j < n; ++j) q[j * ys] = finish<O, A>(a[j]);
+  }
+  static constexpr Leaves kLeaves{sizeof(A), identity, rows, range, fold, combine, store};
+};
+
+// A buffer of n accumulators of `bytes` each (new[] of bytes is aligned for any A).
+std::unique_ptr<std::byte[]> acc_buffer(int64_t n, size_t bytes) {
+  return std::unique_ptr<std::byte[]>(new std::byte[static_cast<size_t>(n) * bytes]());
+}
+
 // The column path for tall inputs at most a few thousand wide (a bias
 // gradient: [tokens, features] summed over tokens): fixed blocks of whole input
 // rows, each folding every column into its own partial row (contiguous reads;
@@ -236,49 +317,95 @@ RDims reduction_dims(const Tensor& x, const Dims& dims) {
 // Striding down columns chunk by chunk instead walks every page of the input
 // once per chunk. The blocks depend on the sizes only, so results do not
 // depend on the threads.
-template <typename T, typename O, typename A, typename Op>
-void reduce_whole_rows(const T* xp, O* yp, const RDims& outer_kept, const RDims& red,
-                       const RDim& col, int64_t Rn, int64_t outer_n) {
-  using C = compute_t<T>;
+void reduce_whole_rows(const Leaves& L, const void* xp, void* yp, const RDims& outer_kept,
+                       const RDims& red, const RDim& col, int64_t Rn, int64_t outer_n) {
   const int64_t nb = std::clamp<int64_t>(
       std::min(Rn * col.size / kSplitBlock, kWholeRowPartials / (outer_n * col.size)), 1,
       std::min<int64_t>(Rn, 64));
-  std::unique_ptr<A[]> part(new A[static_cast<size_t>(outer_n * nb * col.size)]());
+  const size_t row_bytes = static_cast<size_t>(col.size) * L.acc_bytes;
+  auto part = acc_buffer(outer_n * nb * col.size, L.acc_bytes);
   parallel_for(0, outer_n * nb, 1, [&](int64_t b, int64_t e) {
     for (int64_t it = b; it < e; ++it) {
       const int64_t o = it / nb, k = it % nb;
       int64_t xo, yo;
       unravel(outer_kept, o, xo, yo);
-      A* acc = part.get() + it * col.size;
-      for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::init();
-      for (int64_t r = Rn * k / nb; r < Rn * (k + 1) / nb; ++r) {
-        int64_t rx, ry;
-        unravel(red, r, rx, ry);
-        const T* p = xp + xo + rx;
-        for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
-      }
+      L.fold(xp, xo, red, Rn * k / nb, Rn * (k + 1) / nb, 1, col.size,
+             part.get() + static_cast<size_t>(it) * row_bytes);
     }
   });
   for (int64_t o = 0; o < outer_n; ++o) {
-    A* acc = part.get() + o * nb * col.size;
+    std::byte* acc = part.get() + static_cast<size_t>(o * nb) * row_bytes;
     for (int64_t k = 1; k < nb; ++k)
-      for (int64_t j = 0; j < col.size; ++j) acc[j] = Op::step(acc[j], acc[k * col.size + j]);
+      L.combine(acc, acc + static_cast<size_t>(k) * row_bytes, col.size);
     int64_t xo, yo;
     unravel(outer_kept, o, xo, yo);
-    O* q = yp + yo;
-    for (int64_t j = 0; j < col.size; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
+    L.store(yp, yo, col.ys, acc, col.size);
   }
 }
 
+// The column path (the innermost dim is kept): chunks of kColumnChunk adjacent
+// outputs, each accumulating whole input rows.
+void reduce_columns(const Leaves& L, const void* xp, void* yp, const RDims& kept, const RDims& red,
+                    int64_t Rn, int64_t M) {
+  const RDim col = kept.back();
+  RDims outer_kept(kept.begin(), kept.end() - 1);
+  const int64_t nchunks = (col.size + kColumnChunk - 1) / kColumnChunk;
+  const int64_t items = (M / col.size) * nchunks;
+  // Folds reduced rows [r0, r1) of output chunk `it` into acc.
+  auto accumulate = [&](int64_t it, int64_t r0, int64_t r1, std::byte* acc) {
+    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
+    int64_t xo, yo;
+    unravel(outer_kept, o, xo, yo);
+    L.fold(xp, xo + j0 * col.xs, red, r0, r1, col.xs, std::min(kColumnChunk, col.size - j0), acc);
+  };
+  auto store = [&](int64_t it, const std::byte* acc) {
+    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
+    int64_t xo, yo;
+    unravel(outer_kept, o, xo, yo);
+    L.store(yp, yo + j0 * col.ys, col.ys, acc, std::min(kColumnChunk, col.size - j0));
+  };
+  const int64_t outer_n = M / col.size;
+  if (col.xs == 1 && col.size <= kWholeRowColumns && Rn >= 2 && Rn * col.size >= 2 * kSplitBlock &&
+      outer_n * col.size <= kWholeRowPartials / 2) {
+    reduce_whole_rows(L, xp, yp, outer_kept, red, col, Rn, outer_n);
+    return;
+  }
+  const int64_t work = Rn * std::min(col.size, kColumnChunk);  // per item
+  const size_t chunk_bytes = kColumnChunk * L.acc_bytes;
+  if (items < 16 && work >= 2 * kSplitBlock) {
+    // Few tall chunks (e.g. [1e6, 20] over dim 0): split the rows into fixed
+    // blocks of partial columns, combined in order.
+    const int64_t nb = std::min<int64_t>(64, work / kSplitBlock);
+    auto part = acc_buffer(nb * kColumnChunk, L.acc_bytes);
+    for (int64_t it = 0; it < items; ++it) {
+      parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k)
+          accumulate(it, Rn * k / nb, Rn * (k + 1) / nb,
+                     part.get() + static_cast<size_t>(k) * chunk_bytes);
+      });
+      for (int64_t k = 1; k < nb; ++k)
+        L.combine(part.get(), part.get() + static_cast<size_t>(k) * chunk_bytes, kColumnChunk);
+      store(it, part.get());
+    }
+    return;
+  }
+  parallel_for(0, items, std::max<int64_t>(1, kDefaultGrain / work), [&](int64_t b, int64_t e) {
+    alignas(8) std::byte acc[kColumnChunk * 8];
+    for (int64_t it = b; it < e; ++it) {
+      accumulate(it, 0, Rn, acc);
+      store(it, acc);
+    }
+  });
+}
+
 // Reduces x over the normalized `dims` into the contiguous y.
-template <typename T, typename O, typename A, typename Op>
-void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
-  const T* xp = static_cast<const T*>(x.data_ptr());
-  O* yp = static_cast<O*>(y.data_ptr());
+void reduce_kernel(const Leaves& L, const Tensor& x, const Dims& dims, const Tensor& y) {
+  const void* xp = x.data_ptr();
+  void* yp = y.data_ptr();
   const int64_t M = y.numel();
   if (M == 0) return;
   if (x.numel() == 0) {  // sum over an empty dim: the identity
-    for (int64_t i = 0; i < M; ++i) yp[i] = finish<O, A>(Op::init());
+    L.identity(yp, M);
     return;
   }
   const RDims co = reduction_dims(x, dims);
@@ -292,99 +419,30 @@ void reduce_kernel(const Tensor& x, const Dims& dims, const Tensor& y) {
   if (M < 16 && Rn >= 2 * kSplitBlock) {
     // Split path: fixed blocks (independent of the thread count), combined in order.
     const int64_t nb = std::min<int64_t>(256, (Rn + kSplitBlock - 1) / kSplitBlock);
-    std::vector<A> part(static_cast<size_t>(nb));
+    auto part = acc_buffer(nb, L.acc_bytes);
     for (int64_t o = 0; o < M; ++o) {
       int64_t xo, yo;
       unravel(kept, o, xo, yo);
       parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
         for (int64_t k = b; k < e; ++k)
-          part[static_cast<size_t>(k)] = reduce_range<T, A, Op>(
-              xp + xo, outer_red, inner.size, inner.xs, Rn * k / nb, Rn * (k + 1) / nb);
+          L.range(xp, xo, outer_red, inner.size, inner.xs, Rn * k / nb, Rn * (k + 1) / nb,
+                  part.get() + static_cast<size_t>(k) * L.acc_bytes);
       });
-      A acc = Op::init();
-      for (const A& p : part) acc = Op::step(acc, p);
-      yp[yo] = finish<O, A>(acc);
+      for (int64_t k = 1; k < nb; ++k)
+        L.combine(part.get(), part.get() + static_cast<size_t>(k) * L.acc_bytes, 1);
+      L.store(yp, yo, 1, part.get(), 1);
     }
     return;
   }
   if (kept.empty() || co.back().red) {
     // Row path: one output per task step, reducing its runs.
     parallel_for(0, M, std::max<int64_t>(1, kDefaultGrain / Rn), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        int64_t xo, yo;
-        unravel(kept, o, xo, yo);
-        yp[yo] =
-            finish<O, A>(reduce_range<T, A, Op>(xp + xo, outer_red, inner.size, inner.xs, 0, Rn));
-      }
+      L.rows(xp, yp, kept, outer_red, inner.size, inner.xs, Rn, b, e);
     });
     return;
   }
-  // Column path: the innermost dim is kept; accumulate input rows into a chunk of outputs.
-  using C = compute_t<T>;
-  const RDim col = kept.back();
-  RDims outer_kept(kept.begin(), kept.end() - 1);
-  const int64_t nchunks = (col.size + kColumnChunk - 1) / kColumnChunk;
-  const int64_t items = (M / col.size) * nchunks;
-  // Folds reduced rows [r0, r1) of output chunk `it` into acc (len entries).
-  auto accumulate = [&](int64_t it, int64_t r0, int64_t r1, A* acc) {
-    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
-    const int64_t len = std::min(kColumnChunk, col.size - j0);
-    int64_t xo, yo;
-    unravel(outer_kept, o, xo, yo);
-    for (int64_t j = 0; j < len; ++j) acc[j] = Op::init();
-    for (int64_t r = r0; r < r1; ++r) {
-      int64_t rx, ry;
-      unravel(red, r, rx, ry);
-      const T* p = xp + xo + rx + j0 * col.xs;
-      if (col.xs == 1) {
-        for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j])));
-      } else {
-        for (int64_t j = 0; j < len; ++j) acc[j] = Op::step(acc[j], A(C(p[j * col.xs])));
-      }
-    }
-  };
-  auto store = [&](int64_t it, const A* acc) {
-    const int64_t o = it / nchunks, j0 = (it % nchunks) * kColumnChunk;
-    const int64_t len = std::min(kColumnChunk, col.size - j0);
-    int64_t xo, yo;
-    unravel(outer_kept, o, xo, yo);
-    O* q = yp + yo + j0 * col.ys;
-    for (int64_t j = 0; j < len; ++j) q[j * col.ys] = finish<O, A>(acc[j]);
-  };
-  const int64_t outer_n = M / col.size;
-  if (col.xs == 1 && col.size <= kWholeRowColumns && Rn >= 2 && Rn * col.size >= 2 * kSplitBlock &&
-      outer_n * col.size <= kWholeRowPartials / 2) {
-    reduce_whole_rows<T, O, A, Op>(xp, yp, outer_kept, red, col, Rn, outer_n);
-    return;
-  }
-  const int64_t work = Rn * std::min(col.size, kColumnChunk);  // per item
-  if (items < 16 && work >= 2 * kSplitBlock) {
-    // Few tall chunks (e.g. [1e6, 20] over dim 0): split the rows into fixed
-    // blocks of partial columns, combined in order.
-    const int64_t nb = std::min<int64_t>(64, work / kSplitBlock);
-    std::unique_ptr<A[]> part(new A[static_cast<size_t>(nb * kColumnChunk)]());  // A may be bool
-    for (int64_t it = 0; it < items; ++it) {
-      parallel_for(0, nb, 1, [&](int64_t b, int64_t e) {
-        for (int64_t k = b; k < e; ++k)
-          accumulate(it, Rn * k / nb, Rn * (k + 1) / nb, part.get() + k * kColumnChunk);
-      });
-      for (int64_t k = 1; k < nb; ++k)
-        for (int64_t j = 0; j < kColumnChunk; ++j)
-          part[static_cast<size_t>(j)] = Op::step(part[static_cast<size_t>(j)],
-                                                  part[static_cast<size_t>(k * kColumnChunk + j)]);
-      store(it, part.get());
-    }
-    return;
-  }
-  parallel_for(0, items, std::max<int64_t>(1, kDefaultGrain / work), [&](int64_t b, int64_t e) {
-    A acc[kColumnChunk];
-    for (int64_t it = b; it < e; ++it) {
-      accumulate(it, 0, Rn, acc);
-      store(it, acc);
-    }
-  });
+  reduce_columns(L, xp, yp, kept, red, Rn, M);
 }
-
 // ---- sum / max / min ----
 template <OpId Op>
 void infer_reduce(std::span<const Tensor> in, const Attrs& at, std::vector<TensorMeta>& out) {
@@ -415,11 +473,11 @@ void kernel_reduce(std::span<const Tensor> in, const Attrs& at, std::span<Tensor
       using O = std::conditional_t<kFloat, T, int64_t>;
       using A = std::conditional_t<kFloat, std::conditional_t<std::is_same_v<T, C>, double, float>,
                                    int64_t>;
-      reduce_kernel<T, O, A, SumOp<A>>(x, dims, out[0]);
+      reduce_kernel(TypedLeaves<T, O, A, SumOp<A>>::kLeaves, x, dims, out[0]);
     } else if constexpr (Op == OpId::max) {
-      reduce_kernel<T, T, C, MaxOp<C>>(x, dims, out[0]);
+      reduce_kernel(TypedLeaves<T, T, C, MaxOp<C>>::kLeaves, x, dims, out[0]);
     } else {
-      reduce_kernel<T, T, C, MinOp<C>>(x, dims, out[0]);
+      reduce_kernel(TypedLeaves<T, T, C, MinOp<C>>::kLeaves, x, dims, out[0]);
     }
   });
 }
