@@ -10,6 +10,13 @@
 // the n-th start of a signature uses ring slot n % kRing on every rank, and a
 // new slot is allocated (a collective call) on every rank alike. A slot whose
 // previous result was not collected yet hands that result a copy first.
+//
+// CUDA tensors (an NCCL group, a compiled step's graph on the device): the
+// same code is the stream protocol. The copies into the ring buffer run on the
+// current stream, the group's all_reduce orders its communication stream after
+// that stream with an event, and wait() makes the current stream wait for the
+// completion event before the copies out: no host blocks. Ring slots are
+// reused in stream order (a slot's next copy-in follows its last wait).
 #include "kiln/distributed/collectives.h"
 
 #include <map>

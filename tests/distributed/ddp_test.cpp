@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "distributed/ddp_reference.h"
 #include "distributed/thread_group.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
@@ -28,14 +29,7 @@ using testing::run_ranks;
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed, int64_t in = 20, int64_t hidden = 32,
                                          int64_t out = 10) {
-  manual_seed(seed);
-  auto m = std::make_shared<nn::Sequential>();
-  m->push_back(std::make_shared<nn::Linear>(in, hidden));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Linear>(hidden, hidden));
-  m->push_back(std::make_shared<nn::ReLU>());
-  m->push_back(std::make_shared<nn::Linear>(hidden, out));
-  return m;
+  return testing::make_mlp(seed, {in, hidden, hidden, out});
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
@@ -53,9 +47,7 @@ void expect_close(const Tensor& a, const Tensor& b, double tol, const std::strin
   EXPECT_LE(max_abs_diff(a, b), tol) << what;
 }
 
-struct Batch {
-  Tensor x, y;
-};
+using testing::Batch;
 
 // A non-owning handle for DDPOptions::process_group (run_ranks owns the groups).
 std::shared_ptr<dist::ProcessGroup> borrow(dist::ProcessGroup& pg) {
@@ -216,22 +208,12 @@ TEST(DDP, GradientsAreViewsIntoBuckets) {
 
 // `steps` batches of 2 * b examples.
 std::vector<Batch> make_batches(int steps, int64_t b) {
-  manual_seed(42);
-  std::vector<Batch> out;
-  for (int s = 0; s < steps; ++s) out.push_back({randn({2 * b, 20}), randint(0, 10, {2 * b})});
-  return out;
+  return testing::make_batches(steps, b, 20, 10);
 }
 
 // One process, batch 2B: the reference.
 std::vector<Tensor> train_single(const std::vector<Batch>& data) {
-  auto m = make_mlp(1);
-  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (const auto& b : data) {
-    opt.zero_grad();
-    cross_entropy(m->forward(b.x), b.y).backward();
-    opt.step();
-  }
-  return m->parameters();
+  return testing::train_single(make_mlp(1), data);
 }
 
 // Two ranks with batch B each (rank r takes half r of every batch). Rank 1

@@ -346,6 +346,9 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   // Built from fills and strided copies into views of their output
   // (copy_into goes to this runtime's copy): their kernels run as they are.
   if (info.has(kCopies)) return info.kernel(in, attrs, out);
+  // collective_start/wait: their kernels hand the tensors to the collective
+  // backend, which orders the communication on streams (runtime/src/ops/collective.cpp).
+  if (info.has(kCollective)) return info.kernel(in, attrs, out);
   if (op == OpId::gather) return device_gather(in[0], attrs.i("dim"), in[1], out[0]);
   if (op == OpId::index_select) return device_index_select(in[0], attrs.i("dim"), in[1], out[0]);
   if (op == OpId::argmax || op == OpId::argmin)

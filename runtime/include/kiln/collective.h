@@ -19,10 +19,11 @@ namespace kiln {
 class CollectiveBackend {
  public:
   virtual ~CollectiveBackend() = default;
-  /// Starts reducing `inputs` (read before returning) over process group `group`
-  /// with `reduce_op` (dist::ReduceOp's value); returns a key for wait().
+  /// Starts reducing `inputs` (CPU: read before returning; device: in the
+  /// current stream's order) over `group` with `reduce_op` (dist::ReduceOp's value); returns a key.
   virtual int64_t start(int64_t group, int64_t reduce_op, std::span<const Tensor> inputs) = 0;
-  /// Waits for the collective `key` and writes its results into `outputs`.
+  /// Waits for the collective `key` and writes its results into `outputs` (device: the current
+  /// stream waits).
   virtual void wait(int64_t key, std::span<Tensor> outputs) = 0;
 };
 

@@ -1,8 +1,12 @@
 // The collective ops (see kiln/collective.h): rules, eager kernels that call
 // the installed CollectiveBackend, and the built-in single-process group 0.
+// On a device (a compiled step's CUDA graph) the same kernels run: the backend
+// orders the collective after the caller's current stream and collective_wait
+// orders that stream after it, so neither blocks the host (DDP's buckets).
 #include "kiln/collective.h"
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,6 +29,46 @@ struct LocalGroup {
     return *g;
   }
 };
+
+// The keys of handles that live on a device. collective_start also writes the
+// key into the device scalar (a fill kernel), but collective_wait finds it here
+// by the handle's storage: reading it back would block the host until the
+// stream reached the start, which would serialize the step.
+struct DeviceHandles {
+  std::mutex mu;
+  std::unordered_map<const StorageImpl*, std::pair<std::weak_ptr<StorageImpl>, int64_t>> keys;
+  static DeviceHandles& get() {
+    static DeviceHandles* h = new DeviceHandles();  // outlives static destructors
+    return *h;
+  }
+};
+
+void set_handle(Tensor& out, int64_t key) {
+  if (out.device().is_cpu()) {
+    out.data<int64_t>()[0] = key;
+    return;
+  }
+  out.fill_(Scalar(key));
+  DeviceHandles& h = DeviceHandles::get();
+  std::lock_guard<std::mutex> lock(h.mu);
+  std::erase_if(h.keys, [](const auto& kv) { return kv.second.first.expired(); });
+  h.keys[out.impl()->storage.get()] = {out.impl()->storage, key};
+}
+
+int64_t handle_key(const Tensor& handle) {
+  if (handle.device().is_cpu()) return handle.item<int64_t>();
+  {
+    DeviceHandles& h = DeviceHandles::get();
+    std::lock_guard<std::mutex> lock(h.mu);
+    auto it = h.keys.find(handle.impl()->storage.get());
+    if (it != h.keys.end() && it->second.first.lock() == handle.impl()->storage) {
+      const int64_t key = it->second.second;
+      h.keys.erase(it);
+      return key;
+    }
+  }
+  return handle.item<int64_t>();  // a copy of a handle: read back (synchronizes)
+}
 
 constexpr int64_t kNumReduceOps = 5;  // dist::ReduceOp: sum, avg, max, min, product
 
@@ -60,7 +104,7 @@ void kernel_start(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> 
                " needs kiln_distributed (no collective backend is installed)");
     key = b->start(group, a.i("reduce_op"), in);
   }
-  out[0].data<int64_t>()[0] = key;
+  set_handle(out[0], key);
 }
 
 void infer_wait(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMeta>& out) {
@@ -74,7 +118,7 @@ void infer_wait(std::span<const Tensor> in, const Attrs& a, std::vector<TensorMe
 }
 
 void kernel_wait(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> out) {
-  const int64_t key = in[0].item<int64_t>();
+  const int64_t key = handle_key(in[0]);
   if (a.i("group") == 0) {
     std::vector<Tensor> res;
     {

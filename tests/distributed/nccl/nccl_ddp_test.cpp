@@ -2,51 +2,47 @@
 // emulated device: 2 and 4 forked ranks train eagerly and end with the parameters of
 // one process trained on the whole batch (on the CPU); each bucket's
 // all-reduce is launched during backward; the bf16 compression hook runs as
-// device casts. Tiny models (the emulated device is slow).
+// device casts. Compiled steps: the collective ops on device tensors, the
+// whole compiled DDP step against eager DDP and one process, and a bucket's
+// collective_start before backward's last kernel. Tiny models (the emulated
+// device is slow).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "distributed/ddp_reference.h"
 #include "distributed/store_ranks.h"
+#include "kiln/collective.h"
+#include "kiln/compile.h"
+#include "kiln/cuda.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/store.h"
+#include "kiln/profiler.h"
+#include "runtime/test_util.h"
 
 namespace kiln::dist {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Batch {
-  Tensor x, y;
-};
+using testing::Batch;
+using testing::expect_error;
 
 std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
-  manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(6, 8),
-                                          std::make_shared<nn::ReLU>(),
-                                          std::make_shared<nn::Linear>(8, 3));
+  return testing::make_mlp(seed, {6, 8, 3});
 }
 
 std::vector<Batch> make_batches(int steps, int64_t b) {
-  manual_seed(42);
-  std::vector<Batch> out;
-  for (int s = 0; s < steps; ++s) out.push_back({randn({2 * b, 6}), randint(0, 3, {2 * b})});
-  return out;
+  return testing::make_batches(steps, b, 6, 3);
 }
 
 // The reference: one process on the CPU, batch 2B.
 std::vector<Tensor> train_single(const std::vector<Batch>& data) {
-  auto m = make_mlp(1);
-  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (const auto& b : data) {
-    opt.zero_grad();
-    cross_entropy(m->forward(b.x), b.y).backward();
-    opt.step();
-  }
-  return m->parameters();
+  return testing::train_single(make_mlp(1), data);
 }
 
 std::string close_to(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
@@ -66,7 +62,8 @@ std::string close_to(const std::vector<Tensor>& got, const std::vector<Tensor>& 
 // Rank `rank` of `size` trains on its share of every batch, its model on the
 // device.
 // Rank 1 starts from other weights: DDP's broadcast replaces them.
-std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
+// This rank's NCCL group, through the test's store on `port`.
+std::shared_ptr<ProcessGroup> nccl_group(int rank, int size, uint64_t port) {
   TCPStoreOptions co;
   co.host = "127.0.0.1";
   co.port = uint16_t(port);
@@ -75,7 +72,11 @@ std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
   ProcessGroupOptions po;
   po.timeout = 30s;
   po.host = "127.0.0.1";
-  auto pg = make_nccl_group(store, rank, size, rank, po, "ddp");
+  return make_nccl_group(store, rank, size, rank, po, "ddp");
+}
+
+std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
+  auto pg = nccl_group(rank, size, port);
   auto data = make_batches(3, 4);
   auto ref = train_single(data);
   auto m = make_mlp(rank + 1);
@@ -119,6 +120,139 @@ TEST(NcclDDP, FourRanksOnTheDeviceMatchOneProcess) {
 
 TEST(NcclDDP, Bf16CompressionRunsOnTheDevice) {
   run_ranks(2, true);
+}
+
+// ---- compiled steps: collective_start/collective_wait on the device ----------
+
+// The collective ops on device tensors, over group 0 (this process alone):
+// the handle is a device scalar holding the key, found again without reading
+// it back; a copy of the handle (other storage) is read back and works too.
+TEST(NcclDDP, CollectiveOpsRunOnDeviceTensors) {
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::unavailable_reason();
+  Tensor a = arange(0.0, 6.0, 1.0, DType::f32).reshape({2, 3}).to(Device::cuda(0));
+  Tensor b = full({4}, 2.5, DType::f32).to(Device::cuda(0));
+  Tensor h = collective_start({a, b}, 0, 0);
+  EXPECT_EQ(h.device(), Device::cuda(0));
+  EXPECT_EQ(h.dtype(), DType::i64);
+  auto r = collective_wait(h, {a, b}, 0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(close_to({r[0], r[1]}, {a.to(Device::cpu()), b.to(Device::cpu())}, 0), "");
+  Tensor h2 = collective_start({b}, 0, 0);
+  EXPECT_LT(h2.to(Device::cpu()).item<int64_t>(), 0);  // the key was written to the device
+  auto r2 = collective_wait(h2.clone(), {b}, 0);
+  EXPECT_EQ(close_to({r2[0]}, {b.to(Device::cpu())}, 0), "");
+  expect_error([&] { collective_wait(h2, {b}, 0); }, "already waited for");
+}
+
+// Rank `rank`'s parameters after training on its share of `data` with DDP on
+// the device: eagerly, or with the whole step (zero_grad, forward, backward,
+// SGD update) one compiled graph whose bucket all-reduces are collective nodes.
+std::string train_on_device(ProcessGroup& pg, const std::vector<Batch>& data, bool compiled,
+                            std::vector<Tensor>& params) {
+  const int rank = pg.rank(), size = pg.size();
+  auto m = make_mlp(uint64_t(rank) + 1);
+  m->to(Device::cuda(0));
+  auto borrowed = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+  DistributedDataParallel ddp(m, {.first_bucket_mb = 1e-4, .process_group = borrowed});
+  if (ddp.num_buckets() < 2) return str("expected several buckets; got ", ddp.num_buckets());
+  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
+  auto step = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(ddp(x), y);
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {.enabled = compiled, .name = "nccl_ddp_whole_step"});
+  const int64_t b = data[0].x.size(0) / size;
+  for (const auto& bt : data)
+    step(bt.x.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)),
+         bt.y.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)));
+  if (compiled && step.stats().compiled_calls < 2)
+    return str("the compiled step ran its plan ", step.stats().compiled_calls,
+               " times; expected at least 2 of ", data.size());
+  params.clear();
+  for (const Tensor& p : m->parameters()) params.push_back(p.to(Device::cpu()));
+  return "";
+}
+
+// 2 ranks: the compiled DDP step on the device trains exactly as eager DDP on
+// the device, and as one process on the CPU with the whole batch.
+TEST(NcclDDP, CompiledStepOnTheDeviceMatchesEagerAndOneProcess) {
+  auto status = testing::run_store_ranks(
+      2,
+      [&](int rank, uint64_t port) -> std::string {
+        auto pg = nccl_group(rank, 2, port);
+        auto data = make_batches(5, 4);
+        auto ref = train_single(data);
+        std::vector<Tensor> eager, comp;
+        if (auto why = train_on_device(*pg, data, false, eager); !why.empty()) return why;
+        if (auto why = train_on_device(*pg, data, true, comp); !why.empty()) return why;
+        if (auto why = close_to(comp, eager, 1e-6); !why.empty())
+          return "compiled vs eager: " + why;
+        if (auto why = close_to(comp, ref, 1e-5); !why.empty()) return "vs one process: " + why;
+        return "";
+      },
+      180s);
+  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+}
+
+// In the compiled step's plan (forward and backward, trace_collectives), every
+// bucket's collective_start runs, and the first one is enqueued before the
+// last of backward's kernels: the all-reduce overlaps the rest of backward.
+// Order of the executor's spans on this thread, no timing.
+std::string overlap_rank(int rank, uint64_t port) {
+  auto pg = nccl_group(rank, 2, port);
+  auto m = make_mlp(1);
+  m->to(Device::cuda(0));
+  DistributedDataParallel ddp(m, {.first_bucket_mb = 1e-4, .process_group = pg});
+  auto fwd_bwd = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = cross_entropy(ddp(x), y);
+        loss.backward();
+        return loss;
+      },
+      {.name = "nccl_ddp_overlap"});
+  auto data = make_batches(4, 4);
+  std::vector<profiler::Event> events;
+  for (size_t i = 0; i < data.size(); ++i) {
+    m->zero_grad();
+    Tensor x = data[i].x.narrow(0, rank * 4, 4).contiguous().to(Device::cuda(0));
+    Tensor y = data[i].y.narrow(0, rank * 4, 4).contiguous().to(Device::cuda(0));
+    if (i + 1 < data.size()) {
+      fwd_bwd(x, y);
+      continue;
+    }
+    profiler::Profile prof;
+    fwd_bwd(x, y);
+    prof.stop();
+    events = prof.events();
+  }
+  if (fwd_bwd.stats().compiled_calls < 1) return "the plan never ran";
+  std::sort(events.begin(), events.end(),
+            [](const auto& a, const auto& b) { return a.ts_ns < b.ts_ns; });
+  int64_t first_start = -1, last_compute = -1;
+  size_t starts = 0;
+  for (const auto& e : events) {
+    if (e.cat != "node" && e.cat != "kernel") continue;
+    if (e.name == "collective_start") {
+      if (starts++ == 0) first_start = e.ts_ns;
+    } else if (e.name != "collective_wait") {
+      last_compute = e.ts_ns;
+    }
+  }
+  if (starts != ddp.num_buckets())
+    return str(starts, " collective_start nodes ran; DDP has ", ddp.num_buckets(), " buckets");
+  if (!(first_start < last_compute))
+    return "the first bucket's collective started after backward's last kernel";
+  return "";
+}
+
+TEST(NcclDDP, CompiledStepStartsABucketBeforeBackwardsLastKernel) {
+  auto status = testing::run_store_ranks(
+      2, [&](int rank, uint64_t port) { return overlap_rank(rank, port); }, 180s);
+  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
 }
 
 }  // namespace
