@@ -21,7 +21,11 @@
 // step of every row, so load from other processes hits the rows alike.
 //
 //   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
-//             [--first-bucket-mb X] [--compile] [--trace]
+//             [--first-bucket-mb X] [--compile] [--trace] [--device cuda]
+// --device cuda (ddp_bench_cuda.cpp): the DDP step with CUDA parameters over
+// an NCCL group, printing each bucket all-reduce's schedule on the streams
+// (ready, start, end against backward's end) instead of the table; on the
+// emulated device (PoCL) that is the schedule, not speed.
 // --trace (eager): instead of the table, each rank's step split into phases
 // and the DDP backward's timeline (bucket launches, all-reduce start and end).
 // It starts its 2 ranks itself (fork + exec with RANK/WORLD_SIZE/MASTER_* set,
@@ -48,6 +52,11 @@
 #include "kiln/thread_pool.h"
 #include "mlp_step.h"
 
+namespace kiln::bench {
+int ddp_cuda_schedule(int iters, int warmup, double bucket_cap_mb, double first_bucket_mb,
+                      bool compiled);
+}  // namespace kiln::bench
+
 namespace {
 
 using namespace kiln;
@@ -61,6 +70,7 @@ struct Args {
   double first_bucket_mb = 1;
   bool compile = false;
   bool trace = false;
+  bool cuda = false;  // --device cuda
 };
 
 double ms(Clock::duration d) {
@@ -504,15 +514,20 @@ int main(int argc, char** argv) {
       a.compile = true;
     else if (s == "--trace")
       a.trace = true;
+    else if (s == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda")
+      a.cuda = (++i, true);
     else {
       std::fprintf(stderr,
                    "usage: ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X] "
-                   "[--first-bucket-mb X] [--compile] [--trace]\n");
+                   "[--first-bucket-mb X] [--compile] [--trace] [--device cuda]\n");
       return s == "--help" ? 0 : 2;
     }
   }
   if (!std::getenv("RANK")) return launch(argv);
   try {
+    if (a.cuda)
+      return kiln::bench::ddp_cuda_schedule(a.iters, a.warmup, a.bucket_cap_mb, a.first_bucket_mb,
+                                            a.compile);
     return worker(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK"), e.what());
