@@ -1,6 +1,7 @@
-// Eager-runtime benchmarks: dispatch overhead, elementwise throughput on 16M
-// floats (with page faults per iteration), sgemm 1024^3 through matmul, and a
-// 3x3 convolution forward and backward.
+// Eager-runtime benchmarks: dispatch overhead (dense fast path, autograd
+// recording, general path), elementwise throughput on 16M floats (with page
+// faults per iteration), sgemm 1024^3 through matmul, and a 3x3 convolution
+// forward and backward.
 // Each kiln figure has a baseline measured in the same process: a plain C++
 // loop for elementwise, a direct cblas_sgemm call for matmul.
 #include <benchmark/benchmark.h>
@@ -44,6 +45,40 @@ void BM_DispatchAddScalar1(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_DispatchAddScalar1);
+
+// Per-op cost of a unary op (neg) on a 1-element tensor.
+void BM_DispatchNeg1(benchmark::State& state) {
+  Tensor a = ones({1});
+  for (auto _ : state) {
+    Tensor c = neg(a);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_DispatchNeg1);
+
+// kiln::mul on 1-element tensors, one requiring grad (the op records a tape node).
+void BM_DispatchMulGrad1(benchmark::State& state) {
+  Tensor a = ones({1}).requires_grad_(), b = ones({1});
+  for (auto _ : state) {
+    Tensor c = mul(a, b);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_DispatchMulGrad1);
+
+// kiln::add of a transposed [2, 2] and a contiguous one: not dense, so it
+// takes the general path (shape and type rules, strided kernel).
+void BM_DispatchAddStrided4(benchmark::State& state) {
+  Tensor a = ones({2, 2}).t(), b = ones({2, 2});
+  for (auto _ : state) {
+    Tensor c = add(a, b);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_DispatchAddStrided4);
 
 // BM_DispatchAdd1 while a profile records (arg 1: with shapes and the
 // allocator's events). The profile restarts every 100k ops, untimed, so its

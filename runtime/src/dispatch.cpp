@@ -1,13 +1,22 @@
 #include "kiln/dispatch.h"
 
+#include <atomic>
+#include <cstring>
+
 #include "autograd_internal.h"
+#include "dense_dispatch.h"
 #include "kiln/autograd.h"
 #include "kiln/device_runtime.h"
 #include "kiln/profiler.h"
+#include "kiln/thread_pool.h"
+#include "ops/loops.h"
+#include "tensor_storage.h"
 
 namespace kiln {
 namespace {
-thread_local Recorder* t_recorder = nullptr;
+// initial-exec: read on every op, so without a __tls_get_addr call (the
+// library is linked, not dlopen'ed; a few bytes of static TLS).
+[[gnu::tls_model("initial-exec")]] thread_local Recorder* t_recorder = nullptr;
 thread_local HostScalarReplay* t_replay = nullptr;
 }  // namespace
 
@@ -144,9 +153,161 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
   }
   return dispatch_unprofiled(op, inputs, attrs);
 }
+
+// ---- the dense elementwise fast path (dense_dispatch.h) ----
+struct DenseRun {
+  // Written once while the op table is built (fn last, with release), so a
+  // thread that sees fn also sees the rest; null: the general path.
+  std::atomic<detail::DenseRunFn> fn{nullptr};
+  DType out = DType::f32;
+  uint8_t in_size = 0, out_size = 0;  // element sizes in bytes
+};
+DenseRun g_dense[kNumOps][kNumDTypes];
+std::atomic<bool> g_dense_enabled{true};
+
+// t can be read as n consecutive elements: a CPU tensor with data, contiguous
+// (Tensor::is_contiguous's rule, inline), not a wrapped number.
+inline bool dense_operand(const TensorImpl& t) {
+  if (!t.storage || !t.device.is_cpu() || t.wrapped_number) return false;
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    const int64_t s = t.shape[i];
+    if (s == 1) continue;
+    if (t.strides[i] != expected) return numel_of(t.shape) == 0;
+    expected *= s;
+  }
+  return true;
+}
+
+inline bool same_shape(const Dims& a, const Dims& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+// Tensor::requires_grad, inline.
+inline bool needs_grad(const TensorImpl& t) {
+  const AutogradMeta* m = t.autograd.get();
+  return m != nullptr && (m->requires_grad || m->grad_fn != nullptr);
+}
+
+// A wrapped number (a Scalar operand) that leaves the other operand's dtype
+// `d` as the result type: not of a higher category (result_type's rule; a
+// wrapped f64 counts as the default float). Its value, converted to d as
+// to_dtype_raw converts (copy_run), goes to `buf`.
+bool wrapped_scalar_as(const TensorImpl& w, DType d, char* buf) {
+  if (!w.wrapped_number || !w.storage || !w.device.is_cpu() || !w.shape.empty()) return false;
+  if (dtype_category(w.dtype) > dtype_category(d)) return false;
+  const char* src = static_cast<const char*>(w.storage->data) + w.offset * dtype_size(w.dtype);
+  auto convert = [&](auto s) {
+    using S = decltype(s);
+    std::memcpy(&s, src, sizeof(S));
+    visit_dtype(d, [&](auto tag) {
+      using D = decltype(tag);
+      D r;
+      if constexpr (std::is_same_v<D, bool>)
+        r = static_cast<ops::compute_t<S>>(s) != 0;
+      else
+        r = static_cast<D>(static_cast<ops::compute_t<S>>(s));
+      std::memcpy(buf, &r, sizeof(D));
+    });
+  };
+  switch (w.dtype) {  // scalar_tensor makes f64, i64 or bool
+    case DType::f64:
+      convert(double{});
+      return true;
+    case DType::i64:
+      convert(int64_t{});
+      return true;
+    case DType::b8:
+      convert(bool{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The call of op on a (and b, unless null) on the fast path into `out` if it
+// qualifies (see dense_dispatch.h); false sends it to the general path.
+bool dense_call(OpId op, const Tensor& a, const Tensor* b, Tensor& out) {
+  const TensorImpl* x = a.impl_ptr().get();
+  const TensorImpl* y = b ? b->impl_ptr().get() : x;
+  if (x == nullptr || y == nullptr) return false;
+  // The dense operand (a Scalar operand may come first: 1.0 - t).
+  const TensorImpl* d = x->wrapped_number && b ? y : x;
+  const DenseRun& run = g_dense[static_cast<int>(op)][static_cast<int>(d->dtype)];
+  const detail::DenseRunFn fn = run.fn.load(std::memory_order_acquire);
+  if (fn == nullptr || !dense_operand(*d)) return false;
+  int64_t st[3] = {run.out_size, run.in_size, run.in_size};
+  alignas(8) char scalar[8];  // a wrapped operand's value in d's dtype
+  if (y != x) {
+    const TensorImpl* o = d == x ? y : x;  // the other operand
+    if (o->wrapped_number) {
+      if (!wrapped_scalar_as(*o, d->dtype, scalar)) return false;
+      st[d == x ? 2 : 1] = 0;  // broadcast, as map_binary_dense's single element
+    } else if (o->dtype != d->dtype || !same_shape(o->shape, d->shape) || !dense_operand(*o)) {
+      return false;
+    }
+  }
+  if (t_recorder != nullptr || !g_dense_enabled.load(std::memory_order_relaxed) ||
+      profiler::enabled())
+    return false;
+
+  const int64_t n = numel_of(d->shape);
+  out = detail::cpu_tensor_unchecked(d->shape, run.out, n, run.out_size);
+  auto data = [&](const TensorImpl* t, int i) {
+    if (st[i] == 0) return scalar;
+    return static_cast<char*>(t->storage->data) + t->offset * st[i];
+  };
+  char* base[3] = {static_cast<char*>(out.impl()->storage->data), data(x, 1), data(y, 2)};
+  if (n <= kDefaultGrain) {
+    fn(base, st, n);
+  } else {
+    parallel_for(0, n, kDefaultGrain, [&](int64_t lo, int64_t hi) {
+      char* p[3] = {base[0] + lo * st[0], base[1] + lo * st[1], base[2] + lo * st[2]};
+      fn(p, st, hi - lo);
+    });
+  }
+
+  // Autograd as on the general path; the op's entry (and an inputs array)
+  // only when an input needs a gradient at all.
+  if (needs_grad(*x) || needs_grad(*y)) {
+    const OpInfo& info = op_info(op);
+    const Tensor in[2] = {a, b ? *b : Tensor()};
+    const std::span<const Tensor> inputs(in, b ? 2 : 1);
+    bool any = false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!info.nondiff_input(i) && needs_grad(*inputs[i].impl_ptr())) any = true;
+    if (any && !info.has(kNonDiff) && grad_mode_enabled())
+      autograd::record_op(op, inputs, Attrs(), {&out, 1});
+  }
+  return true;
+}
+
+// dense_call for dispatch()'s arguments.
+bool dispatch_dense(OpId op, std::span<const Tensor> inputs, const Attrs& attrs, Tensor& out) {
+  if (inputs.empty() || inputs.size() > 2 || !attrs.empty()) return false;
+  return dense_call(op, inputs[0], inputs.size() == 2 ? &inputs[1] : nullptr, out);
+}
 }  // namespace
 
+namespace detail {
+void register_dense_run(OpId op, DType in, DType out, DenseRunFn fn) {
+  DenseRun& r = g_dense[static_cast<int>(op)][static_cast<int>(in)];
+  r.out = out;
+  r.in_size = static_cast<uint8_t>(dtype_size(in));
+  r.out_size = static_cast<uint8_t>(dtype_size(out));
+  r.fn.store(fn, std::memory_order_release);
+}
+
+bool set_dense_fast_path(bool enabled) {
+  return g_dense_enabled.exchange(enabled);
+}
+}  // namespace detail
+
 std::vector<Tensor> dispatch(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (Tensor out; dispatch_dense(op, inputs, attrs, out)) return {std::move(out)};
   if (profiler::enabled()) [[unlikely]]
     return dispatch_profiled(op, inputs, attrs);
   return dispatch_unprofiled(op, inputs, attrs);
@@ -205,10 +366,33 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
 }
 }  // namespace
 
-Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
-  auto outs = dispatch(op, inputs, attrs);
+namespace {
+// dispatch1 past the fast path.
+Tensor dispatch1_general(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  auto outs = profiler::enabled() ? dispatch_profiled(op, inputs, attrs)
+                                  : dispatch_unprofiled(op, inputs, attrs);
   KILN_ASSERT(outs.size() == 1, op_name(op), " has ", outs.size(), " outputs");
   return std::move(outs[0]);
 }
+}  // namespace
+
+Tensor dispatch1(OpId op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  if (Tensor out; dispatch_dense(op, inputs, attrs, out)) return out;
+  return dispatch1_general(op, inputs, attrs);
+}
+
+namespace detail {
+Tensor dispatch_elementwise(OpId op, const Tensor& a) {
+  if (Tensor out; dense_call(op, a, nullptr, out)) return out;
+  const Tensor in[1] = {a};
+  return dispatch1_general(op, in, Attrs());
+}
+
+Tensor dispatch_elementwise(OpId op, const Tensor& a, const Tensor& b) {
+  if (Tensor out; dense_call(op, a, &b, out)) return out;
+  const Tensor in[2] = {a, b};
+  return dispatch1_general(op, in, Attrs());
+}
+}  // namespace detail
 
 }  // namespace kiln

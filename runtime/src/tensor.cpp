@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "kiln/autograd.h"
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
@@ -9,6 +13,85 @@
 #include "tensor_storage.h"
 
 namespace kiln {
+
+// ---- the per-thread block cache (tensor_storage.h) ----
+namespace {
+// Sizes up to kPoolClasses * 64 bytes, in 64-byte classes; at most
+// kPoolDepth blocks per class and thread.
+constexpr size_t kPoolClasses = 8;
+constexpr uint32_t kPoolDepth = 64;
+struct FreeBlock {
+  FreeBlock* next;
+};
+// Plain data, so the hot path reads it without a thread_local guard; the
+// reaper (constructed when the first block is cached) empties it at thread exit.
+struct BlockPool {
+  FreeBlock* head[kPoolClasses];
+  uint32_t count[kPoolClasses];
+  uint8_t state;  // 0: no reaper yet, 1: caching, 2: torn down
+};
+// initial-exec: no __tls_get_addr call per block (as t_recorder in dispatch.cpp).
+[[gnu::tls_model("initial-exec")]] constinit thread_local BlockPool t_pool{};
+#if defined(__SANITIZE_ADDRESS__)
+void poison(void* p, size_t n) {
+  ASAN_POISON_MEMORY_REGION(p, n);
+}
+void unpoison(void* p, size_t n) {
+  ASAN_UNPOISON_MEMORY_REGION(p, n);
+}
+#else
+void poison(void*, size_t) {}
+void unpoison(void*, size_t) {}
+#endif
+struct PoolReaper {
+  bool armed = false;
+  ~PoolReaper() {
+    t_pool.state = 2;
+    for (size_t c = 0; c < kPoolClasses; ++c)
+      while (FreeBlock* b = t_pool.head[c]) {
+        t_pool.head[c] = b->next;
+        unpoison(b, (c + 1) * 64);
+        ::operator delete(b);
+      }
+  }
+};
+thread_local PoolReaper t_reaper;
+}  // namespace
+
+namespace detail {
+void* pool_allocate(size_t n) {
+  const size_t c = (n - 1) / 64;
+  if (c >= kPoolClasses) return ::operator new(n);
+  BlockPool& pool = t_pool;
+  if (FreeBlock* b = pool.head[c]) {
+    pool.head[c] = b->next;
+    --pool.count[c];
+    unpoison(b, (c + 1) * 64);
+    return b;
+  }
+  return ::operator new((c + 1) * 64);
+}
+
+void pool_free(void* p, size_t n) {
+  const size_t c = (n - 1) / 64;
+  BlockPool& pool = t_pool;
+  if (c >= kPoolClasses || pool.state == 2 || pool.count[c] >= kPoolDepth) {
+    ::operator delete(p);
+    return;
+  }
+  if (pool.state == 0) {
+    t_reaper.armed = true;  // constructs this thread's reaper
+    pool.state = 1;
+  }
+  auto* b = static_cast<FreeBlock*>(p);
+  b->next = pool.head[c];
+  pool.head[c] = b;
+  ++pool.count[c];
+  // Under ASan a cached block is poisoned past its link: a use after free of
+  // a TensorImpl or StorageImpl is still reported.
+  poison(b + 1, (c + 1) * 64 - sizeof(FreeBlock));
+}
+}  // namespace detail
 
 StorageImpl::~StorageImpl() {
   if (allocator)
@@ -159,7 +242,7 @@ Tensor make_tensor(const Dims& shape, DType dtype, Device device) {
 
 Tensor as_strided(const Tensor& t, const Dims& shape, const Dims& strides, int64_t offset) {
   KILN_ASSERT(shape.size() == strides.size(), "as_strided rank mismatch");
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::new_impl();
   impl->storage = t.impl()->storage;
   impl->shape = shape;
   impl->strides = strides;
@@ -238,7 +321,7 @@ Tensor Tensor::detach() const {
     Tensor t = r->on_detach(*this);
     if (t.defined()) return t;
   }
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = detail::new_impl();
   const TensorImpl* s = this->impl();
   impl->storage = s->storage;
   impl->shape = s->shape;

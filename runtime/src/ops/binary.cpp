@@ -1,5 +1,6 @@
 // Binary elementwise primitives (with NumPy broadcasting and PyTorch type
 // promotion), where and cast.
+#include "dense_dispatch.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
 #include "ops/scalar_ops.h"
@@ -188,6 +189,18 @@ void reg(OpTable& t, VjpFn vjp, uint8_t saves) {
   e.kernel = kernel_binary<Op, F>;
   e.vjp = vjp;
   e.saves = saves;
+  // Dispatch's dense fast path: two inputs of one dtype T compute in T
+  // (result_type), through the same loop as map_binary's dense case.
+  for (int d = 0; d < kNumDTypes; ++d)
+    visit_dtype(static_cast<DType>(d), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!computes_in<Op, T>())
+        return;
+      else if constexpr (is_comparison(Op) || is_logical(Op))
+        detail::register_dense_run(Op, dtype_v<T>, DType::b8, &binary_run<T, bool, F>);
+      else
+        detail::register_dense_run(Op, dtype_v<T>, dtype_v<T>, &binary_run<T, T, F>);
+    });
 }
 
 // ---- where ----
@@ -264,15 +277,15 @@ void register_binary(OpTable& t) {
 
 }  // namespace ops
 
-#define KILN_BINARY_DEF(name)                            \
-  Tensor name(const Tensor& a, const Tensor& b) {        \
-    return dispatch1(OpId::name, {a, b});                \
-  }                                                      \
-  Tensor name(const Tensor& a, const Scalar& b) {        \
-    return dispatch1(OpId::name, {a, scalar_tensor(b)}); \
-  }                                                      \
-  Tensor name(const Scalar& a, const Tensor& b) {        \
-    return dispatch1(OpId::name, {scalar_tensor(a), b}); \
+#define KILN_BINARY_DEF(name)                                             \
+  Tensor name(const Tensor& a, const Tensor& b) {                         \
+    return detail::dispatch_elementwise(OpId::name, a, b);                \
+  }                                                                       \
+  Tensor name(const Tensor& a, const Scalar& b) {                         \
+    return detail::dispatch_elementwise(OpId::name, a, scalar_tensor(b)); \
+  }                                                                       \
+  Tensor name(const Scalar& a, const Tensor& b) {                         \
+    return detail::dispatch_elementwise(OpId::name, scalar_tensor(a), b); \
   }
 KILN_BINARY_DEF(add)
 KILN_BINARY_DEF(sub)

@@ -1,6 +1,7 @@
 // Unary elementwise primitives: shape/dtype rule, eager kernel, derivative.
 #include <numbers>
 
+#include "dense_dispatch.h"
 #include "ops/fused_composites.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
@@ -129,6 +130,21 @@ void reg(OpTable& t, VjpFn vjp, uint8_t saves) {
   e.kernel = kernel_unary<Op, F>;
   e.vjp = vjp;
   e.saves = saves;
+  // Dispatch's dense fast path, for the dtypes infer_unary keeps (and accepts):
+  // map_unary's dense loop, as kernel_unary runs it.
+  for (int d = 0; d < kNumDTypes; ++d)
+    visit_dtype(static_cast<DType>(d), [&](auto tag) {
+      using T = decltype(tag);
+      constexpr DType dt = dtype_v<T>;
+      if constexpr (Op == OpId::logical_not)
+        detail::register_dense_run(Op, dt, DType::b8, &unary_run<T, bool, F>);
+      else if constexpr (std::is_same_v<T, bool> && Op != OpId::abs && Op != OpId::sign)
+        return;
+      else if constexpr ((static_traits(Op) & kFloatMath) && std::is_integral_v<T>)
+        return;
+      else
+        detail::register_dense_run(Op, dt, dt, &unary_run<T, T, F>);
+    });
 }
 
 }  // namespace
@@ -154,9 +170,9 @@ void register_unary(OpTable& t) {
 
 }  // namespace ops
 
-#define KILN_UNARY_DEF(name)           \
-  Tensor name(const Tensor& x) {       \
-    return dispatch1(OpId::name, {x}); \
+#define KILN_UNARY_DEF(name)                            \
+  Tensor name(const Tensor& x) {                        \
+    return detail::dispatch_elementwise(OpId::name, x); \
   }
 KILN_UNARY_DEF(neg)
 KILN_UNARY_DEF(abs)
