@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/device_graph.h"
 #include "kiln/compile.h"
 #include "kiln/ir/graph.h"
 #include "kiln/passes/fuse.h"
@@ -137,6 +138,7 @@ class Executor {
   std::vector<int> dying_input_at_;     // slot -> the step listing it in dying_inputs, or -1
   std::vector<int> overwritable_at_;    // slot -> the step listing it in overwritable, or -1
   int num_slots_ = 0;
+  mutable detail::DeviceGraphSlot device_graph_;  // a captured device graph (device_graph.h)
 
  public:
   ~Executor();

@@ -593,6 +593,10 @@ std::vector<Tensor> Executor::Run::run() {
 }
 
 std::vector<Tensor> Executor::run(const RunArgs& args) const {
+  if (!opts_.device.is_cpu())  // replayed from a captured device graph (device_graph.h)?
+    if (auto r = detail::run_device_graph(device_graph_, opts_.device, *this, args,
+                                          [this](const RunArgs& a) { return Run(*this, a).run(); }))
+      return std::move(*r);
   return Run(*this, args).run();
 }
 

@@ -133,4 +133,16 @@ class Event {
 /// finished. Needed when a tensor made on one stream is used on another.
 void record_stream(const Tensor& t, const Stream& s);
 
+/// Compiled graphs run through CUDA graphs in this process (a plan with static
+/// shapes captures its launches on its second run and replays them from then
+/// on; KILN_CUDA_GRAPHS=0 turns this off).
+struct GraphStats {
+  int64_t captures = 0;       ///< graphs captured (again when a plan's inputs or outputs moved)
+  int64_t replays = 0;        ///< compiled calls served by replaying a captured graph
+  int64_t fallbacks = 0;      ///< plans left on the plain launch path (why: last_fallback)
+  std::string last_fallback;  ///< why the last such plan cannot run from a graph
+};
+/// This process's GraphStats so far.
+GraphStats graph_stats();
+
 }  // namespace kiln::cuda

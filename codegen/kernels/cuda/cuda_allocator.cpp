@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "caching_allocator.h"
+#include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
@@ -139,6 +140,18 @@ class CudaAllocator final : public CachingAllocator {
     for (const StreamPtr& u : b.uses)
       if (u->id == s->id) return;
     b.uses.push_back(s);
+  }
+
+  /// A graph pool's end: its free segments go back to the driver; the pool is
+  /// deleted unless tensors still hold blocks (they then stay cached here).
+  void retire() {
+    bool empty = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      release_cached();
+      empty = live_.empty();
+    }
+    if (empty) delete this;
   }
 
   /// Each segment's blocks in address order: {bytes, in use} (device_segments).
@@ -309,6 +322,7 @@ class CudaAllocator final : public CachingAllocator {
   // is safe) and retries once.
   Block* new_segment(size_t bytes, size_t asked, bool small, const StreamPtr& s) {
     CUdeviceptr d = 0;
+    RelaxedCapture relaxed;  // a graph's pool grows during its capture
     CUresult r = driver().cuMemAlloc(&d, bytes);
     const int64_t cached = stats_.cached_bytes;
     if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -397,7 +411,8 @@ class PinnedAllocator final : public CachingAllocator {
     collect_pending();
     void* p = take_free(free_[size], size);
     if (!p) {
-      use_device(0);  // cuMemHostAlloc needs a context; PORTABLE serves every device
+      use_device(0);           // cuMemHostAlloc needs a context; PORTABLE serves every device
+      RelaxedCapture relaxed;  // staging a graph's host data during its capture
       CUresult r = driver().cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE);
       if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         release_cached();
@@ -495,7 +510,29 @@ class PinnedAllocator final : public CachingAllocator {
 
 }  // namespace
 
+namespace {
+// The graph pool this thread allocates from while capturing (PoolGuard).
+thread_local Allocator* t_pool = nullptr;
+thread_local int t_pool_device = -1;
+}  // namespace
+
+std::shared_ptr<Allocator> make_graph_pool(int device) {
+  return std::shared_ptr<Allocator>(new CudaAllocator(device),
+                                    [](Allocator* a) { static_cast<CudaAllocator*>(a)->retire(); });
+}
+
+PoolGuard::PoolGuard(Allocator* pool, int device)
+    : previous_(t_pool), previous_device_(t_pool_device) {
+  t_pool = pool;
+  t_pool_device = device;
+}
+PoolGuard::~PoolGuard() {
+  t_pool = previous_;
+  t_pool_device = previous_device_;
+}
+
 Allocator& device_allocator(int device) {
+  if (t_pool && t_pool_device == device) return *t_pool;
   static std::mutex mu;
   static auto* all = new std::map<int, CudaAllocator*>;  // never freed: tensors outlive statics
   std::lock_guard<std::mutex> lock(mu);

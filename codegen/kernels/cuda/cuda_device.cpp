@@ -9,6 +9,7 @@
 // device may not (non_blocking).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -107,8 +109,20 @@ bool dense_same(const Tensor& a, const Tensor& b) {
 // Host -> device on the current stream. The host memory may be reused when
 // this returns: the driver stages pageable memory before returning, and a
 // pinned source, which it reads later, is waited for.
+// While a graph is captured, the copy reads a pinned copy of today's host
+// data kept with the graph (constants; inputs that change are refreshed by
+// the graph runner outside the graph).
 void upload(CUdeviceptr d, const Tensor& host, size_t bytes, int device) {
   const CUstream s = current_cu_stream(device);
+  if (capturing_graph()) {
+    Allocator& pinned = pinned_host_allocator();
+    std::shared_ptr<void> staged(pinned.allocate(bytes),
+                                 [&pinned, bytes](void* p) { pinned.deallocate(p, bytes); });
+    std::memcpy(staged.get(), host.data_ptr(), bytes);
+    check(driver().cuMemcpyHtoDAsync(d, staged.get(), bytes, s), "cuMemcpyHtoDAsync");
+    keep_for_graph(std::move(staged));
+    return;
+  }
   check(driver().cuMemcpyHtoDAsync(d, host.data_ptr(), bytes, s), "cuMemcpyHtoDAsync");
   if (host.is_pinned()) check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
 }

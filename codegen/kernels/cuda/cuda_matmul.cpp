@@ -4,8 +4,14 @@
 // all the same matrix), else copied contiguous on the device first.
 #include <cuda.h>
 
+#include <cstdio>
+#include <memory>
+
 #include "kernels/cuda/cublaslt.h"
+#include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/stream.h"
+#include "kiln/autograd.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/tensor.h"
@@ -56,6 +62,44 @@ GemmOperand operand(const Tensor& t, Tensor& owner) {
   return {address(owner), std::max<int64_t>(C, 1), 1, R * C};
 }
 
+// The emulated device's product as a host function (cuLaunchHostFunc) over
+// contiguous device operands (the emulated device's memory is host memory):
+// the same CPU matmul as outside a capture, so the same bits.
+struct HostMatmul {
+  void* a;
+  void* b;
+  void* out;
+  Dims a_shape, b_shape, out_shape;
+  DType a_dtype, b_dtype, out_dtype;
+};
+
+void CUDA_CB run_host_matmul(void* p) {
+  const auto* m = static_cast<const HostMatmul*>(p);
+  try {
+    NoGradGuard no_grad;
+    Tensor o = from_blob(m->out, m->out_shape, m->out_dtype);
+    o.copy_(
+        matmul(from_blob(m->a, m->a_shape, m->a_dtype), from_blob(m->b, m->b_shape, m->b_dtype)));
+  } catch (const std::exception& e) {  // the same product ran before the capture: not expected
+    std::fprintf(stderr, "kiln: emulated matmul in a CUDA graph failed: %s\n", e.what());
+  }
+}
+
+void emulated_host_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
+  const Tensor a = a0.detach().contiguous(), b = b0.detach().contiguous();
+  const Tensor d = out.is_contiguous() ? out : empty_like(out).contiguous();
+  auto m = std::make_shared<HostMatmul>(HostMatmul{a.data_ptr(), b.data_ptr(), d.data_ptr(),
+                                                   a.shape(), b.shape(), d.shape(), a.dtype(),
+                                                   b.dtype(), out.dtype()});
+  check(driver().cuLaunchHostFunc(current_cu_stream(out.device().index), run_host_matmul, m.get()),
+        "cuLaunchHostFunc");
+  keep_for_graph(std::move(m));  // its pointers are the pool's, fixed while the graph lives
+  if (!d.is_same(out)) {
+    Tensor o = out;
+    o.copy_(d);
+  }
+}
+
 }  // namespace
 
 void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
@@ -70,7 +114,9 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   for (int64_t d : batch) nbatch *= d;
   if (nbatch == 0 || M == 0 || N == 0) return;
   if (driver().emulated) {
-    // The emulated device has no cuBLASLt: the product runs on the host CPU.
+    // The emulated device has no cuBLASLt: the product runs on the host CPU,
+    // in a captured graph as a host function in stream order.
+    if (capturing_graph()) return emulated_host_matmul(a0, b0, out);
     Tensor o = out;
     o.copy_(matmul(a0.detach().cpu(), b0.detach().cpu()));
     return;

@@ -87,4 +87,8 @@ void record_stream(const Tensor&, const Stream&) {
   KILN_CHECK(false, "[cuda] ", unavailable_reason());
 }
 
+GraphStats graph_stats() {
+  return {};
+}
+
 }  // namespace kiln::cuda

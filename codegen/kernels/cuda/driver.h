@@ -59,7 +59,17 @@ namespace kiln::cuda {
   X(cuEventSynchronize, 2000) \
   X(cuEventQuery, 2000) \
   X(cuEventElapsedTime, 2000) \
-  X(cuEventDestroy, 4000)
+  X(cuEventDestroy, 4000) \
+  X(cuMemcpyDtoDAsync, 3020) \
+  X(cuLaunchHostFunc, 10000) \
+  X(cuStreamBeginCapture, 10010) \
+  X(cuStreamEndCapture, 10000) \
+  X(cuStreamIsCapturing, 10000) \
+  X(cuThreadExchangeStreamCaptureMode, 10010) \
+  X(cuGraphInstantiateWithFlags, 11040) \
+  X(cuGraphLaunch, 10000) \
+  X(cuGraphExecDestroy, 10000) \
+  X(cuGraphDestroy, 10000)
 // clang-format on
 
 /// The resolved driver entry points, named as the cuda.h functions.

@@ -176,6 +176,10 @@ template <>
 constexpr bool kFreesOwn<&emu::cuEventDestroy> = true;
 template <>
 constexpr bool kFreesOwn<&emu::cuMemFreeHost> = true;
+template <>
+constexpr bool kFreesOwn<&emu::cuGraphExecDestroy> = true;
+template <>
+constexpr bool kFreesOwn<&emu::cuGraphDestroy> = true;
 
 template <auto F>
 struct Fresh;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -48,7 +49,7 @@ namespace kiln::cuda::pocl {
   X(clGetKernelWorkGroupInfo) X(clSetKernelArg) X(clSetKernelArgSVMPointer) \
   X(clEnqueueNDRangeKernel) X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList) \
   X(clWaitForEvents) X(clGetEventInfo) X(clGetEventProfilingInfo) X(clReleaseEvent) \
-  X(clCreateUserEvent) X(clSetUserEventStatus)
+  X(clCreateUserEvent) X(clSetUserEventStatus) X(clEnqueueNativeKernel)
 // clang-format on
 
 struct Cl {
@@ -60,16 +61,46 @@ struct Cl {
 // The largest block the printed kernels' shuffle scratch holds (CUDA's limit).
 constexpr size_t kMaxBlock = 1024;
 
+struct Function;
+struct Event;
+
+// One command recorded by a capture (pocl_graphs.cpp), replayed in order by
+// every launch of the graph.
+struct CaptureOp {
+  enum class Kind { kKernel, kCopy, kHostFn, kEventRecord } kind = Kind::kKernel;
+  Function* f = nullptr;  // kernel: the function, grid and block, each
+  unsigned grid[3] = {}, block[3] = {};
+  std::vector<std::vector<char>> args;  // parameter's bytes, copied at capture
+  void* dst = nullptr;                  // copy: n bytes; the device side(s) checked at replay
+  const void* src = nullptr;
+  size_t n = 0;
+  bool dst_device = false, src_device = false;
+  CUhostFn fn = nullptr;  // host function
+  void* user = nullptr;
+  Event* ev = nullptr;  // event record
+};
+
+// A stream's capture sequence (cuStreamBeginCapture .. cuStreamEndCapture).
+struct Capture {
+  uint64_t id = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread;
+  std::vector<CaptureOp> ops;
+  std::string invalidated;  // why, once a prohibited call ended it ("" = valid)
+};
+
 struct Stream {
   cl_command_queue q = nullptr;
-  bool blocking = true;     // orders against the null stream (not CU_STREAM_NON_BLOCKING)
-  std::mutex mu;            // guards last
-  cl_event last = nullptr;  // the newest command: done means the stream is idle
+  bool blocking = true;              // orders against the null stream (not CU_STREAM_NON_BLOCKING)
+  std::mutex mu;                     // guards last and capture
+  cl_event last = nullptr;           // the newest command: done means the stream is idle
+  std::unique_ptr<Capture> capture;  // while capturing
 };
 
 struct Event {
   cl_event ev = nullptr;
   bool timing = true;
+  uint64_t capture = 0;  // the capture it was last recorded in (0: none)
 };
 
 struct ArgKind {
@@ -86,7 +117,7 @@ struct Function {
 
 struct Mod {
   cl_program prog = nullptr;
-  std::map<std::string, std::unique_ptr<Function> > fns;
+  std::map<std::string, std::unique_ptr<Function>> fns;
   std::mutex mu;
 };
 
@@ -129,6 +160,38 @@ CUresult finish_all();
 CUresult enqueued(CUstream s, cl_int e, cl_event ev, const char* what);
 /// The CUresult for an OpenCL error of `what`.
 CUresult cl_fail(cl_int e, const char* what);
+
+// ---- graph capture (pocl_graphs.cpp) ----
+/// Whether `s` is capturing: then its commands are recorded, not run.
+bool capturing(CUstream s);
+/// Records `op` in the capture of `s`; false when `s` is not capturing
+/// (enqueue it then).
+bool record_op(CUstream s, CaptureOp&& op);
+/// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and every capture of this thread
+/// invalidated) for a call CUDA forbids while this thread captures in a
+/// non-relaxed mode: allocations, frees, synchronous copies, synchronizations.
+CUresult unsafe_call(const char* what);
+/// The same for a synchronization with, or a query of, stream `s` while it
+/// captures; CUDA_SUCCESS when it does not.
+CUresult sync_with(CUstream s, const char* what);
+/// CUDA_ERROR_CAPTURED_EVENT while `e` was last recorded in a capture still running.
+CUresult event_usable(const Event& e, const char* what);
+/// cuStreamWaitEvent's rules in a capture: CUDA_ERROR_NOT_READY when `s`
+/// captures and `e` was recorded earlier in the same capture (stream order
+/// covers it: nothing to do), an isolation error when the wait would join
+/// captured and uncaptured work (fork/join captures are not emulated),
+/// CUDA_SUCCESS when neither side captures.
+CUresult wait_in_capture(CUstream s, const Event& e);
+/// Queues host function fn(user) on `s` in stream order (a native kernel).
+CUresult enqueue_host_fn(CUstream s, CUhostFn fn, void* user);
+/// Sets f's arguments from `params` and queues it on `s`.
+CUresult launch_now(Function* f, const unsigned grid[3], const unsigned block[3],
+                    void* const* params, CUstream s);
+
+namespace emu {
+/// n bytes from src to dst queued on `s` (waited for when `blocking`).
+CUresult copy(void* dst, const void* src, size_t n, CUstream s, bool blocking);
+}  // namespace emu
 
 // The entry points, declared from the table's types. Calls among them are
 // qualified: ADL on the CUDA handle types would also find cuda.h's.

@@ -9,7 +9,8 @@
 #include "kiln/error.h"
 
 #ifdef KILN_HAVE_OPENCL
-namespace kiln::cuda::pocl::emu {
+namespace kiln::cuda::pocl {
+namespace emu {
 
 // ---------------- modules and launches ----------------
 // A module image is OpenCL C source (opencl_prelude() + printed kernels).
@@ -133,6 +134,30 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigne
     return fail(CUDA_ERROR_INVALID_VALUE,
                 str("emulated device: launch of '", f->name, "' with grid ", gx, "x", gy, "x", gz,
                     " and block ", bx, "x", by, "x", bz));
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  if (!capturing(s)) return launch_now(f, grid, block, params, s);
+  // Captured: the parameters' bytes are copied now (they live on the caller's
+  // stack), their pointers checked now and again at each replay.
+  CaptureOp op;
+  op.kind = CaptureOp::Kind::kKernel;
+  op.f = f;
+  std::copy(grid, grid + 3, op.grid);
+  std::copy(block, block + 3, op.block);
+  for (size_t i = 0; i < f->args.size(); ++i) {
+    if (f->args[i].pointer)
+      if (const CUdeviceptr p = *static_cast<CUdeviceptr*>(params[i]))
+        if (CUresult r = check_device_range(p, 0, "a kernel argument")) return r;
+    const auto* b = static_cast<const char*>(params[i]);
+    op.args.emplace_back(b, b + f->args[i].size);
+  }
+  record_op(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace emu
+
+CUresult launch_now(Function* f, const unsigned grid[3], const unsigned block[3],
+                    void* const* params, CUstream s) {
   std::lock_guard<std::mutex> lock(f->mu);
   for (size_t i = 0; i < f->args.size(); ++i) {
     cl_int e;
@@ -150,13 +175,14 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigne
     }
     if (e != CL_SUCCESS) return cl_fail(e, "clSetKernelArg");
   }
-  const size_t local[3] = {bx, by, bz};
-  const size_t global[3] = {size_t{gx} * bx, size_t{gy} * by, size_t{gz} * bz};
+  const size_t local[3] = {block[0], block[1], block[2]};
+  const size_t global[3] = {size_t{grid[0]} * block[0], size_t{grid[1]} * block[1],
+                            size_t{grid[2]} * block[2]};
   cl_event ev = nullptr;
   const cl_int e = g->cl.clEnqueueNDRangeKernel(enqueue_point(s), f->k, 3, nullptr, global, local,
                                                 0, nullptr, &ev);
   return enqueued(s, e, ev, "clEnqueueNDRangeKernel");
 }
 
-}  // namespace kiln::cuda::pocl::emu
+}  // namespace kiln::cuda::pocl
 #endif

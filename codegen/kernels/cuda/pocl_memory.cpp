@@ -98,11 +98,13 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuCtxSynchronize() {
+  if (CUresult r = unsafe_call("cuCtxSynchronize")) return r;
   return finish_all();
 }
 
 // ---------------- memory ----------------
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr* p, size_t bytes) {
+  if (CUresult r = unsafe_call("cuMemAlloc")) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   {
     std::lock_guard<std::mutex> lock(g->mu);
@@ -117,6 +119,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* p, size_t bytes) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
+  if (CUresult r = unsafe_call("cuMemFree")) return r;
   {
     std::lock_guard<std::mutex> lock(g->mu);
     auto it = g->allocs.find(static_cast<uintptr_t>(p));
@@ -152,15 +155,37 @@ CUresult copy(void* dst, const void* src, size_t n, CUstream s, bool blocking) {
                                             src, n, 0, nullptr, &ev);
   return enqueued(s, e, ev, "clEnqueueSVMMemcpy");
 }
+// An asynchronous copy on `s`, or recorded when `s` captures: the host side
+// must then be pinned (kiln stages host data through pinned memory there).
+CUresult copy_async(void* dst, bool dst_device, const void* src, bool src_device, size_t n,
+                    CUstream s, const char* what) {
+  const void* host = !dst_device ? dst : (!src_device ? src : nullptr);
+  const bool pinned_host = host && pinned(host, n);
+  if (!capturing(s)) return copy(dst, src, n, s, host && !pinned_host);
+  if (host && !pinned_host)  // a host read (or pageable upload): the capture ends invalid
+    return sync_with(s, str(what, " with pageable host memory").c_str());
+  CaptureOp op;
+  op.kind = CaptureOp::Kind::kCopy;
+  op.dst = dst;
+  op.src = src;
+  op.n = n;
+  op.dst_device = dst_device;
+  op.src_device = src_device;
+  record_op(s, std::move(op));
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr d, const void* h, size_t n) {
+  if (CUresult r = unsafe_call("cuMemcpyHtoD (synchronous)")) return r;
   if (CUresult r = check_device_range(d, n, "cuMemcpyHtoD")) return r;
   return copy(reinterpret_cast<void*>(d), h, n, nullptr, true);
 }
 CUresult CUDAAPI cuMemcpyDtoH(void* h, CUdeviceptr d, size_t n) {
+  if (CUresult r = unsafe_call("cuMemcpyDtoH (a host read)")) return r;
   if (CUresult r = check_device_range(d, n, "cuMemcpyDtoH")) return r;
   return copy(h, reinterpret_cast<const void*>(d), n, nullptr, true);
 }
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) {
+  if (CUresult r = unsafe_call("cuMemcpyDtoD (synchronous)")) return r;
   if (CUresult r = check_device_range(d, n, "cuMemcpyDtoD")) return r;
   if (CUresult r = check_device_range(s, n, "cuMemcpyDtoD")) return r;
   return copy(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, nullptr, false);
@@ -168,13 +193,20 @@ CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) {
 // Async copies from pageable memory complete before returning, as CUDA's do.
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr d, const void* h, size_t n, CUstream s) {
   if (CUresult r = check_device_range(d, n, "cuMemcpyHtoDAsync")) return r;
-  return copy(reinterpret_cast<void*>(d), h, n, s, !pinned(h, n));
+  return copy_async(reinterpret_cast<void*>(d), true, h, false, n, s, "cuMemcpyHtoDAsync");
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s) {
   if (CUresult r = check_device_range(d, n, "cuMemcpyDtoHAsync")) return r;
-  return copy(h, reinterpret_cast<const void*>(d), n, s, !pinned(h, n));
+  return copy_async(h, false, reinterpret_cast<const void*>(d), true, n, s, "cuMemcpyDtoHAsync");
+}
+CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
+  if (CUresult r = check_device_range(d, n, "cuMemcpyDtoDAsync")) return r;
+  if (CUresult r = check_device_range(src, n, "cuMemcpyDtoDAsync")) return r;
+  return copy_async(reinterpret_cast<void*>(d), true, reinterpret_cast<const void*>(src), true, n,
+                    s, "cuMemcpyDtoDAsync");
 }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
+  if (CUresult r = unsafe_call("cuMemsetD8 (synchronous)")) return r;
   if (n == 0) return CUDA_SUCCESS;
   if (CUresult r = check_device_range(d, n, "cuMemsetD8")) return r;
   cl_event ev = nullptr;
@@ -183,6 +215,7 @@ CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
   return enqueued(nullptr, e, ev, "clEnqueueSVMMemFill");
 }
 CUresult CUDAAPI cuMemHostAlloc(void** p, size_t bytes, unsigned) {
+  if (CUresult r = unsafe_call("cuMemHostAlloc")) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   *p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;

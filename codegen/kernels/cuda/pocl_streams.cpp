@@ -23,6 +23,9 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, unsigned flags, int) 
 }
 CUresult CUDAAPI cuStreamDestroy(CUstream s) {
   auto* st = reinterpret_cast<Stream*>(s);
+  if (!exiting() && capturing(s))
+    return fail(CUDA_ERROR_ILLEGAL_STATE,
+                "emulated device: cuStreamDestroy of a stream that is capturing a CUDA graph");
   {
     std::lock_guard<std::mutex> lock(g->mu);
     if (!g->streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
@@ -35,11 +38,13 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  if (CUresult r = sync_with(s, "cuStreamSynchronize")) return r;
   const cl_int e = g->cl.clFinish(stream_of(s)->q);
   return e == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(e, "clFinish");
 }
 // Idle when the newest command (commands run in order) has completed.
 CUresult CUDAAPI cuStreamQuery(CUstream s) {
+  if (CUresult r = sync_with(s, "cuStreamQuery")) return r;
   Stream* st = stream_of(s);
   g->cl.clFlush(st->q);  // submitted, so polling sees it progress
   std::lock_guard<std::mutex> lock(st->mu);
@@ -57,6 +62,19 @@ CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned flags) {
 CUresult CUDAAPI cuEventRecord(CUevent ev, CUstream s) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (capturing(s)) {  // recorded when the graph runs; until the capture ends, not usable
+    CaptureOp op;
+    op.kind = CaptureOp::Kind::kEventRecord;
+    op.ev = e;
+    std::lock_guard<std::mutex> lock(stream_of(s)->mu);
+    const Capture* c = stream_of(s)->capture.get();
+    e->capture = c ? c->id : 0;
+    if (c) {
+      stream_of(s)->capture->ops.push_back(std::move(op));
+      return CUDA_SUCCESS;
+    }
+  }
+  e->capture = 0;
   cl_event m = nullptr;
   cl_command_queue q = enqueue_point(s);
   const cl_int r = g->cl.clEnqueueMarkerWithWaitList(q, 0, nullptr, &m);
@@ -69,6 +87,7 @@ CUresult CUDAAPI cuEventRecord(CUevent ev, CUstream s) {
 CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent ev, unsigned) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = wait_in_capture(s, *e)) return r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r;
   if (!e->ev) return CUDA_SUCCESS;  // never recorded: nothing to wait for
   cl_event barrier = nullptr;
   const cl_int r = g->cl.clEnqueueBarrierWithWaitList(stream_of(s)->q, 1, &e->ev, &barrier);
@@ -77,6 +96,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent ev, unsigned) {
 CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = event_usable(*e, "cuEventSynchronize")) return r;
   if (!e->ev) return CUDA_SUCCESS;
   const cl_int r = g->cl.clWaitForEvents(1, &e->ev);
   return r == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(r, "clWaitForEvents");
@@ -84,6 +104,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
 CUresult CUDAAPI cuEventQuery(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = event_usable(*e, "cuEventQuery")) return r;
   if (!e->ev) return CUDA_SUCCESS;
   cl_int status = CL_QUEUED;
   g->cl.clGetEventInfo(e->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);

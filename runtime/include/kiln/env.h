@@ -54,6 +54,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_EMULATE", "",
      "pocl runs CUDA devices on the emulated device (OpenCL on the CPU through PoCL) instead of "
      "the NVIDIA driver; pocl-if-no-gpu does so only when the driver is unusable (the tests)"},
+    {"KILN_CUDA_GRAPHS", "1",
+     "0 keeps compiled CUDA plans on the plain launch path (by default a plan with static "
+     "shapes captures its launches into a CUDA graph on its second run and replays it)"},
     {"KILN_PROFILE", "",
      "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
      "directory gets rank<N>.json, or trace.json outside a process group)"},

@@ -1,0 +1,57 @@
+// Internal: what kiln's CUDA code does differently while a compiled graph is
+// captured into a CUDA graph on this thread (cuda_graph_runner.cpp): device
+// allocations come from the plan's private pool, host data a copy uploads is
+// staged in pinned memory kept with the graph, and the driver calls kiln makes
+// on purpose during a capture (growing the pool) run in relaxed capture mode.
+#pragma once
+
+#include <memory>
+
+#include "kiln/allocator.h"
+
+namespace kiln::cuda {
+
+/// Whether this thread is capturing a compiled graph into a CUDA graph.
+bool capturing_graph();
+
+/// Keeps `p` alive as long as the graph being captured on this thread (the
+/// pinned host buffers its copies read, its host functions' payloads).
+/// kiln::Error when this thread is not capturing.
+void keep_for_graph(std::shared_ptr<void> p);
+
+/// While alive, and this thread captures: its capture-unsafe driver calls are
+/// allowed (CU_STREAM_CAPTURE_MODE_RELAXED), as PyTorch's allocator does
+/// around cudaMalloc. A new segment of memory is not part of the graph: it
+/// exists when the graph runs because the pool keeps it.
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  bool on_ = false;
+  int previous_ = 0;  // the thread's CUstreamCaptureMode before
+};
+
+/// A private pool of device `device`'s memory (a caching allocator of its
+/// own): the blocks a captured graph uses stay at fixed addresses and are
+/// never handed to other work. Dropping the last handle gives the pool's
+/// free segments back to the driver.
+std::shared_ptr<Allocator> make_graph_pool(int device);
+
+/// While alive: device `device`'s allocations on this thread come from `pool`.
+class PoolGuard {
+ public:
+  PoolGuard(Allocator* pool, int device);
+  ~PoolGuard();
+  PoolGuard(const PoolGuard&) = delete;
+  PoolGuard& operator=(const PoolGuard&) = delete;
+
+ private:
+  Allocator* previous_;
+  int previous_device_;
+};
+
+}  // namespace kiln::cuda
