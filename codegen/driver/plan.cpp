@@ -8,6 +8,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "kiln/passes/fuse.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/remat.h"
 #include "kiln/profiler.h"
@@ -255,6 +256,10 @@ std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileO
   passes::RematScope remat({.memory_budget = opts.memory_budget,
                             .writes = p ? state_writes(*p) : std::vector<passes::StateWrite>{}});
   passes::run_pipeline(*g, names);
+  // Channel sums (BatchNorm's) as a fusible row sum and a small sum: part of
+  // fusion, so whatever the pipeline.
+  if (opts.fuse && !passes::pass_disabled("fuse") && !passes::pass_disabled("split_channel_sums"))
+    passes::split_channel_sums(*g);
   if (opts.pipeline.empty()) {
     passes::PipelineOptions once;
     once.fixpoint = false;

@@ -30,9 +30,10 @@ constexpr PassInfo kPasses[] = {
 #undef KILN_PASS
 };
 
-// Analyses that KILN_DISABLE_PASSES may name too: they do not rewrite the
-// graph, their users (codegen) ask pass_disabled() before running them.
-constexpr const char* kAnalyses[] = {"fuse"};
+// Analyses that KILN_DISABLE_PASSES may name too, and fusion's own rewrite
+// (split_channel_sums, passes/fuse.h): not in the pipelines, their users
+// (codegen) ask pass_disabled() before running them.
+constexpr const char* kAnalyses[] = {"fuse", "split_channel_sums"};
 
 std::string valid_names() {
   std::string s;

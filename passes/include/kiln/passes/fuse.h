@@ -69,6 +69,13 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts = {});
 /// "group 0 reduction [4 | 8]: max %1, sub %2, ... ; in %0 ; out %5".
 std::string to_string(const FusionPlan& plan, const ir::Graph& g);
 
+/// Rewrites each f32/f64 sum over dims that end with trailing dims and also
+/// reduce an earlier dim before a kept one (BatchNorm's sums over [0, 2, 3])
+/// into a sum over the trailing dims, which fuses with its producer as a row
+/// reduction, then a sum of that small result (passes/src/fuse_split.cpp).
+/// True if it changed the graph.
+bool split_channel_sums(ir::Graph& g);
+
 /// Checks that every group is convex, that the groups form a DAG and that each
 /// value is produced once; "" if so, else what is wrong (tests, KILN_VERIFY).
 std::string check_plan(const FusionPlan& plan, const ir::Graph& g);
