@@ -3,6 +3,10 @@
 // same run (STREAM copy/triad, sgemm, a hand-written fused GELU loop), and
 // prints a table (and JSON with --json FILE). Figures are ratios within one run.
 //   harness [--quick] [--json FILE] [--only NAME,NAME...]
+//   harness --paired-resnet ROUNDS STEPS   (the ResNet row, eager and compiled in
+//                                           alternating rounds; medians and ratio;
+//                                           KILN_NUM_THREADS=1: thread CPU time)
+//   harness --profile-resnet STEPS eager|compiled   (one side only, for perf record)
 // Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
 // parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
 // also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
@@ -17,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -379,6 +384,75 @@ struct ResnetStep {
 
 using bench::MlpStep;
 
+// The ResNet row's eager and compiled steps in alternating rounds of `steps`
+// steps each (which side goes first alternates), so load from other processes
+// falls on both alike; prints each round and the medians.
+// Median CPU time of the calling thread over `reps` runs of fn (after one
+// warm-up), in ms: with one pool thread all the work, without the time other
+// processes took the core (the shared hosts' load).
+double cpu_ms(const std::function<void()>& fn, int reps) {
+  auto now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+  };
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now();
+    fn();
+    t.push_back(now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int paired_resnet(int rounds, int steps) {
+  ResnetStep a, b;
+  auto c = compile([&] { return b(); }, {.name = "resnet_bn_onecycle"});
+  a();
+  c();
+  const double diff = max_diff(a(), c());
+  std::vector<double> e_ms, c_ms, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    double e = 0, k = 0;
+    // One pool thread: CPU time of the one thread doing the work; else wall time.
+    auto timer = num_threads() == 1 ? cpu_ms : time_ms;
+    auto eager = [&] { e = timer([&] { a(); }, steps); };
+    auto comp = [&] { k = timer([&] { c(); }, steps); };
+    if (r % 2 == 0) {
+      eager();
+      comp();
+    } else {
+      comp();
+      eager();
+    }
+    e_ms.push_back(e);
+    c_ms.push_back(k);
+    ratio.push_back(e / k);
+    std::printf("round %d: eager %.2f ms, compiled %.2f ms, compiled speed %.3fx eager\n", r, e, k,
+                e / k);
+  }
+  std::printf(
+      "resnet_bn_onecycle paired (%d rounds x %d steps, %d threads%s): eager %.2f ms, compiled "
+      "%.2f ms, compiled speed %.3fx eager (median of ratios), traces %lld, max|diff| %.3g\n",
+      rounds, steps, num_threads(), num_threads() == 1 ? ", thread CPU time" : "", median(e_ms),
+      median(c_ms), median(ratio), static_cast<long long>(c.stats().traces), diff);
+  return 0;
+}
+
+// `steps` steps of one side of the ResNet row (after warm-up), for perf record.
+int profile_resnet(int steps, bool compiled) {
+  ResnetStep s;
+  auto c = compile([&] { return s(); }, {.name = "resnet_bn_onecycle"});
+  for (int i = 0; i < 3; ++i) compiled ? c() : s();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) compiled ? c() : s();
+  std::printf("%s: %.2f ms/step\n", compiled ? "compiled" : "eager",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps);
+  return 0;
+}
+
 // Cold compile (empty disk cache) and warm start (disk cache filled, memory cache
 // dropped) of the MLP step: the time of the first, tracing call, in ms.
 struct StartTimes {
@@ -514,10 +588,15 @@ int main(int argc, char** argv) {
       json = argv[++i];
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = str(",", argv[++i], ",");
+    else if (std::strcmp(argv[i], "--paired-resnet") == 0 && i + 2 < argc)
+      return paired_resnet(std::atoi(argv[i + 1]), std::atoi(argv[i + 2]));
+    else if (std::strcmp(argv[i], "--profile-resnet") == 0 && i + 2 < argc)
+      return profile_resnet(std::atoi(argv[i + 1]), std::strcmp(argv[i + 2], "compiled") == 0);
     else {
       std::fprintf(
           stderr,
           "usage: harness [--quick] [--json FILE] [--only NAME,...]\n"
+          "       harness --paired-resnet ROUNDS STEPS | --profile-resnet STEPS eager|compiled\n"
           "  workloads: gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M\n"
           "             mlp_step_sgd transformer_fwd_bwd cnn_step_adam resnet_bn_onecycle\n"
           "             mlp_start\n");
