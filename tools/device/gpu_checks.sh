@@ -28,7 +28,8 @@ echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
 fi
 if [ -z "${1:-}" ]; then
 # nccl_tests: a one-rank communicator's all-reduce, and a one-rank NCCL process
-# group (collectives, two DDP steps on the GPU against the CPU).
+# group (collectives, two eager DDP steps and four compiled whole DDP steps,
+# collective nodes on the device, on the GPU against the CPU).
 "$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
 echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
 fi
