@@ -61,7 +61,7 @@ std::vector<const ir::Node*> backward_order(const ir::Graph& joint,
 }  // namespace
 
 Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
-                const std::vector<bool>& is_bwd_output, bool recompute) {
+                const std::vector<bool>& is_bwd_output, bool recompute, int64_t memory_budget) {
   const auto nodes = joint.nodes();
   // Tainted: depends on a gradient input (must run in the backward).
   std::unordered_set<const ir::Value*> tainted;
@@ -142,7 +142,7 @@ Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
     std::vector<char> backward(nodes.size(), 0), fwd_output(joint.outputs().size(), 0);
     for (size_t s = 0; s < nodes.size(); ++s) backward[s] = tainted_live[s];
     for (size_t o = 0; o < fwd_output.size(); ++o) fwd_output[o] = !is_bwd_output[o];
-    moved = passes::backward_recompute(joint, backward, fwd_output);
+    moved = passes::backward_recompute(joint, backward, fwd_output, memory_budget);
   }
   std::unordered_set<const ir::Value*> made_in_bwd(tainted);
   for (size_t s = 0; s < nodes.size(); ++s)

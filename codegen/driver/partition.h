@@ -3,6 +3,7 @@
 // needs ("saved") and a backward graph over (saved..., grad outputs...).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -24,8 +25,11 @@ struct Split {
 /// joint output o is a gradient w.r.t. a differentiable input. Nodes that do not
 /// depend on gradient inputs run in the forward (their results are saved), except,
 /// with `recompute`, those remat's min cut (passes::backward_recompute) gives
-/// the backward to compute again: cheap elementwise chains, forward-only terms.
+/// the backward to compute again: cheap elementwise chains, forward-only terms;
+/// under `memory_budget` (> 0: bytes of the forward's and backward's peak) as
+/// much more as that needs.
 Split partition(const ir::Graph& joint, const std::vector<bool>& is_grad_input,
-                const std::vector<bool>& is_bwd_output, bool recompute = true);
+                const std::vector<bool>& is_bwd_output, bool recompute = true,
+                int64_t memory_budget = 0);
 
 }  // namespace kiln::detail

@@ -317,8 +317,9 @@ void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOp
   for (size_t o = 0; o < p.outputs.size(); ++o)
     is_bwd_output[o] = p.outputs[o].kind == ir::OutputBinding::kGradIn;
   // The joint graph's own remat (the forward saves less) runs where remat would.
-  Split sp = partition(*g, is_grad_input, is_bwd_output,
-                       opts.pipeline.empty() && !passes::pass_disabled("remat"));
+  Split sp =
+      partition(*g, is_grad_input, is_bwd_output,
+                opts.pipeline.empty() && !passes::pass_disabled("remat"), opts.memory_budget);
   std::vector<ir::InputBinding> fwd_in;
   for (size_t i : sp.fwd_inputs) fwd_in.push_back(p.inputs[i]);
   p.bwd_grad_result.clear();

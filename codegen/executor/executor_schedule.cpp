@@ -141,8 +141,10 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
     for (const ir::Value* v : nodes[p]->inputs)
       if (v->producer) depend(unit_of(v->producer), ng + static_cast<int>(p));
   }
-  // Sinks that may wait for the other instances of their kernel (see the top).
-  std::unordered_set<const ir::Value*> gradients;
+  // Sinks that may wait for the other instances of their kernel (see the top);
+  // not one that frees a computed buffer (an update whose gradient dies in
+  // it, placed early by remat to lower the peak: waiting would keep them all).
+  std::unordered_set<const ir::Value*> gradients, outputs(g.outputs().begin(), g.outputs().end());
   for (size_t o = 0; o < g.outputs().size(); ++o)
     if (g.is_gradient_output(o)) gradients.insert(g.outputs()[o]);
   std::vector<char> sink(static_cast<size_t>(ng), 0);
@@ -155,6 +157,12 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
       const ir::Value* v = grp.lowered.args[a];
       for (const ir::Node* u : v->users) s = s && unit_of(u) == gi;
       s = s && !gradients.count(v);
+    }
+    for (size_t a = 0; s && a < grp.lowered.num_inputs; ++a) {
+      const ir::Value* v = grp.lowered.args[a];
+      bool dies = v->producer && !v->producer->is_constant() && !outputs.count(v);
+      for (const ir::Node* u : v->users) dies = dies && unit_of(u) == gi;
+      s = !dies;
     }
     sink[static_cast<size_t>(gi)] = s;
   }

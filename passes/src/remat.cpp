@@ -1,6 +1,12 @@
 // Rematerialization: trade recomputation for memory in a straight-line graph.
 //
 // Rules, and why:
+// 0. Schedule (remat_schedule.cpp): with state writes (a training step), each
+//    parameter's update moves to just after its gradient is complete, so a
+//    gradient that is no result dies at its update instead of living until
+//    the whole backward is done; kept if the predicted peak drops (under a
+//    budget: does not grow). The executor runs such an update when it is
+//    ready instead of batching it with the others (executor_schedule.cpp).
 // 1. Memory model (predicted_peak_bytes): the graph runs node by node in its
 //    order; a node's output buffer lives from the node to its last reader
 //    (graph outputs to the end). Views (kView ops) share their source's buffer
@@ -105,13 +111,7 @@ using detail::kInf;
 
 // ---- rule 4: what a recomputation costs ----
 
-// A tier is an exchange rate: recomputing n costs rate * recompute_cost(n)
-// byte-equivalents in the cut, against the bytes that saving a value keeps.
-struct Tier {
-  int shift = 0;  // rate = 2^-shift
-  int depth = 0;  // opaque ops (matmul, conv): none if 0, else all but every (depth+1)-th
-  const char* name = "";
-};
+using detail::Tier;
 
 using detail::recompute_cost;
 
@@ -322,27 +322,37 @@ bool remat(ir::Graph& g) {
   auto simulate = [&](const ir::Graph& x) { return detail::simulate(x, writes); };
   Model m = simulate(g);
   if (rep.peak_before == 0) rep.peak_before = m.peak;
+  // Rule 7's fused check runs once, over the schedule and all cuts: plan_fusion
+  // is the expensive part (a tenth of a second on a 29k-node step).
+  std::unique_ptr<ir::Graph> original;
+  bool changed = false;
+  const size_t first_log = rep.log.size();
+  // Rule 0: updates right after their gradients (remat_schedule.cpp); by
+  // default only if that lowers the peak (the executor batches the updates it
+  // leaves at the end into one launch), under a budget if it does not raise
+  // it (the peak the cuts leave may be the gradients').
+  if (detail::schedule_updates(g, writes, [&] { original = g.clone(); })) {
+    const Model s = simulate(g);
+    if (budget > 0 ? s.peak <= m.peak : s.peak < m.peak) {
+      rep.log.push_back(str("remat: updates moved to their gradients; predicted peak ", mib(m.peak),
+                            " -> ", mib(s.peak)));
+      m = s;
+      changed = true;
+    } else {
+      g = std::move(*original);  // new nodes: simulate again
+      original.reset();
+      m = simulate(g);
+    }
+  }
   // Rule 4: the default rate recomputes cheap elementwise chains (1 per
   // element against a saved f32's 4 bytes), not costly math (16) nor matmuls;
   // a budget lowers the rate until the peak fits: costly math at 1/16,
   // matmuls with k = 256 at 1/64, longer recompute chains at lower rates.
   static const Tier kDefault[] = {{0, 0, "rate 1"}};
-  static const Tier kBudget[] = {{0, 0, "rate 1"},
-                                 {2, 0, "rate 1/4"},
-                                 {4, 0, "rate 1/16"},
-                                 {4, 1, "rate 1/16, matmuls but every 2nd"},
-                                 {6, 1, "rate 1/64, matmuls but every 2nd"},
-                                 {8, 2, "rate 1/256, matmuls but every 3rd"},
-                                 {10, 3, "rate 1/1024, matmuls but every 4th"}};
   const std::span<const Tier> tiers =
-      budget > 0 ? std::span<const Tier>(kBudget) : std::span<const Tier>(kDefault);
+      budget > 0 ? std::span<const Tier>(detail::kBudgetTiers) : std::span<const Tier>(kDefault);
   int64_t id = next_id(g);
-  bool changed = false;
-  const size_t first_log = rep.log.size();
   const int splits_before = rep.splits, recomputed_before = rep.recomputed;
-  // Rule 7's fused check runs once, over all cuts: plan_fusion is the
-  // expensive part (a tenth of a second on a 29k-node step).
-  std::unique_ptr<ir::Graph> original;
   for (const Tier& t : m.peak > 0 ? tiers : std::span<const Tier>()) {  // else nothing is stored
     for (int k = 0; k < kMaxCuts && !(budget > 0 && m.peak <= budget); ++k) {
       bool kept = false;

@@ -36,6 +36,35 @@ struct Model {
 /// The simulation; `writes` are RematOptions::writes (outputs written into the
 /// buffer of the input they replace: not counted where the executor can do it).
 Model simulate(const ir::Graph& g, std::span<const StateWrite> writes);
+/// The same in another topological `order` of g's nodes.
+Model simulate(const ir::Graph& g, std::span<const StateWrite> writes,
+               std::vector<ir::Node*> order);
+
+/// An exchange rate of the min cut (rule 4): recomputing n costs
+/// 2^-shift * recompute_cost(n) byte-equivalents against the bytes saved.
+struct Tier {
+  int shift = 0;  ///< rate = 2^-shift
+  int depth = 0;  ///< opaque ops (matmul, conv): none if 0, else all but every (depth+1)-th
+  const char* name = "";
+};
+/// The tiers a memory budget goes through, highest rate first.
+inline constexpr Tier kBudgetTiers[] = {{0, 0, "rate 1"},
+                                        {2, 0, "rate 1/4"},
+                                        {4, 0, "rate 1/16"},
+                                        {4, 1, "rate 1/16, matmuls but every 2nd"},
+                                        {6, 1, "rate 1/64, matmuls but every 2nd"},
+                                        {8, 2, "rate 1/256, matmuls but every 3rd"},
+                                        {10, 3, "rate 1/1024, matmuls but every 4th"}};
+
+/// Graph inputs the state writes may reuse, by value id of the output: the
+/// input's value id, or -1 (ids: g.value_id_bound() at least).
+std::vector<int> write_targets(const ir::Graph& g, std::span<const StateWrite> writes, int ids);
+
+/// Rule 0 (remat_schedule.cpp): each parameter's update moves to just after
+/// its gradient is complete. Calls `before_first_move` (if set) once before
+/// changing g; returns true if it did.
+bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
+                      const std::function<void()>& before_first_move = {});
 
 /// What the buffers alive at m's peak are (gradients, other graph outputs,
 /// values read after the peak, the working set), one line.

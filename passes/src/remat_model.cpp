@@ -29,6 +29,32 @@ int num_ids(const ir::Graph& g) {
   return ids;
 }
 
+// The last position (by `at`) reading each graph input directly or through views.
+template <typename At>
+std::vector<int> input_last_use(const ir::Graph& g, const std::vector<Node*>& nodes, int ids,
+                                At at) {
+  std::vector<int> origin(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
+  for (const Value* v : g.inputs()) origin[static_cast<size_t>(v->id())] = v->id();
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    const Node* n = nodes[p];
+    for (const Value* in : n->inputs)
+      if (const int r = origin[static_cast<size_t>(in->id())]; r >= 0)
+        last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], at(p));
+    if (!n->is_constant() && n->info().has(kView) && !n->inputs.empty())
+      for (const Value* o : n->outputs)
+        origin[static_cast<size_t>(o->id())] = origin[static_cast<size_t>(n->inputs[0]->id())];
+  }
+  return last;
+}
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
 // Graph inputs a state write may reuse, by value id of the output: the input's
 // value id, or -1. An input that is itself (or through a view) a graph output
 // is never reused (the executor's rule too).
@@ -61,32 +87,6 @@ std::vector<int> write_targets(const ir::Graph& g, std::span<const StateWrite> w
   // An output listed twice (two inputs) reuses neither.
   return into;
 }
-
-// The last position (by `at`) reading each graph input directly or through views.
-template <typename At>
-std::vector<int> input_last_use(const ir::Graph& g, int ids, At at) {
-  std::vector<int> origin(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
-  for (const Value* v : g.inputs()) origin[static_cast<size_t>(v->id())] = v->id();
-  const auto nodes = g.nodes();
-  for (size_t p = 0; p < nodes.size(); ++p) {
-    const Node* n = nodes[p];
-    for (const Value* in : n->inputs)
-      if (const int r = origin[static_cast<size_t>(in->id())]; r >= 0)
-        last[static_cast<size_t>(r)] = std::max(last[static_cast<size_t>(r)], at(p));
-    if (!n->is_constant() && n->info().has(kView) && !n->inputs.empty())
-      for (const Value* o : n->outputs)
-        origin[static_cast<size_t>(o->id())] = origin[static_cast<size_t>(n->inputs[0]->id())];
-  }
-  return last;
-}
-
-std::string mib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
-  return buf;
-}
-
-}  // namespace
 
 int64_t bytes_of(const Value* v, std::span<const int64_t> syms) {
   int64_t n = 1;
@@ -131,8 +131,12 @@ double recompute_cost(const Node& n) {
 }
 
 Model simulate(const ir::Graph& g, std::span<const StateWrite> writes) {
+  return simulate(g, writes, g.nodes());
+}
+
+Model simulate(const ir::Graph& g, std::span<const StateWrite> writes, std::vector<Node*> order) {
   Model m;
-  m.nodes = g.nodes();
+  m.nodes = std::move(order);
   const int ids = num_ids(g);
   const std::vector<int64_t> syms(static_cast<size_t>(g.num_syms), kNominalDim);
   const auto sz = static_cast<size_t>(ids);
@@ -144,8 +148,9 @@ Model simulate(const ir::Graph& g, std::span<const StateWrite> writes) {
   for (const Value* v : g.outputs()) m.output[static_cast<size_t>(v->id())] = 1;
   const std::vector<int> into = write_targets(g, writes, ids);
   const std::vector<int> input_last =
-      writes.empty() ? std::vector<int>()
-                     : input_last_use(g, ids, [](size_t p) { return static_cast<int>(p); });
+      writes.empty()
+          ? std::vector<int>()
+          : input_last_use(g, m.nodes, ids, [](size_t p) { return static_cast<int>(p); });
   const int end = static_cast<int>(m.nodes.size()) - 1;
   for (int p = 0; p <= end; ++p) {
     const Node* n = m.nodes[static_cast<size_t>(p)];
@@ -330,8 +335,9 @@ int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
   const int ids = detail::num_ids(g);
   const std::vector<int> into = detail::write_targets(g, writes, ids);
   const std::vector<int> input_last =
-      writes.empty() ? std::vector<int>()
-                     : detail::input_last_use(g, ids, [&](size_t p) { return step[unit(p)]; });
+      writes.empty()
+          ? std::vector<int>()
+          : detail::input_last_use(g, nodes, ids, [&](size_t p) { return step[unit(p)]; });
   std::vector<const Value*> root(static_cast<size_t>(ids), nullptr);  // by value id
   std::vector<int> birth(static_cast<size_t>(ids), -1), last(static_cast<size_t>(ids), -1);
   auto root_of = [&](const Value* v) { return root[static_cast<size_t>(v->id())]; };

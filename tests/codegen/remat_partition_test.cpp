@@ -11,6 +11,7 @@
 #include "kiln/nn/nn.h"
 #include "kiln/passes/pass_manager.h"
 #include "random_program.h"
+#include "remat_test_util.h"
 
 namespace kiln {
 namespace {
@@ -77,6 +78,24 @@ TEST(RematPartition, ForwardSavesLessSameGradients) {
               static_cast<long long>(joint.predicted));
 }
 
+// A memory budget reaches the partition: the forward saves fewer bytes than
+// the default plan's (every other matmul and GELU's erf are computed again in
+// the backward), so its predicted peak drops, and the gradients stay the plan
+// without remat's.
+TEST(RematPartition, BudgetSavesLessSameGradients) {
+  const Grads plain = mlp_grads(true, {.pipeline = passes::standard_pipeline()});
+  const Grads joint = mlp_grads(true);
+  const Grads tight = mlp_grads(true, {.memory_budget = joint.predicted / 4});
+  EXPECT_LT(tight.predicted, joint.predicted);
+  EXPECT_EQ(testing::diff_values(plain.loss, tight.loss, 1e-6), "");
+  ASSERT_EQ(tight.grads.size(), plain.grads.size());
+  for (size_t k = 0; k < tight.grads.size(); ++k)
+    EXPECT_EQ(testing::diff_values(plain.grads[k], tight.grads[k], 1e-5), "") << "grad " << k;
+  std::printf("saved values: %zu -> %zu, forward predicted peak %lld -> %lld bytes\n", joint.saved,
+              tight.saved, static_cast<long long>(joint.predicted),
+              static_cast<long long>(tight.predicted));
+}
+
 // Random programs (f64, every input a leaf) compiled as a forward, backward
 // outside: results and gradients of the partitioned plan with and without the
 // joint remat, and eager's, are equal within rounding.
@@ -91,21 +110,13 @@ TEST(RematPartition, RandomProgramsSameGradients) {
     if (!p.gen_errors.empty()) continue;
     SCOPED_TRACE(p.print());
     testing::Rng rng(seed);
-    std::vector<Tensor> w;
-    for (const Tensor& o : p.run(p.inputs))
-      w.push_back(is_floating(o.dtype()) ? testing::random_tensor(rng, o.dtype(), o.shape())
-                                         : Tensor());
+    const std::vector<Tensor> w = testing::loss_weights(p, rng);
     struct Run {
       std::vector<Tensor> outs, grads;
       size_t saved = 0;
     };
     auto run = [&](CompileOptions opts) {
-      std::vector<Tensor> leaves;
-      for (const Tensor& t : p.inputs) {
-        Tensor l = t.detach().clone();
-        if (is_floating(l.dtype())) l.requires_grad_();
-        leaves.push_back(l);
-      }
+      std::vector<Tensor> leaves = testing::grad_leaves(p);
       opts.warmup = 0;
       auto f = compile([&]() { return p.run(leaves); }, opts);
       Run r;

@@ -88,9 +88,13 @@ bool remat(ir::Graph& g);
 /// in the backward, the forward nodes the backward should compute itself
 /// instead of reading their values saved (by position). Moving a node that no
 /// forward output needs costs nothing. `forward_output[o]`: output o is the
-/// forward's (alive anyway).
+/// forward's (alive anyway). With `memory_budget` > 0 (bytes of the joint
+/// peak: the forward, then the backward, as the partitioned plan runs them),
+/// the rate drops tier by tier (remat.cpp's rule 4) until that peak fits, else
+/// the cut with the smallest peak is taken.
 std::vector<char> backward_recompute(const ir::Graph& g, const std::vector<char>& backward,
-                                     const std::vector<char>& forward_output);
+                                     const std::vector<char>& forward_output,
+                                     int64_t memory_budget = 0);
 
 /// What g recomputes, one line per cut ("recompute -1: 4 nodes (mul, erf, add,
 /// mul) -> %57 %60 %63 from saved %55"), values numbered as ir::print numbers
