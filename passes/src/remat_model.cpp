@@ -307,17 +307,25 @@ int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
   std::vector<size_t> first(nu, n);
   std::vector<std::vector<size_t>> succ(nu);
   std::vector<int> indeg(nu, 0);
+  auto depend = [&](const Value* v, size_t u) {
+    if (!v->producer) return;
+    const size_t w = unit(pos(v->producer));
+    if (w == u) return;
+    succ[w].push_back(u);
+    ++indeg[u];
+  };
+  // A group waits for what its kernel reads (FusionGroup::inputs), not for
+  // the scalar constants it has inlined, which may come later in the order:
+  // the executor's dependencies (a later constant's wait moved a group after
+  // an unfused node in the model only, 8 bytes of RematCompiled's program 37).
   for (size_t p = 0; p < n; ++p) {
     const size_t u = unit(p);
     first[u] = std::min(first[u], p);
-    for (const Value* v : nodes[p]->inputs) {
-      if (!v->producer) continue;
-      const size_t w = unit(pos(v->producer));
-      if (w == u) continue;
-      succ[w].push_back(u);
-      ++indeg[u];
-    }
+    if (plan.group_of[p] < 0)
+      for (const Value* v : nodes[p]->inputs) depend(v, u);
   }
+  for (size_t gi = 0; gi < ng; ++gi)
+    for (const Value* v : plan.groups[gi].inputs) depend(v, gi);
   std::set<std::pair<size_t, size_t>> ready;
   for (size_t u = 0; u < nu; ++u)
     if (first[u] < n && indeg[u] == 0) ready.insert({first[u], u});
