@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/gpu_printer_internal.h"
 #include "kernels/math_expand.h"
+#include "kiln/env.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
@@ -428,7 +429,14 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
 
 }  // namespace detail
 
-std::string print_kernel(const Kernel& k, const std::string& symbol) {
+bool device_math_uses_libm() {
+  static const bool libm = env::get("KILN_CUDA_LIBM") == "1";
+  return libm;
+}
+
+std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
+  // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
+  const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
   kir::verify(k);
   if (k.has_reductions()) return tables_for(k) + detail::print_row_kernel(k, symbol);
   if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);

@@ -14,10 +14,11 @@
 //
 // Semantics follow the kernel IR's (the eager kernels' scalar rules): integer
 // arithmetic wraps, integer division floors and x / 0 = 0, f16/bf16 compute in
-// float and round after every op, bool is a byte. Transcendentals use the
-// device's own libm (CUDA's expf etc., within 2 ulp of exact): the kernel-IR
-// expansions (kernels/math_expand.h) are not applied to GPU kernels yet;
-// everything else is exact.
+// float and round after every op, bool is a byte. Transcendentals are the
+// kernel-IR expansions (kernels/math_expand.h: explicit fma, compiled with
+// --fmad=false), so they equal the CPU's and the interpreter's bits;
+// KILN_CUDA_LIBM=1 prints the device's own libm instead (CUDA's expf etc.,
+// within 2 ulp of exact). Everything else is exact.
 // Column sums (accumulating stores, kernel_ir.h) take one more parameter after
 // the sizes, `parts` (column_parts()), and write per-part f64 partials
 // [parts, inner] where the kernel IR's argument is: part p covers rows
@@ -32,6 +33,10 @@
 #include "kernels/kernel_ir.h"
 
 namespace kiln::cuda {
+
+/// Whether printed kernels call the device's libm for transcendentals
+/// (KILN_CUDA_LIBM=1) instead of kiln's expansions (the default).
+bool device_math_uses_libm();
 
 /// The CUDA prelude (for NVRTC): printed once at the top of every program.
 std::string cuda_prelude();

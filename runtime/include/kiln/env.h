@@ -57,6 +57,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_GRAPHS", "1",
      "0 keeps compiled CUDA plans on the plain launch path (by default a plan with static "
      "shapes captures its launches into a CUDA graph on its second run and replays it)"},
+    {"KILN_CUDA_LIBM", "0",
+     "1 prints the CUDA kernels' transcendentals (exp, log, tanh, erf, pow, ...) as calls of "
+     "the device's libm instead of kiln's expansions (bit-equal to the CPU; the default)"},
     {"KILN_PROFILE", "",
      "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
      "directory gets rank<N>.json, or trace.json outside a process group)"},
