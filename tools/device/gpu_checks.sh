@@ -25,6 +25,11 @@ export KILN_CACHE_DIR="$work/cache"
 if [ "${1:-}" != "--probe-only" ]; then
 "$work/bin/cuda_tests" 2>&1 | tee "$out/cuda_tests.txt"
 echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
+# CUDA graphs (captured compiled steps replayed on the real driver, cuBLASLt
+# inside a capture) and the expansions' bits, on their own: short, and named
+# in the log (they ran on the emulated device only before).
+"$work/bin/cuda_tests" --gtest_filter='CudaGraphs.*:CudaMath.*' 2>&1 | tee "$out/cuda_graphs.txt"
+echo "cuda_graphs rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_graphs.txt"
 fi
 if [ -z "${1:-}" ]; then
 # nccl_tests: a one-rank communicator's all-reduce, and a one-rank NCCL process
