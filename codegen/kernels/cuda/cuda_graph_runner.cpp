@@ -80,6 +80,7 @@ struct CudaGraphState final : detail::DeviceGraphState {
   std::vector<OutputKind> out_kind;
   RunStats stats;
   std::vector<std::shared_ptr<void>> keep;
+  StreamPtr last_stream;  // where the last replay ran (held: it may be a user's stream)
 
   ~CudaGraphState() override { drop(); }
   // Forgets the graph (the pool stays for the next capture).
@@ -87,11 +88,15 @@ struct CudaGraphState final : detail::DeviceGraphState {
     if (exec) {
       try {
         use_device(device);
+        // A replay may still run: it reads the staged host data and host
+        // functions' payloads freed below.
+        driver().cuCtxSynchronize();
         driver().cuGraphExecDestroy(exec);
       } catch (const Error&) {  // the driver is gone (exit): nothing to free
       }
       exec = nullptr;
     }
+    last_stream.reset();
     inputs.clear();
     dests.clear();
     outs.clear();
@@ -249,12 +254,19 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
 std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
   NoGradGuard no_grad;
   use_device(st.device);
+  // Replays share the pool's buffers: one on another stream than the last
+  // waits for the last.
+  StreamPtr stream = current_stream_impl(st.device);
+  if (st.last_stream && st.last_stream->handle != stream->handle)
+    check(driver().cuStreamSynchronize(st.last_stream->handle), "cuStreamSynchronize");
+  const CUstream s = stream->handle;
+  st.last_stream = std::move(stream);
   for (size_t i = 0; i < st.inputs.size(); ++i)
     if (st.input_kind[i] != InputKind::kStatic) {
       Tensor b = st.inputs[i];
       b.copy_(args.inputs[i]);
     }
-  check(driver().cuGraphLaunch(st.exec, current_cu_stream(st.device)), "cuGraphLaunch");
+  check(driver().cuGraphLaunch(st.exec, s), "cuGraphLaunch");
   std::vector<Tensor> result;
   result.reserve(st.outs.size());
   for (size_t o = 0; o < st.outs.size(); ++o) {

@@ -6,6 +6,7 @@
 // emulated device.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/stream.h"
@@ -151,14 +152,17 @@ TEST_F(CudaGraphs, NewInputDataIsSeen) {
   Tensor w = from_vector<float>({1, 2, 3}, {3}).cuda();
   auto f = compile([&](const Tensor& x) { return exp(x) * w + 1; }, {.warmup = 0});
   const cuda::GraphStats before = cuda::graph_stats();
-  for (int i = 0; i < 6; ++i) {
+  cuda::Stream side(0);
+  for (int i = 0; i < 7; ++i) {
     const Tensor x = randn({4, 3});
     if (i == 4) w.mul_(2);  // in place: the graph reads w where it is
+    std::optional<cuda::StreamGuard> on_side;
+    if (i >= 5) on_side.emplace(side);  // replays on another stream than before
     const auto got = values(f(x.cuda())), want = (exp(x) * w.cpu() + 1).to_vector<float>();
     for (size_t j = 0; j < want.size(); ++j)
       EXPECT_NEAR(got[j], want[j], 1e-5 * std::abs(want[j])) << "call " << i;  // two libms
   }
-  EXPECT_EQ(cuda::graph_stats().replays, before.replays + 5);
+  EXPECT_EQ(cuda::graph_stats().replays, before.replays + 6);
 }
 
 // A new shape re-plans (a new plan, plain first, then its own graph); results
