@@ -35,7 +35,8 @@
 // each gradient and the eager buckets reduce. (A plan does not re-run
 // forward's host code: buffers are not re-broadcast per call, and every
 // parameter must get a gradient, since unused ones are only detected at the
-// end of an eager backward; comm hooks need trace_collectives=false.)
+// end of an eager backward; comm hooks need trace_collectives=false.) On CUDA
+// the collective nodes follow the NCCL group's stream protocol above.
 #pragma once
 
 #include <chrono>
