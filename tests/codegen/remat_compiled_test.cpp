@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "compare.h"
+#include "executor/executor.h"
 #include "kiln/compile.h"
+#include "kiln/ir/text.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
@@ -148,6 +150,40 @@ TEST(RematCompiled, UpdatesAtTheirGradientsMatchEager) {
               static_cast<long long>(dropped.stats.last_peak_bytes),
               static_cast<long long>(kept.stats.predicted_peak_bytes),
               static_cast<long long>(kept.stats.last_peak_bytes));
+}
+
+// Regression: the executor held an update kernel (a "sink": its outputs are
+// new state only) until every instance of its kernel was ready, to launch
+// them as one; an update remat had placed right after its gradient then kept
+// that gradient alive to the end. An update in which a computed buffer dies
+// runs when it is ready: %3 dies before the second layer's matmuls.
+TEST(RematCompiled, UpdateFreeingItsGradientRunsWhenReady) {
+  std::shared_ptr<const ir::Graph> g(
+      ir::parse(R"(graph(%0: f32[8, 8] "x", %1: f32[8, 8] "cap0", %2: f32[8, 8] "cap1") {
+  %3 = matmul(%0, %1) : f32[8, 8]
+  %4 = mul(%3, %3) : f32[8, 8]
+  %5 = sub(%1, %4) : f32[8, 8]
+  %6 = matmul(%0, %0) : f32[8, 8]
+  %7 = matmul(%6, %2) : f32[8, 8]
+  %8 = mul(%7, %7) : f32[8, 8]
+  %9 = sub(%2, %8) : f32[8, 8]
+  return %5 "write:cap0", %9 "write:cap1"
+})"));
+  std::vector<Tensor> in{randn({8, 8}), randn({8, 8}), randn({8, 8})};
+  const Tensor want = in[1] - square(matmul(in[0], in[1]));
+  const std::vector<Tensor> dests{in[1], in[2]};  // the updates write over the old state
+  RunStats st;
+  RunArgs a;
+  a.inputs = in;
+  a.dests = dests;
+  a.stats = &st;
+  ExecutorOptions eo;
+  eo.fuse = true;
+  const std::vector<Tensor> out = Executor(g, eo).run(a);
+  EXPECT_EQ(st.kernel_launches, 2);  // the two updates, one after the other
+  // %6 and %7 at the second matmul (waiting, %3 was alive there too).
+  EXPECT_EQ(st.peak_bytes, 2 * 8 * 8 * 4);
+  EXPECT_TRUE(allclose(out[0], want, 1e-5, 1e-6));
 }
 
 // One compiled training step of a random program (f64, every input a leaf):
