@@ -10,7 +10,9 @@
 // - a "sink" kernel unit (its outputs are only graph outputs, no gradients;
 //   optimizer updates) waits while other instances of its kernel are not ready
 //   yet and other work is, so an optimizer step over N parameters becomes one
-//   launch. Sinks block nothing, so waiting never delays another node.
+//   launch. Sinks block nothing, so waiting never delays another node. An
+//   update in which a computed buffer dies (its gradient, when remat moved it
+//   right after that gradient) is no sink: waiting would keep it alive.
 // Memory: every buffer is dropped after its last use; a pointwise kernel writes
 // an output over an input buffer that dies at that step when nothing else can
 // see it (not a graph input or output, storage not shared by any other live
