@@ -62,6 +62,22 @@ TEST(ChannelSums, BatchNormForwardAndBackwardMatchEager) {
   }
 }
 
+// A dynamic batch: the row sums' shape [s0, C, 1, 1] is symbolic, one plan
+// serves every batch size.
+TEST(ChannelSums, DynamicBatchMatchesEager) {
+  NoGradGuard ng;
+  auto fn = [](const Tensor& x) {
+    Tensor m = sum(x, {0, 2, 3}, true) * 0.01;  // no size-dependent constant
+    return sum((x - m) * (x - m), {0, 2, 3}, true);
+  };
+  auto f = compile(fn, {.dynamic = {{0, 0}}, .warmup = 0});
+  for (int64_t n : {4, 6, 1, 9}) {
+    Tensor x = randn({n, 3, 5, 4}) * 2.0 + 1.0;
+    expect_close(fn(x), f(x), str("batch ", n));
+  }
+  EXPECT_LE(f.stats().traces, 2) << "one symbolic plan after the second trace";
+}
+
 // A whole training step with the backward inside the compiled function (one
 // graph): conv, BatchNorm, ReLU, SGD with momentum.
 TEST(ChannelSums, ConvBatchNormTrainingStepMatchesEager) {
