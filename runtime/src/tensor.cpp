@@ -33,7 +33,10 @@ struct BlockPool {
 // initial-exec: no __tls_get_addr call per block (as t_recorder in dispatch.cpp).
 [[gnu::tls_model("initial-exec")]] constinit thread_local BlockPool t_pool{};
 #if defined(__SANITIZE_ADDRESS__)
+// Cleared first: stale pointers in a cached block would hide a leaked object
+// they pointed to from LeakSanitizer (the cache is reachable from the thread).
 void poison(void* p, size_t n) {
+  std::memset(p, 0, n);
   ASAN_POISON_MEMORY_REGION(p, n);
 }
 void unpoison(void* p, size_t n) {
