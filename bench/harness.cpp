@@ -10,9 +10,9 @@
 // Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
 // parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
 // also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
-// Eager runs twice: as shipped (fused composites and optimizer steps) and with
-// both off (set_eager_fusion(false), fused = false: one primitive op at a time),
-// their ratio from paired rounds.
+// Eager and compiled steps are timed alternately (medians). Eager runs twice: as shipped (fused
+// composites and optimizer steps) and with both off (set_eager_fusion(false), fused = false: one
+// primitive op at a time), their ratio from paired rounds.
 #include <cblas.h>
 
 #include <algorithm>
@@ -190,8 +190,21 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
   eager_fn();
   c();
   r.max_abs_diff = max_diff(eager_fn(), c());
-  r.eager_ms = time_ms([&] { eager_fn(); }, reps);
-  r.compiled_ms = time_ms([&] { c(); }, reps);
+  // Eager and compiled steps alternate (which goes first alternating too), so
+  // load from other processes falls on both alike.
+  std::vector<double> e_ms, c_ms;
+  auto once = [](const auto& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  for (int i = 0; i < reps; ++i) {
+    if (i % 2 == 0) e_ms.push_back(once([&] { eager_fn(); }));
+    c_ms.push_back(once([&] { c(); }));
+    if (i % 2 == 1) e_ms.push_back(once([&] { eager_fn(); }));
+  }
+  r.eager_ms = median(e_ms);
+  r.compiled_ms = median(c_ms);
   const int threads = num_threads();
   const int per_round = std::max(2, reps / 3);
   std::vector<double> ref_ratios, thread_ratios, one_ms, unfused_ms, fusion_ratios;
