@@ -148,8 +148,10 @@ class CudaAllocator final : public CachingAllocator {
     bool empty = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      release_cached();
-      empty = live_.empty();
+      release_cached();  // idle blocks' events join events_
+      empty = live_.empty() && pending_.empty();
+      if (empty)
+        for (CUevent e : events_) driver().cuEventDestroy(e);
     }
     if (empty) delete this;
   }
