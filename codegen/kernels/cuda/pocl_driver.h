@@ -10,7 +10,9 @@
 // stream's implicit ordering against blocking streams); events are markers;
 // modules are OpenCL C source text (the printer's kernels after
 // opencl_prelude()); a launch maps grid x block to global x local work sizes
-// and each kernel parameter by the kind clGetKernelArgInfo reports. Device
+// and each kernel parameter by the kind clGetKernelArgInfo reports; a
+// capturing stream records its commands for a CUDA graph, which each graph
+// launch replays in order (pocl_graphs.cpp, with CUDA's capture rules). Device
 // pointers given to copies and launches must lie inside a live allocation
 // (CUDA_ERROR_INVALID_VALUE otherwise, instead of a crash).
 //
