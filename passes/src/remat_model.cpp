@@ -104,7 +104,8 @@ int64_t elems_of(const Value* v) {
 // of a cheap elementwise op (it fuses into the backward's kernel, costing about
 // the bandwidth of one more operand), 16 of a kCostly one (erf, exp, div: tens
 // of instructions each; recomputing GELU's erf made a 16-layer MLP step 1.47x
-// slower, bench/remat_bench), one per input element of a reduction or copy,
+// slower, bench/remat_bench; a division by a broadcast value is a multiply by
+// its reciprocal, cheap), one per input element of a reduction or copy,
 // and a quarter per multiply-add of a matmul or convolution (BLAS runs about
 // eight times the scalar rate). Views and fills are free. -1: never recomputed
 // (random ops: the IR contract; collectives; multi-output ops).
@@ -114,7 +115,11 @@ double recompute_cost(const Node& n) {
   if (info.has(kRandom) || info.has(kCollective)) return -1;
   const double out = static_cast<double>(elems_of(n.output()));
   if (info.has(kView) || n.is_op(OpId::full)) return 0;
-  if (info.has(kElementwise)) return out * (info.has(kCostly) ? 16 : 1);
+  // A division by a broadcast value (softmax's row sum) is a multiplication
+  // by its reciprocal in the kernel (computed once per row): cheap.
+  const bool row_div =
+      n.is_op(OpId::div) && n.inputs.size() == 2 && elems_of(n.inputs[1]) < elems_of(n.output());
+  if (info.has(kElementwise)) return out * (info.has(kCostly) && !row_div ? 16 : 1);
   double in = 0;
   for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));
   if (n.is_op(OpId::matmul) && !n.inputs.empty() && !n.inputs[0]->shape.empty()) {

@@ -75,6 +75,35 @@ TEST(Remat, CopiesSurviveCseAndASecondRun) {
       << remat_summary(*g);
 }
 
+TEST(Remat, RowDivisionIsRecomputedByDefault) {
+  // Softmax from primitives, p = e / rowsum(e), with e and p both read late
+  // (as its traced backward reads them): a division by a broadcast row sum
+  // is a multiplication by a reciprocal in the kernel, cheap, so the default
+  // recomputes p from e and the sum instead of keeping both (16 MiB of the
+  // 4-block transformer's peak).
+  auto g = ir::parse(testing::trim_leading_newline(R"(
+graph(%0: f32[64, 64] "arg0", %1: f32[64, 64] "arg1") {
+  %2 = exp(%0) : f32[64, 64]
+  %3 = sum(%2) {dims=[1], keepdim=true} : f32[64, 1]
+  %4 = div(%2, %3) : f32[64, 64]
+  %5 = matmul(%4, %1) : f32[64, 64]
+  %6 = matmul(%5, %1) : f32[64, 64]
+  %7 = add(%5, %6) : f32[64, 64]
+  %8 = mul(%7, %4) : f32[64, 64]
+  %9 = mul(%8, %2) : f32[64, 64]
+  return %9 "out0"
+}
+)"));
+  const int64_t before = predicted_peak_bytes(*g);
+  EXPECT_TRUE(remat(*g));
+  EXPECT_NO_THROW(ir::verify(*g));
+  EXPECT_NE(remat_summary(*g).find("recompute 1 nodes (div)"), std::string::npos)
+      << remat_summary(*g);
+  // At the add: e, the row sum, %5, %6 and %7; p is no longer among them.
+  EXPECT_EQ(predicted_peak_bytes(*g), 4 * 64 * 64 * 4 + 64 * 4);
+  EXPECT_LT(predicted_peak_bytes(*g), before);
+}
+
 TEST(Remat, NothingToGainIsUnchanged) {
   // No value is read late: the peak is the working set itself.
   expect_unchanged(remat, R"(
