@@ -1,8 +1,9 @@
 // Internal: dispatch's fast path for dense elementwise calls. An elementwise
 // op registers, per input dtype, the loop it runs over contiguous operands of
 // that dtype and the dtype of its result. A call whose inputs are contiguous
-// CPU tensors of one shape and that dtype (none a wrapped number, no
-// attributes, not tracing, not profiling) then runs that loop on a fresh
+// CPU tensors of one shape and that dtype, or one such tensor and a wrapped
+// number (a Scalar operand) that does not change the result type, with no
+// attributes, not tracing, not profiling, then runs that loop on a fresh
 // output directly: no shape or type-promotion rule, device check, metadata or
 // output vector. Autograd is recorded as on the general path.
 #pragma once
