@@ -220,38 +220,27 @@ ProgramRun run_program(const testing::Program& p, const std::vector<Tensor>& w,
 // unconstrained plan's (and eager's) within rounding, and the executor's
 // measured peak never exceeds the predicted one.
 TEST(RematCompiled, RandomProgramsUnderRandomBudgets) {
-  // The compiled graph holds the composites' primitive ops: their eager
-  // reference is the same primitives (the fused eager composites are checked
-  // against those in tests/runtime/eager_fusion_test.cpp).
-  struct Unfused {
-    Unfused() { set_eager_fusion(false); }
-    ~Unfused() { set_eager_fusion(true); }
-  } unfused;
   int rematerialized = 0;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
-    const testing::Program p = testing::generate_program(seed, true);
-    if (!p.gen_errors.empty()) continue;
-    SCOPED_TRACE(p.print());
-    testing::Rng rng(seed);
-    const std::vector<Tensor> w = testing::loss_weights(p, rng);
-    const std::vector<std::string> no_remat = passes::standard_pipeline();
-    const ProgramRun eager = run_program(p, w, {.enabled = false});
-    const ProgramRun plain = run_program(p, w, {.pipeline = no_remat});
-    const ProgramRun deflt = run_program(p, w, {});
-    const int64_t budget = static_cast<int64_t>(
-        rng.real(0.2, 0.9) * static_cast<double>(deflt.stats.predicted_peak_bytes));
-    const ProgramRun tight = run_program(p, w, {.memory_budget = std::max<int64_t>(budget, 1)});
-    rematerialized += tight.stats.predicted_peak_bytes < deflt.stats.predicted_peak_bytes;
-    for (const ProgramRun* r : {&deflt, &tight}) {
-      for (size_t k = 0; k < eager.outs.size(); ++k)
-        EXPECT_EQ(testing::diff_values(eager.outs[k], r->outs[k], 1e-9), "") << "output " << k;
-      for (size_t k = 0; k < eager.grads.size(); ++k)
-        EXPECT_EQ(testing::diff_values(eager.grads[k], r->grads[k], 1e-9), "") << "grad " << k;
-      EXPECT_LE(r->stats.last_peak_bytes, r->stats.predicted_peak_bytes);
-      // Rule 7: no cut is kept that makes the fused schedule's peak grow.
-      EXPECT_LE(r->stats.predicted_peak_bytes, plain.stats.predicted_peak_bytes);
-    }
-  }
+  testing::for_each_random_program(
+      [&](const testing::Program& p, const std::vector<Tensor>& w, testing::Rng& rng) {
+        const std::vector<std::string> no_remat = passes::standard_pipeline();
+        const ProgramRun eager = run_program(p, w, {.enabled = false});
+        const ProgramRun plain = run_program(p, w, {.pipeline = no_remat});
+        const ProgramRun deflt = run_program(p, w, {});
+        const int64_t budget = static_cast<int64_t>(
+            rng.real(0.2, 0.9) * static_cast<double>(deflt.stats.predicted_peak_bytes));
+        const ProgramRun tight = run_program(p, w, {.memory_budget = std::max<int64_t>(budget, 1)});
+        rematerialized += tight.stats.predicted_peak_bytes < deflt.stats.predicted_peak_bytes;
+        for (const ProgramRun* r : {&deflt, &tight}) {
+          for (size_t k = 0; k < eager.outs.size(); ++k)
+            EXPECT_EQ(testing::diff_values(eager.outs[k], r->outs[k], 1e-9), "") << "output " << k;
+          for (size_t k = 0; k < eager.grads.size(); ++k)
+            EXPECT_EQ(testing::diff_values(eager.grads[k], r->grads[k], 1e-9), "") << "grad " << k;
+          EXPECT_LE(r->stats.last_peak_bytes, r->stats.predicted_peak_bytes);
+          // Rule 7: no cut is kept that makes the fused schedule's peak grow.
+          EXPECT_LE(r->stats.predicted_peak_bytes, plain.stats.predicted_peak_bytes);
+        }
+      });
   std::printf("%d of 40 programs rematerialized under their budget\n", rematerialized);
 }
 

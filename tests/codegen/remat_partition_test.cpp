@@ -100,50 +100,42 @@ TEST(RematPartition, BudgetSavesLessSameGradients) {
 // outside: results and gradients of the partitioned plan with and without the
 // joint remat, and eager's, are equal within rounding.
 TEST(RematPartition, RandomProgramsSameGradients) {
-  struct Unfused {
-    Unfused() { set_eager_fusion(false); }
-    ~Unfused() { set_eager_fusion(true); }
-  } unfused;
   int fewer = 0;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
-    const testing::Program p = testing::generate_program(seed, true);
-    if (!p.gen_errors.empty()) continue;
-    SCOPED_TRACE(p.print());
-    testing::Rng rng(seed);
-    const std::vector<Tensor> w = testing::loss_weights(p, rng);
-    struct Run {
-      std::vector<Tensor> outs, grads;
-      size_t saved = 0;
-    };
-    auto run = [&](CompileOptions opts) {
-      std::vector<Tensor> leaves = testing::grad_leaves(p);
-      opts.warmup = 0;
-      auto f = compile([&]() { return p.run(leaves); }, opts);
-      Run r;
-      for (int i = 0; i < 2; ++i) {
-        for (Tensor& l : leaves) l.set_grad(Tensor());
-        if (p.uses_rng) manual_seed(p.seed);
-        r.outs = f();
-        Tensor loss = testing::weighted_loss(r.outs, w);
-        if (loss.defined() && loss.requires_grad()) loss.backward();
-      }
-      for (const Tensor& l : leaves) r.grads.push_back(l.grad());
-      if (opts.enabled) r.saved = saved_count(f.graph_text());
-      return r;
-    };
-    const Run eager = run({.enabled = false});
-    const Run plain = run({.pipeline = passes::standard_pipeline()});
-    const Run joint = run({});
-    fewer += joint.saved < plain.saved;
-    for (size_t k = 0; k < eager.outs.size(); ++k) {
-      EXPECT_EQ(testing::diff_values(eager.outs[k], joint.outs[k], 1e-9), "") << "output " << k;
-      EXPECT_EQ(testing::diff_values(plain.outs[k], joint.outs[k], 1e-9), "") << "output " << k;
-    }
-    for (size_t k = 0; k < eager.grads.size(); ++k) {
-      EXPECT_EQ(testing::diff_values(eager.grads[k], joint.grads[k], 1e-9), "") << "grad " << k;
-      EXPECT_EQ(testing::diff_values(plain.grads[k], joint.grads[k], 1e-9), "") << "grad " << k;
-    }
-  }
+  testing::for_each_random_program(
+      [&](const testing::Program& p, const std::vector<Tensor>& w, testing::Rng&) {
+        struct Run {
+          std::vector<Tensor> outs, grads;
+          size_t saved = 0;
+        };
+        auto run = [&](CompileOptions opts) {
+          std::vector<Tensor> leaves = testing::grad_leaves(p);
+          opts.warmup = 0;
+          auto f = compile([&]() { return p.run(leaves); }, opts);
+          Run r;
+          for (int i = 0; i < 2; ++i) {
+            for (Tensor& l : leaves) l.set_grad(Tensor());
+            if (p.uses_rng) manual_seed(p.seed);
+            r.outs = f();
+            Tensor loss = testing::weighted_loss(r.outs, w);
+            if (loss.defined() && loss.requires_grad()) loss.backward();
+          }
+          for (const Tensor& l : leaves) r.grads.push_back(l.grad());
+          if (opts.enabled) r.saved = saved_count(f.graph_text());
+          return r;
+        };
+        const Run eager = run({.enabled = false});
+        const Run plain = run({.pipeline = passes::standard_pipeline()});
+        const Run joint = run({});
+        fewer += joint.saved < plain.saved;
+        for (size_t k = 0; k < eager.outs.size(); ++k) {
+          EXPECT_EQ(testing::diff_values(eager.outs[k], joint.outs[k], 1e-9), "") << "output " << k;
+          EXPECT_EQ(testing::diff_values(plain.outs[k], joint.outs[k], 1e-9), "") << "output " << k;
+        }
+        for (size_t k = 0; k < eager.grads.size(); ++k) {
+          EXPECT_EQ(testing::diff_values(eager.grads[k], joint.grads[k], 1e-9), "") << "grad " << k;
+          EXPECT_EQ(testing::diff_values(plain.grads[k], joint.grads[k], 1e-9), "") << "grad " << k;
+        }
+      });
   std::printf("%d of 40 programs save fewer values with the joint remat\n", fewer);
 }
 

@@ -1,9 +1,12 @@
 // Helpers shared by the compiled remat tests (remat_compiled_test.cpp,
-// remat_partition_test.cpp): a random program's loss weights and its inputs
-// as fresh leaves.
+// remat_partition_test.cpp): a random program's loss weights, its inputs
+// as fresh leaves, and the loop over the random programs.
 #pragma once
 
+#include <cstdint>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "compare.h"
 #include "kiln/kiln.h"
@@ -29,6 +32,28 @@ inline std::vector<Tensor> grad_leaves(const Program& p) {
     leaves.push_back(l);
   }
   return leaves;
+}
+
+/// Calls fn(p, w, rng) for each random program p of seeds 1..40 that
+/// generates without errors (printed as the failure trace), with its loss
+/// weights w drawn from rng first. Eager fusion is off meanwhile: the compiled
+/// graph holds the composites' primitive ops, whose eager reference is the
+/// same primitives (the fused composites are checked against those in
+/// tests/runtime/eager_fusion_test.cpp).
+template <typename Fn>
+void for_each_random_program(Fn fn) {
+  struct Unfused {
+    Unfused() { set_eager_fusion(false); }
+    ~Unfused() { set_eager_fusion(true); }
+  } unfused;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const Program p = generate_program(seed, true);
+    if (!p.gen_errors.empty()) continue;
+    SCOPED_TRACE(p.print());
+    Rng rng(seed);
+    const std::vector<Tensor> w = loss_weights(p, rng);
+    fn(p, w, rng);
+  }
 }
 
 }  // namespace kiln::testing
