@@ -331,18 +331,22 @@ bool remat(ir::Graph& g) {
   // default only if that lowers the peak (the executor batches the updates it
   // leaves at the end into one launch), under a budget if it does not raise
   // it (the peak the cuts leave may be the gradients').
-  if (detail::schedule_updates(g, writes, [&] { original = g.clone(); })) {
-    const Model s = simulate(g);
-    if (budget > 0 ? s.peak <= m.peak : s.peak < m.peak) {
-      rep.log.push_back(str("remat: updates moved to their gradients; predicted peak ", mib(m.peak),
-                            " -> ", mib(s.peak)));
-      m = s;
-      changed = true;
-    } else {
-      g = std::move(*original);  // new nodes: simulate again
-      original.reset();
-      m = simulate(g);
-    }
+  // The proposed order is judged before the graph changes (no copy of a
+  // graph whose updates stay).
+  auto accept = [&](bool at_most) {
+    return [&, at_most](std::vector<Node*> order) {
+      const int64_t peak = detail::simulate(g, writes, std::move(order)).peak;
+      if (at_most ? peak > m.peak : peak >= m.peak) return false;
+      if (!original) original = g.clone();
+      return true;
+    };
+  };
+  if (detail::schedule_updates(g, writes, accept(budget > 0))) {
+    const int64_t was = m.peak;
+    m = simulate(g);
+    rep.log.push_back(str("remat: updates moved to their gradients; predicted peak ", mib(was),
+                          " -> ", mib(m.peak)));
+    changed = true;
   }
   // Rule 4: the default rate recomputes cheap elementwise chains (1 per
   // element against a saved f32's 4 bytes), not costly math (16) nor matmuls;
@@ -399,20 +403,13 @@ bool remat(ir::Graph& g) {
   }
   // Rule 0 again after the cuts: a recomputed matmul reads its weight late,
   // after an update moved before it, which then cannot write in place.
-  if (changed && budget > 0) {
-    std::unique_ptr<ir::Graph> before;
-    if (detail::schedule_updates(g, writes, [&] { before = g.clone(); })) {
-      if (const Model s = simulate(g); s.peak <= m.peak) {
-        rep.log.push_back(
-            str("remat: updates moved after the recomputations reading their "
-                "inputs; predicted peak ",
-                mib(m.peak), " -> ", mib(s.peak)));
-        m = s;
-      } else {
-        g = std::move(*before);
-        m = simulate(g);
-      }
-    }
+  if (changed && budget > 0 && detail::schedule_updates(g, writes, accept(true))) {
+    const int64_t was = m.peak;
+    m = simulate(g);
+    rep.log.push_back(
+        str("remat: updates moved after the recomputations reading their inputs; "
+            "predicted peak ",
+            mib(was), " -> ", mib(m.peak)));
   }
   if (changed) {
     const int64_t was = predicted_peak_bytes(*original, plan_fusion(*original), writes);

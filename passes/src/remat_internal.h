@@ -61,10 +61,10 @@ inline constexpr Tier kBudgetTiers[] = {{0, 0, "rate 1"},
 std::vector<int> write_targets(const ir::Graph& g, std::span<const StateWrite> writes, int ids);
 
 /// Rule 0 (remat_schedule.cpp): each parameter's update moves to just after
-/// its gradient is complete. Calls `before_first_move` (if set) once before
-/// changing g; returns true if it did.
+/// its gradient is complete, if `accept` (given the proposed order) agrees;
+/// returns true if g changed.
 bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
-                      const std::function<void()>& before_first_move = {});
+                      const std::function<bool(std::vector<ir::Node*>)>& accept);
 
 /// What the buffers alive at m's peak are (gradients, other graph outputs,
 /// values read after the peak, the working set), one line.

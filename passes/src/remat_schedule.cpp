@@ -14,8 +14,9 @@
 //    node outside the family that they read, or that reads the input a write
 //    of theirs replaces (the old parameter's readers: the backward's dX reads
 //    W), so the executor can still write the update in place.
-// 3. The reordering is kept only if the node-order peak does not grow
-//    (remat() checks the fused schedule's peak at its end, as for its cuts).
+// 3. The caller accepts the new order or not, by its node-order peak, before
+//    the graph changes (remat() checks the fused schedule's peak at its end,
+//    as for its cuts).
 #include <algorithm>
 #include <functional>
 #include <span>
@@ -54,7 +55,7 @@ void move_before(ir::Graph& g, Node* n, Node* before) {
 }  // namespace
 
 bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
-                      const std::function<void()>& before_first_move) {
+                      const std::function<bool(std::vector<ir::Node*>)>& accept) {
   if (writes.empty()) return false;
   const std::vector<Node*> nodes = g.nodes();
   const int ids = g.value_id_bound();
@@ -158,7 +159,9 @@ bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
   bool same = true;
   for (size_t k = 0; k < order.size() && same; ++k) same = order[k] == k;
   if (same) return false;
-  if (before_first_move) before_first_move();
+  std::vector<Node*> proposed;
+  for (size_t p : order) proposed.push_back(nodes[p]);
+  if (accept && !accept(std::move(proposed))) return false;
   // Each moved node goes before the next unmoved node of the new order.
   Node* before = nullptr;
   std::vector<std::pair<Node*, Node*>> plan;  // (moved node, the unmoved node it precedes)
