@@ -264,6 +264,32 @@ void record_op(OpId op, std::span<const Tensor> inputs, const Attrs& attrs,
   }
 }
 
+namespace {
+// An in-place op computes its result out of place, and that node may have saved
+// self as an input (mul_ needs the old self for the other operand's gradient).
+// Writing the result into self would make that save stale (backward would fail
+// its version check) and, as self's history then leads to the node, make self
+// and its node hold each other. As PyTorch does for in-place ops, the node
+// keeps a copy of the old value instead (a clone, so double backward still
+// reaches self's old history). Saves inside a checkpoint region hold no data.
+void save_original_self(const Tensor& self, const Tensor& result, const char* op) {
+  auto* node = dynamic_cast<OpNode*>(result.grad_fn().get());
+  if (node == nullptr || !self.impl()->storage || in_checkpoint_region()) return;
+  Tensor original;
+  for (SavedTensor& s : node->saved_in_) {
+    if (!s.defined()) continue;
+    const Tensor saved = s.unpack(nullptr, op);
+    if (saved.impl()->storage != self.impl()->storage) continue;
+    if (saved.impl() != self.impl()) {  // a view of self (y.mul_(y.t())): its old values
+      s = SavedTensor(saved.clone(), false);
+      continue;
+    }
+    if (!original.defined()) original = self.clone();
+    s = SavedTensor(original, false);
+  }
+}
+}  // namespace
+
 void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
   if (grad_mode_enabled() && self.is_leaf() && self.requires_grad()) {
     throw Error(str("[", op,
@@ -285,6 +311,7 @@ void commit_inplace(Tensor& self, const Tensor& result, const char* op) {
     KILN_CHECK(rec != nullptr, "[", op, "] in-place write with a symbolic tensor outside tracing");
     rec->on_inplace(self, result);
   } else {
+    if (grad_mode_enabled() && result.requires_grad()) save_original_self(self, result, op);
     NoGradGuard ng;
     Tensor src = result.dtype() == self.dtype() ? result : cast(result, self.dtype());
     ops::copy_into(self, src);

@@ -19,6 +19,9 @@ Edge gradient_edge(const Tensor& t);
 /// (the data is dropped) with its slot number; null outside (or while a region
 /// recomputes, when the save fills that region's next slot instead).
 std::shared_ptr<CheckpointFrame> checkpoint_save(const Tensor& t, bool is_output, uint32_t& slot);
+/// Whether a kiln::checkpoint region is running on this thread (its saves are
+/// dropped and recomputed, never held).
+bool in_checkpoint_region();
 /// The recomputed value of save `slot` of `frame` (re-runs the region's
 /// function on first use); kiln::Error naming `op` if it does not match.
 Tensor checkpoint_unpack(CheckpointFrame& frame, uint32_t slot, const char* op);

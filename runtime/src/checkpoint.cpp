@@ -89,6 +89,10 @@ std::shared_ptr<CheckpointFrame> checkpoint_save(const Tensor& t, bool is_output
   return f->shared_from_this();
 }
 
+bool in_checkpoint_region() {
+  return !t_frames.empty();
+}
+
 uint64_t recompute_region() {
   for (auto it = t_frames.rbegin(); it != t_frames.rend(); ++it)
     if ((*it)->recomputing) return (*it)->id;

@@ -165,6 +165,56 @@ TEST(Autograd, InPlaceOnNonLeaf) {
   expect_values(x.grad(), {6, 8});
 }
 
+// An in-place op whose gradient needs self's old value (mul_ by a tensor that
+// requires grad, mul_ by itself or a view of itself) gives PyTorch's gradients:
+// the node keeps a copy of the old value. It used to fail backward with "a
+// tensor saved for backward was modified by an in-place operation", and self
+// and its node held each other (a leak when backward never ran).
+TEST(Autograd, InPlaceKeepsTheOldValueItsGradientNeeds) {
+  Tensor a = vec({1, 2}).requires_grad_();
+  Tensor x = vec({3, 4}).requires_grad_();
+  Tensor y = a * 2.0;  // [2, 4]
+  y.mul_(x);
+  y.sum().backward();
+  expect_values(a.grad(), {6, 8});
+  expect_values(x.grad(), {2, 4});
+
+  Tensor b = vec({1, 2}).requires_grad_();
+  Tensor z = b * 3.0;
+  z.mul_(z);  // 9 b^2
+  z.sum().backward();
+  expect_values(b.grad(), {18, 36});
+
+  Tensor c = vec({1, 2, 3, 4}).requires_grad_();
+  Tensor m = (c * 1.0).reshape({2, 2});
+  m.mul_(m.t());  // m[i][j] * m[j][i]
+  m.sum().backward();
+  // d/dc of sum_ij c_ij c_ji = 2 c_ji
+  Tensor ct = c.detach().reshape({2, 2}).t().contiguous().reshape({4});
+  EXPECT_TRUE(allclose(c.grad(), ct * 2.0));
+
+  // Double backward through the kept value reaches self's old history.
+  Tensor d = vec({2, 3}).requires_grad_();
+  Tensor w = d * 1.0;
+  w.mul_(d);                                                       // d^2
+  Tensor g = grad({w.sum()}, {d}, {}, {.create_graph = true})[0];  // 2 d
+  expect_values(g, {4, 6});
+  g.sum().backward();
+  expect_values(d.grad(), {2, 2});
+}
+
+TEST(Autograd, InPlaceOnNonLeafDoesNotKeepItselfAlive) {
+  Tensor a = vec({1, 2}).requires_grad_();
+  Tensor x = vec({3, 4}).requires_grad_();
+  std::weak_ptr<TensorImpl> alive;
+  {
+    Tensor y = a * 2.0;
+    y.mul_(x);  // never back-propagated
+    alive = y.impl_ptr();
+  }
+  EXPECT_TRUE(alive.expired());
+}
+
 // In-place on a leaf that requires grad is refused.
 TEST(Autograd, InPlaceOnLeafIsAnError) {
   Tensor x = vec({1, 2}).requires_grad_();
