@@ -30,9 +30,7 @@
 // and the DDP backward's timeline (bucket launches, all-reduce start and end).
 // It starts its 2 ranks itself (fork + exec with RANK/WORLD_SIZE/MASTER_* set,
 // KILN_NUM_THREADS=1); under kilnrun it runs as the given rank.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -441,21 +439,9 @@ int worker(const Args& a) {
   return 0;
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Starts ranks 0 and 1 as copies of this program and waits (bounded) for them.
 int launch(char** argv) {
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(kiln::dist::free_loopback_port());
   std::vector<pid_t> kids;
   for (int r = 0; r < 2; ++r) {
     pid_t pid = ::fork();

@@ -25,8 +25,6 @@
 //   ddp_overlap_model [--iters N] [--ranks N] [--busbw GBPS] [--alpha-us US]
 //                     [--bucket-cap-mb X] [--first-bucket-mb X] [--scales A,B,...]
 //                     [--ready MS:BYTES,... --end MS]
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,24 +59,12 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The MLP's backward under DDP in a one-rank group: when each bucket was launched.
 Timeline measure(int iters, double cap_mb, double first_mb) {
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(free_port()).c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(kiln::dist::free_loopback_port()).c_str(), 1);
   set_num_threads(1);
   dist::init_process_group();
   bench::MlpStep s;

@@ -395,4 +395,20 @@ void TCPStore::set_timeout(Millis t) {
   impl_->timeout_ms = t.count();
 }
 
+uint16_t free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  KILN_CHECK(fd >= 0, "[free_loopback_port] socket() failed: ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  KILN_CHECK(ok && a.sin_port != 0,
+             "[free_loopback_port] binding 127.0.0.1:0 failed: ", std::strerror(err));
+  return ntohs(a.sin_port);
+}
+
 }  // namespace kiln::dist

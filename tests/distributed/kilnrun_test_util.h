@@ -4,10 +4,8 @@
 #pragma once
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/distributed/store.h"
 #include "kiln/error.h"
 #include "launcher.h"
 
@@ -169,18 +168,6 @@ inline bool wait_for_files(const std::vector<std::string>& paths,
     std::this_thread::sleep_for(10ms);
   }
   return false;
-}
-
-inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 inline std::optional<int> parse(std::vector<std::string> args, Options& o,

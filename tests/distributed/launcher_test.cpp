@@ -296,7 +296,7 @@ TEST(Kilnrun, MissingProgramExits127) {
 // Two launchers on loopback as two nodes: one job with ranks 0..3.
 TEST(Kilnrun, TwoLaunchersFormOneJob) {
   std::string dir = make_temp_dir();
-  std::string port = std::to_string(free_port());
+  std::string port = std::to_string(kiln::dist::free_loopback_port());
   auto node = [&](int rank, const std::string& script) {
     return start(
         {"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", "2",
@@ -323,7 +323,7 @@ TEST(Kilnrun, TwoLaunchersFormOneJob) {
 // A failure on one node stops the other node, which exits with the same code.
 TEST(Kilnrun, FailureOnOneNodeStopsTheOther) {
   std::string dir = make_temp_dir();
-  std::string port = std::to_string(free_port());
+  std::string port = std::to_string(kiln::dist::free_loopback_port());
   std::string script =
       kiln::str("echo $$ > ", dir, "/pid_$RANK; if [ $RANK = 3 ]; then ",
                 sh_wait_for(dir, {"pid_0", "pid_1", "pid_2"}), "exit 7; fi; sleep 100");

@@ -3,9 +3,7 @@
 // token, tcp://, new_group, destroy and re-init, and a rank that exits while
 // its peer runs collectives. In this process: malformed URLs and missing
 // environment variables. Loopback only; every child is killed after a deadline.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,18 +32,6 @@ using kiln::testing::ScopedEnv;
 using namespace std::chrono_literals;
 
 // A port that was free a moment ago (rank 0 binds it again).
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A failed check inside a child: print it and exit with code 1.
 #define CHILD_CHECK(cond)                                                          \
   do {                                                                             \
@@ -103,7 +89,7 @@ bool sum_of_ones_ok(int world) {
 // env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; rank 0 serves
 // the store; destroy then init again works; new_group({0, 2}) leaves rank 1 out.
 TEST(InitProcessGroup, EnvRankZeroHostsTheStore) {
-  uint16_t port = free_port(), port2 = free_port();
+  uint16_t port = kiln::dist::free_loopback_port(), port2 = kiln::dist::free_loopback_port();
   run_processes(3, [&](int rank) {
     set_env("RANK", std::to_string(rank));
     set_env("WORLD_SIZE", "3");
@@ -178,7 +164,7 @@ TEST(InitProcessGroup, EnvWithAgentStoreAndToken) {
 
 // tcp://host:port with the rank and world size given in InitOptions.
 TEST(InitProcessGroup, TcpUrl) {
-  uint16_t port = free_port();
+  uint16_t port = kiln::dist::free_loopback_port();
   run_processes(2, [&](int rank) {
     ::unsetenv("RANK");
     ::unsetenv("WORLD_SIZE");
@@ -200,7 +186,7 @@ TEST(InitProcessGroup, TcpUrl) {
 // A rank whose process exits mid-job: its peer's next collective fails with a
 // kiln::Error (connection closed), not a hang; later ones fail at once.
 TEST(InitProcessGroup, PeerProcessExits) {
-  uint16_t port = free_port();
+  uint16_t port = kiln::dist::free_loopback_port();
   run_processes(2, [&](int rank) {
     InitOptions o;
     o.init_method = kiln::str("tcp://127.0.0.1:", port);
@@ -238,7 +224,7 @@ TEST(InitProcessGroup, PeerProcessExits) {
 // the store went away with rank 0; it used to list every rank (itself too)
 // as not having issued it, after a store timeout per rank.
 TEST(InitProcessGroup, DebugCheckWhenTheStoreHostExitsFirst) {
-  uint16_t port = free_port();
+  uint16_t port = kiln::dist::free_loopback_port();
   run_processes(2, [&](int rank) {
     set_env("KILN_DIST_DEBUG", "1");
     ::unsetenv("KILN_USE_AGENT_STORE");
@@ -327,7 +313,7 @@ TEST(InitProcessGroup, ErrorsBeforeAnyNetwork) {
 // new_group validates its ranks (a one-rank world in this process).
 TEST(InitProcessGroup, NewGroupRanksAreChecked) {
   InitOptions o;
-  o.init_method = kiln::str("tcp://127.0.0.1:", free_port());
+  o.init_method = kiln::str("tcp://127.0.0.1:", kiln::dist::free_loopback_port());
   o.rank = 0;
   o.world_size = 1;
   o.timeout = 3000ms;

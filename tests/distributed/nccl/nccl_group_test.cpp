@@ -7,9 +7,6 @@
 // Every rank is a forked process that starts CUDA (PoCL) itself: the test
 // process never touches CUDA, so forking stays safe. Tensors are tiny (the
 // emulated device is slow).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -217,26 +214,12 @@ TEST(NcclGroup, AutoBackendDispatchesByDevice) {
   });
 }
 
-// A port nothing listens on now (the OS's choice for a socket bound to 0).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    a.sin_port = 0;
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // init_process_group with backend "nccl" (and "auto") over tcp://: the
 // default group and new_group's are NCCL groups; LOCAL_RANK picks the device
 // (on the emulated device every rank's is cuda:0).
 TEST(NcclGroup, InitProcessGroupWithTheNcclAndAutoBackends) {
   for (const char* backend : {"nccl", "auto"}) {
-    const uint16_t port = free_port();
+    const uint16_t port = kiln::dist::free_loopback_port();
     ASSERT_NE(port, 0);
     testing::ForkedRanks ranks(2, [&](int rank, uint64_t) {
       ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);

@@ -110,4 +110,9 @@ class TCPStore : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A TCP port on 127.0.0.1 that nothing listens on now (the OS's choice for a
+/// socket bound to port 0), for tests, benchmarks and one-host launches; another
+/// process may take it before the caller binds it. kiln::Error if none is given.
+uint16_t free_loopback_port();
+
 }  // namespace kiln::dist
