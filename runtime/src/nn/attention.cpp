@@ -15,7 +15,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A bool mask (true = masked) as an additive float mask of `dtype`.
 Tensor additive(const Tensor& mask, DType dtype) {
-  if (mask.dtype() == DType::b8) return masked_fill(zeros(mask.shape(), dtype), mask, -kInf);
+  if (mask.dtype() == DType::b8)
+    return masked_fill(zeros(mask.shape(), dtype, mask.device()), mask, -kInf);
   KILN_CHECK(is_floating(mask.dtype()), "[MultiheadAttention] masks must be bool or floating, got ",
              mask.dtype());
   return cast(mask, dtype);
@@ -167,7 +168,7 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
     mask = additive(attn_mask, dt);
     if (mask.dim() == 3) mask = reshape(mask, {B, H, L, S});
   } else if (is_causal) {
-    mask = additive(triu(ones({L, S}, DType::b8), 1), dt);
+    mask = additive(triu(ones({L, S}, DType::b8, q.device()), 1), dt);
   }
   if (key_padding_mask.defined()) {
     Dims want = batched ? Dims{B, S} : Dims{S};

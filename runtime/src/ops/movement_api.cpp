@@ -157,11 +157,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 namespace {
-// (col - row) for the last two dims, as an i64 [rows, cols] tensor.
+// (col - row) for the last two dims, as an i64 [rows, cols] tensor on x's device.
 Tensor diag_offset(const Tensor& x, const char* op) {
   KILN_CHECK(x.dim() >= 2, "[", op, "] expects a tensor of rank >= 2, got shape ", x.shape());
   int64_t r = x.shape()[x.dim() - 2], c = x.shape()[x.dim() - 1];
-  return reshape(arange(c), {1, c}) - reshape(arange(r), {r, 1});
+  return (reshape(arange(c), {1, c}) - reshape(arange(r), {r, 1})).to(x.device());
 }
 }  // namespace
 

@@ -145,5 +145,27 @@ TEST_F(CudaOps, MovingBetweenDevicesIsDifferentiable) {
   EXPECT_TRUE(allclose(ddx, x.detach() * 6, 1e-5, 1e-5));
 }
 
+// triu/tril and MultiheadAttention's masks on device tensors: the masks they
+// build live on their input's device (they were built on the CPU, so a causal
+// CUDA attention failed in `where` with "expected all tensors on one device").
+TEST_F(CudaOps, TriangularMasksAndMaskedAttentionRunOnTheDevice) {
+  const Tensor x = randn({2, 4, 5});
+  expect_equal(triu(x.cuda(), 1), triu(x, 1), "triu");
+  expect_equal(tril(x.cuda(), -1), tril(x, -1), "tril");
+  manual_seed(13);
+  nn::MultiheadAttention attn(8, 2, {.batch_first = true});
+  const Tensor q = randn({2, 4, 8});
+  const Tensor causal = triu(ones({4, 4}, DType::b8), 1);
+  const auto [want, w_want] = attn.forward(q, q, q, causal);
+  const auto [want_causal, w2] = attn.forward(q, q, q, {}, {}, false, true, true);
+  attn.to(Device::cuda());
+  const Tensor qc = q.cuda();
+  const auto [got, w_got] = attn.forward(qc, qc, qc, causal.cuda());
+  const auto [got_causal, w3] = attn.forward(qc, qc, qc, {}, {}, false, true, true);
+  EXPECT_TRUE(allclose(got.cpu(), want, 1e-5, 1e-5));
+  EXPECT_TRUE(allclose(got_causal.cpu(), want_causal, 1e-5, 1e-5));
+  EXPECT_TRUE(allclose(got_causal.cpu(), want, 1e-5, 1e-5));
+}
+
 }  // namespace
 }  // namespace kiln
