@@ -44,6 +44,10 @@
 
 namespace kiln {
 
+using detail::pos;
+using detail::Slot;
+using detail::slot_at;
+
 Executor::~Executor() = default;
 Executor::Executor(Executor&&) noexcept = default;
 
@@ -104,7 +108,7 @@ std::string Executor::schedule_text() const {
       s += str(st.node->is_constant() ? "constant" : st.node->info().name, "\n");
       continue;
     }
-    const Group& first = groups_[static_cast<size_t>(st.groups.front())];
+    const Group& first = groups_[st.groups.front()];
     s += str("kernel ", first.lowered.kernel.name, " x", st.groups.size(), "\n");
   }
   return s;
@@ -122,8 +126,8 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
   if (args.dests.empty() || !opts_.in_place) return r;
   KILN_ASSERT(args.dests.size() == output_slots_.size(), "executor: ", args.dests.size(),
               " destinations for ", output_slots_.size(), " outputs");
-  r.input.assign(static_cast<size_t>(num_slots_), nullptr);
-  r.free.assign(static_cast<size_t>(num_slots_), nullptr);
+  r.input.assign(num_slots_, nullptr);
+  r.free.assign(num_slots_, nullptr);
   // Inputs by storage (sorted, no allocation per input): a storage's entries
   // are adjacent, so how many share it and the last of them are found by search.
   std::vector<std::pair<const StorageImpl*, size_t>> by_storage(args.inputs.size());
@@ -133,7 +137,7 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
   struct Candidate {
     const StorageImpl* storage;
     const char *begin, *end;
-    int slot;
+    Slot slot;
   };
   std::vector<Candidate> cands;
   for (size_t o = 0; o < args.dests.size(); ++o) {
@@ -144,17 +148,16 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
                                      std::pair<const StorageImpl*, size_t>{ds, 0});
     if (lo != by_storage.end() && lo->first == ds) {
       const bool one = lo + 1 == by_storage.end() || (lo + 1)->first != ds;
-      const size_t i = lo->second;
-      if (one && args.inputs[i].is_same(d) && input_alias_until_[i] != INT_MAX) r.input[i] = &d;
+      const Slot in = slot_at(lo->second);  // graph input i is slot i
+      if (one && args.inputs[pos(in)].is_same(d) && input_alias_until_[in] != INT_MAX)
+        r.input[in] = &d;
       continue;
     }
-    const int sl = output_slots_[o];
-    if (d.numel() == 0 || is_input_slot_[static_cast<size_t>(sl)] ||
-        outputs_of_slot_[static_cast<size_t>(sl)].front() != o)
+    const Slot sl = output_slots_[o];
+    if (d.numel() == 0 || is_input_slot_[sl] || outputs_of_slot_[sl].front() != o)
       continue;  // each slot once
     bool only_dest = true;
-    for (size_t q : outputs_of_slot_[static_cast<size_t>(sl)])
-      only_dest = only_dest && args.dests[q].is_same(d);
+    for (size_t q : outputs_of_slot_[sl]) only_dest = only_dest && args.dests[q].is_same(d);
     if (!only_dest) continue;
     const char* b = static_cast<const char*>(d.data_ptr());
     cands.push_back({d.impl()->storage.get(), b,
@@ -171,40 +174,37 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
     for (; j < cands.size() && cands[j].storage == cands[i].storage && cands[j].begin < end; ++j)
       end = std::max(end, cands[j].end);
     if (j == i + 1) {
-      const size_t o = outputs_of_slot_[static_cast<size_t>(cands[i].slot)].front();
-      r.free[static_cast<size_t>(cands[i].slot)] = &args.dests[o];
+      const size_t o = outputs_of_slot_[cands[i].slot].front();
+      r.free[cands[i].slot] = &args.dests[o];
     }
     i = j;
   }
   return r;
 }
 
-void Executor::note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots,
+void Executor::note_peak(PeakReport& r, size_t step, const detail::SlotVec<Tensor>& slots,
                          int64_t bytes, const std::function<bool(const Tensor&)>& counts) const {
   // Slots are numbered as the schedule numbers them: inputs, then each node's outputs.
-  std::vector<const ir::Value*> value_of(static_cast<size_t>(num_slots_), nullptr);
-  size_t k = 0;
-  for (const ir::Value* v : graph_->inputs()) value_of[k++] = v;
+  detail::SlotVec<const ir::Value*> value_of;
+  for (const ir::Value* v : graph_->inputs()) value_of.push_back(v);
   for (const ir::Node* n : graph_->nodes())
-    for (const ir::Value* v : n->outputs) value_of[k++] = v;
+    for (const ir::Value* v : n->outputs) value_of.push_back(v);
   const Step& st = steps_[step];
   r.peak_bytes = bytes;
-  r.step =
-      st.node ? str("node ", st.node->info().name)
-              : str("kernel ", groups_[static_cast<size_t>(st.groups.front())].lowered.kernel.name);
+  r.step = st.node ? str("node ", st.node->info().name)
+                   : str("kernel ", groups_[st.groups.front()].lowered.kernel.name);
   r.values.clear();
   std::unordered_set<const StorageImpl*> seen;
-  for (size_t sl = 0; sl < slots.size(); ++sl) {
+  for (Slot sl : slots.slots()) {
     const Tensor& t = slots[sl];
     if (!counts(t) || !seen.insert(t.impl()->storage.get()).second) continue;
     const ir::Value* v = value_of[sl];
     PeakValue pv;
     pv.value = v && !v->name.empty() ? v->name : str("%", v ? v->id() : -1);
     pv.op = v && v->producer ? v->producer->info().name : "input";
-    if (v && v->producer && plan_.group_of[graph_->position(v->producer)] >= 0)
-      pv.op = str("fused kernel ",
-                  groups_[static_cast<size_t>(plan_.group_of[graph_->position(v->producer)])]
-                      .lowered.kernel.name);
+    if (const int gi = v && v->producer ? plan_.group_of[graph_->position(v->producer)] : -1;
+        gi >= 0)
+      pv.op = str("fused kernel ", groups_[static_cast<size_t>(gi)].lowered.kernel.name);
     pv.type = str(t.dtype(), t.shape());
     pv.bytes = static_cast<int64_t>(t.impl()->storage->nbytes);
     r.values.push_back(std::move(pv));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "executor/device_graph.h"
+#include "executor/slot.h"
 #include "kiln/compile.h"
 #include "kiln/ir/graph.h"
 #include "kiln/passes/fuse.h"
@@ -108,18 +109,19 @@ class Executor {
   struct Step;
   struct Group;
   struct Destinations;
-  class Run;  // one call of run() (executor_run.cpp)
+  class Run;          // one call of run() (executor_run.cpp)
+  class SlotByValue;  // executor_schedule.cpp
   void build_schedule();
   // build_schedule's steps (executor_schedule.cpp).
-  std::vector<int> assign_slots();
-  size_t compile_kernels(const std::vector<int>& slot_by_id);
-  std::vector<std::vector<int>> order_units(size_t num_kernels) const;
-  void make_steps(const std::vector<std::vector<int>>& order, const std::vector<int>& slot_by_id);
-  void plan_last_uses(const std::vector<int>& slot_by_id);
-  void precompute_static_shapes(const std::vector<int>& slot_by_id);
+  SlotByValue assign_slots();
+  size_t compile_kernels(const SlotByValue& slot_of);
+  std::vector<std::vector<size_t>> order_units(size_t num_kernels) const;
+  void make_steps(const std::vector<std::vector<size_t>>& order, const SlotByValue& slot_of);
+  void plan_last_uses(const SlotByValue& slot_of);
+  void precompute_static_shapes(const SlotByValue& slot_of);
   Destinations destinations(const RunArgs& args) const;
   // Fills `r` with the buffers alive after `step` (a new peak of `bytes`).
-  void note_peak(PeakReport& r, size_t step, const std::vector<Tensor>& slots, int64_t bytes,
+  void note_peak(PeakReport& r, size_t step, const detail::SlotVec<Tensor>& slots, int64_t bytes,
                  const std::function<bool(const Tensor&)>& counts) const;
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions opts_;
@@ -128,16 +130,17 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<detail::Placement> placements_;    // see placement.h
   std::vector<std::pair<int, int>> sym_source_;  // symbol -> (input, dim)
-  std::vector<int> output_slots_;
-  std::vector<int> output_producer_;  // graph output -> producing node's position, or -1
-  std::vector<std::vector<size_t>> outputs_at_step_;  // step -> graph outputs made there
-  std::vector<bool> is_input_slot_;
-  std::vector<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
-  std::vector<int> input_alias_until_;  // graph input -> last step reading an unfused view of it
-  std::vector<Dims> static_shape_;      // slot -> its value's shape, for a graph without symbols
-  std::vector<int> dying_input_at_;     // slot -> the step listing it in dying_inputs, or -1
-  std::vector<int> overwritable_at_;    // slot -> the step listing it in overwritable, or -1
-  int num_slots_ = 0;
+  std::vector<detail::Slot> output_slots_;       // graph output -> its slot
+  std::vector<int> output_producer_;             // graph output -> producing node's position, or -1
+  std::vector<std::vector<size_t>> outputs_at_step_;      // step -> graph outputs made there
+  detail::SlotVec<bool> is_input_slot_;                   // graph inputs are slots [0, inputs)
+  detail::SlotVec<std::vector<size_t>> outputs_of_slot_;  // slot -> graph outputs it is
+  // Graph input (by its slot) -> last step reading an unfused view of it.
+  detail::SlotVec<int> input_alias_until_;
+  detail::SlotVec<Dims> static_shape_;    // slot -> its value's shape, for a graph without symbols
+  detail::SlotVec<int> dying_input_at_;   // slot -> the step listing it in dying_inputs, or -1
+  detail::SlotVec<int> overwritable_at_;  // slot -> the step listing it in overwritable, or -1
+  detail::Slot num_slots_{0};
   mutable detail::DeviceGraphSlot device_graph_;  // a captured device graph (device_graph.h)
 
  public:

@@ -16,8 +16,8 @@ struct Executor::Group {
   detail::LoweredGroup lowered;
   std::shared_ptr<const kir::LoadedKernel> kernel;            // on the CPU
   std::shared_ptr<const detail::DeviceKernel> device_kernel;  // on another device
-  int kernel_id = 0;                                          // equal ids: the same compiled kernel
-  std::vector<int> arg_slot;                                  // per kernel argument
+  size_t kernel_id = 0;                                       // equal ids: the same compiled kernel
+  std::vector<detail::Slot> arg_slot;                         // per kernel argument
   int nodes = 0;
   // A static graph's run-time sizes and work items, made once (kernel_sizes).
   std::vector<int64_t> static_sizes;
@@ -26,14 +26,25 @@ struct Executor::Group {
 
 struct Executor::Step {
   const ir::Node* node = nullptr;  // an unfused node, or
-  std::vector<int> groups;         // fused kernels launched together
-  std::vector<int> in;
-  std::vector<int> out;
-  std::vector<int> free_after;    // slots whose last use is this step
-  std::vector<int> overwritable;  // dying slots one kernel here may write in place
-  std::vector<int> dying_inputs;  // graph-input slots read last here, by one instance
-  int place = -1;                 // a matmul: its placement (placements_), if any
-  int host_slot = -1;             // a matmul with a placement: the host's output slot
+  std::vector<size_t> groups;      // fused kernels launched together
+  std::vector<detail::Slot> in;
+  std::vector<detail::Slot> out;
+  std::vector<detail::Slot> free_after;      // slots whose last use is this step
+  std::vector<detail::Slot> overwritable;    // dying slots one kernel here may write in place
+  std::vector<detail::Slot> dying_inputs;    // graph-input slots read last here, by one instance
+  int place = -1;                            // a matmul: its placement (placements_), if any
+  detail::Slot host_slot = detail::kNoSlot;  // a matmul with a placement: the host's output slot
+};
+
+// Each value's slot, by value id (unique within a graph): a vector lookup, no
+// hashing (see assign_slots).
+class Executor::SlotByValue {
+ public:
+  explicit SlotByValue(std::vector<detail::Slot> by_id) : by_id_(std::move(by_id)) {}
+  detail::Slot operator()(const ir::Value* v) const { return by_id_[static_cast<size_t>(v->id())]; }
+
+ private:
+  std::vector<detail::Slot> by_id_;
 };
 
 // Where run() may write outputs straight into RunArgs::dests, by slot.
@@ -41,11 +52,11 @@ struct Executor::Destinations {
   // Graph-input slot -> the destination it holds, when no other input shares
   // its storage and no unfused view of it escapes as an output (written by
   // the kernel that reads that input last, after every reader of its views).
-  std::vector<const Tensor*> input;
+  detail::SlotVec<const Tensor*> input;
   // Output slot -> a destination no input shares (a .grad the graph does not
   // read) and no other destination overlaps, for a value that is nothing but
   // that destination (not also a result or saved value).
-  std::vector<const Tensor*> free;
+  detail::SlotVec<const Tensor*> free;
 };
 
 }  // namespace kiln

@@ -24,6 +24,12 @@
 
 namespace kiln {
 
+using detail::kNoSlot;
+using detail::pos;
+using detail::Slot;
+using detail::slot_at;
+using detail::SlotVec;
+
 namespace {
 
 // Buffers alive during one run (counted once per storage), for RunStats::peak_bytes.
@@ -148,8 +154,7 @@ class Executor::Run {
         args_(args),
         dev_(e.opts_.device),
         peak_report_(profiler::enabled() && profiler::profile_memory()),
-        mem_(args.stats != nullptr || peak_report_,
-             static_cast<size_t>(e.num_slots_) + args.inputs.size()) {}
+        mem_(args.stats != nullptr || peak_report_, pos(e.num_slots_) + args.inputs.size()) {}
   std::vector<Tensor> run();
 
  private:
@@ -162,25 +167,25 @@ class Executor::Run {
                   std::vector<Tensor>& out) const;
   // The shape of the value in slot `sl` (v): precomputed for a static graph.
   // The reference is valid until the next call.
-  const Dims& shape_of(int sl, const ir::Value* v) {
-    if (!e_.static_shape_.empty()) return e_.static_shape_[static_cast<size_t>(sl)];
+  const Dims& shape_of(Slot sl, const ir::Value* v) {
+    if (!e_.static_shape_.empty()) return e_.static_shape_[sl];
     shape_ = ir::eval_shape(v->shape, syms_);
     return shape_;
   }
   void fire(size_t at);
-  const Tensor* free_dest_for(int sl, DType dt, const Dims& shape) const;
+  const Tensor* free_dest_for(Slot sl, DType dt, const Dims& shape) const;
   // Output slot `sl`'s free destination viewed with `shape`, else a new tensor.
-  Tensor dest_or_new(int sl, DType dt, const Dims& shape) const {
+  Tensor dest_or_new(Slot sl, DType dt, const Dims& shape) const {
     const Tensor* d = free_dest_for(sl, dt, shape);
     return d ? shaped(*d, shape) : fresh(shape, dt);
   }
-  int dest_input(const Step& step, const Group& grp, size_t j, const Dims& shape, DType dt) const;
+  Slot dest_input(const Group& grp, size_t j, const Dims& shape, DType dt) const;
   Tensor placed_output(const Step& step);
   void run_constant(const Step& step);
   void run_node(const Step& step);
   void fill_cat_host(Tensor& host, const std::vector<Tensor>& ins, const Attrs& attrs);
-  void prepare_launch(const Step& step, const Group& grp, Launch& l);
-  void kernel_output(const Step& step, const Group& grp, Launch& l, size_t j);
+  void prepare_launch(const Group& grp, Launch& l);
+  void kernel_output(const Group& grp, Launch& l, size_t j);
   void launch(const Step& step);
   void profile_launch(const Step& step, profiler::Span& kspan) const;
 
@@ -190,23 +195,23 @@ class Executor::Run {
   const bool peak_report_;  // a profile recording memory gets the values alive at the peak
   Liveness mem_;
   std::vector<int64_t> syms_;
-  std::vector<Tensor> slots_;
+  SlotVec<Tensor> slots_;
   Destinations dst_;
   PeakReport peak_;
   RunStats st_;
   // Host buffers (by the host's output slot) allocated by their first placed
   // matmul, until the host step takes them.
-  std::vector<Tensor> hosted_;
+  SlotVec<Tensor> hosted_;
   std::vector<Tensor> ins_;
   std::vector<Launch> launches_;
-  std::vector<int> claimed_;      // input slots a kernel of this step writes over
-  std::vector<char> is_claimed_;  // the same by slot
-  size_t num_launches_ = 0;
-  Dims shape_;  // shape_of's result for a graph with symbols       // launches_ in use by this step
-                // (the rest keep capacity)
-  void claim(int sl) {
+  std::vector<Slot> claimed_;  // input slots a kernel of this step writes over
+  SlotVec<char> is_claimed_;   // the same by slot
+  int at_ = 0;                 // the step running now
+  size_t num_launches_ = 0;    // launches_ in use by this step (the rest keep capacity)
+  Dims shape_;                 // shape_of's result for a graph with symbols
+  void claim(Slot sl) {
     claimed_.push_back(sl);
-    is_claimed_[static_cast<size_t>(sl)] = 1;
+    is_claimed_[sl] = 1;
   }
 };
 
@@ -216,13 +221,14 @@ void Executor::Run::bind_inputs() {
              g.inputs().size(), " inputs, got ", args_.inputs.size());
   syms_ = args_.syms.empty() ? e_.bind_symbols(args_.inputs)
                              : std::vector<int64_t>(args_.syms.begin(), args_.syms.end());
-  slots_.assign(static_cast<size_t>(e_.num_slots_), Tensor());
+  slots_.assign(e_.num_slots_, Tensor());
   for (size_t i = 0; i < args_.inputs.size(); ++i) {
     const ir::Value* v = g.inputs()[i];
     const Tensor& t = args_.inputs[i];
     KILN_CHECK(t.defined() && !t.is_symbolic(), "[executor] input ", i, " (", v->name,
                ") is undefined or symbolic");
-    const Dims& want = shape_of(static_cast<int>(i), v);
+    const Slot sl = slot_at(i);  // graph input i is slot i
+    const Dims& want = shape_of(sl, v);
     KILN_CHECK(t.dtype() == v->dtype && t.shape() == want, "[executor] input ", i, " (", v->name,
                ") is ", t.dtype(), t.shape(), ", the graph expects ", v->dtype, want);
     // Promotion differs for wrapped numbers (C++ scalars): the graph's dtypes
@@ -234,7 +240,7 @@ void Executor::Run::bind_inputs() {
     KILN_CHECK(t.device() == dev_ || (t.dim() == 0 && t.device().is_cpu()), "[executor] input ", i,
                " (", v->name, ") is on ", t.device(), ", the graph runs on ", dev_,
                " (move every tensor to one device)");
-    slots_[i] = t;
+    slots_[sl] = t;
   }
 }
 
@@ -250,39 +256,36 @@ void Executor::Run::run_kernel(const ir::Node& n, std::vector<Tensor>& in, const
 
 void Executor::Run::fire(size_t at) {
   if (!args_.on_ready) return;
-  for (size_t o : e_.outputs_at_step_[at])
-    (*args_.on_ready)(o, slots_[static_cast<size_t>(e_.output_slots_[o])]);
+  for (size_t o : e_.outputs_at_step_[at]) (*args_.on_ready)(o, slots_[e_.output_slots_[o]]);
 }
 
 // The free destination of output slot `sl` if it fits (dtype, element count).
-const Tensor* Executor::Run::free_dest_for(int sl, DType dt, const Dims& shape) const {
+const Tensor* Executor::Run::free_dest_for(Slot sl, DType dt, const Dims& shape) const {
   if (dst_.free.empty()) return nullptr;
-  const Tensor* d = dst_.free[static_cast<size_t>(sl)];
+  const Tensor* d = dst_.free[sl];
   return d && d->dtype() == dt && d->numel() == numel_of(shape) ? d : nullptr;
 }
 
-// The graph input a kernel output may overwrite as its destination, or -1.
-int Executor::Run::dest_input(const Step& step, const Group& grp, size_t j, const Dims& shape,
-                              DType dt) const {
-  if (dst_.input.empty()) return -1;
-  const int out_slot = grp.arg_slot[grp.lowered.num_inputs + j];
+// The graph-input slot a kernel output of this step may overwrite as its
+// destination, or kNoSlot.
+Slot Executor::Run::dest_input(const Group& grp, size_t j, const Dims& shape, DType dt) const {
+  if (dst_.input.empty()) return kNoSlot;
+  const Slot out_slot = grp.arg_slot[grp.lowered.num_inputs + j];
   for (int a : grp.lowered.in_place[j]) {
-    const int sl = grp.arg_slot[static_cast<size_t>(a)];
-    const Tensor* d = dst_.input[static_cast<size_t>(sl)];
+    const Slot sl = grp.arg_slot[static_cast<size_t>(a)];
+    const Tensor* d = dst_.input[sl];
     if (d == nullptr || d->dtype() != dt || d->numel() != numel_of(shape)) continue;
-    const int at = static_cast<int>(&step - e_.steps_.data());
-    if (e_.dying_input_at_[static_cast<size_t>(sl)] != at ||
-        e_.input_alias_until_[static_cast<size_t>(sl)] >= at ||
-        is_claimed_[static_cast<size_t>(sl)])
+    // dying_input_at_ lists only graph-input slots, so sl indexes input_alias_until_.
+    if (e_.dying_input_at_[sl] != at_ || e_.input_alias_until_[sl] >= at_ || is_claimed_[sl])
       continue;
     // Every graph output this value is must be that destination (not also a
     // result or a value saved for backward, which would alias the state).
-    const auto& outs = e_.outputs_of_slot_[static_cast<size_t>(out_slot)];
+    const auto& outs = e_.outputs_of_slot_[out_slot];
     bool all = !outs.empty();
     for (size_t o : outs) all = all && args_.dests[o].is_same(*d);
     if (all) return sl;
   }
-  return -1;
+  return kNoSlot;
 }
 
 // The view of its host's buffer a placed matmul writes, or undefined.
@@ -291,7 +294,7 @@ Tensor Executor::Run::placed_output(const Step& step) {
   const detail::Placement& p = e_.placements_[static_cast<size_t>(step.place)];
   const std::optional<detail::Layout> l = detail::placed_layout(p, syms_);
   if (!l) return {};
-  Tensor& h = hosted_[static_cast<size_t>(step.host_slot)];
+  Tensor& h = hosted_[step.host_slot];
   if (!h.defined()) {
     const ir::Value* hv = p.host->output();
     h = dest_or_new(step.host_slot, hv->dtype, shape_of(step.host_slot, hv));
@@ -309,9 +312,9 @@ void Executor::Run::run_constant(const Step& step) {
     const double v = sa.reciprocal ? 1.0 / e : e;
     Tensor c = scalar_tensor(Scalar(v), n.constant.dtype());
     c.impl()->wrapped_number = n.constant.impl()->wrapped_number;
-    slots_[static_cast<size_t>(step.out[0])] = c;
+    slots_[step.out[0]] = c;
   } else {
-    slots_[static_cast<size_t>(step.out[0])] = n.constant;
+    slots_[step.out[0]] = n.constant;
   }
   ++st_.nodes_run;
 }
@@ -339,7 +342,7 @@ void Executor::Run::run_node(const Step& step) {
   const ir::Node& n = *step.node;
   profiler::Span nspan("node", n.info().name);
   ins_.clear();
-  for (int i : step.in) ins_.push_back(slots_[static_cast<size_t>(i)]);
+  for (Slot i : step.in) ins_.push_back(slots_[i]);
   Attrs attrs = n.sym_attrs.empty() ? n.attrs : n.eval_attrs(syms_);
   if (n.info().has(kRandom) && !n.attrs.has("fixed_seed")) {
     attrs.set("seed", AttrValue(static_cast<int64_t>(args_.rng_seed)))
@@ -352,8 +355,7 @@ void Executor::Run::run_node(const Step& step) {
   if (ov && !info.has(kView) && !info.has(kCollective) && info.kernel)
     d = free_dest_for(step.out[0], ov->dtype, shape_of(step.out[0], ov));
   Tensor host;
-  if (!hosted_.empty() && !step.out.empty())
-    host = std::move(hosted_[static_cast<size_t>(step.out[0])]);
+  if (!hosted_.empty() && !step.out.empty()) host = std::move(hosted_[step.out[0]]);
   if (host.defined() && n.is_op(OpId::cat)) {
     fill_cat_host(host, ins_, attrs);  // copy in the inputs no matmul wrote in place
     outs.push_back(host);
@@ -378,7 +380,7 @@ void Executor::Run::run_node(const Step& step) {
   ins_.clear();
   for (size_t k = 0; k < outs.size(); ++k) {
     mem_.hold(outs[k]);
-    slots_[static_cast<size_t>(step.out[k])] = std::move(outs[k]);
+    slots_[step.out[k]] = std::move(outs[k]);
   }
   mem_.drop(host);  // the host's buffer now lives in its slot (or its views')
   ++st_.nodes_run;
@@ -386,10 +388,10 @@ void Executor::Run::run_node(const Step& step) {
 
 // Kernel output j's buffer: a column sum's partials, a graph input it may
 // overwrite, a dying input, a free destination, or a new tensor.
-void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l, size_t j) {
+void Executor::Run::kernel_output(const Group& grp, Launch& l, size_t j) {
   const detail::LoweredGroup& lg = grp.lowered;
   const ir::Value* v = lg.args[lg.num_inputs + j];
-  const int out_slot = grp.arg_slot[lg.num_inputs + j];
+  const Slot out_slot = grp.arg_slot[lg.num_inputs + j];
   const Dims& shape = shape_of(out_slot, v);
   Tensor o;
   if (lg.column_sum[j]) {
@@ -406,22 +408,19 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
       l.sums.push_back({lg.num_inputs + j, o, std::move(part)});
     }
     mem_.hold(o);
-    slots_[static_cast<size_t>(out_slot)] = std::move(o);
+    slots_[out_slot] = std::move(o);
     return;
   }
-  if (const int sl = dest_input(step, grp, j, shape, v->dtype); sl >= 0) {
-    o = shaped(*dst_.input[static_cast<size_t>(sl)], shape);
+  if (const Slot sl = dest_input(grp, j, shape, v->dtype); sl != kNoSlot) {
+    o = shaped(*dst_.input[sl], shape);
     claim(sl);
     ++st_.in_place;
   }
   static const std::vector<int> kNone;
   for (int a : e_.opts_.in_place && !o.defined() ? lg.in_place[j] : kNone) {
-    const int sl = grp.arg_slot[static_cast<size_t>(a)];
-    if (e_.overwritable_at_[static_cast<size_t>(sl)] !=
-            static_cast<int>(&step - e_.steps_.data()) ||
-        is_claimed_[static_cast<size_t>(sl)])
-      continue;
-    const Tensor& t = slots_[static_cast<size_t>(sl)];
+    const Slot sl = grp.arg_slot[static_cast<size_t>(a)];
+    if (e_.overwritable_at_[sl] != at_ || is_claimed_[sl]) continue;
+    const Tensor& t = slots_[sl];
     if (!exclusive(t, v->dtype, numel_of(shape))) continue;
     o = shaped(t, shape);
     claim(sl);
@@ -436,11 +435,11 @@ void Executor::Run::kernel_output(const Step& step, const Group& grp, Launch& l,
   if (!o.defined()) o = fresh(shape, v->dtype);
   mem_.hold(o);
   l.ptrs[lg.num_inputs + j] = o.data_ptr();
-  slots_[static_cast<size_t>(out_slot)] = std::move(o);
+  slots_[out_slot] = std::move(o);
 }
 
 // One kernel instance's sizes and argument pointers.
-void Executor::Run::prepare_launch(const Step& step, const Group& grp, Launch& l) {
+void Executor::Run::prepare_launch(const Group& grp, Launch& l) {
   const detail::LoweredGroup& lg = grp.lowered;
   if (e_.static_shape_.empty()) {
     l.sizes = detail::kernel_sizes(lg, syms_);
@@ -456,9 +455,9 @@ void Executor::Run::prepare_launch(const Step& step, const Group& grp, Launch& l
                ", run-time sizes ", l.sizes, ")");
   l.ptrs.resize(lg.args.size());
   // Outputs first: the in-place test needs the slots' handle counts untouched.
-  for (size_t j = 0; j + lg.num_inputs < lg.args.size(); ++j) kernel_output(step, grp, l, j);
+  for (size_t j = 0; j + lg.num_inputs < lg.args.size(); ++j) kernel_output(grp, l, j);
   for (size_t a = 0; a < lg.num_inputs; ++a) {
-    const Tensor& t = slots_[static_cast<size_t>(grp.arg_slot[a])];
+    const Tensor& t = slots_[grp.arg_slot[a]];
     if (t.device() != dev_) {  // a CPU scalar (a constant) read by a device kernel
       l.keep.push_back(t.to(dev_).contiguous());
       l.ptrs[a] = l.keep.back().data_ptr();
@@ -480,8 +479,8 @@ void Executor::Run::profile_launch(const Step& step, profiler::Span& kspan) cons
   int64_t bytes = 0, items = 0;
   for (size_t i = 0; i < ls.size(); ++i) {
     items += ls[i].items;
-    for (int sl : e_.groups_[static_cast<size_t>(step.groups[i])].arg_slot)
-      if (const Tensor& t = slots_[static_cast<size_t>(sl)]; t.defined())
+    for (Slot sl : e_.groups_[step.groups[i]].arg_slot)
+      if (const Tensor& t = slots_[sl]; t.defined())
         bytes += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
   }
   kspan.arg("instances", static_cast<int64_t>(ls.size()));
@@ -502,11 +501,10 @@ void Executor::Run::launch(const Step& step) {
     l.sums.clear();
     l.items = l.blocks = 0;
   }
-  for (int sl : claimed_) is_claimed_[static_cast<size_t>(sl)] = 0;
+  for (Slot sl : claimed_) is_claimed_[sl] = 0;
   claimed_.clear();
-  for (size_t i = 0; i < step.groups.size(); ++i)
-    prepare_launch(step, e_.groups_[static_cast<size_t>(step.groups[i])], ls[i]);
-  const Group& first = e_.groups_[static_cast<size_t>(step.groups.front())];
+  for (size_t i = 0; i < step.groups.size(); ++i) prepare_launch(e_.groups_[step.groups[i]], ls[i]);
+  const Group& first = e_.groups_[step.groups.front()];
   profiler::Span kspan("kernel", first.lowered.kernel.name);
   if (kspan.active()) [[unlikely]]
     profile_launch(step, kspan);
@@ -558,11 +556,12 @@ std::vector<Tensor> Executor::Run::run() {
   UntracedGuard untraced;
   dst_ = e_.destinations(args_);
   for (const Tensor& t : args_.inputs) mem_.exclude(t);
-  if (!e_.placements_.empty()) hosted_.resize(static_cast<size_t>(e_.num_slots_));
-  is_claimed_.assign(static_cast<size_t>(e_.num_slots_), 0);
+  if (!e_.placements_.empty()) hosted_.resize(e_.num_slots_);
+  is_claimed_.assign(e_.num_slots_, 0);
   fire(0);
   for (size_t s = 0; s < e_.steps_.size(); ++s) {
     const Step& step = e_.steps_[s];
+    at_ = static_cast<int>(s);
     if (step.node && step.node->is_constant())
       run_constant(step);
     else if (step.node)
@@ -572,9 +571,9 @@ std::vector<Tensor> Executor::Run::run() {
     if (peak_report_ && mem_.current() > peak_.peak_bytes) [[unlikely]]
       e_.note_peak(peak_, s, slots_, mem_.current(),
                    [&](const Tensor& t) { return mem_.counts(t); });
-    for (int f : step.free_after) {
-      mem_.drop(slots_[static_cast<size_t>(f)]);
-      slots_[static_cast<size_t>(f)] = Tensor();
+    for (Slot f : step.free_after) {
+      mem_.drop(slots_[f]);
+      slots_[f] = Tensor();
     }
     fire(s + 1);
   }
@@ -588,7 +587,7 @@ std::vector<Tensor> Executor::Run::run() {
   }
   std::vector<Tensor> result;
   result.reserve(e_.output_slots_.size());
-  for (int o : e_.output_slots_) result.push_back(slots_[static_cast<size_t>(o)]);
+  for (Slot o : e_.output_slots_) result.push_back(slots_[o]);
   return result;
 }
 

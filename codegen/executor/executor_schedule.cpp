@@ -24,6 +24,12 @@
 
 namespace kiln {
 
+using detail::kNoSlot;
+using detail::pos;
+using detail::Slot;
+using detail::slot_at;
+using detail::SlotVec;
+
 namespace {
 
 // The kernel ready to run. Should the JIT fail on it (a backend bug), the
@@ -45,26 +51,29 @@ std::shared_ptr<const kir::LoadedKernel> load_kernel(const kir::Kernel& k, Kerne
 // Slots by value id (unique within a graph; the graph is verified, so every
 // use is defined): graph inputs first, then each node's outputs. Positions come
 // from the graph: no hashing per lookup.
-std::vector<int> Executor::assign_slots() {
+Executor::SlotByValue Executor::assign_slots() {
   const ir::Graph& g = *graph_;
   const auto nodes = g.nodes();
   int ids = 0;
   for (const ir::Value* v : g.inputs()) ids = std::max(ids, v->id() + 1);
   for (const ir::Node* n : nodes)
     for (const ir::Value* v : n->outputs) ids = std::max(ids, v->id() + 1);
-  std::vector<int> slot_by_id(static_cast<size_t>(ids), -1);
-  for (const ir::Value* v : g.inputs()) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
-  is_input_slot_.assign(static_cast<size_t>(num_slots_), true);
+  std::vector<Slot> slot_by_id(static_cast<size_t>(ids), kNoSlot);
+  auto take = [&](const ir::Value* v) {
+    slot_by_id[static_cast<size_t>(v->id())] = num_slots_;
+    num_slots_ = slot_at(pos(num_slots_) + 1);
+  };
+  for (const ir::Value* v : g.inputs()) take(v);
+  is_input_slot_.assign(num_slots_, true);
   for (const ir::Node* n : nodes)
-    for (const ir::Value* v : n->outputs) slot_by_id[static_cast<size_t>(v->id())] = num_slots_++;
-  is_input_slot_.resize(static_cast<size_t>(num_slots_), false);
-  return slot_by_id;
+    for (const ir::Value* v : n->outputs) take(v);
+  is_input_slot_.resize(num_slots_, false);
+  return SlotByValue(std::move(slot_by_id));
 }
 
 // The kernels, one per group; identical kernels share one compiled kernel.
 // Returns the number of distinct kernels.
-size_t Executor::compile_kernels(const std::vector<int>& slot_by_id) {
-  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
+size_t Executor::compile_kernels(const SlotByValue& slot_of) {
   // Lowering and the kernels' text keys are independent per group (a warm
   // start from the plan cache at depth 256 lowers 1537 groups): on the pool.
   const size_t ng = plan_.groups.size();
@@ -77,11 +86,11 @@ size_t Executor::compile_kernels(const std::vector<int>& slot_by_id) {
       keys[k] = kir::to_string(lowered[k].lowered.kernel);
     }
   });
-  std::unordered_map<std::string, int> kernel_id;
+  std::unordered_map<std::string, size_t> kernel_id;
   std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels;
   for (size_t k = 0; k < ng; ++k) {
     Group& grp = lowered[k];
-    auto [it, fresh] = kernel_id.emplace(std::move(keys[k]), static_cast<int>(kernels.size()));
+    auto [it, fresh] = kernel_id.emplace(std::move(keys[k]), kernels.size());
     if (fresh) kernels.emplace_back();
     grp.kernel_id = it->second;
     for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot_of(v));
@@ -91,21 +100,19 @@ size_t Executor::compile_kernels(const std::vector<int>& slot_by_id) {
   // Distinct kernels compile concurrently (the cache and the JIT are thread-safe).
   std::vector<const kir::Kernel*> first(kernels.size(), nullptr);
   for (const Group& grp : groups_)
-    if (!first[static_cast<size_t>(grp.kernel_id)])
-      first[static_cast<size_t>(grp.kernel_id)] = &grp.lowered.kernel;
+    if (!first[grp.kernel_id]) first[grp.kernel_id] = &grp.lowered.kernel;
   if (!opts_.device.is_cpu()) {
     // Kernels for a device come from its backend (compiled once per source).
     detail::DeviceKernelCompiler& dc = detail::device_kernel_compiler(opts_.device.type);
     std::vector<std::shared_ptr<const detail::DeviceKernel>> dk(kernels.size());
     for (size_t i = 0; i < dk.size(); ++i) dk[i] = dc.compile(*first[i], opts_.device);
-    for (Group& grp : groups_) grp.device_kernel = dk[static_cast<size_t>(grp.kernel_id)];
+    for (Group& grp : groups_) grp.device_kernel = dk[grp.kernel_id];
   } else {
     parallel_for(0, static_cast<int64_t>(kernels.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        kernels[static_cast<size_t>(i)] =
-            load_kernel(*first[static_cast<size_t>(i)], opts_.kernels);
+      for (auto i = static_cast<size_t>(b); i < static_cast<size_t>(e); ++i)
+        kernels[i] = load_kernel(*first[i], opts_.kernels);
     });
-    for (Group& grp : groups_) grp.kernel = kernels[static_cast<size_t>(grp.kernel_id)];
+    for (Group& grp : groups_) grp.kernel = kernels[grp.kernel_id];
   }
   return kernels.size();
 }
@@ -113,43 +120,43 @@ size_t Executor::compile_kernels(const std::vector<int>& slot_by_id) {
 // The units (groups first, then one per unfused node) in steps: a topological
 // order of the unit graph, same-kernel units batched, sinks waiting for their
 // kernel's other instances (see the top of executor.cpp).
-std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
+std::vector<std::vector<size_t>> Executor::order_units(size_t num_kernels) const {
   const ir::Graph& g = *graph_;
   const auto nodes = g.nodes();
-  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
-  const int ng = static_cast<int>(groups_.size());
+  const size_t ng = groups_.size();
   auto unit_of = [&](const ir::Node* n) {
-    const int gi = plan_.group_of[static_cast<size_t>(pos_of(n))];
-    return gi >= 0 ? gi : ng + pos_of(n);
+    const size_t p = g.position(n);
+    const int gi = plan_.group_of[p];
+    return gi >= 0 ? static_cast<size_t>(gi) : ng + p;
   };
-  const size_t nu = static_cast<size_t>(ng) + nodes.size();
-  std::vector<int> first_pos(nu, 0);
+  const size_t nu = ng + nodes.size();
+  std::vector<size_t> first_pos(nu, 0);
   std::vector<char> live(nu, 0);
   for (size_t p = 0; p < nodes.size(); ++p) {
-    const int u = unit_of(nodes[p]);
-    if (!live[static_cast<size_t>(u)]) first_pos[static_cast<size_t>(u)] = static_cast<int>(p);
-    live[static_cast<size_t>(u)] = 1;
+    const size_t u = unit_of(nodes[p]);
+    if (!live[u]) first_pos[u] = p;
+    live[u] = 1;
   }
-  std::vector<std::vector<int>> succ(nu);
+  std::vector<std::vector<size_t>> succ(nu);
   std::vector<int> indeg(nu, 0);
-  auto depend = [&](int from, int to) {
+  auto depend = [&](size_t from, size_t to) {
     // The edges into one unit are added one after another, so a repeated edge
     // is always the last one added (no scan of a hub's successor list).
     if (from == to) return;
-    auto& s = succ[static_cast<size_t>(from)];
+    auto& s = succ[from];
     if (!s.empty() && s.back() == to) return;
     s.push_back(to);
-    ++indeg[static_cast<size_t>(to)];
+    ++indeg[to];
   };
-  for (int gi = 0; gi < ng; ++gi)
-    for (size_t a = 0; a < groups_[static_cast<size_t>(gi)].lowered.num_inputs; ++a) {
-      const ir::Value* v = groups_[static_cast<size_t>(gi)].lowered.args[a];
+  for (size_t gi = 0; gi < ng; ++gi)
+    for (size_t a = 0; a < groups_[gi].lowered.num_inputs; ++a) {
+      const ir::Value* v = groups_[gi].lowered.args[a];
       if (v->producer) depend(unit_of(v->producer), gi);
     }
   for (size_t p = 0; p < nodes.size(); ++p) {
     if (plan_.group_of[p] >= 0) continue;
     for (const ir::Value* v : nodes[p]->inputs)
-      if (v->producer) depend(unit_of(v->producer), ng + static_cast<int>(p));
+      if (v->producer) depend(unit_of(v->producer), ng + p);
   }
   // Sinks that may wait for the other instances of their kernel (see the top);
   // not one that frees a computed buffer (an update whose gradient dies in
@@ -157,11 +164,11 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
   std::unordered_set<const ir::Value*> gradients, outputs(g.outputs().begin(), g.outputs().end());
   for (size_t o = 0; o < g.outputs().size(); ++o)
     if (g.is_gradient_output(o)) gradients.insert(g.outputs()[o]);
-  std::vector<char> sink(static_cast<size_t>(ng), 0);
+  std::vector<char> sink(ng, 0);
   std::vector<int> remaining(num_kernels, 0);
-  for (int gi = 0; gi < ng; ++gi) {
-    const Group& grp = groups_[static_cast<size_t>(gi)];
-    ++remaining[static_cast<size_t>(grp.kernel_id)];
+  for (size_t gi = 0; gi < ng; ++gi) {
+    const Group& grp = groups_[gi];
+    ++remaining[grp.kernel_id];
     bool s = opts_.horizontal;
     for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
       const ir::Value* v = grp.lowered.args[a];
@@ -174,12 +181,11 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
       for (const ir::Node* u : v->users) dies = dies && unit_of(u) == gi;
       s = !dies;
     }
-    sink[static_cast<size_t>(gi)] = s;
+    sink[gi] = s;
   }
-  auto kid = [&](int u) { return u < ng ? groups_[static_cast<size_t>(u)].kernel_id : -1; };
   // A kernel with column sums launches alone (its blocks own the partials).
-  auto column_sums = [&](int u) {
-    const auto& cs = groups_[static_cast<size_t>(u)].lowered.column_sum;
+  auto column_sums = [&](size_t u) {
+    const auto& cs = groups_[u].lowered.column_sum;
     return std::find(cs.begin(), cs.end(), 1) != cs.end();
   };
   // Ready units by first position (unique per unit, so the order is total):
@@ -188,49 +194,47 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
   // sink moves from `waiting` to `avail` at most once). Each step takes the
   // earliest unit that may run (else the earliest waiting one) and every
   // ready instance of its kernel: O(units log units) in all.
-  using Entry = std::pair<int, int>;  // (first position, unit)
-  auto entry = [&](int u) { return Entry{first_pos[static_cast<size_t>(u)], u}; };
+  using Entry = std::pair<size_t, size_t>;  // (first position, unit)
+  auto entry = [&](size_t u) { return Entry{first_pos[u], u}; };
   std::set<Entry> avail, waiting;
   std::vector<std::set<Entry>> ready_of(num_kernels);
-  auto make_ready = [&](int u) {
+  auto make_ready = [&](size_t u) {
     if (u >= ng) {
       avail.insert(entry(u));
       return;
     }
-    const auto k = static_cast<size_t>(kid(u));
+    const size_t k = groups_[u].kernel_id;
     ready_of[k].insert(entry(u));
     if (--remaining[k] == 0)
       for (const Entry& e : ready_of[k])
         if (waiting.erase(e)) avail.insert(e);
-    (sink[static_cast<size_t>(u)] && remaining[k] > 0 ? waiting : avail).insert(entry(u));
+    (sink[u] && remaining[k] > 0 ? waiting : avail).insert(entry(u));
   };
   for (size_t u = 0; u < nu; ++u)
-    if (live[u] && indeg[u] == 0) make_ready(static_cast<int>(u));
+    if (live[u] && indeg[u] == 0) make_ready(u);
   // A recomputation (remat, checkpoint) runs at its own position, never early
   // with another instance of its kernel: its inputs are ready since the forward.
-  std::vector<char> recomputes(static_cast<size_t>(ng), 0);
-  for (int gi = 0; gi < ng; ++gi)
-    for (const ir::Node* n : plan_.groups[static_cast<size_t>(gi)].nodes)
-      recomputes[static_cast<size_t>(gi)] |= n->attrs.has("recompute") ? 1 : 0;
-  std::vector<std::vector<int>> order;  // units per step
+  std::vector<char> recomputes(ng, 0);
+  for (size_t gi = 0; gi < ng; ++gi)
+    for (const ir::Node* n : plan_.groups[gi].nodes)
+      recomputes[gi] |= n->attrs.has("recompute") ? 1 : 0;
+  std::vector<std::vector<size_t>> order;  // units per step
   while (!avail.empty() || !waiting.empty()) {
-    const int best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
-    std::vector<int> batch{best};
+    const size_t best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
+    std::vector<size_t> batch{best};
     if (best < ng && opts_.horizontal && !column_sums(best))
-      for (const Entry& e : ready_of[static_cast<size_t>(kid(best))])
-        if (e.second != best && !recomputes[static_cast<size_t>(e.second)])
-          batch.push_back(e.second);
-    std::sort(batch.begin(), batch.end(), [&](int a, int b) {
-      return first_pos[static_cast<size_t>(a)] < first_pos[static_cast<size_t>(b)];
-    });
-    for (int u : batch) {
+      for (const Entry& e : ready_of[groups_[best].kernel_id])
+        if (e.second != best && !recomputes[e.second]) batch.push_back(e.second);
+    std::sort(batch.begin(), batch.end(),
+              [&](size_t a, size_t b) { return first_pos[a] < first_pos[b]; });
+    for (size_t u : batch) {
       avail.erase(entry(u));
       waiting.erase(entry(u));
-      if (u < ng) ready_of[static_cast<size_t>(kid(u))].erase(entry(u));
+      if (u < ng) ready_of[groups_[u].kernel_id].erase(entry(u));
     }
-    for (int u : batch)
-      for (int s : succ[static_cast<size_t>(u)])
-        if (--indeg[static_cast<size_t>(s)] == 0) make_ready(s);
+    for (size_t u : batch)
+      for (size_t s : succ[u])
+        if (--indeg[s] == 0) make_ready(s);
     order.push_back(std::move(batch));
   }
   size_t scheduled = 0;
@@ -242,23 +246,21 @@ std::vector<std::vector<int>> Executor::order_units(size_t num_kernels) const {
 
 // One step per batch of units, with the slots it reads and writes; matmuls
 // computed straight into a later cat's or reshape's buffer.
-void Executor::make_steps(const std::vector<std::vector<int>>& order,
-                          const std::vector<int>& slot_by_id) {
+void Executor::make_steps(const std::vector<std::vector<size_t>>& order,
+                          const SlotByValue& slot_of) {
   const ir::Graph& g = *graph_;
   const auto nodes = g.nodes();
-  const int ng = static_cast<int>(groups_.size());
-  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
-  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
+  const size_t ng = groups_.size();
   for (const auto& units : order) {
     Step st;
     if (units.front() >= ng) {
-      st.node = nodes[static_cast<size_t>(units.front() - ng)];
+      st.node = nodes[units.front() - ng];
       for (const ir::Value* v : st.node->inputs) st.in.push_back(slot_of(v));
       for (const ir::Value* v : st.node->outputs) st.out.push_back(slot_of(v));
     } else {
       st.groups = units;
-      for (int gi : units) {
-        const Group& grp = groups_[static_cast<size_t>(gi)];
+      for (size_t gi : units) {
+        const Group& grp = groups_[gi];
         for (size_t a = 0; a < grp.arg_slot.size(); ++a)
           (a < grp.lowered.num_inputs ? st.in : st.out).push_back(grp.arg_slot[a]);
       }
@@ -268,7 +270,7 @@ void Executor::make_steps(const std::vector<std::vector<int>>& order,
   // Matmuls computed straight into a later cat's or reshape's buffer.
   if (opts_.in_place) {
     auto placements = detail::plan_placements(
-        g, [&](const ir::Node* n) { return plan_.group_of[static_cast<size_t>(pos_of(n))] >= 0; });
+        g, [&](const ir::Node* n) { return plan_.group_of[g.position(n)] >= 0; });
     for (Step& st : steps_) {
       auto it = st.node ? placements.find(st.node) : placements.end();
       if (it == placements.end()) continue;
@@ -282,114 +284,103 @@ void Executor::make_steps(const std::vector<std::vector<int>>& order,
 // Each slot's last use (freed after it), the graph outputs' slots and steps,
 // and what a kernel may overwrite in place: dying inputs and graph inputs no
 // unfused view still reads.
-void Executor::plan_last_uses(const std::vector<int>& slot_by_id) {
+void Executor::plan_last_uses(const SlotByValue& slot_of) {
   const ir::Graph& g = *graph_;
-  auto slot_of = [&](const ir::Value* v) { return slot_by_id[static_cast<size_t>(v->id())]; };
-  auto pos_of = [&](const ir::Node* n) { return static_cast<int>(g.position(n)); };
-  std::vector<int> last(static_cast<size_t>(num_slots_), -1);
-  for (size_t s = 0; s < steps_.size(); ++s)
-    for (int i : steps_[s].in) last[static_cast<size_t>(i)] = static_cast<int>(s);
-  std::vector<bool> is_out(static_cast<size_t>(num_slots_), false);
+  const int num_steps = static_cast<int>(steps_.size());
+  SlotVec<int> last(num_slots_, -1);
+  for (int s = 0; s < num_steps; ++s)
+    for (Slot i : steps_[static_cast<size_t>(s)].in) last[i] = s;
+  SlotVec<bool> is_out(num_slots_, false);
   for (const ir::Value* v : g.outputs()) {
-    output_producer_.push_back(v->producer ? pos_of(v->producer) : -1);
+    output_producer_.push_back(v->producer ? static_cast<int>(g.position(v->producer)) : -1);
     output_slots_.push_back(slot_of(v));
-    is_out[static_cast<size_t>(slot_of(v))] = true;
+    is_out[slot_of(v)] = true;
   }
-  for (int sl = 0; sl < num_slots_; ++sl) {
-    const int l = last[static_cast<size_t>(sl)];
-    if (l >= 0 && !is_out[static_cast<size_t>(sl)])
-      steps_[static_cast<size_t>(l)].free_after.push_back(sl);
+  for (Slot sl : last.slots()) {
+    const int l = last[sl];
+    if (l >= 0 && !is_out[sl]) steps_[static_cast<size_t>(l)].free_after.push_back(sl);
   }
   // Graph inputs an unfused view may alias at run time (views of views too):
   // a kernel may write such an input in place only after the last step that
   // reads any alias, which would otherwise see the new value. An alias that is
   // a graph output, or an input a collective touches, is never overwritten.
-  input_alias_until_.assign(g.inputs().size(), -1);
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
+  input_alias_until_.assign(slot_at(g.inputs().size()), -1);
+  for (Slot i : input_alias_until_.slots()) {
     int& until = input_alias_until_[i];
-    std::vector<const ir::Value*> work{g.inputs()[i]};
+    std::vector<const ir::Value*> work{g.inputs()[pos(i)]};
     while (!work.empty() && until != INT_MAX) {
       const ir::Value* v = work.back();
       work.pop_back();
       for (const ir::Node* u : v->users) {
-        if (plan_.group_of[static_cast<size_t>(pos_of(u))] >= 0) continue;  // fused: never aliases
+        if (plan_.group_of[g.position(u)] >= 0) continue;  // fused: never aliases
         if (u->info().has(kCollective)) {
           until = INT_MAX;
           break;
         }
         if (!u->info().has(kView)) continue;
         for (const ir::Value* a : u->outputs) {
-          const int sl = slot_of(a);
-          if (is_out[static_cast<size_t>(sl)]) until = INT_MAX;
-          if (until != INT_MAX) until = std::max(until, last[static_cast<size_t>(sl)]);
+          const Slot sl = slot_of(a);
+          if (is_out[sl]) until = INT_MAX;
+          if (until != INT_MAX) until = std::max(until, last[sl]);
           work.push_back(a);
         }
       }
     }
   }
-  outputs_of_slot_.assign(static_cast<size_t>(num_slots_), {});
-  for (size_t o = 0; o < output_slots_.size(); ++o)
-    outputs_of_slot_[static_cast<size_t>(output_slots_[o])].push_back(o);
+  outputs_of_slot_.assign(num_slots_, {});
+  for (size_t o = 0; o < output_slots_.size(); ++o) outputs_of_slot_[output_slots_[o]].push_back(o);
   // Per kernel step: the slots that die there (inputs are never freed, but
   // their last reader is known) and are read by exactly one instance of the
   // batch (the others run concurrently), in slot order. Only the step's own
   // inputs can die there; readers are counted once per instance.
-  std::vector<int> readers(static_cast<size_t>(num_slots_), 0);
-  std::vector<int> counted_by(static_cast<size_t>(num_slots_), -1);  // last instance counted
-  std::vector<int> dying;
+  SlotVec<int> readers(num_slots_, 0);
+  SlotVec<int> counted_by(num_slots_, -1);  // last instance counted
+  std::vector<Slot> dying;
   int instance = 0;
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    Step& st = steps_[s];
+  for (int s = 0; s < num_steps; ++s) {
+    Step& st = steps_[static_cast<size_t>(s)];
     if (st.groups.empty()) continue;
     dying.clear();
-    for (int gi : st.groups) {
-      const Group& grp = groups_[static_cast<size_t>(gi)];
+    for (size_t gi : st.groups) {
+      const Group& grp = groups_[gi];
       ++instance;
       for (size_t a = 0; a < grp.lowered.num_inputs; ++a) {
-        const auto sl = static_cast<size_t>(grp.arg_slot[a]);
-        if (last[sl] != static_cast<int>(s) || is_out[sl] || counted_by[sl] == instance) continue;
+        const Slot sl = grp.arg_slot[a];
+        if (last[sl] != s || is_out[sl] || counted_by[sl] == instance) continue;
         counted_by[sl] = instance;
-        if (readers[sl]++ == 0) dying.push_back(static_cast<int>(sl));
+        if (readers[sl]++ == 0) dying.push_back(sl);
       }
     }
     std::sort(dying.begin(), dying.end());
-    for (int sl : dying) {
-      if (readers[static_cast<size_t>(sl)] == 1)
-        (is_input_slot_[static_cast<size_t>(sl)] ? st.dying_inputs : st.overwritable).push_back(sl);
-      readers[static_cast<size_t>(sl)] = 0;
+    for (Slot sl : dying) {
+      if (readers[sl] == 1) (is_input_slot_[sl] ? st.dying_inputs : st.overwritable).push_back(sl);
+      readers[sl] = 0;
     }
   }
   // The same as per-slot lookups, so a run tests membership in O(1) (a batched
   // optimizer step has thousands of instances and dying slots).
-  dying_input_at_.assign(static_cast<size_t>(num_slots_), -1);
-  overwritable_at_.assign(static_cast<size_t>(num_slots_), -1);
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    for (int sl : steps_[s].dying_inputs)
-      dying_input_at_[static_cast<size_t>(sl)] = static_cast<int>(s);
-    for (int sl : steps_[s].overwritable)
-      overwritable_at_[static_cast<size_t>(sl)] = static_cast<int>(s);
+  dying_input_at_.assign(num_slots_, -1);
+  overwritable_at_.assign(num_slots_, -1);
+  for (int s = 0; s < num_steps; ++s) {
+    for (Slot sl : steps_[static_cast<size_t>(s)].dying_inputs) dying_input_at_[sl] = s;
+    for (Slot sl : steps_[static_cast<size_t>(s)].overwritable) overwritable_at_[sl] = s;
   }
   // Where each output becomes available: 0 = before the first step, s+1 = after step s.
   outputs_at_step_.resize(steps_.size() + 1);
-  std::unordered_map<int, size_t> made_at;
+  SlotVec<size_t> made_at(num_slots_, 0);
   for (size_t s = 0; s < steps_.size(); ++s)
-    for (int o : steps_[s].out) made_at[o] = s + 1;
-  for (size_t i = 0; i < output_slots_.size(); ++i) {
-    auto it = made_at.find(output_slots_[i]);
-    outputs_at_step_[it == made_at.end() ? 0 : it->second].push_back(i);
-  }
+    for (Slot o : steps_[s].out) made_at[o] = s + 1;
+  for (size_t i = 0; i < output_slots_.size(); ++i)
+    outputs_at_step_[made_at[output_slots_[i]]].push_back(i);
 }
 
 // A graph without symbols has the same shapes and kernel sizes at every run:
 // evaluated once here instead of per run and value.
-void Executor::precompute_static_shapes(const std::vector<int>& slot_by_id) {
+void Executor::precompute_static_shapes(const SlotByValue& slot_of) {
   const ir::Graph& g = *graph_;
   if (g.num_syms != 0) return;
-  static_shape_.resize(static_cast<size_t>(num_slots_));
-  auto note = [&](const ir::Value* v) {
-    static_shape_[static_cast<size_t>(slot_by_id[static_cast<size_t>(v->id())])] =
-        ir::eval_shape(v->shape, {});
-  };
+  static_shape_.resize(num_slots_);
+  auto note = [&](const ir::Value* v) { static_shape_[slot_of(v)] = ir::eval_shape(v->shape, {}); };
   // Only values a run sees: inputs, unfused nodes' outputs, kernel arguments
   // (most values live inside a fused kernel and have no buffer).
   for (const ir::Value* v : g.inputs()) note(v);
@@ -406,11 +397,11 @@ void Executor::precompute_static_shapes(const std::vector<int>& slot_by_id) {
 }
 
 void Executor::build_schedule() {
-  const std::vector<int> slot_by_id = assign_slots();
-  const size_t num_kernels = compile_kernels(slot_by_id);
-  make_steps(order_units(num_kernels), slot_by_id);
-  plan_last_uses(slot_by_id);
-  precompute_static_shapes(slot_by_id);
+  const SlotByValue slot_of = assign_slots();
+  const size_t num_kernels = compile_kernels(slot_of);
+  make_steps(order_units(num_kernels), slot_of);
+  plan_last_uses(slot_of);
+  precompute_static_shapes(slot_of);
 }
 
 }  // namespace kiln
