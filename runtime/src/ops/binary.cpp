@@ -4,6 +4,7 @@
 #include "ops/helpers.h"
 #include "ops/registry.h"
 #include "ops/scalar_ops.h"
+#include "ops/vec_math.h"
 
 namespace kiln {
 namespace ops {
@@ -41,27 +42,32 @@ void infer_binary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMe
 // a broadcast single element take loops the compiler vectorizes. The dense path
 // and strided_loop's runs both call it, and it is kept out of line, so each
 // (op, dtype) pair compiles these loops once (they dominate the build's time).
+// pow (vec::Expanded) runs its f32 expansion for f32, f16 and bf16.
 template <typename T, typename R, typename F>
 [[gnu::noinline]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
   using C = compute_t<T>;
-  const F f{};
-  R* __restrict o = reinterpret_cast<R*>(p[0]);
-  const T* __restrict x = reinterpret_cast<const T*>(p[1]);
-  const T* __restrict y = reinterpret_cast<const T*>(p[2]);
-  constexpr int64_t kT = sizeof(T);
-  if (s[0] == sizeof(R) && s[1] == kT && s[2] == kT) {
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), C(y[i])));
-  } else if (s[0] == sizeof(R) && s[1] == kT && s[2] == 0) {
-    const C yv = C(y[0]);
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), yv));
-  } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == kT) {
-    const C xv = C(x[0]);
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(xv, C(y[i])));
+  if constexpr (vec::HasExpansion<F> && std::is_same_v<C, float>) {
+    vec::binary_run<typename F::Expansion, T>(p, s, n);
   } else {
-    for (int64_t i = 0; i < n; ++i) {
-      auto xv = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
-      auto yv = C(*reinterpret_cast<const T*>(p[2] + i * s[2]));
-      *reinterpret_cast<R*>(p[0] + i * s[0]) = static_cast<R>(f(xv, yv));
+    const F f{};
+    R* __restrict o = reinterpret_cast<R*>(p[0]);
+    const T* __restrict x = reinterpret_cast<const T*>(p[1]);
+    const T* __restrict y = reinterpret_cast<const T*>(p[2]);
+    constexpr int64_t kT = sizeof(T);
+    if (s[0] == sizeof(R) && s[1] == kT && s[2] == kT) {
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), C(y[i])));
+    } else if (s[0] == sizeof(R) && s[1] == kT && s[2] == 0) {
+      const C yv = C(y[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(C(x[i]), yv));
+    } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == kT) {
+      const C xv = C(x[0]);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<R>(f(xv, C(y[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        auto xv = C(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+        auto yv = C(*reinterpret_cast<const T*>(p[2] + i * s[2]));
+        *reinterpret_cast<R*>(p[0] + i * s[0]) = static_cast<R>(f(xv, yv));
+      }
     }
   }
 }
@@ -249,7 +255,7 @@ void register_binary(OpTable& t) {
   reg<OpId::sub, s::sub>(t, vjp_sub, kSaveNone);
   reg<OpId::mul, s::mul>(t, vjp_mul, kSaveInputs);
   reg<OpId::div, s::div>(t, vjp_div, kSaveInputs);
-  reg<OpId::pow, s::pow>(t, vjp_pow, kSaveInputs);
+  reg<OpId::pow, vec::Expanded<s::pow, vec::Pow>>(t, vjp_pow, kSaveInputs);
   reg<OpId::maximum, s::maximum>(t, vjp_maximum, kSaveInputs);
   reg<OpId::minimum, s::minimum>(t, vjp_minimum, kSaveInputs);
   t[OpId::mul].save_only_for_others = 0b11;  // a for b's gradient, b for a's

@@ -1,7 +1,8 @@
 // Single-pass CPU kernels of the fused eager composites (see fused_kernels.h).
 // They follow the composites' formulas and evaluation order (the same float
-// roundings per step), with the vectorizable exp of vec_math.h: results differ
-// from the unfused composites by that exp (<= 2 ulp) and by summation order.
+// roundings per step), with the primitives' own f32 exp and sigmoid (vec_math.h,
+// inlined so the loops vectorize): results differ from the unfused composites
+// only by summation order.
 //
 // GCC only if-converts (and so vectorizes) the branch-free math with
 // -fno-trapping-math: the kernels never test floating-point exception flags.

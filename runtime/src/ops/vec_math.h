@@ -1,46 +1,28 @@
-// Internal: branch-free f32 math that the compiler vectorizes at the host's
-// width (the runtime builds with -march=native) when inlined into a loop over
-// contiguous floats. libm calls stop vectorization; these keep the fused eager
-// kernels (ops/fused_kernels.cpp) at memory speed. Accuracy matches the
-// compiled path's bound (<= 4 ulp of libm) and libm's inf/NaN behaviour.
+// Internal: the eager kernels' f32 transcendentals, from the expansions that
+// compiled kernels use (math/expansions.h), so eager and compiled results are
+// the same bits. Two forms: per element (exp, sigmoid: inlined into loops the
+// compiler vectorizes, as in ops/fused_kernels.cpp), and whole runs of an
+// elementwise op at the host's SIMD width (the unary primitives and pow).
+// f16/bf16 compute in f32 and round once, as compiled kernels do; f64 stays
+// libm (as compiled kernels do).
 #pragma once
 
-#include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "math/simd_builder.h"
 
 namespace kiln::ops::vec {
 
-/// e^x for f32: Cephes' degree-6 polynomial on x - n ln2 (|r| <= ln2/2), scaled by
-/// 2^n in two steps so that results in the subnormal range round once. Within
-/// 2 ulp of the exact value; exp(NaN) = NaN, exp(+inf) = inf, exp(-inf) = 0.
+/// e^x for f32 (math::exp_f32 on one float).
 inline float exp_f32(float x) {
-  // Clamping keeps n in [-150, 128]: below -104 the result rounds to 0, above 88.8 to inf.
-  // Written as comparisons that keep NaN (it fails both and passes through).
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 88.8f ? 88.8f : xc;
-  // Round to nearest by the 1.5 * 2^23 trick (no rounding instruction needed).
-  const float t = xc * 1.44269504088896341f;
-  const float n = (t + 12582912.0f) - 12582912.0f;
-  float r = std::fma(n, -0.693359375f, xc);
-  r = std::fma(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
-  const float e = std::fma(r * r, p, r) + 1.0f;
-  // NaN converts to an unspecified int; the product with e (NaN) stays NaN.
-  const int32_t ni = static_cast<int32_t>(n == n ? n : 0.0f);
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  const float s1 = std::bit_cast<float>((n1 + 127) << 23);
-  const float s2 = std::bit_cast<float>((n2 + 127) << 23);
-  return (e * s1) * s2;
+  math::Simd<1> b;
+  return math::exp_f32(b, x);
 }
 
-/// e^x: the vectorizable f32 form, libm for f64 (gradcheck's dtype).
+/// e^x: the shared f32 expansion, libm for f64 (gradcheck's dtype).
 template <typename T>
 inline T exp(T x) {
   if constexpr (sizeof(T) == 4)
@@ -52,7 +34,116 @@ inline T exp(T x) {
 /// 1 / (1 + e^-x), as the primitive sigmoid computes it.
 template <typename T>
 inline T sigmoid(T x) {
-  return T(1) / (T(1) + exp<T>(-x));
+  if constexpr (sizeof(T) == 4) {
+    math::Simd<1> b;
+    return math::sigmoid_f32(b, x);
+  } else {
+    return T(1) / (T(1) + std::exp(-x));
+  }
+}
+
+// The f32 expansion of each op (E::f32(builder, x[, y])).
+#define KILN_VEC_UNARY(Name, call)                    \
+  struct Name {                                       \
+    template <class B>                                \
+    static typename B::F f32(B& b, typename B::F x) { \
+      return call;                                    \
+    }                                                 \
+  };
+KILN_VEC_UNARY(Exp, math::exp_f32(b, x))
+KILN_VEC_UNARY(Log, math::log_f32(b, x))
+KILN_VEC_UNARY(Log1p, math::log1p_f32(b, x))
+KILN_VEC_UNARY(Tanh, math::tanh_f32(b, x))
+KILN_VEC_UNARY(Sigmoid, math::sigmoid_f32(b, x))
+KILN_VEC_UNARY(Erf, math::erf_f32(b, x))
+KILN_VEC_UNARY(Sin, math::sincos_f32(b, x, true))
+KILN_VEC_UNARY(Cos, math::sincos_f32(b, x, false))
+#undef KILN_VEC_UNARY
+struct Pow {
+  template <class B>
+  static typename B::F f32(B& b, typename B::F x, typename B::F y) {
+    return math::pow_f32(b, x, y);
+  }
+};
+
+/// An eager op's functor: S (ops/scalar_ops.h) for f64 and integers, the
+/// expansion E for f32, f16 and bf16 (unary_run / binary_run take E's loop).
+template <class S, class E>
+struct Expanded : S {
+  using Expansion = E;
+};
+template <class F>
+concept HasExpansion = requires {
+  typename F::Expansion;
+};
+
+namespace detail {
+
+using V = math::Simd<math::kLanes>::F;
+constexpr int64_t kN = math::kLanes;
+
+// `cnt` elements of T at byte stride s, as floats (the other lanes 0).
+template <typename T>
+inline V load(const char* p, int64_t s, int64_t cnt) {
+  V v{};
+  if constexpr (std::is_same_v<T, float>) {
+    if (s == 4 && cnt == kN) {
+      std::memcpy(&v, p, sizeof v);
+      return v;
+    }
+  }
+  if (s == 0) {  // a broadcast element
+    T t;
+    std::memcpy(&t, p, sizeof t);
+    return v + static_cast<float>(t);
+  }
+  for (int64_t k = 0; k < cnt; ++k) {
+    T t;
+    std::memcpy(&t, p + k * s, sizeof t);
+    v[k] = static_cast<float>(t);
+  }
+  return v;
+}
+
+template <typename T>
+inline void store(char* p, int64_t s, int64_t cnt, V v) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (s == 4 && cnt == kN) {
+      std::memcpy(p, &v, sizeof v);
+      return;
+    }
+  }
+  for (int64_t k = 0; k < cnt; ++k) {
+    const T t = static_cast<T>(v[k]);
+    std::memcpy(p + k * s, &t, sizeof t);
+  }
+}
+
+}  // namespace detail
+
+/// out[i] = E(x[i]) for n elements of T (f32, f16, bf16) at byte strides
+/// s[0] (out) and s[1] (x), kLanes at a time. flatten: the whole expansion is
+/// inlined into the loop (its constants stay in registers).
+template <class E, typename T>
+[[gnu::flatten]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
+  math::Simd<math::kLanes> b;
+  for (int64_t i = 0; i < n; i += detail::kN) {
+    const int64_t cnt = n - i < detail::kN ? n - i : detail::kN;
+    const detail::V x = detail::load<T>(p[1] + i * s[1], s[1], cnt);
+    detail::store<T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x));
+  }
+}
+
+/// out[i] = E(x[i], y[i]) likewise (strides s[0..2]; 0 broadcasts one element).
+template <class E, typename T>
+[[gnu::flatten]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
+  math::Simd<math::kLanes> b;
+  for (int64_t i = 0; i < n; i += detail::kN) {
+    const int64_t cnt = n - i < detail::kN ? n - i : detail::kN;
+    const detail::V x = detail::load<T>(p[1] + i * s[1], s[1], cnt);
+    const detail::V y = detail::load<T>(p[2] + i * s[2], s[2], cnt);
+    detail::store<T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x, y));
+  }
 }
 
 }  // namespace kiln::ops::vec

@@ -1,0 +1,371 @@
+// Internal: the builder of math/expansions.h that computes values, for eager
+// kernels. Simd<1> computes on plain float/double/int (for per-element code
+// that the compiler vectorizes itself, such as the fused kernels' loops);
+// Simd<N> on N lanes at once with GCC/Clang vector extensions, which compile
+// to the host's SIMD instructions at whatever width the target has (the
+// runtime builds with -march=native): vectors wider than the hardware's are
+// split, operations it lacks (a 64-bit integer conversion on AVX2) are done
+// per lane. kLanes is the host's float width.
+//
+// Each operation is the IEEE operation the kernel IR's interpreter applies to
+// the same expression (explicit fma, round-to-nearest conversions, wrapping
+// integer arithmetic, arithmetic right shifts), so the results are its bits.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "math/expansions.h"
+
+// Vectors wider than the target's registers (f64 lanes next to f32 ones) go
+// by value between these inline functions; their ABI does not matter.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace kiln::math {
+
+/// Lanes of the host's widest float vector (4 with SSE/NEON, 8 with AVX, 16 with AVX-512).
+inline constexpr int kLanes = __BIGGEST_ALIGNMENT__ >= 16 ? __BIGGEST_ALIGNMENT__ / 4 : 4;
+
+namespace detail {
+
+// The overloads taking a double constant stand aside for scalar f64 values
+// (a double is then a value of the type itself).
+template <class V>
+concept NotF64 = !std::is_same_v<V, double>;
+
+template <int N>
+struct SimdTypes {
+  typedef float F __attribute__((vector_size(4 * N)));
+  typedef double D __attribute__((vector_size(8 * N)));
+  typedef int32_t I __attribute__((vector_size(4 * N)));
+  typedef int64_t L __attribute__((vector_size(8 * N)));
+  typedef uint32_t UI __attribute__((vector_size(4 * N)));
+  typedef uint64_t UL __attribute__((vector_size(8 * N)));
+  using M = I;  // lane masks: -1 or 0
+};
+template <>
+struct SimdTypes<1> {
+  using F = float;
+  using D = double;
+  using I = int32_t;
+  using L = int64_t;
+  using UI = uint32_t;
+  using UL = uint64_t;
+  using M = bool;
+};
+
+}  // namespace detail
+
+/// The value builder on N lanes (N = 1: scalars).
+template <int N>
+class Simd {
+  using T = detail::SimdTypes<N>;
+  static constexpr bool kScalar = N == 1;
+
+ public:
+  using F = typename T::F;
+  using D = typename T::D;
+  using I = typename T::I;
+  using L = typename T::L;
+  using M = typename T::M;
+
+  /// v in every lane of a V.
+  template <class V>
+  static V splat(double v) {
+    if constexpr (std::is_same_v<V, F>) return broadcast<F>(static_cast<float>(v));
+    if constexpr (std::is_same_v<V, D>) return broadcast<D>(v);
+    if constexpr (std::is_same_v<V, I>)
+      return broadcast<I>(static_cast<int32_t>(static_cast<int64_t>(v)));
+    if constexpr (std::is_same_v<V, L>) return broadcast<L>(static_cast<int64_t>(v));
+  }
+  template <class V>
+  V like(V, double v) {
+    return splat<V>(v);
+  }
+  I ci(double v) { return splat<I>(v); }
+
+  template <class V>
+  V add(V a, V b) {
+    if constexpr (is_int<V>())
+      return wrap(a, b, [](auto x, auto y) { return x + y; });
+    else
+      return a + b;
+  }
+  template <class V>
+  V sub(V a, V b) {
+    if constexpr (is_int<V>())
+      return wrap(a, b, [](auto x, auto y) { return x - y; });
+    else
+      return a - b;
+  }
+  template <class V>
+  V mul(V a, V b) {
+    if constexpr (is_int<V>())
+      return wrap(a, b, [](auto x, auto y) { return x * y; });
+    else
+      return a * b;
+  }
+  template <class V>
+  V div(V a, V b) {
+    return a / b;
+  }
+  template <detail::NotF64 V>
+  V add(V a, double v) {
+    return add(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  V sub(V a, double v) {
+    return sub(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  V mul(V a, double v) {
+    return mul(a, splat<V>(v));
+  }
+  template <class V>
+  V neg(V a) {
+    return -a;
+  }
+
+  template <class V>
+  M lt(V a, V b) {
+    return mask(a < b);
+  }
+  template <class V>
+  M gt(V a, V b) {
+    return mask(a > b);
+  }
+  template <class V>
+  M ge(V a, V b) {
+    return mask(a >= b);
+  }
+  template <class V>
+  M eq(V a, V b) {
+    return mask(a == b);
+  }
+  template <class V>
+  M ne(V a, V b) {
+    return mask(a != b);
+  }
+  template <detail::NotF64 V>
+  M lt(V a, double v) {
+    return lt(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  M gt(V a, double v) {
+    return gt(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  M ge(V a, double v) {
+    return ge(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  M eq(V a, double v) {
+    return eq(a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  M ne(V a, double v) {
+    return ne(a, splat<V>(v));
+  }
+  M land(M a, M b) {
+    if constexpr (kScalar)
+      return a && b;
+    else
+      return a & b;
+  }
+  M lor(M a, M b) {
+    if constexpr (kScalar)
+      return a || b;
+    else
+      return a | b;
+  }
+  M lnot(M a) {
+    if constexpr (kScalar)
+      return !a;
+    else
+      return ~a;
+  }
+
+  template <class V>
+  V sel(M m, V a, V b) {
+    if constexpr (kScalar) {
+      return m ? a : b;
+    } else if constexpr (sizeof(V) == 8 * N) {
+      return __builtin_convertvector(m, L) ? a : b;
+    } else {
+      return m ? a : b;
+    }
+  }
+  template <detail::NotF64 V>
+  V sel(M m, V a, double v) {
+    return sel(m, a, splat<V>(v));
+  }
+  template <detail::NotF64 V>
+  V sel(M m, double v, V b) {
+    return sel(m, splat<V>(v), b);
+  }
+
+  /// a * b + c rounded once (std::fma per lane; the compiler emits the
+  /// vector fma instruction where the target has one).
+  template <class V>
+  V fma(V a, V b, V c) {
+    if constexpr (kScalar) {
+      return std::fma(a, b, c);
+    } else {
+      V r;
+      for (int k = 0; k < N; ++k) r[k] = std::fma(a[k], b[k], c[k]);
+      return r;
+    }
+  }
+  template <detail::NotF64 V>
+  V fma(V a, double v, V c) {
+    return fma(a, splat<V>(v), c);
+  }
+  /// To the nearest integer, ties to even: below 2^p (p the mantissa bits)
+  /// adding and subtracting 2^p rounds |x| in the current (nearest) mode;
+  /// larger values, inf and NaN are integers or stay as they are.
+  template <class V>
+  V rint(V x) {
+    constexpr double big = std::is_same_v<V, F> ? 8388608.0 : 4503599627370496.0;
+    const V a = abs(x);
+    const V r = (a + splat<V>(big)) - splat<V>(big);
+    return sel(lt(a, big), with_sign(r, x), x);
+  }
+  /// Toward zero (f32): through an i32 below 2^23 (the conversion sees only
+  /// values it can hold).
+  F trunc(F x) {
+    const M small = lt(abs(x), 8388608.0);
+    const F t = to_f32(to_i32(sel(small, x, 0.0)));
+    return sel(small, with_sign(t, x), x);
+  }
+
+  I bits(F a) { return std::bit_cast<I>(a); }
+  L bits(D a) { return std::bit_cast<L>(a); }
+  F from_bits(I a) { return std::bit_cast<F>(a); }
+  D from_bits(L a) { return std::bit_cast<D>(a); }
+  template <class V>
+  V band(V a, V b) {
+    return a & b;
+  }
+  template <detail::NotF64 V>
+  V band(V a, double v) {
+    return a & splat<V>(v);
+  }
+  template <class V>
+  V bor(V a, V b) {
+    return a | b;
+  }
+  template <detail::NotF64 V>
+  V bor(V a, double v) {
+    return a | splat<V>(v);
+  }
+  template <class V>
+  V shl(V a, int n) {
+    using U = std::conditional_t<sizeof(V) == 8 * N, typename T::UL, typename T::UI>;
+    return reinterpret<V>(reinterpret<U>(a) << n);
+  }
+  template <class V>
+  V shr(V a, int n) {
+    return a >> n;
+  }
+
+  template <class V>
+  F to_f32(V a) {
+    return convert<F>(a);
+  }
+  template <class V>
+  D to_f64(V a) {
+    return convert<D>(a);
+  }
+  template <class V>
+  I to_i32(V a) {
+    return convert<I>(a);
+  }
+  template <class V>
+  L to_i64(V a) {
+    return convert<L>(a);
+  }
+  /// kTwoOverPiTable[idx] per lane.
+  I table(I idx) {
+    if constexpr (kScalar) {
+      return kTwoOverPiTable[static_cast<size_t>(idx)];
+    } else {
+      I r;
+      for (int k = 0; k < N; ++k) r[k] = kTwoOverPiTable[static_cast<size_t>(idx[k])];
+      return r;
+    }
+  }
+
+ private:
+  template <class V>
+  static constexpr bool is_int() {
+    return std::is_same_v<V, I> || std::is_same_v<V, L>;
+  }
+  template <class V, class S>
+  static V broadcast(S s) {
+    if constexpr (kScalar) {
+      return s;
+    } else {
+      V r;
+      for (int k = 0; k < N; ++k) r[k] = s;
+      return r;
+    }
+  }
+  template <class To, class From>
+  static To reinterpret(From a) {
+    if constexpr (kScalar)
+      return static_cast<To>(a);
+    else
+      return std::bit_cast<To>(a);
+  }
+  template <class To, class From>
+  static To convert(From a) {
+    if constexpr (kScalar)
+      return static_cast<To>(a);
+    else
+      return __builtin_convertvector(a, To);
+  }
+  // Integer arithmetic in the unsigned type: wraps around.
+  template <class V, class Op>
+  static V wrap(V a, V b, Op op) {
+    using U = std::conditional_t<std::is_same_v<V, L>, typename T::UL, typename T::UI>;
+    return reinterpret<V>(op(reinterpret<U>(a), reinterpret<U>(b)));
+  }
+  // A comparison's result as M (the lanes of f64/i64 comparisons narrowed).
+  template <class C>
+  static M mask(C c) {
+    if constexpr (kScalar || std::is_same_v<C, M>)
+      return c;
+    else
+      return __builtin_convertvector(c, M);
+  }
+  // |x| and x's sign on a magnitude, through the bits.
+  template <class V>
+  static V abs(V x) {
+    if constexpr (std::is_same_v<V, F>)
+      return std::bit_cast<F>(std::bit_cast<I>(x) & broadcast<I>(INT32_MAX));
+    else
+      return std::bit_cast<D>(std::bit_cast<L>(x) & broadcast<L>(INT64_MAX));
+  }
+  template <class V>
+  static V with_sign(V mag, V sgn) {
+    if constexpr (std::is_same_v<V, F>) {
+      const I s = std::bit_cast<I>(sgn) & broadcast<I>(INT32_MIN);
+      return std::bit_cast<F>(std::bit_cast<I>(mag) | s);
+    } else {
+      const L s = std::bit_cast<L>(sgn) & broadcast<L>(INT64_MIN);
+      return std::bit_cast<D>(std::bit_cast<L>(mag) | s);
+    }
+  }
+};
+
+}  // namespace kiln::math
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
