@@ -10,10 +10,12 @@
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd_internal.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "kiln/grad_destination.h"
 #include "kiln/random.h"
 #include "ops/loops.h"
 
@@ -40,6 +42,9 @@ class OpNode final : public Node {
     if (released_) throw GraphReleasedError(released_msg());
     std::vector<Tensor> in(saved_in_.size()), out(saved_out_.size());
     auto self = shared_from_this();
+    // Gradient destinations are offered to the rule's kernels only, not to a
+    // checkpoint's recomputed forward (its results outlive this call).
+    auto* pending = std::exchange(autograd::t_pending_destinations, nullptr);
     for (size_t i = 0; i < saved_in_.size(); ++i)
       if (saved_in_[i].defined()) in[i] = saved_in_[i].unpack(self, info.name);
     for (size_t i = 0; i < saved_out_.size(); ++i)
@@ -49,7 +54,9 @@ class OpNode final : public Node {
     for (size_t i = 0; i < next_edges.size() && i < 32; ++i)
       if (next_edges[i].valid()) needs |= 1u << i;
     VjpArgs args{in, out, grads, in_meta_, attrs_, needs};
+    autograd::t_pending_destinations = pending;
     info.vjp(args, gi);
+    autograd::t_pending_destinations = nullptr;
     KILN_ASSERT(gi.size() == in_meta_.size(), info.name, " rule returned ", gi.size(), " grads");
     for (size_t i = 0; i < gi.size(); ++i) {
       if (!gi[i].defined()) continue;
@@ -90,11 +97,19 @@ class AccumulateGrad final : public Node {
     Tensor leaf(leaf_);
     if (Recorder* r = current_recorder()) r->on_grad_change(leaf);
     AutogradMeta& m = leaf_->autograd_meta();
-    for (auto& h : m.leaf_hooks) {
-      Tensor r = h(g);
-      if (r.defined()) g = r;
+    for (size_t i = 0; i < m.leaf_hooks.size(); ++i) {
+      Tensor r = m.leaf_hooks[i](g);
+      if (!r.defined()) continue;
+      // As PyTorch: a hook may change the value, not what the gradient is.
+      KILN_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype(), "[backward] tensor hook ", i,
+                 " of a leaf of shape ", leaf.shape(), " (", leaf.dtype(),
+                 ") returned a gradient of shape ", r.shape(), " (", r.dtype(), "), expected ",
+                 g.shape(), " (", g.dtype(), ")");
+      g = r;
     }
-    if (!m.grad.defined()) {
+    if (!m.grad.defined() && accumulate_into_destination(leaf, g)) {
+      // .grad is now the leaf's destination buffer
+    } else if (!m.grad.defined()) {
       bool steal = !grad_mode_enabled() && g.is_contiguous() && g.impl_ptr().use_count() <= 2 &&
                    g.impl()->storage && g.impl()->storage.use_count() == 1 &&
                    g.dtype() == leaf.dtype();
@@ -102,7 +117,10 @@ class AccumulateGrad final : public Node {
         m.grad = g;
       else
         m.grad = steal ? g.detach() : g.detach().clone();
-    } else if (grad_mode_enabled()) {
+    } else if (grad_mode_enabled() || current_recorder()) {
+      // While tracing, a new value rather than add_: the plan then writes the
+      // sum back as a gradient and fires the post-accumulate hooks (DDP
+      // reduces it), where an in-place write of .grad would fire none.
       m.grad = m.grad + g;
     } else {
       m.grad.add_(g.detach());
@@ -118,6 +136,32 @@ class AccumulateGrad final : public Node {
   }
   std::string name() const override { return "AccumulateGrad"; }
   std::shared_ptr<TensorImpl> leaf_;
+
+ private:
+  // A first gradient with a destination (kiln/grad_destination.h): adopted if
+  // its kernel wrote it there, else copied there. False: no destination applies.
+  static bool accumulate_into_destination(const Tensor& leaf, Tensor g) {
+    if (grad_mode_enabled() || current_recorder() || !autograd::any_grad_destination())
+      return false;
+    Tensor dst = autograd::find_grad_destination(*leaf.impl());
+    if (!dst.defined()) return false;
+    KILN_CHECK(g.dtype() == dst.dtype() && g.device() == dst.device() && g.shape() == dst.shape(),
+               "[backward] the gradient of a leaf with a gradient destination (", dst.dtype(), " ",
+               dst.shape(), " on ", dst.device(), ") is ", g.dtype(), " ", g.shape(), " on ",
+               g.device());
+    const bool same_storage = g.impl()->storage == dst.impl()->storage;
+    if (same_storage && g.offset() == dst.offset() && g.strides() == dst.strides()) {
+      autograd::count_grad_destination(true);
+    } else {
+      // Memory that merely overlaps the destination (a claim the engine could
+      // not match exactly) is read before it is overwritten.
+      Tensor src = same_storage ? g.detach().clone() : g.detach();
+      dst.copy_(src);
+      autograd::count_grad_destination(false);
+    }
+    leaf.impl()->autograd_meta().grad = dst;
+    return true;
+  }
 };
 
 /// A node whose backward is a user/closure function (checkpoint, compiled regions).
@@ -357,6 +401,70 @@ void add_to(Tensor& slot, const Tensor& g) {
 void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
                bool retain_graph, GraphTask& task);
 
+// The gradient destinations node n's rule may compute into: output slot i
+// reaches a leaf that has a destination and no .grad yet through view nodes
+// only, each (and the leaf) fed by this path alone, so nothing else is summed
+// into or written over the claimed memory before the leaf adopts it.
+std::vector<autograd::PendingDestination> pending_destinations(
+    const Node& n, const std::unordered_map<Node*, int>& deps) {
+  std::vector<autograd::PendingDestination> found;
+  const auto only_this_path = [&](Node* t) {
+    auto it = deps.find(t);
+    return it != deps.end() && it->second == 1;
+  };
+  for (size_t i = 0; i < n.next_edges.size(); ++i) {
+    Node* t = n.next_edges[i].node.get();
+    for (int hop = 0; t && hop < 4 && only_this_path(t); ++hop) {
+      if (auto* acc = dynamic_cast<AccumulateGrad*>(t)) {
+        const AutogradMeta& m = acc->leaf_->autograd_meta();
+        if (m.grad.defined() || !m.leaf_hooks.empty()) break;
+        if (Tensor dst = autograd::find_grad_destination(*acc->leaf_); dst.defined())
+          found.push_back({dst, i, false});
+        break;
+      }
+      auto* op = dynamic_cast<OpNode*>(t);
+      if (!op || !op_info(op->op_).has(kView) || !t->pre_hooks.empty() || !t->retained.empty())
+        break;
+      Node* next = nullptr;
+      int valid = 0;
+      for (const Edge& e : t->next_edges)
+        if (e.valid()) next = e.node.get(), ++valid;
+      t = valid == 1 ? next : nullptr;
+    }
+  }
+  return found;
+}
+
+// Whether t's elements all lie inside `region` (a contiguous tensor).
+bool lies_within(const Tensor& t, const Tensor& region) {
+  if (t.impl()->storage != region.impl()->storage) return false;
+  int64_t lo = t.offset(), hi = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.shape()[static_cast<size_t>(d)] == 0) return true;
+    const int64_t span =
+        (t.shape()[static_cast<size_t>(d)] - 1) * t.strides()[static_cast<size_t>(d)];
+    (span < 0 ? lo : hi) += span;
+  }
+  return lo >= region.offset() && hi < region.offset() + region.numel();
+}
+
+// After a rule ran with destinations: a gradient that landed in a claimed
+// destination but is not bound for it (another output of the rule took the
+// memory) moves out, since the leaf's gradient will be written there.
+void release_claims(std::vector<Tensor>& out,
+                    const std::vector<autograd::PendingDestination>& pending) {
+  for (size_t j = 0; j < out.size(); ++j) {
+    if (!out[j].defined() || !out[j].impl()->storage) continue;
+    bool in_claimed = false, bound = false;
+    for (const auto& p : pending) {
+      if (!p.claimed || out[j].impl()->storage != p.dst.impl()->storage) continue;
+      in_claimed = true;
+      bound = bound || (p.slot == j && lies_within(out[j], p.dst));
+    }
+    if (in_claimed && !bound) out[j] = out[j].clone();
+  }
+}
+
 // Runs the graph, then the callbacks queued during it (dropped if it throws).
 void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads,
                 bool retain_graph, GraphTask& task) {
@@ -469,12 +577,23 @@ void run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_g
     bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& t) { return t.defined(); });
     std::vector<Tensor> out;
     if (run && any) {
+      std::vector<autograd::PendingDestination> pending;
+      if (task.accumulate && !task.create_graph && autograd::any_grad_destination() &&
+          !current_recorder())
+        pending = pending_destinations(*n, deps);
+      struct Offer {  // the destinations, for this node's rule only
+        explicit Offer(std::vector<autograd::PendingDestination>* p)
+            : prev(std::exchange(autograd::t_pending_destinations, p)) {}
+        ~Offer() { autograd::t_pending_destinations = prev; }
+        std::vector<autograd::PendingDestination>* prev;
+      } offer(pending.empty() ? nullptr : &pending);
       if (profiler::enabled()) [[unlikely]] {
         profiler::Span span("autograd", n->name());
         out = n->apply(std::move(grads));
       } else {
         out = n->apply(std::move(grads));
       }
+      if (!pending.empty()) release_claims(out, pending);
     }
     if (!retain_graph) n->release();
     for (size_t i = 0; i < n->next_edges.size(); ++i) {

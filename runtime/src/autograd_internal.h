@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kiln/autograd.h"
+#include "kiln/op_table.h"
 
 namespace kiln::autograd {
 
@@ -30,5 +31,33 @@ Tensor checkpoint_unpack(CheckpointFrame& frame, uint32_t slot, const char* op);
 /// version counter and moves self's autograd history to result's. `op` names
 /// the caller in errors.
 void commit_inplace(Tensor& self, const Tensor& result, const char* op);
+
+// ---- gradient destinations (kiln/grad_destination.h) ----
+
+/// A destination the node that backward is running may compute a leaf's
+/// gradient into: its output `slot` reaches the leaf through view nodes only.
+struct PendingDestination {
+  Tensor dst;
+  size_t slot = 0;
+  bool claimed = false;
+};
+/// Set by the engine around one node's backward; null otherwise.
+extern constinit thread_local std::vector<PendingDestination>* t_pending_destinations;
+/// Whether any leaf has a destination (the engine looks no further if not).
+bool any_grad_destination();
+/// leaf's destination, or undefined.
+Tensor find_grad_destination(const TensorImpl& leaf);
+/// Counts a gradient that reached its destination: computed there or copied.
+void count_grad_destination(bool computed_in_place);
+/// Hands a pending destination that fits (same element count, dtype and
+/// device as `meta`; an opaque op's single output: matmul, convolution) to
+/// dispatch as the output, shaped `meta`. Returns false if none fits.
+bool claim_destination_slow(const OpInfo& info, const TensorMeta& meta, Device dev, Tensor& out);
+inline bool claim_grad_destination(const OpInfo& info, const TensorMeta& meta, Device dev,
+                                   Tensor& out) {
+  if (!t_pending_destinations) [[likely]]
+    return false;
+  return claim_destination_slow(info, meta, dev, out);
+}
 
 }  // namespace kiln::autograd

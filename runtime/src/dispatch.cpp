@@ -345,8 +345,9 @@ std::vector<Tensor> dispatch_unprofiled(OpId op, std::span<const Tensor> inputs,
     const Device dev = op_device(info, inputs, moved);
     const std::span<const Tensor> in = moved.empty() ? inputs : std::span<const Tensor>(moved);
     if (!info.has(kView))
-      for (size_t i = 0; i < metas.size(); ++i)
-        outs[i] = make_tensor(metas[i].shape, metas[i].dtype, dev);
+      for (size_t i = 0; i < metas.size(); ++i)  // in backward: maybe a leaf's gradient buffer
+        if (!autograd::claim_grad_destination(info, metas[i], dev, outs[i]))
+          outs[i] = make_tensor(metas[i].shape, metas[i].dtype, dev);
     t_metas = std::move(metas);
     // View kernels only make aliases (their rare copies go through copy_into,
     // which serves devices too); every other kernel runs where its inputs are.
