@@ -5,7 +5,9 @@
 // starts an iteration and, inside an eager backward, queues the finalizer on
 // the autograd engine. Each hook copies its gradient into the bucket (unless
 // .grad already is the bucket view) and launches every bucket whose gradients
-// are all ready, in bucket order. The finalizer (end of
+// are all ready, in bucket order (after zero_grad(set_to_none=true) the
+// gradient already is in its bucket: autograd computed or copied it into the
+// parameter's gradient destination). The finalizer (end of
 // backward; or, in a compiled step, which has no engine, the hook that launched the last bucket)
 // handles parameters without a gradient, waits for the buckets and resets.
 #include "kiln/distributed/ddp.h"
@@ -17,6 +19,7 @@
 #include "kiln/dispatch.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/functional.h"
+#include "kiln/grad_destination.h"
 #include "kiln/profiler.h"
 
 namespace kiln::dist {
@@ -187,10 +190,19 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
           p.view.copy_(g);
           p.tensor.set_grad(p.view);
         }
+        if (opts.gradient_as_bucket_view && opts.compute_grads_in_buckets && dev.is_cpu())
+          autograd::set_grad_destination(p.tensor, p.view);
       }
     }
     ready.assign(params.size(), 0);
     used.assign(params.size(), 0);
+  }
+
+  ~Reducer() {
+    for (Param& p : params) {
+      Tensor dst = p.view.defined() ? autograd::grad_destination(p.tensor) : Tensor();
+      if (dst.defined() && dst.impl() == p.view.impl()) autograd::clear_grad_destination(p.tensor);
+    }
   }
 
   std::vector<std::string> unready_names() const {

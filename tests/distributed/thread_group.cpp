@@ -420,7 +420,7 @@ void run_ranks(int size, const std::function<void(int, dist::ProcessGroup&)>& fn
 }
 
 void run_gloo_ranks(int size, const std::function<void(int, dist::ProcessGroup&)>& fn,
-                    std::chrono::milliseconds timeout) {
+                    std::chrono::milliseconds timeout, int shm) {
   dist::TCPStoreServerOptions so;
   so.host = "127.0.0.1";
   dist::TCPStoreServer server(so);
@@ -428,7 +428,7 @@ void run_gloo_ranks(int size, const std::function<void(int, dist::ProcessGroup&)
   const std::string prefix = str("ddp_test", job++);
   on_threads(size, [&](int r) {
     auto pg = dist::make_gloo_group(store_client(server.port(), timeout), r, size,
-                                    loopback_options(timeout), prefix);
+                                    loopback_options(timeout, shm), prefix);
     fn(r, *pg);
   });
 }

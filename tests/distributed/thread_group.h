@@ -39,8 +39,10 @@ void run_ranks(int size, const std::function<void(int, dist::ProcessGroup&)>& fn
                dist::ProcessGroupOptions opts = test_group_options());
 
 /// As run_ranks, over real Gloo groups (make_gloo_group on a loopback TCP
-/// store): the same DDP code on the production backend.
+/// store): the same DDP code on the production backend. `shm` is
+/// ProcessGroupOptions::shm (0: loopback TCP only, 1: shared memory, -1: automatic).
 void run_gloo_ranks(int size, const std::function<void(int, dist::ProcessGroup&)>& fn,
-                    std::chrono::milliseconds timeout = std::chrono::milliseconds(30000));
+                    std::chrono::milliseconds timeout = std::chrono::milliseconds(30000),
+                    int shm = -1);
 
 }  // namespace kiln::testing

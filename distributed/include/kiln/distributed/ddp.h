@@ -9,7 +9,10 @@
 // ProcessGroup::make_comm_buffer: on one host, shared memory the all-reduce
 // reduces in place across the ranks, with the average fused in). Each
 // parameter's .grad becomes a view into its bucket (gradient_as_bucket_view),
-// so accumulation writes straight into the buffer that is all-reduced.
+// so accumulation writes straight into the buffer that is all-reduced; after
+// zero_grad(set_to_none=true) the bucket slice is the parameter's gradient
+// destination, so on the CPU a Linear's weight gradient (the GEMM) is computed
+// in the bucket and other gradients are copied there once (by autograd).
 //
 // During backward a post-accumulate-grad hook marks each parameter ready;
 // when a bucket's last gradient is ready its all-reduce (mean over ranks)
@@ -60,6 +63,10 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;        ///< copy rank 0's buffers before every forward
   bool gradient_as_bucket_view = true;  ///< .grad is a view into its bucket (no copy back)
+  /// With gradient_as_bucket_view on the CPU: a gradient with no .grad to
+  /// accumulate into (after zero_grad()) is computed straight into its bucket
+  /// (kiln/grad_destination.h); false copies it there (for comparisons).
+  bool compute_grads_in_buckets = true;
   /// A traced step (kiln::compile) holds each bucket's all-reduce as IR nodes
   /// (collective_start as soon as its gradients exist, collective_wait before
   /// their first use), so the whole step — optimizer update included — can be
