@@ -3,21 +3,26 @@
 //
 //   kilnrun --nproc-per-node 2 ddp_fashion_mnist [--model mlp|cnn] [--epochs N]
 //       [--steps N] [--batch-size N] [--lr X] [--limit N] [--test-limit N]
-//       [--root DIR] [--seed N] [--compile] [--log-every N]
+//       [--root DIR] [--seed N] [--compile] [--log-every N] [--device cpu|cuda]
 //
 // Each rank reads its share of the training set through a DistributedSampler
 // (reshuffled every epoch) and trains a replica of the model; DDP averages the
 // gradients, overlapping the all-reduce with backward. --compile runs forward
 // and backward through kiln::compile (the optimizer step stays eager). Rank 0
-// prints progress and the test accuracy after each epoch.
+// prints progress and the test accuracy after each epoch. --device cuda
+// trains on CUDA device LOCAL_RANK over the "nccl" backend (on the emulated
+// device every rank shares its one device, and the emulated NCCL runs the
+// collectives); the default is the CPU over "gloo".
 #include <chrono>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <string>
 
+#include "example_main.h"
 #include "fashion_mnist.h"
 #include "kiln/compile.h"
+#include "kiln/cuda.h"
 #include "kiln/data/data.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/sampler.h"
@@ -40,12 +45,13 @@ struct Options {
   uint64_t seed = 0;
   bool compile = false;
   int64_t log_every = 50;
+  Device device = Device::cpu();  // its type only: each rank's index is its LOCAL_RANK
 };
 
 const char* kUsage =
     "usage: ddp_fashion_mnist [--model mlp|cnn] [--epochs N] [--steps N] [--batch-size N] "
     "[--lr X] [--limit N] [--test-limit N] [--root DIR] [--seed N] [--compile] "
-    "[--log-every N]\n(run under kilnrun --nproc-per-node N)\n";
+    "[--log-every N] [--device cpu|cuda]\n(run under kilnrun --nproc-per-node N)\n";
 
 std::shared_ptr<data::Dataset> first_n(std::shared_ptr<data::Dataset> ds, int64_t n) {
   if (n <= 0 || n >= ds->size()) return ds;
@@ -54,13 +60,13 @@ std::shared_ptr<data::Dataset> first_n(std::shared_ptr<data::Dataset> ds, int64_
   return std::make_shared<data::Subset>(ds, idx);
 }
 
-double accuracy(nn::Module& model, const std::shared_ptr<data::Dataset>& test) {
+double accuracy(nn::Module& model, const std::shared_ptr<data::Dataset>& test, Device device) {
   NoGradGuard ng;
   model.eval();
   data::DataLoader loader(test, {.batch_size = 500});
   int64_t correct = 0, total = 0;
   for (auto& b : loader) {
-    correct += sum(eq(argmax(model(b[0]), 1), b[1])).item<int64_t>();
+    correct += sum(eq(argmax(model(b[0].to(device)), 1), b[1].to(device))).item<int64_t>();
     total += b[1].numel();
   }
   model.train();
@@ -68,9 +74,13 @@ double accuracy(nn::Module& model, const std::shared_ptr<data::Dataset>& test) {
 }
 
 int run(const Options& o) {
-  dist::init_process_group();
+  dist::init_process_group({.backend = o.device.is_cuda() ? "nccl" : "gloo"});
   const int rank = dist::get_rank(), world = dist::get_world_size();
   auto pg = dist::default_group();
+  // The NCCL group's device: cuda:LOCAL_RANK (it refused to start when that
+  // does not exist), or the emulated device's one, which every rank shares.
+  const Device device =
+      o.device.is_cuda() ? Device::cuda(dist::get_local_rank() % cuda::device_count()) : o.device;
 
   auto norm = [&](bool train) {
     return std::make_shared<data::FashionMNIST>(
@@ -83,6 +93,7 @@ int run(const Options& o) {
 
   manual_seed(o.seed);  // the same initial model everywhere (DDP broadcasts rank 0's anyway)
   auto model = examples::make_fashion_model(o.model);
+  model->to(device);  // before DDP (which broadcasts rank 0's parameters) and the optimizer
   dist::DistributedDataParallel ddp(model);
   manual_seed(o.seed + 1000 + static_cast<uint64_t>(rank));  // per-rank dropout masks
   optim::Adam opt(model->parameters(), {.lr = o.lr});
@@ -104,7 +115,8 @@ int run(const Options& o) {
               << (o.compile ? " (compiled)" : " (eager)") << ", " << train_set->size()
               << " training images (" << sampler->size() << " per rank), batch " << o.batch_size
               << " per rank (" << o.batch_size * world << " global), " << ddp.num_buckets()
-              << " gradient bucket(s)" << std::endl;
+              << " gradient bucket(s), on " << (device.is_cuda() ? "cuda" : "cpu") << " ("
+              << pg->backend() << ")" << std::endl;
   }
   double acc = 0;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
@@ -116,7 +128,7 @@ int run(const Options& o) {
     for (auto& batch : loader) {
       if (steps == per_epoch) break;
       opt.zero_grad();
-      Tensor loss = fwd_bwd(batch[0], batch[1]);
+      Tensor loss = fwd_bwd(batch[0].to(device), batch[1].to(device));
       opt.step();
       const double l = loss.item<double>();
       loss_sum.data<double>()[0] += l;
@@ -126,11 +138,14 @@ int run(const Options& o) {
         std::cout << "epoch " << epoch << " step " << steps << "/" << per_epoch << " loss "
                   << std::fixed << std::setprecision(4) << l << std::endl;
     }
-    pg->all_reduce(loss_sum, dist::ReduceOp::kSum)->wait();
+    // On the group's device (an NCCL group takes CUDA tensors only).
+    Tensor sums = loss_sum.to(device);
+    pg->all_reduce(sums, dist::ReduceOp::kSum)->wait();
+    loss_sum = sums.cpu();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
-      acc = accuracy(*model, test_set);
+      acc = accuracy(*model, test_set, device);
       const double* s = loss_sum.data<double>();
       std::cout << "epoch " << epoch << " mean loss " << std::fixed << std::setprecision(4)
                 << (s[1] > 0 ? s[0] / s[1] : 0.0) << "  test accuracy " << std::setprecision(2)
@@ -182,15 +197,13 @@ int main(int argc, char** argv) {
       o.compile = true;
     else if (a == "--log-every")
       o.log_every = std::atoll(next().c_str());
+    else if (examples::take_device_option(argc, argv, i, o.device))
+      continue;
     else {
       std::cerr << kUsage;
       return a == "--help" ? 0 : 2;
     }
   }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << std::endl;
-    return 1;
-  }
+  return examples::run_example(
+      o.device, [&] { return run(o); }, std::cerr);
 }

@@ -10,8 +10,8 @@
 #include <iostream>
 #include <string>
 
+#include "example_main.h"
 #include "fashion_mnist.h"
-#include "kiln/cuda.h"
 
 int main(int argc, char** argv) {
   kiln::examples::FashionOptions opts;
@@ -43,33 +43,23 @@ int main(int argc, char** argv) {
       compare = true;
     else if (a == "--logdir")
       opts.logdir = next();
-    else if (a == "--device") {
-      const std::string d = next();
-      if (d != "cpu" && d != "cuda") {
-        std::cerr << "error: --device takes cpu or cuda, got '" << d << "'\n";
-        return 2;
-      }
-      opts.device = d == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
-    } else {
+    else if (kiln::examples::take_device_option(argc, argv, i, opts.device))
+      continue;
+    else {
       std::cerr << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--limit N] [--batch N] "
                    "[--lr X] [--root DIR] [--compile | --compare] [--logdir DIR] "
                    "[--device cpu|cuda]\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  if (opts.device.is_cuda() && !kiln::cuda::is_available()) {
-    std::cerr << "error: --device cuda, but no CUDA device is usable: "
-              << kiln::cuda::unavailable_reason() << "\n";
-    return 1;
-  }
-  try {
-    if (compare)
-      kiln::examples::compare_eager_compiled(opts, std::cout, std::cout);
-    else
-      kiln::examples::train_fashion_mnist(opts, std::cout);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return kiln::examples::run_example(
+      opts.device,
+      [&] {
+        if (compare)
+          kiln::examples::compare_eager_compiled(opts, std::cout, std::cout);
+        else
+          kiln::examples::train_fashion_mnist(opts, std::cout);
+        return 0;
+      },
+      std::cerr);
 }

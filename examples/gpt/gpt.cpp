@@ -45,7 +45,8 @@ Tensor CharTokenizer::encode(const std::string& s) const {
 
 std::string CharTokenizer::decode(const Tensor& ids) const {
   std::string s;
-  for (int64_t i : ids.to(DType::i64).to_vector<int64_t>()) s += chars_.at(static_cast<size_t>(i));
+  for (int64_t i : ids.cpu().to(DType::i64).to_vector<int64_t>())
+    s += chars_.at(static_cast<size_t>(i));
   return s;
 }
 
@@ -60,14 +61,15 @@ GptBlock::GptBlock(const GptOptions& o) {
                                               std::make_shared<nn::GELU>(),
                                               std::make_shared<nn::Linear>(4 * o.n_embd, o.n_embd),
                                               std::make_shared<nn::Dropout>(o.dropout)));
+  register_buffer("causal", causal, triu(ones({o.block_size, o.block_size}, DType::b8), 1), false);
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
   const int64_t T = x.size(1);
-  // true = may not attend: every position sees itself and the past only.
-  Tensor causal = triu(ones({T, T}, DType::b8), 1);
+  // Every position sees itself and the past only.
+  Tensor mask = causal.slice(0, 0, T).slice(1, 0, T);
   Tensor h = (*ln1)(x);
-  auto [a, weights] = (*attn)(h, h, h, causal);
+  auto [a, weights] = (*attn)(h, h, h, mask);
   Tensor y = x + a;
   return y + (*mlp)((*ln2)(y));
 }
@@ -79,6 +81,7 @@ Gpt::Gpt(const GptOptions& o, int64_t vocab_size) : block_size_(o.block_size) {
   for (int64_t i = 0; i < o.n_layer; ++i) blocks->push_back(std::make_shared<GptBlock>(o));
   ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(o.n_embd));
   head = register_module("head", std::make_shared<nn::Linear>(o.n_embd, vocab_size, false));
+  register_buffer("positions", positions, arange(o.block_size), false);
   head->weight = wte->weight;  // weight tying, as in PyTorch
   // GPT-2's initialisation (nanoGPT's _init_weights): N(0, 0.02), zero biases.
   apply([](nn::Module& m) {
@@ -95,7 +98,7 @@ Tensor Gpt::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   KILN_CHECK(T <= block_size_, "[Gpt] sequence of length ", T, " is longer than block_size ",
              block_size_);
-  Tensor x = (*wte)(idx) + (*wpe)(arange(T));
+  Tensor x = (*wte)(idx) + (*wpe)(positions.slice(0, 0, T));
   for (const auto& block : *blocks) x = (*block)(x);
   return (*head)((*ln_f)(x));
 }
@@ -104,8 +107,10 @@ Tensor Gpt::generate(Tensor idx, int64_t max_new_tokens, double temperature, int
   InferenceMode guard;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     // Crop the context to the last block_size tokens.
-    Tensor idx_cond = idx.slice(1, -block_size_);                   // idx[:, -block_size:]
-    Tensor logits = forward(idx_cond).select(1, -1) / temperature;  // [B, vocab]
+    Tensor idx_cond = idx.slice(1, -block_size_);  // idx[:, -block_size:]
+    // The last position's logits [B, vocab], drawn from on the CPU (topk has
+    // no CUDA kernel yet; the draw is the same on either device).
+    Tensor logits = forward(idx_cond).select(1, -1).cpu() / temperature;
     if (top_k > 0) {
       auto [v, ix] = logits.topk(std::min(top_k, logits.size(-1)));
       // Everything below the k-th largest logit is never drawn.
@@ -114,14 +119,15 @@ Tensor Gpt::generate(Tensor idx, int64_t max_new_tokens, double temperature, int
     }
     Tensor probs = logits.softmax(-1);
     Tensor next = probs.multinomial(1);  // [B, 1]
-    idx = cat({idx, next}, 1);
+    idx = cat({idx, next.to(idx.device())}, 1);
   }
   return idx;
 }
 
 namespace {
 
-// batch_size random windows of `data`: inputs and the same windows shifted by one.
+// batch_size random windows of `data`: inputs and the same windows shifted by
+// one, on o.device (drawn on the CPU: every device trains on the same batches).
 std::pair<Tensor, Tensor> get_batch(const Tensor& data, const GptOptions& o) {
   Tensor ix = randint(0, data.size(0) - o.block_size - 1, {o.batch_size});
   std::vector<Tensor> xs, ys;
@@ -129,7 +135,7 @@ std::pair<Tensor, Tensor> get_batch(const Tensor& data, const GptOptions& o) {
     xs.push_back(data.slice(0, i, i + o.block_size));
     ys.push_back(data.slice(0, i + 1, i + 1 + o.block_size));
   }
-  return {stack(xs), stack(ys)};
+  return {stack(xs).to(o.device), stack(ys).to(o.device)};
 }
 
 }  // namespace
@@ -142,6 +148,7 @@ GptResult train_gpt(const GptOptions& o, std::ostream& log) {
   Tensor data = r.tokenizer->encode(gpt_text());
   r.model = std::make_shared<Gpt>(o, vocab);
   Gpt& model = *r.model;
+  model.to(o.device);  // before the optimizer, whose state follows the parameters
 
   // Weight decay on matrices only; biases and LayerNorm weights do not decay.
   std::vector<Tensor> decay, no_decay;
@@ -157,7 +164,7 @@ GptResult train_gpt(const GptOptions& o, std::ostream& log) {
        std::make_shared<optim::CosineAnnealingLR>(opt, o.steps - o.warmup_steps, o.lr / 10)},
       {o.warmup_steps});
   log << "GPT: " << model.parameters().size() << " parameter tensors (head tied to wte), vocab "
-      << vocab << ", " << data.size(0) << " characters of text\n";
+      << vocab << ", " << data.size(0) << " characters of text, on " << o.device << "\n";
 
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     Tensor logits = model(x);
@@ -188,7 +195,7 @@ GptResult train_gpt(const GptOptions& o, std::ostream& log) {
 std::string sample_text(Gpt& model, const CharTokenizer& tok, const std::string& prompt, int64_t n,
                         double temperature, int64_t top_k) {
   model.eval();
-  Tensor idx = tok.encode(prompt).unsqueeze(0);
+  Tensor idx = tok.encode(prompt).unsqueeze(0).to(model.wte->weight.device());
   Tensor out = model.generate(idx, n, temperature, top_k);
   model.train();
   return tok.decode(out.select(0, 0));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/compile.h"
+#include "kiln/device.h"
 #include "kiln/nn/nn.h"
 
 namespace kiln::examples {
@@ -29,6 +30,8 @@ struct GptOptions {
   double grad_clip = 1.0;
   uint64_t seed = 0;
   bool compile = false;  ///< run the training step through kiln::compile
+  /// Where the model trains (batches are drawn on the CPU, then moved there).
+  Device device = Device::cpu();
 };
 
 /// The built-in training text (a few paragraphs of plain English).
@@ -57,6 +60,9 @@ class GptBlock : public nn::Module {
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
   std::shared_ptr<nn::MultiheadAttention> attn;
   std::shared_ptr<nn::Sequential> mlp;
+  /// bool [block_size, block_size], true above the diagonal (may not attend):
+  /// a buffer, as nanoGPT's, so it moves with the model (not saved).
+  Tensor causal;
 };
 
 /// The language model: tokens i64 [B, T] (T <= block_size) -> logits [B, T, vocab].
@@ -72,6 +78,8 @@ class Gpt : public nn::Module {
   std::shared_ptr<nn::ModuleList> blocks;
   std::shared_ptr<nn::LayerNorm> ln_f;
   std::shared_ptr<nn::Linear> head;
+  /// i64 [block_size]: 0, 1, ... (a buffer: it moves with the model; not saved).
+  Tensor positions;
 
  private:
   int64_t block_size_;
@@ -89,7 +97,7 @@ struct GptResult {
 /// Trains on random windows of gpt_text(), printing progress to `log`.
 GptResult train_gpt(const GptOptions& opts, std::ostream& log);
 
-/// Samples `n` characters after `prompt` (eval mode, no grad).
+/// Samples `n` characters after `prompt` (eval mode, no grad) on the model's device.
 std::string sample_text(Gpt& model, const CharTokenizer& tok, const std::string& prompt, int64_t n,
                         double temperature, int64_t top_k);
 

@@ -1,12 +1,14 @@
 // Trains a small character-level GPT on a built-in text, then samples from it.
 //   gpt [--steps N] [--layers N] [--embd N] [--heads N] [--block N] [--batch N]
 //       [--lr X] [--compile] [--seed N] [--sample N] [--temperature X] [--top-k N]
+//       [--device cpu|cuda]
 // The defaults train for seconds; e.g. `gpt --steps 2000 --layers 4 --embd 64`
 // learns the text well enough to recite parts of it.
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
+#include "example_main.h"
 #include "gpt.h"
 #include "kiln/functional.h"
 
@@ -17,7 +19,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--compile") {
+    if (kiln::examples::take_device_option(argc, argv, i, o.device)) {
+    } else if (a == "--compile") {
       o.compile = true;
     } else if (a == "--steps" && has_value) {
       o.steps = std::atoi(argv[++i]);
@@ -45,20 +48,21 @@ int main(int argc, char** argv) {
     } else {
       std::cerr << "usage: gpt [--steps N] [--layers N] [--embd N] [--heads N] [--block N] "
                    "[--batch N] [--lr X] [--compile] [--seed N] [--sample N] "
-                   "[--temperature X] [--top-k N]\n";
+                   "[--temperature X] [--top-k N] "
+                << kiln::examples::kDeviceUsage << "\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  try {
-    auto r = kiln::examples::train_gpt(o, std::cout);
-    kiln::manual_seed(o.seed);
-    std::cout << "--- sample (temperature " << temperature << ", top-k " << top_k << ") ---\n"
-              << kiln::examples::sample_text(*r.model, *r.tokenizer, "The ", sample, temperature,
-                                             top_k)
-              << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return kiln::examples::run_example(
+      o.device,
+      [&] {
+        auto r = kiln::examples::train_gpt(o, std::cout);
+        kiln::manual_seed(o.seed);
+        std::cout << "--- sample (temperature " << temperature << ", top-k " << top_k << ") ---\n"
+                  << kiln::examples::sample_text(*r.model, *r.tokenizer, "The ", sample,
+                                                 temperature, top_k)
+                  << "\n";
+        return 0;
+      },
+      std::cerr);
 }

@@ -6,38 +6,26 @@
 #include <iostream>
 #include <string>
 
-#include "kiln/cuda.h"
+#include "example_main.h"
 #include "mlp.h"
 
 int main(int argc, char** argv) {
   kiln::Device device = kiln::Device::cpu();
   std::string logdir;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
-      const std::string d = argv[++i];
-      if (d == "cuda") {
-        device = kiln::Device::cuda();
-      } else if (d != "cpu") {
-        std::cerr << "error: --device takes cpu or cuda, got '" << d << "'\n";
-        return 2;
-      }
+    if (kiln::examples::take_device_option(argc, argv, i, device)) {
     } else if (!std::strcmp(argv[i], "--logdir") && i + 1 < argc) {
       logdir = argv[++i];
     } else {
-      std::cerr << "usage: mlp [--device cpu|cuda] [--logdir DIR]\n";
+      std::cerr << "usage: mlp " << kiln::examples::kDeviceUsage << " [--logdir DIR]\n";
       return 2;
     }
   }
-  if (device.is_cuda() && !kiln::cuda::is_available()) {
-    std::cerr << "error: --device cuda, but no CUDA device is usable: "
-              << kiln::cuda::unavailable_reason() << "\n";
-    return 1;
-  }
-  try {
-    kiln::examples::train_mlp(1000, std::cout, 0.01, device, logdir);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return kiln::examples::run_example(
+      device,
+      [&] {
+        kiln::examples::train_mlp(1000, std::cout, 0.01, device, logdir);
+        return 0;
+      },
+      std::cerr);
 }

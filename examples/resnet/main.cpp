@@ -2,12 +2,14 @@
 // not installed) with SGD + momentum and OneCycleLR.
 //   resnet [--epochs N] [--train N] [--test N] [--blocks N] [--width N]
 //          [--batch N] [--max-lr X] [--compile] [--synthetic] [--seed N]
+//          [--device cpu|cuda]
 // The defaults train on 512 images for seconds; `resnet --train 0 --test 0
 // --epochs 3 --blocks 2 --width 16 --compile` trains on the whole dataset.
 #include <cstdlib>
 #include <iostream>
 #include <string>
 
+#include "example_main.h"
 #include "resnet.h"
 
 int main(int argc, char** argv) {
@@ -15,7 +17,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--compile") {
+    if (kiln::examples::take_device_option(argc, argv, i, o.device)) {
+    } else if (a == "--compile") {
       o.compile = true;
     } else if (a == "--synthetic") {
       o.synthetic = true;
@@ -38,18 +41,19 @@ int main(int argc, char** argv) {
       o.seed = std::strtoull(argv[++i], nullptr, 10);
     } else {
       std::cerr << "usage: resnet [--epochs N] [--train N] [--test N] [--blocks N] [--width N] "
-                   "[--batch N] [--max-lr X] [--compile] [--synthetic] [--seed N]\n";
+                   "[--batch N] [--max-lr X] [--compile] [--synthetic] [--seed N] "
+                << kiln::examples::kDeviceUsage << "\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  try {
-    auto r = kiln::examples::train_resnet(o, std::cout);
-    if (o.compile)
-      std::cout << "compiled step: " << r.compile_stats.traces << " trace(s), "
-                << r.compile_stats.compiled_calls << " compiled calls\n";
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return kiln::examples::run_example(
+      o.device,
+      [&] {
+        auto r = kiln::examples::train_resnet(o, std::cout);
+        if (o.compile)
+          std::cout << "compiled step: " << r.compile_stats.traces << " trace(s), "
+                    << r.compile_stats.compiled_calls << " compiled calls\n";
+        return 0;
+      },
+      std::cerr);
 }

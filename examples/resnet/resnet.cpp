@@ -93,12 +93,12 @@ std::shared_ptr<data::Dataset> synthetic(int64_t n, uint64_t seed) {
   return std::make_shared<data::TensorDataset>(std::vector<Tensor>{images, labels});
 }
 
-double evaluate(ResNet& model, data::DataLoader& loader) {
+double evaluate(ResNet& model, data::DataLoader& loader, Device device) {
   InferenceMode guard;
   model.eval();
   int64_t correct = 0, total = 0;
   for (auto& [x, y] : loader) {
-    correct += model(x).argmax(1).eq(y).sum().item<int64_t>();
+    correct += model(x.to(device)).argmax(1).eq(y.to(device)).sum().item<int64_t>();
     total += y.numel();
   }
   model.train();
@@ -133,6 +133,7 @@ ResNetResult train_resnet(const ResNetOptions& o, std::ostream& log) {
   manual_seed(o.seed);
   r.model = std::make_shared<ResNet>(o.blocks, o.width);
   ResNet& model = *r.model;
+  model.to(o.device);  // before the optimizer, whose state follows the parameters
   optim::SGD opt(model.parameters(),
                  {.lr = o.max_lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   const int64_t total_steps = o.epochs * static_cast<int64_t>(train_loader.size());
@@ -140,7 +141,7 @@ ResNetResult train_resnet(const ResNetOptions& o, std::ostream& log) {
   log << "ResNet: " << model.parameters().size() << " parameter tensors; "
       << (r.synthetic_data ? "synthetic data" : "Fashion-MNIST") << ", " << train_set->size()
       << " training images, " << total_steps << " steps" << (o.compile ? " (compiled)" : "")
-      << "\n";
+      << ", on " << o.device << "\n";
 
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     Tensor loss = cross_entropy(model(x), y);
@@ -155,7 +156,7 @@ ResNetResult train_resnet(const ResNetOptions& o, std::ostream& log) {
     for (auto& [x, y] : train_loader) {
       r.lrs.push_back(opt.param_groups()[0].lr());
       r.momenta.push_back(opt.param_groups()[0].get("momentum"));
-      Tensor loss = step(x, y);
+      Tensor loss = step(x.to(o.device), y.to(o.device));
       sched.step();
       r.losses.push_back(loss.item<double>());
       if (r.losses.size() % 10 == 0)
@@ -164,7 +165,7 @@ ResNetResult train_resnet(const ResNetOptions& o, std::ostream& log) {
             << std::setprecision(2) << r.lrs.back() << "  momentum " << std::fixed
             << std::setprecision(3) << r.momenta.back() << std::defaultfloat << std::endl;
     }
-    r.test_accuracy = evaluate(model, test_loader);
+    r.test_accuracy = evaluate(model, test_loader, o.device);
     log << "epoch " << epoch << "  last loss " << std::fixed << std::setprecision(4)
         << r.losses.back() << "  test accuracy " << std::setprecision(2) << 100.0 * r.test_accuracy
         << "%" << std::defaultfloat << std::endl;

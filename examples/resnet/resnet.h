@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/compile.h"
+#include "kiln/device.h"
 #include "kiln/nn/nn.h"
 
 namespace kiln::examples {
@@ -51,9 +52,10 @@ struct ResNetOptions {
   double momentum = 0.9;      ///< SGD momentum (OneCycleLR cycles it 0.85..0.95)
   double weight_decay = 5e-4;
   uint64_t seed = 0;
-  bool compile = false;    ///< run the training step through kiln::compile
-  bool synthetic = false;  ///< random images even when Fashion-MNIST is installed
-  std::string root = "";   ///< Fashion-MNIST directory ("" = Debian's package)
+  bool compile = false;           ///< run the training step through kiln::compile
+  bool synthetic = false;         ///< random images even when Fashion-MNIST is installed
+  Device device = Device::cpu();  ///< where the model trains (batches are moved there)
+  std::string root = "";          ///< Fashion-MNIST directory ("" = Debian's package)
 };
 
 /// Figures of a run.

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include "kiln/cuda.h"
+#include "example_main.h"
 #include "transformer.h"
 
 int main(int argc, char** argv) {
@@ -13,24 +13,17 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--steps" && i + 1 < argc) {
       opts.steps = std::atoi(argv[++i]);
-    } else if (a == "--device" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) {
-      opts.device = std::string(argv[++i]) == "cuda" ? kiln::Device::cuda() : kiln::Device::cpu();
+    } else if (kiln::examples::take_device_option(argc, argv, i, opts.device)) {
     } else {
-      std::cerr << "usage: transformer [--steps N] [--device cpu|cuda]\n";
+      std::cerr << "usage: transformer [--steps N] " << kiln::examples::kDeviceUsage << "\n";
       return a == "--help" ? 0 : 2;
     }
   }
-  if (opts.device.is_cuda() && !kiln::cuda::is_available()) {
-    std::cerr << "error: --device cuda, but no CUDA device is usable: "
-              << kiln::cuda::unavailable_reason() << "\n";
-    return 1;
-  }
-  try {
-    kiln::examples::train_reverse(opts, std::cout);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return kiln::examples::run_example(
+      opts.device,
+      [&] {
+        kiln::examples::train_reverse(opts, std::cout);
+        return 0;
+      },
+      std::cerr);
 }
