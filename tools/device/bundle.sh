@@ -8,17 +8,25 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build/device
-targets=(cuda_tests cuda_probe cuda_harness nccl_tests)
+# The examples gpu_checks.sh runs with --device cuda, and kilnrun for the DDP one.
+targets=(cuda_tests cuda_probe cuda_harness nccl_tests gpt resnet ddp_fashion_mnist kilnrun)
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF \
-    -DKILN_BUILD_EXAMPLES=OFF $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
+    $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
 fi
+cmake -S . -B "$build" -DKILN_BUILD_EXAMPLES=ON >/dev/null  # older bundle dirs had them off
 cmake --build "$build" --target "${targets[@]}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/tests/codegen/cuda/cuda_tests" "$build/bench/cuda_probe" "$build/bench/cuda_harness" \
-  "$build/tests/distributed/nccl/nccl_tests" "$stage/bin/"
+  "$build/tests/distributed/nccl/nccl_tests" "$build/examples/gpt/gpt" \
+  "$build/examples/resnet/resnet" "$build/examples/ddp/ddp_fashion_mnist" \
+  "$build/distributed/launcher/kilnrun" "$stage/bin/"
+# Fashion-MNIST's test set (4.4 MB) for the DDP example there (it stands in
+# for the 26 MB training set too).
+mkdir -p "$stage/data"
+cp /usr/share/datasets/fashion-mnist/t10k-* "$stage/data/" 2>/dev/null || true
 # Every shared library they load, except the C/C++ runtime the device's newer
 # Ubuntu already has.
 for b in "$stage"/bin/*; do
@@ -32,5 +40,5 @@ done
 mkdir -p .device
 exclude=$(git rev-parse --git-path info/exclude)
 grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
-tar -C "$stage" -cJf .device/bundle.tar.xz bin lib
+tar -C "$stage" -cJf .device/bundle.tar.xz bin lib data
 ls -la .device/bundle.tar.xz

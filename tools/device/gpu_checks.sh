@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a lent GPU machine (carry .device, made by tools/device/bundle.sh):
-# the CUDA test suite and the probe, logs into $OUT (or ./device-out).
+# the CUDA test suite, the examples with --device cuda and the probe, logs into
+# $OUT (or ./device-out).
 #   tools/device/gpu_checks.sh [--probe-only | --tests-and-harness]
 set -uo pipefail
 out=${OUT:-device-out}
@@ -37,6 +38,31 @@ if [ -z "${1:-}" ]; then
 # collective nodes on the device, on the GPU against the CPU).
 "$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
 echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
+fi
+if [ "${1:-}" != "--probe-only" ]; then
+# The examples' --device cuda (run on the emulated device only before): gpt and
+# resnet on the CPU and the GPU, eager and compiled (the losses should agree);
+# the DDP example on one rank over NCCL, Fashion-MNIST's test set standing in
+# for its training set.
+ex="$out/examples.txt"
+: > "$ex"
+for c in "" --compile; do
+  for d in cpu cuda; do
+    "$work/bin/gpt" --device $d $c --sample 60 2>&1 | tee -a "$ex"
+    echo "gpt --device $d $c rc=${PIPESTATUS[0]}" | tee -a "$ex"
+    "$work/bin/resnet" --synthetic --device $d $c 2>&1 | tee -a "$ex"
+    echo "resnet --device $d $c rc=${PIPESTATUS[0]}" | tee -a "$ex"
+  done
+done
+fm="$work/fashion"
+mkdir -p "$fm"
+for k in images-idx3 labels-idx1; do
+  ln -sf "$work/data/t10k-$k-ubyte.gz" "$fm/t10k-$k-ubyte.gz"
+  ln -sf "$work/data/t10k-$k-ubyte.gz" "$fm/train-$k-ubyte.gz"
+done
+"$work/bin/kilnrun" --nproc-per-node 1 --master-port 0 "$work/bin/ddp_fashion_mnist" \
+  --device cuda --root "$fm" --limit 4096 --test-limit 1000 --log-every 16 2>&1 | tee -a "$ex"
+echo "ddp_fashion_mnist --device cuda rc=${PIPESTATUS[0]}" | tee -a "$ex"
 fi
 if [ "${1:-}" != "--tests-and-harness" ]; then
 "$work/bin/cuda_probe" --n 16777216 --reps 30 2>&1 | tee "$out/cuda_probe.txt"
