@@ -63,7 +63,8 @@
 // 11. A recomputed node (attribute `recompute`: passes/src/remat.cpp, or a
 //    kiln::checkpoint region's replay) joins no group holding an unmarked node
 //    before it: it would be computed, and stored, where the original was, which
-//    undoes the recomputation. Its own chain and the readers after it fuse.
+//    undoes the recomputation; nor one begun by another recomputation where it
+//    would be made early (detail::LateCopies). Its chain and later readers fuse.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
@@ -72,6 +73,7 @@
 #include <unordered_set>
 
 #include "kiln/passes/pass_manager.h"
+#include "remat_internal.h"
 
 namespace kiln::passes {
 namespace {
@@ -519,6 +521,7 @@ struct Planner {
   std::vector<int> group_of;                     // by position, -1: none yet
   mutable std::vector<int> group_seen;           // by group: the acyclic() call that saw it
   mutable int search = 0;
+  detail::LateCopies late{ctx.g};  // rule 11
 
   int group(const Node* n) const { return group_of[static_cast<size_t>(ctx.at(n))]; }
 
@@ -575,9 +578,7 @@ struct Planner {
     std::sort(cand.begin(), cand.end(),
               [&](const Node* a, const Node* b) { return ctx.at(a) < ctx.at(b); });
     if (ctx.at(n) - ctx.at(cand.front()) > opts.max_group_span) return false;  // rule 10
-    // Rule 11 (cand is in order): an unmarked first node admits no recomputed one.
-    auto marked = [](const Node* x) { return x->attrs.has("recompute"); };
-    if (!marked(cand.front()) && std::any_of(cand.begin() + 1, cand.end(), marked)) return false;
+    if (!late.allows(cand)) return false;  // rule 11 (cand is in order)
     if (!analyze(ctx, cand, nullptr)) return false;
     if (!merged.empty() && !acyclic(cand, merged, ctx.at(n))) return false;
     int target;

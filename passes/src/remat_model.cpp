@@ -239,6 +239,40 @@ std::string peak_composition(const ir::Graph& g, const Model& m) {
              "), its own inputs and outputs ", mib(work), " (", n_work, ")");
 }
 
+LateCopies::LateCopies(const ir::Graph& g) : g_(g) {
+  for (const Node* n : g.nodes())
+    if (!n->is_constant() && n->info().has(kOpaque)) opaque_.push_back(n);
+}
+
+bool LateCopies::allows(const std::vector<const Node*>& cand) const {
+  auto marked = [](const Node* x) { return x->attrs.has("recompute"); };
+  if (cand.empty()) return true;
+  if (!marked(cand.front())) return std::none_of(cand.begin() + 1, cand.end(), marked);
+  auto at = [&](const Node* x) { return g_.position(x); };
+  auto before = [&](const Node* a, const Node* b) { return at(a) < at(b); };
+  auto member = [&](const Node* x) {
+    return x && std::binary_search(cand.begin(), cand.end(), x, before);
+  };
+  const int64_t first = cand.front()->attrs.i("recompute");
+  for (const Node* x : cand) {
+    if (!marked(x) || x->attrs.i("recompute") == first) continue;
+    for (const Value* u : x->inputs) {
+      if (!member(u->producer)) continue;
+      // The opaque nodes between u's producer and x.
+      auto o = std::upper_bound(opaque_.begin(), opaque_.end(), u->producer, before);
+      for (; o != opaque_.end() && at(*o) < at(x); ++o) {
+        const Node* m = *o;
+        const bool reads = std::any_of(m->inputs.begin(), m->inputs.end(),
+                                       [&](const Value* w) { return member(w->producer); });
+        const bool feeds = std::any_of(m->output()->users.begin(), m->output()->users.end(),
+                                       [&](const Node* r) { return member(r); });
+        if (!reads && !feeds) return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool ValueCut::saved(const ir::Value* v) const {
   const int in = in_node[static_cast<size_t>(v->id())];
   return in >= 0 && side[static_cast<size_t>(in)] && !side[static_cast<size_t>(in + 1)];

@@ -31,13 +31,19 @@ struct RematOptions {
   int64_t memory_budget = 0;
   /// The graph's state writes (see StateWrite); the compile driver sets them.
   std::vector<StateWrite> writes = {};
+  /// The executor runs the graph fused (plan_fusion): a budget is met by that
+  /// schedule's predicted peak; false (fusion off): by the node-order peak.
+  bool fused = true;
 };
 
 /// What the remat pass did to one graph (over every run in a RematScope).
 struct RematReport {
-  int64_t budget = 0;            ///< RematOptions::memory_budget
-  int64_t peak_before = 0;       ///< predicted peak of the graph the first run saw
-  int64_t peak_after = 0;        ///< predicted peak after the last run
+  int64_t budget = 0;  ///< RematOptions::memory_budget
+  /// Predicted peak of the graph the first run saw (under a budget: of the
+  /// executor's fused schedule, the model the budget is met by, unless
+  /// RematOptions::fused is false; else node order).
+  int64_t peak_before = 0;
+  int64_t peak_after = 0;        ///< the same model's predicted peak after the last run
   bool budget_met = true;        ///< peak_after <= budget (or no budget)
   int splits = 0;                ///< accepted cuts
   int recomputed = 0;            ///< nodes added as recomputations
