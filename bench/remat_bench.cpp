@@ -14,6 +14,9 @@
 // measured and predicted peaks (stats()). Step time: median of --reps steps,
 // the variants taking turns (paired rounds).
 // Plain executable:  remat_bench [--reps N] [--only mlp|transformer] [--batch N]
+//   [--variants 50%,25%] (eager and the default compiled plan always run)
+//   [--peaks] (after the rounds: what each compiled plan holds at its measured peak)
+//   [--erf-cost] (only: erf's cost per element in a compiled kernel, against one operand's)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +32,7 @@
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
 #include "kiln/passes/pass_manager.h"
+#include "kiln/profiler.h"
 
 namespace {
 
@@ -54,7 +58,9 @@ struct Workload {
   }
 };
 
-int64_t mlp_batch = 256;  // --batch
+int64_t mlp_batch = 256;    // --batch
+std::string variants_only;  // --variants: a comma list of substrings (default and eager always run)
+bool print_peaks = false;   // --peaks
 
 Workload make(const std::string& which) {
   manual_seed(11);
@@ -155,22 +161,49 @@ double mib(int64_t b) {
 // that drifts over the run (a shared host) affects them alike.
 void bench(const std::string& which, int reps) {
   std::vector<std::unique_ptr<Variant>> vs;
+  auto wanted = [](const std::string& v) {
+    if (variants_only.empty() || v == "eager" || v == "compiled") return true;
+    size_t at = 0;
+    while (at <= variants_only.size()) {
+      const size_t end = std::min(variants_only.find(',', at), variants_only.size());
+      const std::string part = variants_only.substr(at, end - at);
+      if (!part.empty() && v.find(part) != std::string::npos) return true;
+      at = end + 1;
+    }
+    return false;
+  };
   for (const char* v : {"eager", "eager + checkpoint", "compiled, no remat", "compiled"})
-    vs.push_back(std::make_unique<Variant>(which, v, 0));
+    if (wanted(v)) vs.push_back(std::make_unique<Variant>(which, v, 0));
   const int64_t base = vs.back()->holder->stats().predicted_peak_bytes;
-  vs.push_back(std::make_unique<Variant>(which, "compiled, budget 50%", base / 2));
-  vs.push_back(std::make_unique<Variant>(which, "compiled, budget 25%", base / 4));
+  for (const auto& [v, b] : {std::pair<const char*, int64_t>{"compiled, budget 50%", base / 2},
+                             {"compiled, budget 25%", base / 4}})
+    if (wanted(v)) vs.push_back(std::make_unique<Variant>(which, v, b));
   for (int i = 0; i < reps; ++i)
     for (auto& v : vs) v->step();
   std::vector<Row> rows;
   for (auto& v : vs) rows.push_back(v->finish());
+  if (print_peaks)  // what each compiled plan holds at its measured peak
+    for (auto& v : vs) {
+      if (!v->compiled) continue;
+      profiler::Profile p({.profile_memory = true});
+      (*v->holder)(v->w.x);
+      for (const PeakReport& r : memory_snapshot().compiled_peaks) {
+        std::printf("%s: %s peak %.2f MiB at %s\n", v->r.variant.c_str(), r.plan.c_str(),
+                    mib(r.peak_bytes), r.step.c_str());
+        for (const PeakValue& pv : r.values)
+          std::printf("  %s %s %s %.2f MiB\n", pv.value.c_str(), pv.type.c_str(), pv.op.c_str(),
+                      mib(pv.bytes));
+      }
+      p.stop();
+    }
   std::printf("\n%s%s (median of %d steps)\n", make(which).name,
               which == "mlp" ? str(", batch ", mlp_batch).c_str() : "", reps);
   std::printf(
       "| variant | step ms | x compiled | peak MiB (allocator) | x eager | executor peak MiB "
       "(measured / predicted) | loss |\n| --- | --- | --- | --- | --- | --- | --- |\n");
   const Row& eager = rows[0];
-  const Row& comp = rows[3];
+  const Row& comp =
+      *std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.variant == "compiled"; });
   for (const Row& r : rows) {
     std::printf("| %s | %.1f | %.2f | %.1f | %.2f | ", r.variant.c_str(), r.ms, r.ms / comp.ms,
                 mib(r.alloc_peak), static_cast<double>(r.alloc_peak) / eager.alloc_peak);
@@ -179,6 +212,44 @@ void bench(const std::string& which, int reps) {
     else
       std::printf("—");
     std::printf(" | %.6g |\n", r.loss.item<double>());
+  }
+  std::fflush(stdout);
+}
+
+// What erf costs inside a compiled elementwise kernel, against what one more
+// operand costs (the cut's unit: recompute_cost in passes/src/remat_model.cpp
+// prices a cheap op at 1 per element, kCostly math at 16): y = 0.7x + 0.1,
+// y = 0.7x + z and y = erf(0.7x) + 0.1, paired rounds, ~16M elements a timing.
+void erf_cost(int reps) {
+  std::printf("\nerf in a compiled kernel (median of %d paired rounds)\n", reps);
+  std::printf(
+      "| elements | 0.7x+0.1 ns/elem | one more operand ns/elem | erf ns/elem | erf / operand |\n"
+      "| --- | --- | --- | --- | --- |\n");
+  for (int64_t n : {int64_t{65536}, int64_t{4194304}}) {
+    manual_seed(5);
+    Tensor x = randn({n}), z = randn({n});
+    auto a = compile([](const Tensor& t) { return t * 0.7 + 0.1; });
+    auto b = compile([](const Tensor& t, const Tensor& u) { return t * 0.7 + u; });
+    auto c = compile([](const Tensor& t) { return erf(t * 0.7) + 0.1; });
+    const int k = static_cast<int>(std::max<int64_t>(1, (int64_t{1} << 24) / n));
+    std::vector<double> ta, tb, tc;
+    auto time = [&](auto&& f, std::vector<double>& out) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < k; ++i) f();
+      out.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                    static_cast<double>(k * n));
+    };
+    for (int i = 0; i < reps + 2; ++i) {  // the first two rounds warm up (traces)
+      time([&] { a(x); }, ta);
+      time([&] { b(x, z); }, tb);
+      time([&] { c(x); }, tc);
+    }
+    ta.erase(ta.begin(), ta.begin() + 2);
+    tb.erase(tb.begin(), tb.begin() + 2);
+    tc.erase(tc.begin(), tc.begin() + 2);
+    const double ma = median(ta), mb = median(tb), mc = median(tc);
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.1f |\n", static_cast<long long>(n), ma, mb - ma,
+                mc - ma, (mc - ma) / std::max(1e-9, mb - ma));
   }
   std::fflush(stdout);
 }
@@ -195,10 +266,22 @@ int main(int argc, char** argv) {
       only = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
       mlp_batch = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc)
+      variants_only = argv[++i];
+    else if (!std::strcmp(argv[i], "--peaks"))
+      print_peaks = true;
+    else if (!std::strcmp(argv[i], "--erf-cost"))
+      only = "erf";
     else {
-      std::fprintf(stderr, "usage: remat_bench [--reps N] [--only mlp|transformer] [--batch N]\n");
+      std::fprintf(stderr,
+                   "usage: remat_bench [--reps N] [--only mlp|transformer] [--batch N] "
+                   "[--variants a,b] [--peaks] [--erf-cost]\n");
       return 2;
     }
+  }
+  if (only == "erf") {
+    erf_cost(reps);
+    return 0;
   }
   for (const char* w : {"mlp", "transformer"})
     if (only.empty() || only == w) bench(w, reps);
