@@ -5,8 +5,10 @@
 //   single   one process alone (the other rank idles at a barrier)
 //   local    both ranks step at once, without communicating
 //   ddp      DistributedDataParallel (bucketed all-reduce overlapped with backward),
-//            with zero_grad() (set_to_none), with zero_grad(false), and with the
-//            bf16 and fp16 compression hooks
+//            with zero_grad() (set_to_none), with zero_grad(false), with the
+//            gradients copied into the buckets after zero_grad() instead of
+//            computed there (compute_grads_in_buckets=false: the code before
+//            session 7), and with the bf16 and fp16 compression hooks
 //   naive    backward, then one blocking all-reduce per gradient
 //   flat     backward, then one all-reduce of all gradients (no overlap)
 //   comm     the all-reduce of the gradients' bytes alone, in a comm buffer (as
@@ -27,7 +29,9 @@
 // (ready, start, end against backward's end) instead of the table; on the
 // emulated device (PoCL) that is the schedule, not speed.
 // --trace (eager): instead of the table, each rank's step split into phases
-// and the DDP backward's timeline (bucket launches, all-reduce start and end).
+// (plain, DDP, DDP with the gradients copied into the buckets), how many
+// gradients backward computed in their buckets or copied there per step, and
+// the DDP backward's timeline (bucket launches, all-reduce start and end).
 // It starts its 2 ranks itself (fork + exec with RANK/WORLD_SIZE/MASTER_* set,
 // KILN_NUM_THREADS=1); under kilnrun it runs as the given rank.
 #include <signal.h>
@@ -47,6 +51,7 @@
 
 #include "kiln/compile.h"
 #include "kiln/distributed/ddp.h"
+#include "kiln/grad_destination.h"
 #include "kiln/thread_pool.h"
 #include "mlp_step.h"
 
@@ -128,7 +133,8 @@ struct Row {
 // gradient ready), when its all-reduce began and ended on the comm thread, and
 // when backward's own compute ended (the final wait began).
 void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::MlpStep& wrapped,
-           dist::DistributedDataParallel& ddp) {
+           dist::DistributedDataParallel& ddp, bench::MlpStep& copyin,
+           dist::DistributedDataParallel& ddp_copyin) {
   // Wall and CPU time (this thread's, and the whole process's: the comm threads too).
   struct Stamp {
     Clock::time_point wall;
@@ -139,7 +145,7 @@ void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::
   };
   struct Phases {
     std::vector<double> fwd, bwd, opt, fwd_cpu, bwd_cpu, opt_cpu, total, total_cpu;
-  } p, d;
+  } p, d, c;
   Clock::time_point bs;
   auto phase_step = [&](Phases& ph, const std::function<void()>& zero,
                         const std::function<Tensor()>& fwd, const std::function<void()>& opt) {
@@ -165,6 +171,7 @@ void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::
   const size_t nb = ddp.num_buckets();
   std::vector<std::vector<double>> launch(nb), start(nb), end(nb);
   std::vector<double> compute_end, tail;
+  const auto dest0 = autograd::grad_destination_stats();
   for (int i = 0; i < a.iters + a.warmup; ++i) {
     const bool keep = i >= a.warmup;
     Phases scratch;
@@ -173,10 +180,23 @@ void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::
         keep ? p : scratch, [&] { plain.opt->zero_grad(); },
         [&] { return cross_entropy(plain.model->forward(plain.x), plain.y); },
         [&] { plain.opt->step(); });
-    pg.barrier()->wait();
-    auto done = phase_step(
-        keep ? d : scratch, [&] { wrapped.opt->zero_grad(); },
-        [&] { return cross_entropy(ddp(wrapped.x), wrapped.y); }, [&] { wrapped.opt->step(); });
+    // The two DDP variants alternate which goes first (position in the round matters).
+    Clock::time_point done{}, ddp_bs{};
+    for (int k = 0; k < 2; ++k) {
+      pg.barrier()->wait();
+      if ((k == 0) == (i % 2 == 0)) {
+        done = phase_step(
+            keep ? d : scratch, [&] { wrapped.opt->zero_grad(); },
+            [&] { return cross_entropy(ddp(wrapped.x), wrapped.y); }, [&] { wrapped.opt->step(); });
+        ddp_bs = bs;
+      } else {
+        phase_step(
+            keep ? c : scratch, [&] { copyin.opt->zero_grad(); },
+            [&] { return cross_entropy(ddp_copyin(copyin.x), copyin.y); },
+            [&] { copyin.opt->step(); });
+      }
+    }
+    bs = ddp_bs;
     if (!keep) continue;
     auto works = ddp.last_bucket_works();
     auto launches = ddp.last_bucket_launch_times();
@@ -203,6 +223,14 @@ void trace(const Args& a, dist::ProcessGroup& pg, bench::MlpStep& plain, bench::
         a.iters);
     line("plain", p);
     line("DDP", d);
+    line("DDP cp", c);
+    const auto dest1 = autograd::grad_destination_stats();
+    const double n = static_cast<double>(a.iters + a.warmup);
+    std::printf(
+        "  gradients per DDP step: %.1f computed in their bucket, %.1f copied there by "
+        "autograd; DDP cp: every gradient copied into its bucket by DDP\n",
+        static_cast<double>(dest1.computed_in_place - dest0.computed_in_place) / n,
+        static_cast<double>(dest1.copied - dest0.copied) / n);
     std::printf("  DDP backward: own compute ends at %.2f, then %.2f waiting for buckets\n",
                 median(compute_end), median(tail));
     for (size_t b = 0; b < nb; ++b)
@@ -306,7 +334,7 @@ int worker(const Args& a) {
   auto pg = dist::default_group();
   const int rank = pg->rank();
   // `plain` runs the rows without DDP; `wrapped` is DDP's (its hooks stay on its parameters).
-  bench::MlpStep plain, wrapped, kept, compressed, halved, copied;
+  bench::MlpStep plain, wrapped, kept, compressed, halved, copied, copyin;
   int64_t numel = 0;
   for (auto& p : plain.model->parameters()) numel += p.numel();
   dist::DistributedDataParallel ddp(
@@ -317,6 +345,12 @@ int worker(const Args& a) {
   dist::DistributedDataParallel ddp_kept(
       kept.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
   auto fwd_bwd_kept = ddp_fwd_bwd(ddp_kept, a, "ddp_bench_kept");
+  // Gradients copied into the buckets after zero_grad() (the code before
+  // session 7), for paired comparisons with the default.
+  dist::DistributedDataParallel ddp_copyin(copyin.model, {.bucket_cap_mb = a.bucket_cap_mb,
+                                                          .first_bucket_mb = a.first_bucket_mb,
+                                                          .compute_grads_in_buckets = false});
+  auto fwd_bwd_copyin = ddp_fwd_bwd(ddp_copyin, a, "ddp_bench_copyin");
   // The same with the bf16 compression hook (half the bytes on the wire).
   dist::DistributedDataParallel ddp16(compressed.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                          .first_bucket_mb = a.first_bucket_mb,
@@ -342,7 +376,7 @@ int worker(const Args& a) {
   Tensor flat = zeros({numel});
   Tensor flat_comm = pg->make_comm_buffer(numel, DType::f32);  // as DDP's buckets
   if (a.trace && !a.compile) {
-    trace(a, *pg, plain, wrapped, ddp);
+    trace(a, *pg, plain, wrapped, ddp, copyin, ddp_copyin);
     dist::destroy_process_group();
     return 0;
   }
@@ -354,6 +388,12 @@ int worker(const Args& a) {
          wrapped.opt->zero_grad();
          fwd_bwd(wrapped.x, wrapped.y);
          wrapped.opt->step();
+       }},
+      {"DDP, grads copied into buckets (before)",
+       [&] {
+         copyin.opt->zero_grad();
+         fwd_bwd_copyin(copyin.x, copyin.y);
+         copyin.opt->step();
        }},
       // .grad stays the bucket view: backward accumulates into the buckets (no copy)
       {"DDP, zero_grad(set_to_none=false)",
