@@ -2,8 +2,8 @@
 // loopback train over the "nccl" group on a CUDA device (in CI: the emulated
 // device, which both ranks share, and the emulated NCCL) and end with the
 // losses and accuracy of the same job on the CPU over Gloo (the same batches,
-// initial weights and dropout masks: the device draws the CPU's numbers).
-// Every wait is bounded.
+// initial weights and dropout masks: the device draws the CPU's numbers; the
+// CUDA job alone under ASan). Every wait is bounded.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -44,22 +44,25 @@ TEST(ExampleDdp, TrainsOnACudaDeviceUnderKilnrunLikeOnTheCpu) {
     GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
   const std::vector<std::string> args = {"--limit",      "32", "--batch-size", "8", "--epochs", "1",
                                          "--test-limit", "40", "--log-every",  "1"};
-  const kr::Result cpu = run_job(args);
   std::vector<std::string> cuda_args = args;
   cuda_args.insert(cuda_args.end(), {"--device", "cuda"});
   const kr::Result gpu = run_job(cuda_args);
-  for (const kr::Result* r : {&cpu, &gpu}) {
-    ASSERT_FALSE(r->timed_out) << r->out << r->err;
-    ASSERT_EQ(r->code, 0) << r->out << r->err;
-  }
+  ASSERT_FALSE(gpu.timed_out) << gpu.out << gpu.err;
+  ASSERT_EQ(gpu.code, 0) << gpu.out << gpu.err;
   EXPECT_NE(gpu.out.find("[rank 0] ddp: 2 ranks, mlp (eager), 32 training images (16 per rank)"),
             std::string::npos)
       << gpu.out;
   EXPECT_NE(gpu.out.find("on cuda (nccl)"), std::string::npos) << gpu.out;
+  const double loss_gpu = figure(gpu.out, "mean loss ");
+  EXPECT_GT(loss_gpu, 0) << gpu.out;
+  EXPECT_GE(figure(gpu.out, "final test accuracy "), 0) << gpu.out;
+#ifndef KILN_TEST_SANITIZED  // the CPU job too: ~13 s more under ASan
+  const kr::Result cpu = run_job(args);
+  ASSERT_FALSE(cpu.timed_out) << cpu.out << cpu.err;
+  ASSERT_EQ(cpu.code, 0) << cpu.out << cpu.err;
   EXPECT_NE(cpu.out.find("on cpu (gloo)"), std::string::npos) << cpu.out;
-  const double loss_cpu = figure(cpu.out, "mean loss "), loss_gpu = figure(gpu.out, "mean loss ");
-  ASSERT_GT(loss_cpu, 0) << cpu.out;
-  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-3) << gpu.out;
+  EXPECT_NEAR(loss_gpu, figure(cpu.out, "mean loss "), 1e-3) << gpu.out << cpu.out;
   EXPECT_DOUBLE_EQ(figure(gpu.out, "final test accuracy "), figure(cpu.out, "final test accuracy "))
-      << gpu.out;
+      << gpu.out << cpu.out;
+#endif
 }
