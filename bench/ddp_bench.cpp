@@ -23,11 +23,13 @@
 // step of every row, so load from other processes hits the rows alike.
 //
 //   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
-//             [--first-bucket-mb X] [--compile] [--trace] [--device cuda]
+//             [--first-bucket-mb X] [--compile] [--trace] [--device cuda [--ranks 1]]
 // --device cuda (ddp_bench_cuda.cpp): the DDP step with CUDA parameters over
 // an NCCL group, printing each bucket all-reduce's schedule on the streams
 // (ready, start, end against backward's end) instead of the table; on the
-// emulated device (PoCL) that is the schedule, not speed.
+// emulated device (PoCL) that is the schedule, not speed. --ranks 1 (with
+// --device cuda): one rank, the DDP step against the plain single-GPU step
+// (paired) and a one-rank all-reduce's time (NCCL refuses two ranks on one GPU).
 // --trace (eager): instead of the table, each rank's step split into phases
 // (plain, DDP, DDP with the gradients copied into the buckets), how many
 // gradients backward computed in their buckets or copied there per step, and
@@ -74,6 +76,7 @@ struct Args {
   bool compile = false;
   bool trace = false;
   bool cuda = false;  // --device cuda
+  int ranks = 2;      // --ranks (1: the one-rank GPU step, --device cuda only)
 };
 
 double ms(Clock::duration d) {
@@ -480,15 +483,15 @@ int worker(const Args& a) {
 }
 
 // Starts ranks 0 and 1 as copies of this program and waits (bounded) for them.
-int launch(char** argv) {
+int launch(char** argv, int ranks) {
   const std::string port = std::to_string(kiln::dist::free_loopback_port());
   std::vector<pid_t> kids;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
       ::setenv("KILN_NUM_THREADS", "1", 1);
@@ -540,16 +543,22 @@ int main(int argc, char** argv) {
       a.compile = true;
     else if (s == "--trace")
       a.trace = true;
+    else if (s == "--ranks")
+      a.ranks = std::clamp(std::atoi(next().c_str()), 1, 2);
     else if (s == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda")
       a.cuda = (++i, true);
     else {
       std::fprintf(stderr,
                    "usage: ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X] "
-                   "[--first-bucket-mb X] [--compile] [--trace] [--device cuda]\n");
+                   "[--first-bucket-mb X] [--compile] [--trace] [--device cuda [--ranks 1]]\n");
       return s == "--help" ? 0 : 2;
     }
   }
-  if (!std::getenv("RANK")) return launch(argv);
+  if (a.ranks == 1 && !a.cuda) {
+    std::fprintf(stderr, "ddp_bench: --ranks 1 needs --device cuda (the CPU table runs 2 ranks)\n");
+    return 2;
+  }
+  if (!std::getenv("RANK")) return launch(argv, a.ranks);
   try {
     if (a.cuda)
       return kiln::bench::ddp_cuda_schedule(a.iters, a.warmup, a.bucket_cap_mb, a.first_bucket_mb,

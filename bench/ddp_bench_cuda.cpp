@@ -1,7 +1,8 @@
 // ddp_bench --device cuda: the 2-rank DDP step with CUDA parameters over an
-// NCCL group, and its overlap schedule. On the emulated device (PoCL, no GPU)
-// this shows the schedule only, not speed: kernels run on the host's cores and
-// the emulated NCCL moves bytes through shared memory.
+// NCCL group, and its overlap schedule; with --ranks 1, the one-rank DDP step
+// against the plain single-GPU step and a one-rank all-reduce's bandwidth. On the emulated device
+// (PoCL, no GPU) this shows the schedule only, not speed: kernels run on the host's cores and the
+// emulated NCCL moves bytes through shared memory.
 //
 // The schedule comes from the device streams, not the host's enqueue times
 // (the host runs ahead of the device): DDP's group is wrapped so that every
@@ -16,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -131,6 +134,93 @@ class ScheduleGroup final : public dist::ProcessGroup {
   std::thread poller_;
 };
 
+// --device cuda --ranks 1: the one-rank DDP step (an NCCL group of one)
+// against the plain single-GPU step, alternating which runs first, and a
+// one-rank all-reduce's time at the gradients' size and at 256 MB.
+int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_bucket_mb,
+                      bool compiled) {
+  const bool emulated = std::getenv("KILN_CUDA_EMULATE") != nullptr;
+  auto pg = dist::default_group();
+  const Device dev = Device::cuda(0);
+  auto on_device = [&](MlpStep& s) {
+    s.model->to(dev);
+    s.opt = std::make_unique<optim::SGD>(s.model->parameters(),
+                                         optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+    s.x = s.x.to(dev);
+    s.y = s.y.to(dev);
+  };
+  MlpStep plain(/*fused=*/false), wrapped(/*fused=*/false);
+  on_device(plain);
+  on_device(wrapped);
+  dist::DistributedDataParallel ddp(
+      wrapped.model, {.bucket_cap_mb = bucket_cap_mb, .first_bucket_mb = first_bucket_mb});
+  auto fwd_bwd = [&](std::function<Tensor(const Tensor&)> model, const char* name) {
+    return compile(
+        [model](const Tensor& xb, const Tensor& yb) {
+          Tensor loss = cross_entropy(model(xb), yb);
+          loss.backward();
+          return loss;
+        },
+        {.enabled = compiled, .name = name});
+  };
+  auto plain_step = fwd_bwd([&](const Tensor& xb) { return plain.model->forward(xb); }, "plain");
+  auto ddp_step = fwd_bwd([&](const Tensor& xb) { return ddp(xb); }, "ddp1");
+  auto timed = [&](MlpStep& s, auto& f) {
+    cuda::synchronize(0);
+    const auto t0 = Clock::now();
+    s.opt->zero_grad();
+    f(s.x, s.y);
+    s.opt->step();
+    cuda::synchronize(0);
+    return ms(Clock::now() - t0);
+  };
+  std::vector<double> p_ms, d_ms, ratio;
+  for (int i = 0; i < warmup + iters; ++i) {
+    double p = 0, d = 0;
+    if (i % 2 == 0) {
+      p = timed(plain, plain_step);
+      d = timed(wrapped, ddp_step);
+    } else {
+      d = timed(wrapped, ddp_step);
+      p = timed(plain, plain_step);
+    }
+    if (i < warmup) continue;
+    p_ms.push_back(p);
+    d_ms.push_back(d);
+    ratio.push_back(d / p);
+  }
+  std::printf(
+      "one rank on %s, %s forward+backward, MLP 784-1024-1024-10 batch 128, SGD momentum, %zu "
+      "buckets; medians of %d paired steps (synchronized): plain %.3f ms, DDP %.3f ms, DDP / "
+      "plain %.3fx (median of the pairs' ratios; target <= 1.05x)\n",
+      emulated ? "the emulated CUDA device (PoCL: not speed)" : "the GPU",
+      compiled ? "compiled" : "eager", ddp.num_buckets(), iters, median(p_ms), median(d_ms),
+      median(ratio));
+  int64_t grads = 0;
+  for (auto& p : plain.model->parameters()) grads += p.numel();
+  for (int64_t n : {grads, emulated ? int64_t{0} : int64_t{64} << 20}) {
+    if (n == 0) continue;
+    Tensor t = zeros({n}, DType::f32, dev);
+    for (int i = 0; i < 2; ++i) pg->all_reduce(t, dist::ReduceOp::kSum)->wait();
+    cuda::synchronize(0);
+    std::vector<double> each;
+    for (int i = 0; i < std::max(iters, 5); ++i) {
+      const auto t0 = Clock::now();
+      pg->all_reduce(t, dist::ReduceOp::kSum)->wait();
+      cuda::synchronize(0);
+      each.push_back(ms(Clock::now() - t0));
+    }
+    const double bytes = 4.0 * static_cast<double>(n), m = median(each);
+    std::printf(
+        "  one-rank all-reduce of %.1f MB: %.3f ms, algbw %.1f GB/s (busbw = algbw * 2(n-1)/n "
+        "= 0 for n = 1: nothing crosses a link)\n",
+        bytes / 1e6, m, bytes / (m * 1e6));
+  }
+  std::fflush(stdout);
+  dist::destroy_process_group();
+  return 0;
+}
+
 }  // namespace
 
 // The --device cuda mode (called on each rank by ddp_bench's worker).
@@ -142,6 +232,8 @@ int ddp_cuda_schedule(int iters, int warmup, double bucket_cap_mb, double first_
   }
   set_num_threads(1);
   dist::init_process_group({.backend = "nccl"});
+  if (dist::default_group()->size() == 1)
+    return ddp_cuda_one_rank(iters, warmup, bucket_cap_mb, first_bucket_mb, compiled);
   auto pg = std::make_shared<ScheduleGroup>(dist::default_group());
   MlpStep step(/*fused=*/false);
   step.model->to(Device::cuda(0));
