@@ -446,9 +446,15 @@ bool remat(ir::Graph& g) {
   rep.budget_met = budget <= 0 || fused <= budget;
   rep.peak_composition = detail::peak_composition(g, m);
   if (!rep.budget_met) rep.log.push_back("floor: " + rep.peak_composition);
-  if (env::get_int("KILN_DEBUG", 0) >= 1)
+  if (env::get_int("KILN_DEBUG", 0) >= 1) {
     for (size_t k = first_log; k < rep.log.size(); ++k)
       std::fprintf(stderr, "[kiln] %s\n", rep.log[k].c_str());
+    if (budget > 0 && by_fusion) {
+      std::string comp;
+      detail::fused_peak(g, plan_fusion(g), writes, &comp);
+      std::fprintf(stderr, "[kiln] %s\n", comp.c_str());
+    }
+  }
   return changed;
 }
 

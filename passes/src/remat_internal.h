@@ -77,6 +77,11 @@ int64_t elems_of(const ir::Value* v);
 /// never recomputed (see remat_model.cpp).
 double recompute_cost(const ir::Node& n);
 
+/// predicted_peak_bytes of the fused schedule; with `composition`, also what
+/// is alive at its peak (value, producer, group, MiB), for KILN_DEBUG.
+int64_t fused_peak(const ir::Graph& g, const FusionPlan& plan, std::span<const StateWrite> writes,
+                   std::string* composition);
+
 /// Fusion's rule 11 (fuse.cpp) for recomputed nodes (attribute `recompute`).
 /// A group begun by an unmarked node admits none: it would be made, and
 /// stored, where the original was. A group begun by one recomputation admits
@@ -85,7 +90,8 @@ double recompute_cost(const ir::Node& n);
 /// later cut's copy would be made, and stored, with the earlier cut's, layers
 /// before its readers (bench/remat_bench's MLP at 25%: one kernel wrote 3
 /// GELUs that 3 cuts recomputed later; measured 3.5 MiB, 1.8 with the rule).
-/// A matmul the group reads or feeds runs before or after it anyway.
+/// A matmul the group reads or feeds (directly or through views) runs before
+/// or after it anyway.
 class LateCopies {
  public:
   explicit LateCopies(const ir::Graph& g);

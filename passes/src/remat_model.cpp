@@ -239,6 +239,28 @@ std::string peak_composition(const ir::Graph& g, const Model& m) {
              "), its own inputs and outputs ", mib(work), " (", n_work, ")");
 }
 
+namespace {
+
+// The value a chain of views (reshape, permute) starts from.
+const Value* source(const Value* v) {
+  while (v->producer && !v->producer->is_constant() && v->producer->info().has(kView) &&
+         !v->producer->inputs.empty())
+    v = v->producer->inputs[0];
+  return v;
+}
+
+// Whether a node `member` holds reads v, directly or through views.
+template <typename Member>
+bool feeds(const Value* v, const Member& member) {
+  for (const Node* r : v->users) {
+    if (member(r)) return true;
+    if (!r->is_constant() && r->info().has(kView) && feeds(r->output(), member)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 LateCopies::LateCopies(const ir::Graph& g) : g_(g) {
   for (const Node* n : g.nodes())
     if (!n->is_constant() && n->info().has(kOpaque)) opaque_.push_back(n);
@@ -263,10 +285,8 @@ bool LateCopies::allows(const std::vector<const Node*>& cand) const {
       for (; o != opaque_.end() && at(*o) < at(x); ++o) {
         const Node* m = *o;
         const bool reads = std::any_of(m->inputs.begin(), m->inputs.end(),
-                                       [&](const Value* w) { return member(w->producer); });
-        const bool feeds = std::any_of(m->output()->users.begin(), m->output()->users.end(),
-                                       [&](const Node* r) { return member(r); });
-        if (!reads && !feeds) return false;
+                                       [&](const Value* w) { return member(source(w)->producer); });
+        if (!reads && !feeds(m->output(), member)) return false;
       }
     }
   }
@@ -331,6 +351,15 @@ int64_t predicted_peak_bytes(const ir::Graph& g, std::span<const StateWrite> wri
 
 int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
                              std::span<const StateWrite> writes) {
+  return detail::fused_peak(g, plan, writes, nullptr);
+}
+
+}  // namespace kiln::passes
+
+namespace kiln::passes::detail {
+
+int64_t fused_peak(const ir::Graph& g, const FusionPlan& plan, std::span<const StateWrite> writes,
+                   std::string* composition) {
   using ir::Node;
   using ir::Value;
   const auto nodes = g.nodes();
@@ -435,8 +464,34 @@ int64_t predicted_peak_bytes(const ir::Graph& g, const FusionPlan& plan,
     diff[static_cast<size_t>(last[id]) + 1] -= b;
   }
   int64_t live = 0, peak = 0;
-  for (int64_t d : diff) peak = std::max(peak, live += d);
+  int at = 0;
+  for (size_t k = 0; k < diff.size(); ++k)
+    if ((live += diff[k]) > peak) {
+      peak = live;
+      at = static_cast<int>(k);
+    }
+  if (composition) {  // the buffers alive at the peak's step, largest first
+    std::vector<std::pair<int64_t, const Value*>> alive;
+    for (size_t id = 0; id < by_id.size(); ++id)
+      if (birth[id] >= 0 && birth[id] <= at && last[id] >= at)
+        alive.emplace_back(detail::bytes_of(by_id[id], syms), by_id[id]);
+    std::sort(alive.begin(), alive.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<int> num(static_cast<size_t>(ids), 0);  // values numbered as ir::print does
+    int next = 0;
+    for (const Value* v : g.inputs()) num[static_cast<size_t>(v->id())] = next++;
+    for (const Node* x : nodes)
+      for (const Value* v : x->outputs) num[static_cast<size_t>(v->id())] = next++;
+    *composition = str("fused peak ", mib(peak), " at step ", at, ":");
+    for (const auto& [b, v] : alive) {
+      const Node* p = v->producer;
+      const int gi = p ? plan.group_of[pos(p)] : -1;
+      *composition +=
+          str(" %", num[static_cast<size_t>(v->id())], " ", p ? op_name(p->op) : "input",
+              gi >= 0 ? str(" (group ", gi, ")") : "", " ", mib(b), ";");
+    }
+  }
   return peak;
 }
 
-}  // namespace kiln::passes
+}  // namespace kiln::passes::detail
