@@ -45,6 +45,10 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
+// Every function is inlined whole into its caller: eager loops that call one
+// per element vectorize only if nothing in them is a call.
+#define KILN_MATH_INLINE [[gnu::always_inline]] inline
+
 namespace kiln::math {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -120,36 +124,38 @@ inline constexpr std::array<int32_t, 320> kTwoOverPiTable = detail::two_over_pi_
 
 /// NaN test (x != x).
 template <class B, class V>
-auto isnan(B& b, V x) {
+KILN_MATH_INLINE auto isnan(B& b, V x) {
   return b.ne(x, x);
 }
 /// |x| of an f32, through its bits.
 template <class B>
-typename B::F fabs(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F fabs(B& b, typename B::F x) {
   return b.from_bits(b.band(b.bits(x), 2147483647.0));
 }
 /// The magnitude of `mag` with the sign of `sgn` (f32).
 template <class B>
-typename B::F copysign(B& b, typename B::F mag, typename B::F sgn) {
+KILN_MATH_INLINE typename B::F copysign(B& b, typename B::F mag, typename B::F sgn) {
   const auto m = b.band(b.bits(mag), 2147483647.0);
   const auto s = b.band(b.bits(sgn), -2147483648.0);
   return b.from_bits(b.bor(m, s));
 }
 /// x clamped to [lo, hi]; NaN becomes lo.
 template <class B, class V>
-V clamp(B& b, V x, double lo, double hi) {
+KILN_MATH_INLINE V clamp(B& b, V x, double lo, double hi) {
   const V l = b.sel(b.gt(x, lo), x, lo);
   return b.sel(b.lt(l, hi), l, hi);
 }
 /// Horner: cs[0] x^(K-1) + ... + cs[K-1], with fma (unrolled).
-template <class B, class V, class T, size_t K>
-V horner(B& b, V x, const std::array<T, K>& cs) {
-  V acc = b.like(x, static_cast<double>(cs[0]));
-  [&]<size_t... J>(std::index_sequence<J...>) {
-    ((acc = b.fma(acc, x, b.like(x, static_cast<double>(cs[J + 1])))), ...);
-  }
-  (std::make_index_sequence<K - 1>{});
+template <class B, class V, class T, size_t K, size_t... J>
+KILN_MATH_INLINE V horner_steps(B& b, V x, V acc, const std::array<T, K>& cs,
+                                std::index_sequence<J...>) {
+  ((acc = b.fma(acc, x, b.like(x, static_cast<double>(cs[J + 1])))), ...);
   return acc;
+}
+template <class B, class V, class T, size_t K>
+KILN_MATH_INLINE V horner(B& b, V x, const std::array<T, K>& cs) {
+  const V acc = b.like(x, static_cast<double>(cs[0]));
+  return horner_steps(b, x, acc, cs, std::make_index_sequence<K - 1>{});
 }
 
 // ---- f32 functions
@@ -164,7 +170,7 @@ V horner(B& b, V x, const std::array<T, K>& cs) {
 /// multiplication by a normal power of two, so subnormal results are rounded
 /// once and 2^128 becomes +inf.
 template <class B>
-typename B::F exp_f32(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F exp_f32(B& b, typename B::F x) {
   const auto xc = clamp(b, x, -104.0, 89.0);
   const auto n = b.rint(b.mul(xc, double{1.44269504088896341f}));
   auto r = b.fma(n, double{-0.693359375f}, xc);
@@ -183,7 +189,7 @@ typename B::F exp_f32(B& b, typename B::F x) {
 /// log(x) = e ln2 + log(m), x = 2^e m, m in [sqrt(1/2), sqrt(2)) (subnormals
 /// scaled into the normal range first): Cephes' polynomial in v = m - 1.
 template <class B>
-typename B::F log_f32(B& b, typename B::F x0) {
+KILN_MATH_INLINE typename B::F log_f32(B& b, typename B::F x0) {
   const auto sub = b.lt(x0, double{1.17549435e-38f});
   const auto x = b.sel(sub, b.mul(x0, 8388608.0), x0);
   const auto eadj = b.sel(sub, b.ci(-23), b.ci(0));
@@ -217,7 +223,7 @@ typename B::F log_f32(B& b, typename B::F x0) {
 /// tanh: x + x^3 P(x^2) (Cephes) for |x| <= 0.625, else 1 - 2 / (e^(2|x|) + 1)
 /// with the sign of x; ±0 keeps its sign, NaN goes through the small path.
 template <class B>
-typename B::F tanh_f32(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F tanh_f32(B& b, typename B::F x) {
   const auto a = fabs(b, x);
   const auto ex = exp_f32(b, b.add(a, a));
   const auto q = b.div(b.like(x, 2.0), b.add(ex, 1.0));
@@ -233,7 +239,7 @@ typename B::F tanh_f32(B& b, typename B::F x) {
 
 /// 1 / (1 + e^-x).
 template <class B>
-typename B::F sigmoid_f32(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F sigmoid_f32(B& b, typename B::F x) {
   const auto e = exp_f32(b, b.neg(x));
   return b.div(b.like(x, 1.0), b.add(e, 1.0));
 }
@@ -246,14 +252,15 @@ typename B::F sigmoid_f32(B& b, typename B::F x) {
 /// r^11, scaled by 2^n in two halves (so the clamped range ±800 never
 /// overflows the exponent).
 template <class B>
-typename B::D exp_f64(B& b, typename B::D z0) {
+KILN_MATH_INLINE typename B::D exp_f64(B& b, typename B::D z0) {
   static constexpr std::array<double, 12> kCoeffs = detail::exp_f64_coeffs();
   const auto z = clamp(b, z0, -800.0, 800.0);
   const auto n = b.rint(b.mul(z, 1.4426950408889634));
   auto r = b.fma(n, -0.6931471805599453, z);
   r = b.fma(n, -2.3190468138462996e-17, r);
   const auto p = horner(b, r, kCoeffs);
-  const auto ni = b.to_i64(n);
+  // n is in [-1155, 1155]: converted through i32 (AVX2 converts only 32-bit lanes).
+  const auto ni = b.to_i64(b.to_i32(n));
   const auto h = b.shr(ni, 1);
   const auto l = b.sub(ni, h);
   const auto s1 = b.from_bits(b.shl(b.add(h, 1023.0), 52));
@@ -266,7 +273,7 @@ typename B::D exp_f64(B& b, typename B::D z0) {
 /// subnormal here): x = 2^e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
 /// s = (m-1)/(m+1), |s| <= 0.172, series to s^17 (~1e-16).
 template <class B>
-typename B::D log_f64(B& b, typename B::D x) {
+KILN_MATH_INLINE typename B::D log_f64(B& b, typename B::D x) {
   static constexpr std::array<double, 9> kCoeffs = detail::log_f64_coeffs();
   const auto bits = b.bits(x);
   const auto eb = b.band(b.shr(bits, 52), 2047.0);
@@ -281,7 +288,7 @@ typename B::D log_f64(B& b, typename B::D x) {
   const auto s2 = b.mul(s, s);
   const auto p = horner(b, s2, kCoeffs);
   const auto lm = b.mul(b.add(s, s), p);
-  const auto ed = b.to_f64(e);
+  const auto ed = b.to_f64(b.to_i32(e));  // e in [-1023, 1024], as in exp_f64
   const auto y0 = b.fma(ed, 2.3190468138462996e-17, lm);
   const auto y = b.fma(ed, 0.6931471805599453, y0);
   auto r = b.sel(b.eq(x, 0.0), -kInf, y);
@@ -296,7 +303,7 @@ typename B::D log_f64(B& b, typename B::D x) {
 /// negative result, negative finite x with a non-integer y is NaN; zeros and
 /// infinities follow from log(0) = -inf and log(inf) = inf.
 template <class B>
-typename B::F pow_f32(B& b, typename B::F x, typename B::F y) {
+KILN_MATH_INLINE typename B::F pow_f32(B& b, typename B::F x, typename B::F y) {
   const auto ax = fabs(b, x);
   const auto l = log_f64(b, b.to_f64(ax));
   const auto r = b.to_f32(exp_f64(b, b.mul(b.to_f64(y), l)));
@@ -320,7 +327,7 @@ typename B::F pow_f32(B& b, typename B::F x, typename B::F y) {
 /// log1p(x) = log(u) * x / (u - 1) with u = 1 + x in double (the quotient
 /// corrects the rounding of u); x itself when u == 1 (tiny x, ±0) or x = inf.
 template <class B>
-typename B::F log1p_f32(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F log1p_f32(B& b, typename B::F x) {
   const auto xd = b.to_f64(x);
   const auto u = b.add(xd, 1.0);
   const auto q = b.div(xd, b.sub(u, 1.0));
@@ -334,7 +341,7 @@ typename B::F log1p_f32(B& b, typename B::F x) {
 /// Q (degree 7, error 3e-11) and R (degree 12 in u = (|x| - 2.5) / 1.5, error
 /// 6e-11) are least-squares Chebyshev fits made with mpmath.
 template <class B>
-typename B::F erf_f32(B& b, typename B::F x) {
+KILN_MATH_INLINE typename B::F erf_f32(B& b, typename B::F x) {
   const auto xd = b.to_f64(x);
   const auto a = b.to_f64(fabs(b, x));
   const auto t = b.mul(a, a);
@@ -359,7 +366,7 @@ typename B::F erf_f32(B& b, typename B::F x) {
 
 /// Table word at index `idx` (i32), zero-extended to i64.
 template <class B>
-typename B::L table_word(B& b, typename B::I idx) {
+KILN_MATH_INLINE typename B::L table_word(B& b, typename B::I idx) {
   return b.band(b.to_i64(b.table(idx)), 4294967295.0);
 }
 
@@ -368,7 +375,7 @@ typename B::L table_word(B& b, typename B::I idx) {
 /// quadrant n and the remainder r in 2^-62 units), then Taylor polynomials in
 /// double on |r| <= pi/4 (error ~1e-14). |x| < 2^-6 needs no reduction.
 template <class B>
-typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
+KILN_MATH_INLINE typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
   static constexpr detail::SinCosCoeffs kCoeffs = detail::sincos_coeffs();
   const auto xi = b.bits(x);
   const auto e = b.band(b.shr(xi, 23), 255.0);
@@ -412,6 +419,8 @@ typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
 }
 
 }  // namespace kiln::math
+
+#undef KILN_MATH_INLINE
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -5,7 +5,7 @@
 // to the host's SIMD instructions at whatever width the target has (the
 // runtime builds with -march=native): vectors wider than the hardware's are
 // split, operations it lacks (a 64-bit integer conversion on AVX2) are done
-// per lane. kLanes is the host's float width.
+// per lane. kLanes is the host's float width, kLanes64 its double width.
 //
 // Each operation is the IEEE operation the kernel IR's interpreter applies to
 // the same expression (explicit fma, round-to-nearest conversions, wrapping
@@ -31,6 +31,8 @@ namespace kiln::math {
 
 /// Lanes of the host's widest float vector (4 with SSE/NEON, 8 with AVX, 16 with AVX-512).
 inline constexpr int kLanes = __BIGGEST_ALIGNMENT__ >= 16 ? __BIGGEST_ALIGNMENT__ / 4 : 4;
+/// Lanes of its widest double vector.
+inline constexpr int kLanes64 = kLanes / 2;
 
 namespace detail {
 

@@ -16,24 +16,25 @@
 
 namespace kiln::ops::vec {
 
-/// e^x for f32 (math::exp_f32 on one float).
-inline float exp_f32(float x) {
+/// e^x for f32 (math::exp_f32 on one float). Inlined whole, so that the
+/// loops calling it vectorize.
+[[gnu::always_inline, gnu::flatten]] inline float exp_f32(float x) {
   math::Simd<1> b;
   return math::exp_f32(b, x);
 }
 
 /// e^x: the shared f32 expansion, libm for f64 (gradcheck's dtype).
 template <typename T>
-inline T exp(T x) {
+[[gnu::always_inline]] inline T exp(T x) {
   if constexpr (sizeof(T) == 4)
     return exp_f32(x);
   else
     return std::exp(x);
 }
 
-/// 1 / (1 + e^-x), as the primitive sigmoid computes it.
+/// 1 / (1 + e^-x), as the primitive sigmoid computes it (inlined likewise).
 template <typename T>
-inline T sigmoid(T x) {
+[[gnu::always_inline, gnu::flatten]] inline T sigmoid(T x) {
   if constexpr (sizeof(T) == 4) {
     math::Simd<1> b;
     return math::sigmoid_f32(b, x);
@@ -42,24 +43,29 @@ inline T sigmoid(T x) {
   }
 }
 
-// The f32 expansion of each op (E::f32(builder, x[, y])).
-#define KILN_VEC_UNARY(Name, call)                    \
+// The f32 expansion of each op (E::f32(builder, x[, y])) and the lanes it
+// runs on: the host's float width, or its double width for the functions that
+// compute in double inside (a vector wider than the registers would split its
+// f64 comparisons into scalar ones).
+#define KILN_VEC_UNARY(Name, lanes, call)             \
   struct Name {                                       \
+    static constexpr int kN = lanes;                  \
     template <class B>                                \
     static typename B::F f32(B& b, typename B::F x) { \
       return call;                                    \
     }                                                 \
   };
-KILN_VEC_UNARY(Exp, math::exp_f32(b, x))
-KILN_VEC_UNARY(Log, math::log_f32(b, x))
-KILN_VEC_UNARY(Log1p, math::log1p_f32(b, x))
-KILN_VEC_UNARY(Tanh, math::tanh_f32(b, x))
-KILN_VEC_UNARY(Sigmoid, math::sigmoid_f32(b, x))
-KILN_VEC_UNARY(Erf, math::erf_f32(b, x))
-KILN_VEC_UNARY(Sin, math::sincos_f32(b, x, true))
-KILN_VEC_UNARY(Cos, math::sincos_f32(b, x, false))
+KILN_VEC_UNARY(Exp, math::kLanes, math::exp_f32(b, x))
+KILN_VEC_UNARY(Log, math::kLanes, math::log_f32(b, x))
+KILN_VEC_UNARY(Log1p, math::kLanes64, math::log1p_f32(b, x))
+KILN_VEC_UNARY(Tanh, math::kLanes, math::tanh_f32(b, x))
+KILN_VEC_UNARY(Sigmoid, math::kLanes, math::sigmoid_f32(b, x))
+KILN_VEC_UNARY(Erf, math::kLanes64, math::erf_f32(b, x))
+KILN_VEC_UNARY(Sin, math::kLanes64, math::sincos_f32(b, x, true))
+KILN_VEC_UNARY(Cos, math::kLanes64, math::sincos_f32(b, x, false))
 #undef KILN_VEC_UNARY
 struct Pow {
+  static constexpr int kN = math::kLanes64;
   template <class B>
   static typename B::F f32(B& b, typename B::F x, typename B::F y) {
     return math::pow_f32(b, x, y);
@@ -79,15 +85,15 @@ concept HasExpansion = requires {
 
 namespace detail {
 
-using V = math::Simd<math::kLanes>::F;
-constexpr int64_t kN = math::kLanes;
+template <int N>
+using V = typename math::Simd<N>::F;
 
 // `cnt` elements of T at byte stride s, as floats (the other lanes 0).
-template <typename T>
-inline V load(const char* p, int64_t s, int64_t cnt) {
-  V v{};
+template <int N, typename T>
+inline V<N> load(const char* p, int64_t s, int64_t cnt) {
+  V<N> v{};
   if constexpr (std::is_same_v<T, float>) {
-    if (s == 4 && cnt == kN) {
+    if (s == 4 && cnt == N) {
       std::memcpy(&v, p, sizeof v);
       return v;
     }
@@ -105,10 +111,10 @@ inline V load(const char* p, int64_t s, int64_t cnt) {
   return v;
 }
 
-template <typename T>
-inline void store(char* p, int64_t s, int64_t cnt, V v) {
+template <int N, typename T>
+inline void store(char* p, int64_t s, int64_t cnt, V<N> v) {
   if constexpr (std::is_same_v<T, float>) {
-    if (s == 4 && cnt == kN) {
+    if (s == 4 && cnt == N) {
       std::memcpy(p, &v, sizeof v);
       return;
     }
@@ -122,27 +128,29 @@ inline void store(char* p, int64_t s, int64_t cnt, V v) {
 }  // namespace detail
 
 /// out[i] = E(x[i]) for n elements of T (f32, f16, bf16) at byte strides
-/// s[0] (out) and s[1] (x), kLanes at a time. flatten: the whole expansion is
+/// s[0] (out) and s[1] (x), E::kN at a time. flatten: the whole expansion is
 /// inlined into the loop (its constants stay in registers).
 template <class E, typename T>
 [[gnu::flatten]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
-  math::Simd<math::kLanes> b;
-  for (int64_t i = 0; i < n; i += detail::kN) {
-    const int64_t cnt = n - i < detail::kN ? n - i : detail::kN;
-    const detail::V x = detail::load<T>(p[1] + i * s[1], s[1], cnt);
-    detail::store<T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x));
+  constexpr int N = E::kN;
+  math::Simd<N> b;
+  for (int64_t i = 0; i < n; i += N) {
+    const int64_t cnt = n - i < N ? n - i : N;
+    const detail::V<N> x = detail::load<N, T>(p[1] + i * s[1], s[1], cnt);
+    detail::store<N, T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x));
   }
 }
 
 /// out[i] = E(x[i], y[i]) likewise (strides s[0..2]; 0 broadcasts one element).
 template <class E, typename T>
 [[gnu::flatten]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
-  math::Simd<math::kLanes> b;
-  for (int64_t i = 0; i < n; i += detail::kN) {
-    const int64_t cnt = n - i < detail::kN ? n - i : detail::kN;
-    const detail::V x = detail::load<T>(p[1] + i * s[1], s[1], cnt);
-    const detail::V y = detail::load<T>(p[2] + i * s[2], s[2], cnt);
-    detail::store<T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x, y));
+  constexpr int N = E::kN;
+  math::Simd<N> b;
+  for (int64_t i = 0; i < n; i += N) {
+    const int64_t cnt = n - i < N ? n - i : N;
+    const detail::V<N> x = detail::load<N, T>(p[1] + i * s[1], s[1], cnt);
+    const detail::V<N> y = detail::load<N, T>(p[2] + i * s[2], s[2], cnt);
+    detail::store<N, T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x, y));
   }
 }
 
