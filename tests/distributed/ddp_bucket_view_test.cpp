@@ -37,10 +37,12 @@ struct Schedule {
   bool no_sync = false;        // all but the last backward of a step under no_sync()
   bool compiled = false;       // forward + backward under kiln::compile (hooks drive the buckets)
   bool whole_step = false;     // zero_grad, forward, backward, update as one compiled graph
+  bool traced_collectives = false;  // compiled: the all-reduces as IR nodes (else hooks)
   std::string name() const {
     return str(set_to_none ? "set_to_none" : "zero_grad(false)", adam ? ", Adam" : ", SGD", ", ",
                backwards_per_step, " backward(s)", no_sync ? ", no_sync" : "",
-               compiled ? ", compiled" : "", whole_step ? ", whole step" : "");
+               compiled ? ", compiled" : "", whole_step ? ", whole step" : "",
+               traced_collectives ? ", collectives traced" : "");
   }
 };
 
@@ -76,7 +78,7 @@ RunResult train(int shm, Variant v, const Schedule& s) {
         EXPECT_EQ(pg.transport(), shm ? "shm" : "tcp");
         auto m = models[static_cast<size_t>(rank)];
         DDPOptions o = options_of(v);
-        o.trace_collectives = s.whole_step;
+        o.trace_collectives = s.whole_step || s.traced_collectives;
         o.process_group = borrow(pg);
         DistributedDataParallel ddp(m, o);
         std::unique_ptr<optim::Optimizer> opt;
@@ -196,6 +198,8 @@ TEST_P(DDPBucketViews, CompiledStepsBitIdenticalWithAndWithoutBucketViews) {
       {.set_to_none = true, .compiled = true},
       {.set_to_none = false, .compiled = true},
       {.set_to_none = true, .whole_step = true},
+      {.set_to_none = false, .compiled = true, .traced_collectives = true},
+      {.set_to_none = true, .backwards_per_step = 2, .compiled = true},
   };
   for (const Schedule& s : schedules) {
     SCOPED_TRACE(s.name());
