@@ -41,7 +41,8 @@ echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
 fi
 if [ "${1:-}" != "--probe-only" ]; then
 # The examples' --device cuda (run on the emulated device only before): gpt and
-# resnet on the CPU and the GPU, eager and compiled (the losses should agree);
+# resnet on the CPU and the GPU, eager and compiled (the losses should agree;
+# the LLVM-stub bundle runs --compile on the CPU eagerly: "0 trace(s)");
 # the DDP example on one rank over NCCL, Fashion-MNIST's test set standing in
 # for its training set.
 ex="$out/examples.txt"
