@@ -195,7 +195,8 @@ TEST(DDP, GradientsAreViewsIntoBuckets) {
     EXPECT_EQ(ps[i].grad().data_ptr(), ptrs[i]);
     expect_close(ps[i].grad(), first[i], 1e-6, str("param ", i));
   }
-  // zero_grad() (set_to_none) then backward: the gradient is copied into the bucket.
+  // zero_grad() (set_to_none) then backward: the gradient lands in the bucket
+  // again (the weights' GEMMs write there, the biases are copied in).
   m->zero_grad();
   cross_entropy(ddp(x), y).backward();
   for (size_t i = 0; i < ps.size(); ++i) {
