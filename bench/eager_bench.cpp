@@ -1,9 +1,8 @@
 // Eager-runtime benchmarks: dispatch overhead (dense fast path, autograd
 // recording, general path), elementwise throughput on 16M floats (with page
-// faults per iteration), sgemm 1024^3 through matmul, and a 3x3 convolution
-// forward and backward.
-// Each kiln figure has a baseline measured in the same process: a plain C++
-// loop for elementwise, a direct cblas_sgemm call for matmul.
+// faults per iteration), the transcendentals on 16M floats, sgemm 1024^3 through matmul, and a 3x3
+// convolution forward and backward. Each kiln figure has a baseline measured in the same process: a
+// plain C++ loop for elementwise, a direct cblas_sgemm call for matmul.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <sys/resource.h>
@@ -149,6 +148,41 @@ void BM_ExpMulBig(benchmark::State& state) {
   set_num_threads(2);
 }
 BENCHMARK(BM_ExpMulBig)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One eager transcendental on 16M floats in [-4, 4] (2 threads): arg 0..6 =
+// exp, tanh, sigmoid, erf, log (of |x| + 0.1), sin, pow (x ^ 1.5, x > 0).
+void BM_Transcendental16M(benchmark::State& state) {
+  static const char* const kNames[] = {"exp", "tanh", "sigmoid", "erf", "log", "sin", "pow"};
+  const int64_t op = state.range(0);
+  Tensor x = rand({kBig}) * 8.0 - 4.0;
+  if (op == 4 || op == 6) x = abs(x) + 0.1;
+  auto run = [&]() -> Tensor {
+    switch (op) {
+      case 0:
+        return exp(x);
+      case 1:
+        return tanh(x);
+      case 2:
+        return sigmoid(x);
+      case 3:
+        return erf(x);
+      case 4:
+        return log(x);
+      case 5:
+        return sin(x);
+      default:
+        return x.pow(1.5);
+    }
+  };
+  { Tensor warm = run(); }
+  for (auto _ : state) {
+    Tensor c = run();
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetLabel(kNames[op]);
+  state.SetBytesProcessed(state.iterations() * kBig * 8);
+}
+BENCHMARK(BM_Transcendental16M)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 constexpr int64_t kN = 1024;
 
