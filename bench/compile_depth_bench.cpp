@@ -20,6 +20,8 @@
 // Plain executable:
 //   compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] [--compiles N]
 //                       [--json FILE]
+//   compile_depth_bench --profile-steps DEPTH N compiled|eager [CACHE_DIR]
+//   compile_depth_bench --warm-child DEPTH CACHE_DIR  (one warm start from a filled cache)
 // Run it as users run (without KILN_VERIFY=1; the verifier's cost is the
 // "verify" row of the per-pass table when it is on).
 #include <algorithm>
@@ -145,10 +147,11 @@ int warm_child(int depth, const char* dir) {
   return 0;
 }
 
-// --profile-steps DEPTH N compiled|eager: N steps of one side only after a
-// warm-up, for `perf record` (prints the median step).
-int profile_steps(int depth, int n, bool compiled) {
-  setenv("KILN_CACHE_DIR", "off", 1);
+// --profile-steps DEPTH N compiled|eager [CACHE_DIR]: N steps of one side
+// only after a warm-up, for `perf record` or callgrind (prints the median
+// step); kernels from CACHE_DIR when given (default: the disk caches off).
+int profile_steps(int depth, int n, bool compiled, const char* cache) {
+  setenv("KILN_CACHE_DIR", cache, 1);
   CompiledStep c(depth);
   if (compiled) first_call(c);
   std::vector<double> t, cpu;
@@ -297,11 +300,14 @@ int main(int argc, char** argv) {
       return warm_child(std::atoi(argv[i + 1]), argv[i + 2]);
     } else if (std::strcmp(argv[i], "--profile-steps") == 0 && i + 3 < argc) {
       return profile_steps(std::atoi(argv[i + 1]), std::atoi(argv[i + 2]),
-                           std::strcmp(argv[i + 3], "eager") != 0);
+                           std::strcmp(argv[i + 3], "eager") != 0,
+                           i + 4 < argc ? argv[i + 4] : "off");
     } else {
-      std::fprintf(stderr,
-                   "usage: compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] "
-                   "[--compiles N] [--json FILE] | --profile-steps DEPTH N compiled|eager\n");
+      std::fprintf(
+          stderr,
+          "usage: compile_depth_bench [--depths 16,64,128,256] [--rounds R] [--reps K] "
+          "[--compiles N] [--json FILE] | --profile-steps DEPTH N compiled|eager [CACHE_DIR] | "
+          "--warm-child DEPTH CACHE_DIR\n");
       return 2;
     }
   }

@@ -189,6 +189,9 @@ PlanSource load_cached_plan(Plan& p, const std::string& key, const CompileOption
 void store_cached_plan(const Plan& p, const std::string& key);
 /// Tests: keys as if built by another kiln build `id` ("" = this build).
 void set_plan_cache_build_for_testing(const std::string& id);
+/// Tests: rewrites the kernel numbers stored with each new entry (a wrong or
+/// stale entry whose checksum matches); empty = store them as they are.
+void set_plan_cache_kernel_ids_for_testing(std::function<void(std::vector<size_t>&)> hook);
 /// Entries the plan cache keeps in its directory; past it the least recently
 /// used (oldest modification time; a hit refreshes it) are removed.
 inline constexpr size_t kPlanCacheEntries = 256;

@@ -13,7 +13,8 @@
 //
 // Entry <dir>/<key>.plan: magic, key, payload size, XXH64 of the payload,
 // payload (bindings after partitioning, remat report, predicted peak, then per
-// graph its binary form and fusion plan). A missing, truncated, corrupt or
+// graph its binary form, fusion plan and each fusion group's kernel number,
+// so a warm start lowers only each kernel's first group). A missing, truncated, corrupt or
 // foreign (another key's) entry, or (under KILN_VERIFY=1, which re-verifies
 // loaded graphs) one that does not verify, is ignored (with
 // a KILN_LOG=plan_cache line), recomputed and rewritten; writes go to a unique
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "driver/compile_internal.h"
@@ -46,7 +48,7 @@ namespace kiln::detail {
 namespace {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'P', 'L', 'N', '1'};
-constexpr uint64_t kFormat = 1;  // bump when the payload changes
+constexpr uint64_t kFormat = 2;  // bump when the payload changes (2: kernel numbers)
 
 bool log_on() {
   const std::string v = str(",", env::get("KILN_LOG"), ",");
@@ -117,6 +119,11 @@ const std::string& build_identity() {
 std::string& build_override() {
   static std::string id;
   return id;
+}
+
+std::function<void(std::vector<size_t>&)>& kernel_ids_hook() {
+  static std::function<void(std::vector<size_t>&)> hook;
+  return hook;
 }
 
 // Removes the least recently used entries past kPlanCacheEntries (a rebuilt
@@ -227,6 +234,26 @@ std::shared_ptr<passes::FusionPlan> read_fusion(ir::ByteReader& r, const ir::Gra
   return plan;
 }
 
+// Executor::kernel_ids(): per fusion group, its kernel's number.
+void write_kernel_ids(ir::ByteWriter& w, const Executor& e) {
+  std::vector<size_t> ids = e.kernel_ids();
+  if (kernel_ids_hook()) kernel_ids_hook()(ids);
+  w.uvar(ids.size());
+  for (size_t id : ids) w.uvar(id);
+}
+
+std::shared_ptr<const std::vector<size_t>> read_kernel_ids(ir::ByteReader& r,
+                                                           const passes::FusionPlan& plan) {
+  auto ids = std::make_shared<std::vector<size_t>>(r.count(1));
+  if (ids->size() != plan.groups.size()) r.fail("kernel numbers of another fusion plan");
+  for (size_t& id : *ids) {
+    const uint64_t k = r.uvar();
+    if (k >= ids->size()) r.fail("kernel number out of range");
+    id = static_cast<size_t>(k);
+  }
+  return ids;
+}
+
 void write_bindings(ir::ByteWriter& w, const Plan& p) {
   w.uvar(p.inputs.size());
   for (const ir::InputBinding& b : p.inputs) {
@@ -266,6 +293,7 @@ struct Loaded {
   std::string remat_log;
   std::shared_ptr<ir::Graph> graph, bwd_graph;
   std::shared_ptr<passes::FusionPlan> fusion, bwd_fusion;
+  std::shared_ptr<const std::vector<size_t>> kernel_ids, bwd_kernel_ids;
 };
 
 Loaded read_payload(std::string_view payload) {
@@ -296,9 +324,11 @@ Loaded read_payload(std::string_view payload) {
   const bool has_bwd = r.u8() != 0;
   l.graph = ir::read_graph(r);
   l.fusion = read_fusion(r, *l.graph);
+  l.kernel_ids = read_kernel_ids(r, *l.fusion);
   if (has_bwd) {
     l.bwd_graph = ir::read_graph(r);
     l.bwd_fusion = read_fusion(r, *l.bwd_graph);
+    l.bwd_kernel_ids = read_kernel_ids(r, *l.bwd_fusion);
   }
   if (r.remaining() != 0) r.fail("trailing bytes");
   return l;
@@ -348,6 +378,10 @@ std::string usable_dir() {
 
 void set_plan_cache_build_for_testing(const std::string& id) {
   build_override() = id;
+}
+
+void set_plan_cache_kernel_ids_for_testing(std::function<void(std::vector<size_t>&)> hook) {
+  kernel_ids_hook() = std::move(hook);
 }
 
 std::string plan_cache_key(const Plan& p, const ir::Graph& traced, const CompileOptions& opts) {
@@ -413,11 +447,13 @@ PlanSource load_cached_plan(Plan& p, const std::string& key, const CompileOption
     profiler::Span codegen("compile", "codegen");  // lowering, kernels (no fusion planning)
     ExecutorOptions eo = executor_options(opts, p.device, l.bwd_graph ? "forward" : "graph");
     eo.fusion.precomputed = l.fusion;
+    eo.kernel_ids = l.kernel_ids;
     eo.verify = false;
     exec = std::make_unique<Executor>(l.graph, eo);
     if (l.bwd_graph) {
       ExecutorOptions bo = executor_options(opts, p.device, "backward");
       bo.fusion.precomputed = l.bwd_fusion;
+      bo.kernel_ids = l.bwd_kernel_ids;
       bo.verify = false;
       bwd_exec = std::make_shared<Executor>(l.bwd_graph, bo);
     }
@@ -463,9 +499,11 @@ void store_cached_plan(const Plan& p, const std::string& key) {
     w.u8(p.bwd_graph ? 1 : 0);
     ir::write_graph(w, *p.graph);
     write_fusion(w, *p.graph, p.exec->fusion_plan());
+    write_kernel_ids(w, *p.exec);
     if (p.bwd_graph) {
       ir::write_graph(w, *p.bwd_graph);
       write_fusion(w, *p.bwd_graph, p.bwd_exec->fusion_plan());
+      write_kernel_ids(w, *p.bwd_exec);
     }
   } catch (const std::exception& e) {
     log(str("not stored: ", e.what()));

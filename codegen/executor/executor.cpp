@@ -97,6 +97,12 @@ int Executor::producer_of_output(size_t i) const {
 size_t Executor::num_kernels() const {
   return groups_.size();
 }
+std::vector<size_t> Executor::kernel_ids() const {
+  std::vector<size_t> ids;
+  ids.reserve(groups_.size());
+  for (const Group& grp : groups_) ids.push_back(grp.kernel_id);
+  return ids;
+}
 size_t Executor::num_steps() const {
   return steps_.size();
 }

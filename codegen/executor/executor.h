@@ -78,6 +78,12 @@ struct ExecutorOptions {
   /// false: the graph is known valid (a plan cache entry whose checksum
   /// matched, written from a verified graph): skip ir::verify unless KILN_VERIFY=1.
   bool verify = true;
+  /// Optional, from a plan cache entry: Executor::kernel_ids() of an executor
+  /// of this graph and fusion plan. Only each kernel's first group is then
+  /// lowered; the others take its kernel with their own arguments and sizes
+  /// (their ops, dtypes and layouts are checked; under KILN_VERIFY=1 every
+  /// group is lowered and compared). A mismatch raises kiln::Error.
+  std::shared_ptr<const std::vector<size_t>> kernel_ids = nullptr;
 };
 
 /// A prepared graph (schedule, kernels, last uses and symbol bindings
@@ -98,6 +104,9 @@ class Executor {
   const passes::FusionPlan& fusion_plan() const { return plan_; }
   /// Number of fused kernels (group instances) in the schedule.
   size_t num_kernels() const;
+  /// Per fusion group, the number of its compiled kernel, numbered by first
+  /// use: groups with one number lower to the same kernel.
+  std::vector<size_t> kernel_ids() const;
   /// Number of steps; a batch of launches of one kernel is one step.
   size_t num_steps() const;
   /// The schedule as text: one line per step ("kernel fused_exp_sum ... [groups 0, 3]").
@@ -115,6 +124,7 @@ class Executor {
   // build_schedule's steps (executor_schedule.cpp).
   SlotByValue assign_slots();
   size_t compile_kernels(const SlotByValue& slot_of);
+  std::vector<Group> lower_groups(size_t& num_kernels) const;
   std::vector<std::vector<size_t>> order_units(size_t num_kernels) const;
   void make_steps(const std::vector<std::vector<size_t>>& order, const SlotByValue& slot_of);
   void plan_last_uses(const SlotByValue& slot_of);

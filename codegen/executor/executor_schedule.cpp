@@ -18,6 +18,7 @@
 #include "kernels/lower.h"
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
+#include "kiln/env.h"
 #include "kiln/functional.h"
 #include "kiln/ir/verify.h"
 #include "kiln/thread_pool.h"
@@ -71,32 +72,111 @@ Executor::SlotByValue Executor::assign_slots() {
   return SlotByValue(std::move(slot_by_id));
 }
 
+namespace {
+
+// Whether fusion group `g` lowers to the kernel that group `r` lowered to
+// (`rl`), with its own arguments and sizes: the same ops and dtypes node by
+// node, arguments of the same dtypes and layouts, the same column sums. What
+// a plan cache entry's kernel numbers claim (ExecutorOptions::kernel_ids).
+bool same_kernel(const passes::FusionGroup& g, const passes::FusionGroup& r,
+                 const detail::LoweredGroup& rl) {
+  if (g.inputs.size() != r.inputs.size() || g.outputs.size() != r.outputs.size() ||
+      g.dims.size() != r.dims.size() || g.in_dense != r.in_dense || g.out_dense != r.out_dense ||
+      g.column_sums.size() != r.column_sums.size())
+    return false;
+  // Node by node, skipping the views lowering reads through (expand,
+  // reshape, copy: one group may hold a view the other does not need).
+  auto computes = [](const ir::Node* n) {
+    return !(n->is_op(OpId::expand) || n->is_op(OpId::reshape) || n->is_op(OpId::copy));
+  };
+  auto a = g.nodes.begin(), b = r.nodes.begin();
+  for (;; ++a, ++b) {
+    a = std::find_if(a, g.nodes.end(), computes);
+    b = std::find_if(b, r.nodes.end(), computes);
+    if (a == g.nodes.end() || b == r.nodes.end()) break;
+    if ((*a)->op != (*b)->op || (*a)->output()->dtype != (*b)->output()->dtype) return false;
+  }
+  if (a != g.nodes.end() || b != r.nodes.end()) return false;
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    if (g.inputs[i]->dtype != r.inputs[i]->dtype) return false;
+  for (size_t j = 0; j < g.outputs.size(); ++j) {
+    const ir::Value* v = g.outputs[j];
+    const bool sum = std::any_of(g.column_sums.begin(), g.column_sums.end(),
+                                 [&](const ir::Node* n) { return n->output() == v; });
+    if (v->dtype != r.outputs[j]->dtype || sum != (rl.column_sum[j] != 0)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Every group lowered, with its kernel's number (by first use: identical
+// kernels share one). Lowering and the kernels' text keys are independent per
+// group: on the pool. With ExecutorOptions::kernel_ids (a warm start from the
+// plan cache: at depth 256, 1537 groups and a handful of kernels) only each
+// kernel's first group is lowered, unless KILN_VERIFY=1.
+std::vector<Executor::Group> Executor::lower_groups(size_t& num_kernels) const {
+  const size_t ng = plan_.groups.size();
+  const std::vector<size_t>* known = opts_.kernel_ids.get();
+  const bool verify_env = known && env::get("KILN_VERIFY") == "1";
+  std::vector<size_t> first_of;  // kernel number -> its first group (known numbers)
+  std::vector<char> lower_it(ng, 1);
+  if (known) {
+    KILN_CHECK(known->size() == ng, "[executor] ", known->size(), " kernel numbers for ", ng,
+               " fusion groups");
+    for (size_t k = 0; k < ng; ++k) {
+      const size_t id = (*known)[k];
+      KILN_CHECK(id <= first_of.size(), "[executor] kernel number ", id, " of fusion group ", k,
+                 " is not numbered by first use");
+      if (id == first_of.size())
+        first_of.push_back(k);
+      else
+        lower_it[k] = verify_env;
+    }
+  }
+  std::vector<Group> groups(ng);
+  std::vector<std::string> keys(ng);
+  parallel_for(0, static_cast<int64_t>(ng), 16, [&](int64_t b, int64_t e) {
+    for (auto k = static_cast<size_t>(b); k < static_cast<size_t>(e); ++k)
+      if (lower_it[k]) {
+        groups[k].lowered = detail::lower(plan_.groups[k], opts_.reassociate);
+        keys[k] = kir::to_string(groups[k].lowered.kernel);
+      }
+  });
+  std::unordered_map<std::string, size_t> kernel_id;
+  for (size_t k = 0; k < ng; ++k) {
+    Group& grp = groups[k];
+    if (lower_it[k]) {
+      grp.kernel_id = kernel_id.emplace(std::move(keys[k]), kernel_id.size()).first->second;
+      KILN_CHECK(!known || grp.kernel_id == (*known)[k], "[executor] fusion group ", k,
+                 " lowers to kernel ", grp.kernel_id, ", not to the recorded kernel ", (*known)[k]);
+      continue;
+    }
+    grp.kernel_id = (*known)[k];
+    const size_t r = first_of[grp.kernel_id];
+    const passes::FusionGroup& fg = plan_.groups[k];
+    KILN_CHECK(same_kernel(fg, plan_.groups[r], groups[r].lowered), "[executor] fusion group ", k,
+               " does not match the kernel of group ", r, " recorded for it");
+    grp.lowered = groups[r].lowered;  // kernel IR and in-place pairs: the same kernel's
+    grp.lowered.args.assign(fg.inputs.begin(), fg.inputs.end());
+    grp.lowered.args.insert(grp.lowered.args.end(), fg.outputs.begin(), fg.outputs.end());
+    grp.lowered.dims = fg.dims;
+  }
+  num_kernels = kernel_id.size();
+  return groups;
+}
+
 // The kernels, one per group; identical kernels share one compiled kernel.
 // Returns the number of distinct kernels.
 size_t Executor::compile_kernels(const SlotByValue& slot_of) {
-  // Lowering and the kernels' text keys are independent per group (a warm
-  // start from the plan cache at depth 256 lowers 1537 groups): on the pool.
-  const size_t ng = plan_.groups.size();
-  std::vector<Group> lowered(ng);
-  std::vector<std::string> keys(ng);
-  parallel_for(0, static_cast<int64_t>(ng), 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const size_t k = static_cast<size_t>(i);
-      lowered[k].lowered = detail::lower(plan_.groups[k], opts_.reassociate);
-      keys[k] = kir::to_string(lowered[k].lowered.kernel);
-    }
-  });
-  std::unordered_map<std::string, size_t> kernel_id;
-  std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels;
-  for (size_t k = 0; k < ng; ++k) {
-    Group& grp = lowered[k];
-    auto [it, fresh] = kernel_id.emplace(std::move(keys[k]), kernels.size());
-    if (fresh) kernels.emplace_back();
-    grp.kernel_id = it->second;
+  size_t num_kernels = 0;
+  groups_ = lower_groups(num_kernels);
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    Group& grp = groups_[k];
     for (const ir::Value* v : grp.lowered.args) grp.arg_slot.push_back(slot_of(v));
     grp.nodes = static_cast<int>(plan_.groups[k].nodes.size());
-    groups_.push_back(std::move(grp));
   }
+  std::vector<std::shared_ptr<const kir::LoadedKernel>> kernels(num_kernels);
   // Distinct kernels compile concurrently (the cache and the JIT are thread-safe).
   std::vector<const kir::Kernel*> first(kernels.size(), nullptr);
   for (const Group& grp : groups_)
@@ -169,17 +249,20 @@ std::vector<std::vector<size_t>> Executor::order_units(size_t num_kernels) const
   for (size_t gi = 0; gi < ng; ++gi) {
     const Group& grp = groups_[gi];
     ++remaining[grp.kernel_id];
+    // Each loop stops at its first answer: an optimizer's shared scalars
+    // (learning rate, bias corrections) have a user per parameter.
+    auto only_here = [&](const ir::Value* v) {
+      return std::all_of(v->users.begin(), v->users.end(),
+                         [&](const ir::Node* u) { return unit_of(u) == gi; });
+    };
     bool s = opts_.horizontal;
     for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
       const ir::Value* v = grp.lowered.args[a];
-      for (const ir::Node* u : v->users) s = s && unit_of(u) == gi;
-      s = s && !gradients.count(v);
+      s = only_here(v) && !gradients.count(v);
     }
     for (size_t a = 0; s && a < grp.lowered.num_inputs; ++a) {
       const ir::Value* v = grp.lowered.args[a];
-      bool dies = v->producer && !v->producer->is_constant() && !outputs.count(v);
-      for (const ir::Node* u : v->users) dies = dies && unit_of(u) == gi;
-      s = !dies;
+      s = !(v->producer && !v->producer->is_constant() && !outputs.count(v) && only_here(v));
     }
     sink[gi] = s;
   }

@@ -1,7 +1,8 @@
 // The disk plan cache (codegen/driver/plan_cache.cpp): a compile that loads
 // its optimized plan from disk gives bit-identical results to one that ran the
 // passes; another graph, option or kiln build misses; truncated, corrupt,
-// foreign and garbage entries are ignored and recomputed; two processes
+// foreign and garbage entries, and entries with wrong kernel numbers, are
+// ignored and recomputed; two processes
 // writing the same entries at once leave valid ones; freeze is never cached.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -267,6 +269,57 @@ TEST(PlanCache, BadEntriesAreIgnoredAndRecomputed) {
     Trainer again;  // the recomputed plan was written back
     expect_same(again.run(2), want);
     EXPECT_EQ(again.step->stats().plan_cache_hits, 1);
+  }
+}
+
+// Each fusion group's kernel number (a warm start lowers only each kernel's
+// first group): an entry whose numbers are wrong, with a matching checksum, is
+// rejected and recomputed, whether or not KILN_VERIFY=1 lowers every group to
+// compare; right numbers give bit-identical steps without lowering the rest.
+TEST(PlanCache, WrongKernelNumbersAreIgnoredAndRecomputed) {
+  CacheDir dir;
+  const std::vector<Tensor> want = Trainer().run(2);
+  ASSERT_EQ(dir.plans().size(), 1u);
+  const fs::path entry = dir.plans()[0];
+  const std::string good = read_file(entry);
+  using Ids = std::vector<size_t>;
+  const std::pair<const char*, std::function<void(Ids&)>> bad[] = {
+      {"every group its own kernel", [](Ids& ids) { std::iota(ids.begin(), ids.end(), 0); }},
+      {"every group the first kernel", [](Ids& ids) { std::fill(ids.begin(), ids.end(), 0); }},
+      {"not numbered by first use", [](Ids& ids) { ids[0] = 1; }},
+      {"out of range", [](Ids& ids) { ids.back() = ids.size(); }},
+      {"one number missing", [](Ids& ids) { ids.pop_back(); }},
+  };
+  for (const char* verify : {"0", "1"}) {
+    ScopedEnv v("KILN_VERIFY", verify);
+    {
+      SCOPED_TRACE(str("right numbers, KILN_VERIFY=", verify));
+      write_file(entry, good);
+      Trainer t;
+      expect_same(t.run(2), want);
+      EXPECT_EQ(t.step->stats().plan_cache_hits, 1);
+    }
+    for (const auto& [what, hook] : bad) {
+      SCOPED_TRACE(str(what, ", KILN_VERIFY=", verify));
+      fs::remove(entry);
+      detail::set_plan_cache_kernel_ids_for_testing(hook);
+      Trainer().run(2);  // writes the entry with the wrong numbers
+      detail::set_plan_cache_kernel_ids_for_testing({});
+      ASSERT_EQ(dir.plans().size(), 1u);
+      ASSERT_NE(read_file(entry), good);
+      std::optional<ScopedEnv> log;
+      log.emplace("KILN_LOG", "plan_cache");
+      ::testing::internal::CaptureStderr();
+      Trainer t;
+      const std::vector<Tensor> got = t.run(2);
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      log.reset();
+      EXPECT_EQ(t.step->stats().plan_cache_hits, 0);
+      EXPECT_EQ(t.step->stats().plan_cache_rejected, 1);
+      EXPECT_NE(err.find("plan cache: ignored"), std::string::npos) << err;
+      expect_same(got, want);
+      EXPECT_EQ(read_file(entry), good);  // rewritten with the right numbers
+    }
   }
 }
 
