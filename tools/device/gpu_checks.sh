@@ -38,6 +38,13 @@ if [ -z "${1:-}" ]; then
 # collective nodes on the device, on the GPU against the CPU).
 "$work/bin/nccl_tests" 2>&1 | tee "$out/nccl_tests.txt"
 echo "nccl_tests rc=${PIPESTATUS[0]}" | tee -a "$out/nccl_tests.txt"
+# Issue 20's GPU figures: the one-rank DDP step (an NCCL group of one) against
+# the plain single-GPU step, eager and compiled, and a one-rank all-reduce's bus
+# bandwidth (ran on the emulated device only before).
+for c in "" --compile; do
+  "$work/bin/ddp_bench" --device cuda --ranks 1 --iters 30 $c 2>&1 | tee -a "$out/ddp_bench.txt"
+  echo "ddp_bench --device cuda --ranks 1 $c rc=${PIPESTATUS[0]}" | tee -a "$out/ddp_bench.txt"
+done
 fi
 if [ "${1:-}" != "--probe-only" ]; then
 # The examples' --device cuda (run on the emulated device only before): gpt and
