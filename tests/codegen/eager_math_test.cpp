@@ -160,13 +160,15 @@ void check_unary(OpId op, const Tensor& x, const std::string& what) {
 }
 
 void check_pow(const Tensor& x, const Tensor& y, const std::string& what) {
-  const std::vector<float> eager = values(pow(x, y));
+  const Tensor z = pow(x, y);
+  const std::vector<float> eager = values(z);
+  const Tensor xs = x.expand(z.shape()), ys = y.expand(z.shape());  // for the messages
   for (bool interp : {true, false}) {
     if (!interp && !jit::available()) continue;
     auto f = compile([](const Tensor& a, const Tensor& b) { return pow(a, b); },
                      {.warmup = 0, .interpret_kernels = interp});
-    expect_same(str(what, " pow", interp ? " (interpreter)" : " (LLVM)"), x, eager, values(f(x, y)),
-                &y);
+    expect_same(str(what, " pow", interp ? " (interpreter)" : " (LLVM)"), xs, eager,
+                values(f(x, y)), &ys);
   }
 }
 
@@ -212,6 +214,12 @@ TEST(EagerMath, PowEqualsCompiledOnAGrid) {
     check_pow(from_vector(a, {n}).to(t), from_vector(b, {n}).to(t), str(t));
     const Tensor base = from_vector(bases, {static_cast<int64_t>(bases.size())}).to(t);
     check_pow(base, scalar_tensor(2.5, t), str(t, " broadcast exponent"));
+    // Every pair as a broadcast grid ([n, 1] ^ [1, m]): each run of the eager
+    // loop has one operand broadcast (a regression: a broadcast -0 became +0).
+    const Tensor col = base.reshape({-1, 1});
+    const Tensor row = from_vector(exps, {1, static_cast<int64_t>(exps.size())}).to(t);
+    check_pow(col, row, str(t, " grid"));
+    check_pow(row.reshape({-1, 1}), col.reshape({1, -1}), str(t, " grid (transposed)"));
   }
 }
 

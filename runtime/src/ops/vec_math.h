@@ -98,10 +98,11 @@ inline V<N> load(const char* p, int64_t s, int64_t cnt) {
       return v;
     }
   }
-  if (s == 0) {  // a broadcast element
+  if (s == 0) {  // a broadcast element (set lane by lane: v + x would turn -0 into +0)
     T t;
     std::memcpy(&t, p, sizeof t);
-    return v + static_cast<float>(t);
+    for (int k = 0; k < N; ++k) v[k] = static_cast<float>(t);
+    return v;
   }
   for (int64_t k = 0; k < cnt; ++k) {
     T t;
