@@ -45,6 +45,12 @@
 //    join from rate 1/16 on, all but every (d+1)-th of them (d = 1, 1, 2, 3,
 //    in the order they run before the cut), so a recomputed path crosses at
 //    most d of them: the every-other-layer and sqrt(n)-style segment schemes.
+//    4b. The default policy then tries rate 1/16 (costly math, no matmuls)
+//    while the recomputation it adds, summed, stays within kDefaultOverhead
+//    (3%) of the graph's own work (recompute_cost summed over its nodes),
+//    narrowing a cut to the latest window that does (as rule 8): GELU's erf
+//    where the step's matmuls dwarf it (bench/remat_bench: all 4 transformer
+//    blocks, 145 -> 106 MiB; 2 of 16 MLP layers).
 //    Left free, the cut would recompute the whole forward from the input (its
 //    cost is no match for a value's bytes at a low rate) and the recomputed
 //    activations would pile up again in the backward. Never recomputed:
@@ -103,6 +109,9 @@ using ir::Node;
 using ir::Value;
 
 constexpr int kMaxCuts = 32;  // per tier
+// Rule 4b: the default policy's recomputation of costly math, at most this
+// share of the graph's own work (recompute_cost summed over its nodes).
+constexpr double kDefaultOverhead = 0.03;
 
 thread_local RematScope* current_scope = nullptr;
 
@@ -270,7 +279,8 @@ void undo(ir::Graph& g, const Applied& a) {
 }
 
 // Rule 8: the cut of the latest window start (values made before it are
-// saved) that still `fits`; `full` (window 0) fits. Binary search: ~log2(gap) trial cuts.
+// saved) that still `fits` (given the applied trial cut); `full` (window 0)
+// if none does. Binary search: ~log2(gap) trial cuts.
 template <typename Fits>
 Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id, Cut full,
                 Fits fits) {
@@ -281,12 +291,41 @@ Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id
     bool ok = false;
     if (!c.recompute.empty()) {
       Applied b = apply_cut(g, m, c, gap, id);
-      ok = !b.copies.empty() && fits();
+      ok = !b.copies.empty() && fits(b);
       undo(g, b);
     }
     (ok ? lo : hi) = mid;
   }
   return lo > 0 ? find_cut(g, m, gap, t, lo) : full;
+}
+
+double cost_of(const std::vector<Node*>& nodes) {
+  double c = 0;
+  for (const Node* n : nodes) c += std::max(0.0, recompute_cost(*n));
+  return c;
+}
+
+// Rule 4b's measure of a graph's own work: what computing it once costs.
+double graph_cost(const ir::Graph& g) {
+  double c = 0;
+  for (const Node* n : g.nodes())
+    if (!n->is_constant()) c += std::max(0.0, recompute_cost(*n));
+  return c;
+}
+
+// Rule 4b: the applied cut `a` costs at most `allowance`, else it is narrowed
+// to the latest window that does and still gets the node-order peak to `need`;
+// false (a undone or empty) if none does.
+bool within(ir::Graph& g, std::span<const StateWrite> writes, const Model& m, int gap,
+            const Tier& t, int64_t id, Cut& cut, Applied& a, double allowance, int64_t need) {
+  if (cost_of(a.copies) <= allowance) return true;
+  undo(g, a);
+  auto fits = [&](const Applied& b) {
+    return cost_of(b.copies) <= allowance && detail::simulate(g, writes).peak <= need;
+  };
+  cut = just_enough(g, m, gap, t, id, std::move(cut), fits);
+  a = apply_cut(g, m, cut, gap, id);
+  return !a.copies.empty() && fits(a);
 }
 
 std::string mib(int64_t b) {
@@ -366,7 +405,11 @@ bool remat(ir::Graph& g) {
   // element against a saved f32's 4 bytes), not costly math (16) nor matmuls;
   // a budget lowers the rate until the peak fits: costly math at 1/16,
   // matmuls with k = 256 at 1/64, longer recompute chains at lower rates.
-  static const Tier kDefault[] = {{0, 0, "rate 1"}};
+  // Rule 4b: the default policy then recomputes costly math too (GELU's erf)
+  // while the recomputation it adds stays within kDefaultOverhead of the
+  // graph's own work (the sum of recompute_cost over its nodes).
+  static const Tier kDefault[] = {{0, 0, "rate 1"}, {4, 0, "rate 1/16, bounded"}};
+  double allowance = budget > 0 ? 0 : kDefaultOverhead * graph_cost(g);
   const std::span<const Tier> tiers =
       budget > 0 ? std::span<const Tier>(detail::kBudgetTiers) : std::span<const Tier>(kDefault);
   int64_t id = next_id(g);
@@ -393,8 +436,13 @@ bool remat(ir::Graph& g) {
         if (budget > 0 && fused_peak(g) <= budget) {
           undo(g, a);
           cut = just_enough(g, m, gap, t, id, std::move(cut),
-                            [&] { return fused_peak(g) <= budget; });
+                            [&](const Applied&) { return fused_peak(g) <= budget; });
           a = apply_cut(g, m, cut, gap, id);
+        }
+        if (budget <= 0 && t.shift > 0 &&
+            !within(g, writes, m, gap, t, id, cut, a, allowance, need)) {
+          undo(g, a);
+          continue;
         }
         if (!original) {  // the graph as it was, for the fused check (taken once)
           undo(g, a);
@@ -408,6 +456,7 @@ bool remat(ir::Graph& g) {
                               " values (", mib(cut.saved_bytes), "), recompute ", a.copies.size(),
                               " nodes; predicted peak ", mib(before), " -> ", mib(m.peak),
                               budget > 0 ? str(" (fused schedule ", mib(fused), ")") : ""));
+        if (budget <= 0 && t.shift > 0) allowance -= cost_of(a.copies);
         ++rep.splits;
         rep.recomputed += static_cast<int>(a.copies.size());
         --id;

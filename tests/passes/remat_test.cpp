@@ -153,6 +153,50 @@ int64_t fused_peak(const ir::Graph& g) {
   return predicted_peak_bytes(g, plan_fusion(g));
 }
 
+// GELU's shape: a pre-activation %3 and its erf %4, both read late (after a
+// peak of 5 buffers at %7); `k` is the first matmul's depth, most of the work.
+std::string erf_text(int k) {
+  return str("graph(%0: f32[64, ", k, "] \"arg0\", %1: f32[", k,
+             R"(, 64] "arg1", %2: f32[64, 64] "arg2") {
+  %3 = matmul(%0, %1) : f32[64, 64]
+  %4 = erf(%3) : f32[64, 64]
+  %5 = matmul(%4, %2) : f32[64, 64]
+  %6 = matmul(%5, %2) : f32[64, 64]
+  %7 = add(%5, %6) : f32[64, 64]
+  %8 = matmul(%7, %2) : f32[64, 64]
+  %9 = mul(%8, %4) : f32[64, 64]
+  %10 = mul(%9, %3) : f32[64, 64]
+  return %10 "out0"
+}
+)");
+}
+
+TEST(Remat, DefaultRecomputesErfWithinItsShareOfTheWork) {
+  // Rule 4b: erf costs 1.5% of this graph's work (the first matmul's K is
+  // 4096), under the default's 3%: it is recomputed from the saved %3 after
+  // the peak instead of kept (5 -> 4 buffers). Rate 1 alone keeps it.
+  expect_pass(remat, erf_text(4096), R"(
+graph(%0: f32[64, 4096] "arg0", %1: f32[4096, 64] "arg1", %2: f32[64, 64] "arg2") {
+  %3 = matmul(%0, %1) : f32[64, 64]
+  %4 = erf(%3) : f32[64, 64]
+  %5 = matmul(%4, %2) : f32[64, 64]
+  %6 = matmul(%5, %2) : f32[64, 64]
+  %7 = add(%5, %6) : f32[64, 64]
+  %8 = matmul(%7, %2) : f32[64, 64]
+  %9 = erf(%3) {recompute=-1} : f32[64, 64]
+  %10 = mul(%8, %9) : f32[64, 64]
+  %11 = mul(%10, %3) : f32[64, 64]
+  return %11 "out0"
+}
+)",
+              true);
+}
+
+TEST(Remat, DefaultKeepsErfThatWouldCostTooMuch) {
+  // With K = 64 the erf is a fifth of the graph's work: the default keeps it.
+  expect_unchanged(remat, erf_text(64));
+}
+
 // Eight layers y = tanh(x W), then a backward-like tail that reads every
 // activation in reverse order, a matmul after each read (as IR text; a tail
 // of elementwise ops only would fuse into one kernel reading them all at once).
