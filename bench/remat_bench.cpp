@@ -15,6 +15,7 @@
 // the variants taking turns (paired rounds).
 // Plain executable:  remat_bench [--reps N] [--only mlp|transformer] [--batch N]
 //   [--variants 50%,25%] (eager and the default compiled plan always run)
+//   [--budget-mib X] (one more compiled variant, under X MiB)
 //   [--peaks] (after the rounds: what each compiled plan holds at its measured peak)
 //   [--erf-cost] (only: erf's cost per element in a compiled kernel, against one operand's)
 #include <algorithm>
@@ -61,6 +62,7 @@ struct Workload {
 int64_t mlp_batch = 256;    // --batch
 std::string variants_only;  // --variants: a comma list of substrings (default and eager always run)
 bool print_peaks = false;   // --peaks
+double extra_mib = 0;       // --budget-mib: one more compiled variant under this budget
 
 Workload make(const std::string& which) {
   manual_seed(11);
@@ -178,6 +180,9 @@ void bench(const std::string& which, int reps) {
   for (const auto& [v, b] : {std::pair<const char*, int64_t>{"compiled, budget 50%", base / 2},
                              {"compiled, budget 25%", base / 4}})
     if (wanted(v)) vs.push_back(std::make_unique<Variant>(which, v, b));
+  if (extra_mib > 0)
+    vs.push_back(std::make_unique<Variant>(which, str("compiled, budget ", extra_mib, " MiB"),
+                                           static_cast<int64_t>(extra_mib * 1024 * 1024)));
   for (int i = 0; i < reps; ++i)
     for (auto& v : vs) v->step();
   std::vector<Row> rows;
@@ -251,6 +256,18 @@ void erf_cost(int reps) {
     std::printf("| %lld | %.3f | %.3f | %.3f | %.1f |\n", static_cast<long long>(n), ma, mb - ma,
                 mc - ma, (mc - ma) / std::max(1e-9, mb - ma));
   }
+  // A matmul with K = 256 (the MLP's layer), per output element: the cut prices it K/4 = 64.
+  Tensor p = randn({256, 256}), q = randn({256, 256});
+  auto mm = compile([](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  std::vector<double> tm;
+  for (int i = 0; i < reps + 2; ++i) {
+    const auto t0 = Clock::now();
+    for (int j = 0; j < 64; ++j) mm(p, q);
+    tm.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                 (64.0 * 65536));
+  }
+  tm.erase(tm.begin(), tm.begin() + 2);
+  std::printf("matmul [256, 256] x [256, 256]: %.3f ns per output element\n", median(tm));
   std::fflush(stdout);
 }
 
@@ -270,12 +287,14 @@ int main(int argc, char** argv) {
       variants_only = argv[++i];
     else if (!std::strcmp(argv[i], "--peaks"))
       print_peaks = true;
+    else if (!std::strcmp(argv[i], "--budget-mib") && i + 1 < argc)
+      extra_mib = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--erf-cost"))
       only = "erf";
     else {
       std::fprintf(stderr,
                    "usage: remat_bench [--reps N] [--only mlp|transformer] [--batch N] "
-                   "[--variants a,b] [--peaks] [--erf-cost]\n");
+                   "[--variants a,b] [--budget-mib X] [--peaks] [--erf-cost]\n");
       return 2;
     }
   }
