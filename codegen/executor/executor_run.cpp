@@ -343,11 +343,17 @@ void Executor::Run::run_node(const Step& step) {
   profiler::Span nspan("node", n.info().name);
   ins_.clear();
   for (Slot i : step.in) ins_.push_back(slots_[i]);
-  Attrs attrs = n.sym_attrs.empty() ? n.attrs : n.eval_attrs(syms_);
-  if (n.info().has(kRandom) && !n.attrs.has("fixed_seed")) {
-    attrs.set("seed", AttrValue(static_cast<int64_t>(args_.rng_seed)))
-        .set("offset", AttrValue(static_cast<int64_t>(args_.rng_base) + n.attrs.i("offset")));
+  // The node's own attributes, copied only when a run-time value goes in (a
+  // dynamic size, the generator's seed and offset).
+  const bool random = n.info().has(kRandom) && !n.attrs.has("fixed_seed");
+  Attrs evaluated;
+  if (!n.sym_attrs.empty() || random) {
+    evaluated = n.sym_attrs.empty() ? n.attrs : n.eval_attrs(syms_);
+    if (random)
+      evaluated.set("seed", AttrValue(static_cast<int64_t>(args_.rng_seed)))
+          .set("offset", AttrValue(static_cast<int64_t>(args_.rng_base) + n.attrs.i("offset")));
   }
+  const Attrs& attrs = n.sym_attrs.empty() && !random ? n.attrs : evaluated;
   std::vector<Tensor> outs;
   const OpInfo& info = n.info();
   const ir::Value* ov = n.outputs.size() == 1 ? n.outputs[0] : nullptr;
