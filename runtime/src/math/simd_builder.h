@@ -228,22 +228,16 @@ class Simd {
   V fma(V a, double v, V c) {
     return fma(a, splat<V>(v), c);
   }
-  /// To the nearest integer, ties to even: below 2^p (p the mantissa bits)
-  /// adding and subtracting 2^p rounds |x| in the current (nearest) mode;
-  /// larger values, inf and NaN are integers or stay as they are.
+  /// To the nearest integer, ties to even (std::rint in the default rounding
+  /// mode; per lane it compiles to the vector rounding instruction where the
+  /// target has one, SSE4.1 and later).
   template <class V>
   V rint(V x) {
-    constexpr double big = std::is_same_v<V, F> ? 8388608.0 : 4503599627370496.0;
-    const V a = abs(x);
-    const V r = (a + splat<V>(big)) - splat<V>(big);
-    return sel(lt(a, big), with_sign(r, x), x);
+    return per_lane(x, [](auto v) { return std::rint(v); });
   }
-  /// Toward zero (f32): through an i32 below 2^23 (the conversion sees only
-  /// values it can hold).
+  /// Toward zero (f32).
   F trunc(F x) {
-    const M small = lt(abs(x), 8388608.0);
-    const F t = to_f32(to_i32(sel(small, x, 0.0)));
-    return sel(small, with_sign(t, x), x);
+    return per_lane(x, [](auto v) { return std::trunc(v); });
   }
 
   I bits(F a) { return std::bit_cast<I>(a); }
@@ -346,22 +340,15 @@ class Simd {
     else
       return __builtin_convertvector(c, M);
   }
-  // |x| and x's sign on a magnitude, through the bits.
-  template <class V>
-  static V abs(V x) {
-    if constexpr (std::is_same_v<V, F>)
-      return std::bit_cast<F>(std::bit_cast<I>(x) & broadcast<I>(INT32_MAX));
-    else
-      return std::bit_cast<D>(std::bit_cast<L>(x) & broadcast<L>(INT64_MAX));
-  }
-  template <class V>
-  static V with_sign(V mag, V sgn) {
-    if constexpr (std::is_same_v<V, F>) {
-      const I s = std::bit_cast<I>(sgn) & broadcast<I>(INT32_MIN);
-      return std::bit_cast<F>(std::bit_cast<I>(mag) | s);
+  // f applied to each lane.
+  template <class V, class Fn>
+  static V per_lane(V x, Fn f) {
+    if constexpr (kScalar) {
+      return f(x);
     } else {
-      const L s = std::bit_cast<L>(sgn) & broadcast<L>(INT64_MIN);
-      return std::bit_cast<D>(std::bit_cast<L>(mag) | s);
+      V r;
+      for (int k = 0; k < N; ++k) r[k] = f(x[k]);
+      return r;
     }
   }
 };
