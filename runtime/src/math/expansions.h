@@ -19,7 +19,8 @@
 // fma, selects, rint or other products), so a compiler that contracts a*b+c
 // into fma (GCC's default in C++) cannot change the bits.
 //
-// Builder interface: value types F (f32), D (f64), I (i32), L (i64), M (mask);
+// Builder interface: value types F (f32), D (f64), I (i32), L (i64), M (the
+// mask of an i32 comparison; others may have masks of their own width);
 //   add, sub, mul (two values of one type, or a value and a double constant of
 //   its type), div, neg (F, D); fma(a, b, c), fma(a, double, c) (F, D);
 //   lt, gt, ge, eq, ne (value, value or double) -> M; ne(M, M) (xor);

@@ -49,7 +49,8 @@ struct SimdTypes {
   typedef int64_t L __attribute__((vector_size(8 * N)));
   typedef uint32_t UI __attribute__((vector_size(4 * N)));
   typedef uint64_t UL __attribute__((vector_size(8 * N)));
-  using M = I;  // lane masks: -1 or 0
+  using M = I;    // lane masks of f32/i32 comparisons: -1 or 0
+  using M64 = L;  // of f64/i64 comparisons
 };
 template <>
 struct SimdTypes<1> {
@@ -60,6 +61,7 @@ struct SimdTypes<1> {
   using UI = uint32_t;
   using UL = uint64_t;
   using M = bool;
+  using M64 = bool;
 };
 
 }  // namespace detail
@@ -134,81 +136,90 @@ class Simd {
     return -a;
   }
 
+  // Comparisons give masks of their operands' lane width (M for f32/i32,
+  // M64 for f64/i64, bool for scalars); land, lor and sel convert where widths
+  // differ, so f64 code keeps its masks at 64 bits.
   template <class V>
-  M lt(V a, V b) {
+  auto lt(V a, V b) {
     return mask(a < b);
   }
   template <class V>
-  M gt(V a, V b) {
+  auto gt(V a, V b) {
     return mask(a > b);
   }
   template <class V>
-  M ge(V a, V b) {
+  auto ge(V a, V b) {
     return mask(a >= b);
   }
   template <class V>
-  M eq(V a, V b) {
+  auto eq(V a, V b) {
     return mask(a == b);
   }
   template <class V>
-  M ne(V a, V b) {
+  auto ne(V a, V b) {
     return mask(a != b);
   }
   template <detail::NotF64 V>
-  M lt(V a, double v) {
+  auto lt(V a, double v) {
     return lt(a, splat<V>(v));
   }
   template <detail::NotF64 V>
-  M gt(V a, double v) {
+  auto gt(V a, double v) {
     return gt(a, splat<V>(v));
   }
   template <detail::NotF64 V>
-  M ge(V a, double v) {
+  auto ge(V a, double v) {
     return ge(a, splat<V>(v));
   }
   template <detail::NotF64 V>
-  M eq(V a, double v) {
+  auto eq(V a, double v) {
     return eq(a, splat<V>(v));
   }
   template <detail::NotF64 V>
-  M ne(V a, double v) {
+  auto ne(V a, double v) {
     return ne(a, splat<V>(v));
   }
-  M land(M a, M b) {
+  template <class K1, class K2>
+  auto land(K1 a, K2 b) {
     if constexpr (kScalar)
       return a && b;
-    else
+    else if constexpr (std::is_same_v<K1, K2>)
       return a & b;
+    else
+      return narrow(a) & narrow(b);
   }
-  M lor(M a, M b) {
+  template <class K1, class K2>
+  auto lor(K1 a, K2 b) {
     if constexpr (kScalar)
       return a || b;
-    else
+    else if constexpr (std::is_same_v<K1, K2>)
       return a | b;
+    else
+      return narrow(a) | narrow(b);
   }
-  M lnot(M a) {
+  template <class K>
+  K lnot(K a) {
     if constexpr (kScalar)
       return !a;
     else
       return ~a;
   }
 
-  template <class V>
-  V sel(M m, V a, V b) {
-    if constexpr (kScalar) {
+  template <class K, class V>
+  V sel(K m, V a, V b) {
+    if constexpr (kScalar || sizeof(K) == sizeof(V))
       return m ? a : b;
-    } else if constexpr (sizeof(V) == 8 * N) {
+    else if constexpr (sizeof(V) == 8 * N)
       return __builtin_convertvector(m, L) ? a : b;
-    } else {
-      return m ? a : b;
-    }
+    else
+      return __builtin_convertvector(m, I) ? a : b;
   }
-  template <detail::NotF64 V>
-  V sel(M m, V a, double v) {
+  template <class K, detail::NotF64 V>
+  V sel(K m, V a, double v) {
     return sel(m, a, splat<V>(v));
   }
-  template <detail::NotF64 V>
-  V sel(M m, double v, V b) {
+  template <class K, detail::NotF64 V>
+  V sel(K m, double v, V b) {
     return sel(m, splat<V>(v), b);
   }
 
@@ -332,13 +343,23 @@ class Simd {
     using U = std::conditional_t<std::is_same_v<V, L>, typename T::UL, typename T::UI>;
     return reinterpret<V>(op(reinterpret<U>(a), reinterpret<U>(b)));
   }
-  // A comparison's result as M (the lanes of f64/i64 comparisons narrowed).
+  // A comparison's result as M or M64 (bool for scalars).
   template <class C>
-  static M mask(C c) {
-    if constexpr (kScalar || std::is_same_v<C, M>)
-      return c;
+  static auto mask(C c) {
+    if constexpr (kScalar)
+      return static_cast<bool>(c);
+    else if constexpr (sizeof(C) == 8 * N)
+      return std::bit_cast<L>(c);
     else
-      return __builtin_convertvector(c, M);
+      return std::bit_cast<I>(c);
+  }
+  // A mask as M.
+  template <class K>
+  static M narrow(K m) {
+    if constexpr (std::is_same_v<K, M>)
+      return m;
+    else
+      return __builtin_convertvector(m, M);
   }
   // f applied to each lane.
   template <class V, class Fn>
