@@ -27,10 +27,29 @@
 //   folded either (verify reports such graphs; folding must not hide them).
 // The constant keeps the output's wrapped-number flag, which dtype promotion
 // in its users depends on.
+//
+// Devices: the IR records none; the plan picks its device from the arguments
+// after the trace. At run time every op's output lives on that device (the
+// executor makes factories there and moves dispatched results there), while a
+// constant holds its tensor where that tensor is: a non-scalar one where the
+// graph runs (captured tensors are checked to be there, frozen ones become
+// such constants). A fold must not move a value (a CPU constant for arange(T)
+// fed index_select with a CUDA table: "expected all tensors on one device"),
+// so each result is placed on the graph's device:
+// - the one a FoldDeviceScope names (the compile driver knows it), else
+// - the device of a non-scalar constant input (which lives there), else
+// - unknown (a factory, or fulls and scalars only): a 0-d result that is no
+//   graph output stays a host scalar (valid input on every device; fuse
+//   inlines such constants); a result whose elements are all equal becomes a
+//   `full` (a factory: made where the graph runs, an immediate in kernels);
+//   other results are not folded.
 #include "kiln/passes/fold_constants.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/autograd.h"
@@ -118,13 +137,68 @@ bool foldable(const ir::Node* n) {
   return static_outputs(n) && total_elements(n) <= kMaxFoldElements;
 }
 
+// Places a folded result `t` on the device of the value `old` it replaces,
+// `where` (the graph's, if known); false where that device is unknown or the
+// result cannot move there (see the rules).
+bool place(const ir::Graph& g, const ir::Value* old, std::optional<Device> where, Tensor& t) {
+  if (t.dim() == 0 && t.device().is_cpu() && !g.is_output(old)) return true;  // a host scalar
+  if (!where) return false;
+  if (t.device() == *where) return true;
+  if (!t.device().is_cpu()) return false;
+  t = t.to(*where);
+  return true;
+}
+
+// A `full` node before n with t's value if every element of t has the same
+// bits that a full of its first value makes (NaNs excluded); else null.
+ir::Value* uniform_full(ir::Graph& g, ir::Node* n, const Tensor& t) {
+  if (t.numel() == 0) return nullptr;
+  const Tensor c = t.contiguous();
+  const auto* data = static_cast<const unsigned char*>(c.data_ptr());
+  const size_t size = dtype_size(t.dtype());
+  for (int64_t i = 1; i < t.numel(); ++i)
+    if (std::memcmp(data, data + static_cast<size_t>(i) * size, size) != 0) return nullptr;
+  const Tensor first = c.reshape({-1}).slice(0, 0, 1).reshape({});
+  const double v = first.item<double>();
+  if (std::isnan(v)) return nullptr;
+  Attrs at;
+  at.set("shape", t.shape()).set("value", AttrValue(v));
+  if (!is_floating(t.dtype())) at.set("ivalue", AttrValue(first.item<int64_t>()));
+  at.set("dtype", t.dtype());
+  const Tensor made = dispatch(OpId::full, {}, at)[0];
+  if (std::memcmp(made.data_ptr(), data, size) != 0) return nullptr;  // not exact as a full
+  return g.add_op(OpId::full, {}, std::move(at), {{t.dtype(), ir::to_sym_shape(t.shape())}}, n)
+      ->output();
+}
+
+// The device of n's first non-scalar constant input (where the graph runs).
+std::optional<Device> implied_device(const ir::Node* n) {
+  for (const ir::Value* v : n->inputs)
+    if (v->producer->is_constant() && v->producer->constant.dim() > 0)
+      return v->producer->constant.device();
+  return std::nullopt;
+}
+
+thread_local FoldDeviceScope* current_scope = nullptr;
+
 }  // namespace
+
+FoldDeviceScope::FoldDeviceScope(Device device) : device_(device), outer_(current_scope) {
+  current_scope = this;
+}
+FoldDeviceScope::~FoldDeviceScope() {
+  current_scope = outer_;
+}
+std::optional<Device> FoldDeviceScope::current() {
+  return current_scope ? std::optional<Device>(current_scope->device_) : std::nullopt;
+}
 
 bool fold_constants(ir::Graph& g) {
   // Over the whole pass: add_constant copies tensors with ops too.
   EagerScope scope;
   bool changed = false;
   ConstantValues known;
+  const std::optional<Device> dev = FoldDeviceScope::current();
   for (ir::Node* n : g.nodes()) {
     if (!foldable(n)) continue;
     std::vector<Tensor> inputs;
@@ -136,6 +210,21 @@ bool fold_constants(ir::Graph& g) {
     if (inputs.size() != n->inputs.size()) continue;
     std::vector<Tensor> out;
     if (!evaluate(n, inputs, out)) continue;
+    const std::optional<Device> where = dev ? dev : implied_device(n);
+    bool placed = true;
+    for (size_t i = 0; i < out.size() && placed; ++i)
+      placed = place(g, n->outputs[i], where, out[i]);
+    if (!placed) {
+      // The graph's device is unknown: a uniform single result still folds as a `full`.
+      ir::Value* f = out.size() == 1 ? uniform_full(g, n, out[0]) : nullptr;
+      if (f == nullptr) continue;
+      f->wrapped_number = n->output()->wrapped_number;
+      f->name = n->output()->name;
+      g.replace_all_uses(n->output(), f);
+      g.erase(n);
+      changed = true;
+      continue;
+    }
     for (size_t i = 0; i < out.size(); ++i) {
       ir::Value* old = n->outputs[i];
       // add_constant copies the data, so a view result (reshape of a constant)

@@ -10,7 +10,14 @@ namespace {
 using testing::expect_pass;
 using testing::expect_unchanged;
 
-TEST(FoldConstants, FoldsArangeAndArithmetic) {
+// These graphs run on the CPU (fold_constants_device_test.cpp: without a known
+// device, and on another).
+class FoldConstants : public ::testing::Test {
+ private:
+  FoldDeviceScope cpu_{Device::cpu()};
+};
+
+TEST_F(FoldConstants, FoldsArangeAndArithmetic) {
   // arange, then i64 * wrapped 2, then + f32 constant fold into constants with
   // the eager values (the inputs are left for dce).
   expect_pass(fold_constants, R"(
@@ -36,7 +43,7 @@ graph() {
               true);
 }
 
-TEST(FoldConstants, FullAloneIsNotFolded) {
+TEST_F(FoldConstants, FullAloneIsNotFolded) {
   // A lone full stays a full (as cheap as a constant, possibly huge).
   expect_unchanged(fold_constants, R"(
 graph() {
@@ -46,7 +53,7 @@ graph() {
 )");
 }
 
-TEST(FoldConstants, FullCountsAsConstantInput) {
+TEST_F(FoldConstants, FullCountsAsConstantInput) {
   // A full feeding an op is evaluated for it; the full itself stays.
   expect_pass(fold_constants, R"(
 graph() {
@@ -67,7 +74,7 @@ graph() {
               true);
 }
 
-TEST(FoldConstants, HugeFullInputIsNotEvaluated) {
+TEST_F(FoldConstants, HugeFullInputIsNotEvaluated) {
   // A full above the size limit is not materialised, even for a small result.
   expect_unchanged(fold_constants, R"(
 graph() {
@@ -78,7 +85,7 @@ graph() {
 )");
 }
 
-TEST(FoldConstants, OutputSizeLimit) {
+TEST_F(FoldConstants, OutputSizeLimit) {
   // 2^20 output elements fold, one more does not.
   ir::Graph g;
   Attrs at;
@@ -97,7 +104,7 @@ TEST(FoldConstants, OutputSizeLimit) {
   EXPECT_EQ(element_as_double(c, (1 << 20) - 1), static_cast<double>((1 << 20) - 1));
 }
 
-TEST(FoldConstants, KernelErrorLeavesNode) {
+TEST_F(FoldConstants, KernelErrorLeavesNode) {
   // index_select with an out-of-range index passes the shape rule but its
   // kernel throws: the node stays for the executor to report.
   expect_unchanged(fold_constants, R"(
@@ -110,7 +117,7 @@ graph() {
 )");
 }
 
-TEST(FoldConstants, RandomNodesAreNotFolded) {
+TEST_F(FoldConstants, RandomNodesAreNotFolded) {
   // Random draws and their users stay (each call draws anew).
   expect_unchanged(fold_constants, R"(
 graph() rng_advance=2 {
@@ -122,7 +129,7 @@ graph() rng_advance=2 {
 )");
 }
 
-TEST(FoldConstants, GraphInputsAndSymbolicConstantsAreNotConstant) {
+TEST_F(FoldConstants, GraphInputsAndSymbolicConstantsAreNotConstant) {
   // Inputs are read at each call; a constant with a symbolic value is not known.
   expect_unchanged(fold_constants, R"(
 graph(%0: f32[2] "arg0", %1: f32[s0] "arg1") syms=1 {
@@ -136,7 +143,7 @@ graph(%0: f32[2] "arg0", %1: f32[s0] "arg1") syms=1 {
 )");
 }
 
-TEST(FoldConstants, MultiOutputNodeFoldsEveryOutput) {
+TEST_F(FoldConstants, MultiOutputNodeFoldsEveryOutput) {
   // max_pool2d on a constant becomes two constants (values and indices).
   expect_pass(fold_constants, R"(
 graph() {
@@ -156,7 +163,7 @@ graph() {
               true);
 }
 
-TEST(FoldConstants, ViewResultsAndWrappedFlagsAreKept) {
+TEST_F(FoldConstants, ViewResultsAndWrappedFlagsAreKept) {
   // A reshape (a view in eager) folds to its own contiguous constant; a
   // wrapped-number result stays wrapped (dtype promotion of its users).
   expect_pass(fold_constants, R"(
@@ -182,7 +189,7 @@ graph() {
               true);
 }
 
-TEST(FoldConstants, SymbolicShapesAreNotFolded) {
+TEST_F(FoldConstants, SymbolicShapesAreNotFolded) {
   // A node with sym_attrs (a size known only per call) is not evaluated.
   expect_unchanged(fold_constants, R"(
 graph(%0: f32[s0] "arg0") syms=1 {
@@ -207,7 +214,7 @@ class CountingRecorder : public Recorder {
   void on_inplace(const Tensor&, const Tensor&) override {}
 };
 
-TEST(FoldConstants, EvaluatesWithoutTheCallersRecorder) {
+TEST_F(FoldConstants, EvaluatesWithoutTheCallersRecorder) {
   // Folding inside a trace computes eagerly and puts the caller's recorder back.
   ir::Graph g;
   Attrs at;
