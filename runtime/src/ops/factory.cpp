@@ -362,7 +362,9 @@ Tensor random_tensor(bool normal, const Dims& shape, DType dtype, const char* na
       .set("offset", AttrValue(static_cast<int64_t>(offset)));
   const OpId op = normal ? OpId::rand_normal : OpId::rand_uniform;
   if (device.is_cpu()) return call_factory(op, at);
-  if (current_recorder() != nullptr) return call_factory(op, at).to(device);
+  // Traced: recorded as the CPU's; the plan makes it on the device it runs on
+  // (a traced value has no device of its own: moving it would raise).
+  if (current_recorder() != nullptr) return call_factory(op, at);
   Tensor out[] = {make_tensor(shape, dtype, device)};
   if (out[0].numel() > 0) device_runtime(device, name).run(op, {}, at, out);
   return out[0];

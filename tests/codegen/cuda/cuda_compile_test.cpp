@@ -108,6 +108,19 @@ TEST_F(CudaCompile, MovingTheArgumentsToAnotherDeviceRetraces) {
   EXPECT_EQ(cf.stats().traces, 2);
 }
 
+// Regression (found by CudaRandomPrograms): rand_like of a captured device
+// tensor inside the trace moved the recorded draw `.to(device)`, which raises
+// for a traced value ("moving a traced tensor from cpu to cuda:0").
+TEST_F(CudaCompile, DrawsLikeACapturedDeviceTensorTrace) {
+  const Tensor w = randn({6, 5}).cuda();
+  auto f = [&] { return dropout(w, 0.5) + rand_like(w) * randn_like(w); };
+  auto cf = compile(f, {.warmup = 0});
+  manual_seed(11);
+  const Tensor want = f();
+  manual_seed(11);
+  expect_close(cf(), want.cpu(), 2e-6, "draws");
+}
+
 // model.to(device) moves parameters and gradients behind the same handles.
 TEST_F(CudaCompile, ModuleToMovesParametersInPlace) {
   auto lin = std::make_shared<nn::Linear>(3, 2);
