@@ -370,6 +370,9 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
                               attrs.b("flat"), out[0]);
   if (op == OpId::scatter_add)
     return device_scatter_add(in[0], attrs.i("dim"), in[1], in[2], out[0]);
+  if (op == OpId::cumsum || op == OpId::cumprod)
+    return device_scan(op == OpId::cumprod, in[0], attrs, out[0]);
+  if (op == OpId::argsort) return device_argsort(in[0], attrs, out[0]);
   if (op == OpId::conv2d) return device_conv2d(in[0], in[1], attrs, out[0]);
   if (op == OpId::conv2d_grad_input) return device_conv2d_grad_input(in[0], in[1], attrs, out[0]);
   if (op == OpId::conv2d_grad_weight) return device_conv2d_grad_weight(in[0], in[1], attrs, out[0]);
@@ -378,8 +381,9 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::avg_pool2d_grad) return device_avg_pool2d_grad(in[0], attrs, out[0]);
   KILN_CHECK(false, "[", info.name,
              "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
-             "elementwise ops, sum/max/min/argmax/argmin, matmul, conv2d, pooling, "
-             "gather/index_select/scatter_add, pad/cat, views and copies so far); move the "
+             "elementwise ops, sum/max/min/argmax/argmin, cumsum/cumprod, argsort/sort/topk, "
+             "matmul, conv2d, pooling, gather/index_select/scatter_add, pad/cat, views and "
+             "copies so far); move the "
              "operands to the CPU with .cpu()");
 }
 

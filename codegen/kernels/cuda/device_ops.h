@@ -48,6 +48,13 @@ void device_arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim,
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out);
 
+/// out = cumsum(x) or cumprod(x) (`product`) with the op's attrs (dim,
+/// reverse): the CPU's accumulation order and types, so equal to its results.
+void device_scan(bool product, const Tensor& x, const Attrs& attrs, const Tensor& out);
+/// out = argsort(x) with the op's attrs (dim, descending, k >= 0: topk's first
+/// k): the CPU's stable total order (NaN above every number).
+void device_argsort(const Tensor& x, const Attrs& attrs, const Tensor& out);
+
 /// out = sum(x, dims) when it is a column sum (the reduced dims lead the kept
 /// ones of size > 1; more than one column): per-part partials and their
 /// combine in part order (gpu_printer.h), so results do not depend on the

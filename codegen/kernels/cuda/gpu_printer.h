@@ -76,6 +76,17 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol);
 /// never share an output element) and no atomics are needed.
 std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
 
+/// cumsum (cumprod with `product`) of x of dtype t along contiguous lines:
+/// parameters (out, x, lines, len, reverse); one thread per line, in the CPU
+/// kernel's order and accumulators (double for floats, wrapping 64-bit
+/// integers into i64), so results equal the CPU's bit for bit.
+std::string print_scan(bool product, DType t, const std::string& symbol);
+/// argsort's first k positions of each contiguous line of x (dtype t):
+/// parameters (out [lines, k] of i64, x, n = lines * len, len, k, desc); each
+/// thread counts the elements ordered before its own in the CPU's total order
+/// (NaN above every number, ties by position: stable), O(len) per element.
+std::string print_argsort(DType t, const std::string& symbol);
+
 /// A kernel drawing uniform or `normal` random numbers of floating dtype `dt`
 /// with kiln's Philox rule (runtime/src/random_rule.h: rng::random_rule_source()
 /// goes once between the prelude and such kernels): parameters

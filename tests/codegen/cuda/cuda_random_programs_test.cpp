@@ -34,10 +34,7 @@ struct NoKernel {
   const char* reason;
 };
 constexpr NoKernel kNoCudaKernel[] = {
-    {"cumsum", "no scan kernel on CUDA yet"},
-    {"cumprod", "no scan kernel on CUDA yet"},
-    {"argsort", "no sort kernel on CUDA yet (sort, topk)"},
-    {"multinomial", "no device draw yet"},
+    {"multinomial", "no device kernel yet (its uniforms are drawn on the CPU)"},
 };
 
 // The listed reason if `error` is a listed op's "not implemented for CUDA".

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/cuda.h"
+#include "kiln/dispatch.h"
 
 namespace kiln {
 namespace {
@@ -152,11 +153,13 @@ TEST_F(CudaTensorGpu, MixedDevicesAndMissingKernelsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
   }
-  try {  // an op with no CUDA kernel yet
-    (void)cumsum(ones({1, 4}).cuda(), 1);
+  try {  // an op with no CUDA kernel yet (its primitive: kiln::multinomial draws on the CPU)
+    const Attrs at = Attrs().set("num_samples", int64_t{1}).set("replacement", true);
+    const std::vector<Tensor> in = {ones({4}).cuda(), full({1}, 0.5, DType::f64).cuda()};
+    (void)dispatch(OpId::multinomial, in, at);
     FAIL() << "expected kiln::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[cumsum] is not implemented for CUDA tensors"),
+    EXPECT_NE(std::string(e.what()).find("[multinomial] is not implemented for CUDA tensors"),
               std::string::npos)
         << e.what();
   }

@@ -208,6 +208,33 @@ TEST(Nvrtc, RandomKernelsCompile) {
   EXPECT_THROW((void)print_random(false, DType::i32, "bad"), Error);
 }
 
+TEST(GpuPrinter, GoldenScanAndSortKernels) {
+  expect_golden("cumsum_f16.cu", print_scan(false, DType::f16, "kiln_cumsum_f16"));
+  expect_golden("cumprod_i32.cu", print_scan(true, DType::i32, "kiln_cumprod_i32"));
+  expect_golden("argsort_f32.cu", print_argsort(DType::f32, "kiln_argsort_f32"));
+}
+
+// The scans and argsort of every dtype: PTX for sm_80 and sm_90, machine code
+// for sm_90 without spills.
+TEST(Nvrtc, ScanAndSortKernelsCompileWithoutSpills) {
+  std::string source = cuda_prelude();
+  int n = 0;
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32,
+                  DType::u8, DType::b8}) {
+    for (bool product : {false, true}) source += print_scan(product, t, str("s", n++));
+    source += print_argsort(t, str("s", n++));
+  }
+  for (int arch : {80, 90})
+    EXPECT_NE(nvrtc_compile(source, "order_kernels.cu", arch, /*cubin=*/false)
+                  .ptx.find(str(".target sm_", arch)),
+              std::string::npos);
+#ifndef KILN_TEST_SANITIZED
+  const NvrtcOutput out =
+      nvrtc_compile(source, "order_kernels.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
+  EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
+#endif
+}
+
 // NVRTC's output is cached on disk (KILN_CACHE_DIR): the same program again
 // is read back; another target is another entry; a damaged entry is compiled
 // again and replaced.
