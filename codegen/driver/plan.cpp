@@ -253,8 +253,11 @@ std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileO
   profiler::Span span("compile", "passes");
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
+  // The budget is judged by the schedule the executor will run: fused exactly
+  // when fusion is on (opts.fuse; the fuse pass being disabled remat sees itself).
   passes::RematScope remat({.memory_budget = opts.memory_budget,
-                            .writes = p ? state_writes(*p) : std::vector<passes::StateWrite>{}});
+                            .writes = p ? state_writes(*p) : std::vector<passes::StateWrite>{},
+                            .fused = opts.fuse});
   passes::run_pipeline(*g, names);
   // Channel sums (BatchNorm's) as a fusible row sum and a small sum: part of
   // fusion, so whatever the pipeline.
