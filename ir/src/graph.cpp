@@ -273,6 +273,7 @@ Node* Graph::add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vecto
     KILN_ASSERT(in != nullptr, "null input to ", op_name(op));
     in->users.push_back(n.get());
   }
+  n->outputs.reserve(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     Value* v = new_value(outs[i].dtype, std::move(outs[i].shape));
     v->producer = n.get();

@@ -12,6 +12,7 @@
 // by the bytes left, every reference checked, so bad bytes fail cleanly.
 #include "kiln/ir/serialize.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -21,35 +22,12 @@ namespace kiln::ir {
 
 // ---- ByteWriter / ByteReader ----
 
-void ByteWriter::uvar(uint64_t v) {
-  while (v >= 0x80) {
-    out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out_.push_back(static_cast<char>(v));
+void ByteWriter::grow(size_t n) {
+  out_.resize(std::max(len_ + n, 2 * out_.size() + 64));
 }
 
-void ByteWriter::f64(double v) {
-  raw(&v, sizeof v);
-}
-
-void ByteWriter::str(std::string_view s) {
-  uvar(s.size());
-  raw(s.data(), s.size());
-}
-
-void ByteWriter::sym(const SymInt& s) {
-  uvar(s.terms.size());
-  for (const SymTerm& t : s.terms) {
-    svar(t.coef);
-    uvar(t.mono);
-  }
-  svar(s.b);
-}
-
-void ByteWriter::shape(const SymShape& s) {
-  uvar(s.size());
-  for (const SymInt& d : s) sym(d);
+void ByteWriter::reserve(size_t n) {
+  if (out_.size() - len_ < n) out_.resize(len_ + n);
 }
 
 void ByteReader::fail(std::string_view what) const {
@@ -57,12 +35,7 @@ void ByteReader::fail(std::string_view what) const {
       kiln::str("[graph bytes] ", std::string(what), " at byte ", pos_, " of ", in_.size()));
 }
 
-uint8_t ByteReader::u8() {
-  if (pos_ >= in_.size()) fail("truncated");
-  return static_cast<uint8_t>(in_[pos_++]);
-}
-
-uint64_t ByteReader::uvar() {
+uint64_t ByteReader::uvar_long() {
   uint64_t v = 0;
   for (int shift = 0;; shift += 7) {
     if (shift > 63) fail("varint too long");
@@ -85,13 +58,7 @@ std::string_view ByteReader::raw(size_t n) {
   return s;
 }
 
-size_t ByteReader::count(size_t min_bytes) {
-  const uint64_t n = uvar();
-  if (n > remaining() / (min_bytes ? min_bytes : 1)) fail("count past the end");
-  return static_cast<size_t>(n);
-}
-
-SymInt ByteReader::sym() {
+SymInt ByteReader::sym_terms() {
   SymInt s;
   const size_t n = count(2);
   if (n > 0) {
@@ -126,17 +93,29 @@ DType read_dtype(ByteReader& r) {
 struct NameTable {
   std::vector<std::string_view> names;
   std::unordered_map<std::string_view, uint32_t> index;
+  // Attribute names are interned pointers (a few distinct ones per graph), so
+  // a pointer seen before skips hashing its string; two pointers to equal
+  // strings still share one entry through `index`.
+  std::unordered_map<const void*, uint32_t> by_ptr;
   uint32_t of(std::string_view s) {
     auto [it, fresh] = index.emplace(s, static_cast<uint32_t>(names.size()));
     if (fresh) names.push_back(s);
     return it->second;
+  }
+  uint32_t of_interned(const char* s) {
+    if (!s) return of("");
+    auto it = by_ptr.find(s);
+    if (it != by_ptr.end()) return it->second;
+    const uint32_t k = of(s);
+    by_ptr.emplace(s, k);
+    return k;
   }
 };
 
 void write_attrs(ByteWriter& w, const Attrs& a, NameTable& attr_names) {
   w.uvar(a.items().size());
   for (const auto& [key, val] : a.items()) {
-    w.uvar(attr_names.of(key));
+    w.uvar(attr_names.of_interned(key));
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
@@ -243,7 +222,7 @@ void write_graph(ByteWriter& out, const Graph& g) {
   NameTable ops, attr_names;
   std::vector<int32_t> op_index(static_cast<size_t>(kNumOps), -1);  // OpId -> ops entry
   ByteWriter w;
-  w.bytes().reserve(64 * nodes.size() + 256);
+  w.reserve(64 * nodes.size() + 256);
   auto ref = [&](const Value* v) {
     const size_t id = static_cast<size_t>(v->id());
     const int64_t k = id < num.size() ? num[id] : -1;
@@ -273,7 +252,7 @@ void write_graph(ByteWriter& out, const Graph& g) {
     write_attrs(w, n->attrs, attr_names);
     w.uvar(n->sym_attrs.size());
     for (const SymAttr& s : n->sym_attrs) {
-      w.uvar(attr_names.of(s.name ? s.name : ""));
+      w.uvar(attr_names.of_interned(s.name));
       w.svar(s.index);
       w.sym(s.expr);
       w.u8(s.reciprocal ? 1 : 0);
