@@ -130,6 +130,44 @@ TEST(GraphBytes, CountsAreBoundedByTheBytesLeft) {
   }
 }
 
+// The writer's inline pieces on its grown-ahead buffer: varints at every
+// length boundary, sizes static and symbolic, strings, and writes after
+// bytes() was read (the buffer keeps growing) all read back exactly.
+TEST(GraphBytes, WriterPiecesReadBackAcrossGrowth) {
+  ByteWriter w;
+  std::vector<uint64_t> u;
+  for (int shift = 0; shift < 64; ++shift)
+    for (uint64_t d : {uint64_t{0}, uint64_t{1}}) u.push_back((uint64_t{1} << shift) - d);
+  u.push_back(~uint64_t{0});
+  const SymInt s2 = SymInt::symbolic(1, 3, -7) * SymInt::symbolic(0);
+  std::string mid;
+  for (int round = 0; round < 300; ++round) {
+    for (uint64_t x : u) w.uvar(x);
+    w.svar(INT64_MIN + round);
+    w.svar(-round);
+    w.sym(SymInt(round - 150));
+    w.sym(s2);
+    w.str(std::string(static_cast<size_t>(round % 40), 'a'));
+    w.u8(static_cast<uint8_t>(round));
+    if (round == 7) mid = w.bytes();  // read part-way, then keep writing
+  }
+  ByteReader r(w.bytes());
+  for (int round = 0; round < 300; ++round) {
+    if (round == 8) {
+      EXPECT_EQ(r.offset(), mid.size());
+    }
+    for (uint64_t x : u) ASSERT_EQ(r.uvar(), x);
+    ASSERT_EQ(r.svar(), INT64_MIN + round);
+    ASSERT_EQ(r.svar(), -round);
+    ASSERT_EQ(r.sym(), SymInt(round - 150));
+    ASSERT_EQ(r.sym(), s2);
+    ASSERT_EQ(r.str(), std::string(static_cast<size_t>(round % 40), 'a'));
+    ASSERT_EQ(r.u8(), static_cast<uint8_t>(round));
+  }
+  EXPECT_EQ(r.remaining(), 0u);
+  EXPECT_EQ(w.bytes().substr(0, mid.size()), mid);
+}
+
 TEST(GraphBytes, NumberedValuesFollowTheWriteOrder) {
   Graph g;
   Value* x = g.add_input(DType::f32, {2, 3, 8, 8}, "arg0");
