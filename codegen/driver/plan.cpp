@@ -8,6 +8,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "kiln/passes/fold_constants.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/passes/pass_manager.h"
 #include "kiln/passes/remat.h"
@@ -248,9 +249,11 @@ std::vector<passes::StateWrite> state_writes(const Plan& p) {
 }
 
 // `p` (given for the whole or forward graph) receives the remat pass's report.
+// `device`: where the graph runs, so that folded constants are placed there.
 std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileOptions& opts,
-                                    Plan* p = nullptr) {
+                                    Device device, Plan* p = nullptr) {
   profiler::Span span("compile", "passes");
+  passes::FoldDeviceScope fold_device(device);
   const std::vector<std::string> names =
       opts.pipeline.empty() ? passes::standard_pipeline() : opts.pipeline;
   // The budget is judged by the schedule the executor will run: fused exactly
@@ -303,7 +306,7 @@ void freeze(Plan& p, ir::Graph& g) {
 // The passes, the partition of a differentiable plan, and the executors.
 void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOptions& opts) {
   if (p.result_grad.empty()) {
-    p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, &p));
+    p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(g), opts, p.device, &p));
     {
       profiler::Span span("compile", "codegen");  // fusion plan, lowering, kernels
       p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device, "graph"));
@@ -334,8 +337,8 @@ void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOp
   p.inputs = std::move(fwd_in);
   p.outputs = std::move(fwd_out);
   p.num_fwd_outputs = p.outputs.size();
-  p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts, &p));
-  p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts));
+  p.graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.fwd), opts, p.device, &p));
+  p.bwd_graph = std::shared_ptr<ir::Graph>(optimize(std::move(sp.bwd), opts, p.device));
   profiler::Span span("compile", "codegen");  // fusion plans, lowering, kernels
   p.exec = std::make_unique<Executor>(p.graph, executor_options(opts, p.device));
   p.predicted_peak = passes::predicted_peak_bytes(*p.graph, p.exec->fusion_plan(), state_writes(p));

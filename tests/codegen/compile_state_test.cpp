@@ -65,6 +65,16 @@ TEST(CompileFreeze, ParameterOnlySubgraphsFoldAndWritesRetrace) {
 }
 
 // Writing in place into a view while tracing is a clear error.
+// A factory chain made inside the function folds into one constant on the CPU
+// (fold_constants places it on the plan's device, which the driver names).
+TEST(CompileFreeze, FactoryChainsFoldOnTheCpu) {
+  auto f = compile([](const Tensor& x) { return x + arange(5).to(DType::f32) * 2; });
+  const Tensor x = ones({5});
+  EXPECT_TRUE(allclose(f(x), f(x)));
+  EXPECT_TRUE(allclose(f(x), x + arange(5).to(DType::f32) * 2));
+  EXPECT_EQ(f.graph_text().find("arange"), std::string::npos) << f.graph_text();
+}
+
 TEST(CompileErrors, InPlaceIntoAViewIsAnError) {
   auto f = compile(
       [](const Tensor& x) {
