@@ -127,6 +127,24 @@ TEST(RematCompiled, BudgetLowersMeasuredPeak) {
   }
 }
 
+// With fusion off the executor runs node by node, so remat judges a budget
+// by the node-order peak (RematOptions::fused follows CompileOptions::fuse):
+// at 90% of the unfused default's peak the plan meets the budget with about
+// one GELU chain recomputed. Judged by a fused schedule that never runs, remat
+// cut past it (78% of the default, two chains: recomputation for nothing).
+TEST(RematCompiled, BudgetWithoutFusionIsJudgedByTheUnfusedSchedule) {
+  const Trained eager = train(false);
+  const Trained deflt = train(true, {.fuse = false});
+  const int64_t peak = deflt.stats.predicted_peak_bytes;
+  const auto budget = static_cast<int64_t>(0.9 * static_cast<double>(peak));
+  const Trained tight = train(true, {.fuse = false, .memory_budget = budget});
+  expect_same(tight, eager);
+  EXPECT_LE(tight.stats.predicted_peak_bytes, budget) << "default " << peak;
+  EXPECT_GT(tight.stats.predicted_peak_bytes,
+            static_cast<int64_t>(0.84 * static_cast<double>(peak)))
+      << "default " << peak;
+}
+
 // A step that drops its gradients after the update (zero_grad at its end):
 // under a budget each update runs right after its gradient (remat's rule 0,
 // the executor running it then), so the gradients are never all alive: the
