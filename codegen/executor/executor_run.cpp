@@ -314,7 +314,7 @@ void Executor::Run::run_constant(const Step& step) {
     c.impl()->wrapped_number = n.constant.impl()->wrapped_number;
     slots_[step.out[0]] = c;
   } else {
-    slots_[step.out[0]] = n.constant;
+    slots_[step.out[0]] = step.constant;
   }
   ++st_.nodes_run;
 }

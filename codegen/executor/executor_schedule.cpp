@@ -340,6 +340,14 @@ void Executor::make_steps(const std::vector<std::vector<size_t>>& order,
       st.node = nodes[units.front() - ng];
       for (const ir::Value* v : st.node->inputs) st.in.push_back(slot_of(v));
       for (const ir::Value* v : st.node->outputs) st.out.push_back(slot_of(v));
+      if (st.node->is_constant()) {
+        // The IR records no device: on a device plan a host tensor moves there
+        // once (0-d host scalars stay: kernels and eager ops read them as numbers).
+        const Tensor& c = st.node->constant;
+        const bool move =
+            !opts_.device.is_cpu() && c.defined() && c.dim() > 0 && c.device() != opts_.device;
+        st.constant = move ? c.to(opts_.device) : c;
+      }
     } else {
       st.groups = units;
       for (size_t gi : units) {

@@ -122,7 +122,7 @@ void hash_constant(Hasher& h, const Tensor& t) {
   h.str(dtype_name(t.dtype()));
   h.word(t.shape().size());
   for (int64_t d : t.shape()) h.i64(d);
-  Tensor c = t.contiguous();
+  Tensor c = t.cpu().contiguous();  // a device constant's bytes through the host
   h.bytes(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
 }
 

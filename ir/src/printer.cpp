@@ -157,7 +157,7 @@ void put_constant_data(std::string& out, const Tensor& t) {
     out += "?";  // invalid graph; the parser rejects it
     return;
   }
-  Tensor c = t.contiguous();
+  Tensor c = t.cpu().contiguous();  // a device constant's values through the host
   const void* data = c.numel() > 0 ? c.data_ptr() : nullptr;
   auto one = [&](int64_t i) {
     visit_dtype(c.dtype(), [&](auto tag) { put_element<decltype(tag)>(out, data, i); });

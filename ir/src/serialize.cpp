@@ -178,7 +178,7 @@ Attrs read_attrs(ByteReader& r, const std::vector<const char*>& attr_names) {
 
 void write_constant(ByteWriter& w, const Tensor& t) {
   KILN_CHECK(t.defined() && !t.is_symbolic(), "[graph bytes] a constant node without data");
-  const Tensor c = t.contiguous();
+  const Tensor c = t.cpu().contiguous();  // a device constant's bytes through the host
   w.u8(static_cast<uint8_t>(t.dtype()));
   w.uvar(t.shape().size());
   for (int64_t d : t.shape()) w.uvar(static_cast<uint64_t>(d));

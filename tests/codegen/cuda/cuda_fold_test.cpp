@@ -1,6 +1,8 @@
 // Constant folding in graphs compiled on CUDA: a folded value stays on the
 // device the graph runs on (the IR records no device; the plan picks it from
 // its arguments after the trace), compiled results equal eager ones.
+#include <cstdlib>
+
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/ir/text.h"
@@ -34,6 +36,31 @@ TEST_F(CudaFold, AFoldedFactoryFeedingADeviceOpStaysOnTheDevice) {
     ASSERT_EQ(got.device(), Device::cuda());
     EXPECT_TRUE(allclose(got.cpu(), want.cpu(), 0, 0)) << "call " << call;
   }
+}
+
+// A table made on the host inside the function and moved to the device (a
+// constant of the graph, then a copy to the device) feeds a device op, with
+// and without folding: compiled runs it as eager does.
+TEST_F(CudaFold, AHostTableMovedToTheDeviceFeedsADeviceOp) {
+  const Tensor emb = randn({10, 6}).cuda();
+  auto f = [&](const Tensor& idx) {
+    const Tensor table = from_vector<int64_t>({2, 0, 7}).to(idx.device());
+    return index_select(emb, 0, table).sum(0) + index_select(emb, 0, idx);
+  };
+  const Tensor idx = from_vector<int64_t>({3, 1, 4}).cuda();
+  const Tensor want = f(idx);
+  // Twice per pipeline: with a disk cache (KILN_CACHE_DIR, as ctest sets it)
+  // the second function loads the plan the first stored, constants included.
+  for (const char* disabled : {"", "", "fold_constants", "fold_constants"}) {
+    setenv("KILN_DISABLE_PASSES", disabled, 1);
+    auto cf = compile(f, {.warmup = 0});
+    for (int call = 0; call < 2; ++call) {
+      const Tensor got = cf(idx);
+      ASSERT_EQ(got.device(), Device::cuda());
+      EXPECT_TRUE(allclose(got.cpu(), want.cpu(), 1e-6, 1e-6)) << disabled << " call " << call;
+    }
+  }
+  unsetenv("KILN_DISABLE_PASSES");
 }
 
 // A folded chain (arange * 3 + 1) returned by the graph comes back on the
