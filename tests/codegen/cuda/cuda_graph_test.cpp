@@ -42,6 +42,16 @@ TEST_F(CudaGraphs, CapturedWorkRunsAtEachLaunch) {
   cuda::Stream s(0);
   Tensor x = from_vector<float>({1, 2, 3, 4}, {4}).cuda();
   Tensor y = zeros({4}, DType::f32, Device::cuda());
+  {
+    // Warm-up on the capturing stream (as CUDA's capture guide asks): in-place
+    // ops compute into a temporary, which must then come from this stream's
+    // cached blocks, since an allocation during a capture is an error. Without
+    // it the test depended on what earlier tests left in the allocator.
+    cuda::StreamGuard on(s);
+    y.add_(x);
+    y.mul_(y);
+    y.zero_();
+  }
   cuda::synchronize();
   {
     cuda::StreamGuard on(s);
