@@ -135,6 +135,7 @@ void download(void* h, CUdeviceptr d, size_t bytes, int device) {
 }
 
 void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
   const Device dd = dst.device(), sd = src.device();
   const int device = dd.is_cpu() ? sd.index : dd.index;
   use_device(device);
@@ -201,6 +202,7 @@ void CudaRuntime::copy_non_blocking(const Tensor& dst, const Tensor& src) {
 
 // dst = src on one device, any strides, broadcasting src to dst's shape.
 void CudaRuntime::device_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;  // nothing to copy (a grid of 0 blocks is a launch error)
   const Dims& shape = dst.shape();
   const auto rank = static_cast<int>(shape.size());
   KILN_CHECK(rank <= 8, "[copy] CUDA copies handle at most 8 dims, got shape ", shape);

@@ -145,6 +145,19 @@ TEST_F(CudaTensorGpu, BackwardMatchesTheCpu) {
   expect_same(gb.grad(), b.grad(), 1e-5, "b.grad");
 }
 
+// Copies of 0 elements launch nothing (a grid of 0 blocks is a launch error):
+// a device clone, both transfers, a strided destination, a cast. Found by a
+// folded empty constant placed on the device in a compiled layer norm.
+TEST_F(CudaTensorGpu, ZeroElementCopiesAreNoOps) {
+  const Tensor e = zeros({0, 3}).cuda();
+  EXPECT_EQ(e.clone().shape(), (Dims{0, 3}));
+  EXPECT_EQ(e.cpu().shape(), (Dims{0, 3}));
+  EXPECT_EQ(e.to(DType::f64).dtype(), DType::f64);
+  Tensor t = zeros({3, 0}).cuda().transpose(0, 1);
+  t.copy_(e);
+  EXPECT_EQ(t.contiguous().shape(), (Dims{0, 3}));
+}
+
 TEST_F(CudaTensorGpu, MixedDevicesAndMissingKernelsAreClearErrors) {
   const Tensor g = ones({3}).cuda();
   try {
