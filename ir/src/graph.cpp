@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -241,14 +242,105 @@ Attrs Node::eval_attrs(std::span<const int64_t> syms) const {
   return out;
 }
 
+// ---------------- Graph storage ----------------
+namespace {
+
+// Pointer-stable slots for T in blocks that double in size (a graph of n
+// objects costs O(log n) allocations). Slots are raw memory: the owner
+// constructs and destroys the objects in them.
+template <typename T>
+class SlotArena {
+ public:
+  SlotArena() = default;
+  SlotArena(const SlotArena&) = delete;
+  SlotArena& operator=(const SlotArena&) = delete;
+  ~SlotArena() {
+    for (const Block& b : blocks_) ::operator delete(b.slots, b.cap * sizeof(T), kAlign);
+  }
+  // A fresh slot (the blocks' slots are handed out in order).
+  T* alloc() {
+    if (blocks_.empty() || blocks_.back().used == blocks_.back().cap) grow(0);
+    Block& b = blocks_.back();
+    return b.slots + b.used++;
+  }
+  // Room for `more` slots in the current block or one new block.
+  void reserve(size_t more) {
+    if (more == 0) return;
+    if (!blocks_.empty() && blocks_.back().cap - blocks_.back().used >= more) return;
+    grow(more);
+  }
+  // Calls f(T*) for every slot handed out, in order.
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Block& b : blocks_)
+      for (size_t i = 0; i < b.used; ++i) f(b.slots + i);
+  }
+
+ private:
+  static constexpr std::align_val_t kAlign{alignof(T)};
+  struct Block {
+    T* slots = nullptr;
+    size_t used = 0, cap = 0;
+  };
+  void grow(size_t at_least) {
+    const size_t last = blocks_.empty() ? 0 : blocks_.back().cap;
+    const size_t cap = std::max({at_least, std::min<size_t>(2 * last, 4096), size_t{16}});
+    blocks_.reserve(blocks_.size() + 1);  // no leak if this throws
+    auto* p = static_cast<T*>(::operator new(cap * sizeof(T), kAlign));
+    blocks_.push_back({p, 0, cap});
+  }
+  std::vector<Block> blocks_;
+};
+
+}  // namespace
+
+struct Graph::Storage {
+  SlotArena<Value> values;        // every Value ever created (never destroyed before the graph)
+  SlotArena<Node> nodes;          // live nodes and the slots of erased ones
+  std::vector<Node*> free_nodes;  // slots of erased nodes, reused by add_op
+  Node* head = nullptr;           // the evaluation order: an intrusive list
+  Node* tail = nullptr;
+  // The order as a vector (what nodes() returns) and Node::pos_, valid unless
+  // stale: rebuilt by one walk of the list after inserts before nodes or erases.
+  std::vector<Node*> order;
+  bool order_stale = false;
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    for (Node* n = head; n != nullptr;) {
+      Node* next = n->next_;
+      n->~Node();
+      n = next;
+    }
+    values.for_each([](Value* v) { v->~Value(); });
+  }
+  Node* new_node() {
+    if (free_nodes.empty()) return new (nodes.alloc()) Node();
+    Node* n = new (free_nodes.back()) Node();
+    free_nodes.pop_back();
+    return n;
+  }
+};
+
+Graph::Graph() : store_(std::make_unique<Storage>()) {}
+Graph::~Graph() = default;
+Graph::Graph(Graph&&) noexcept = default;
+Graph& Graph::operator=(Graph&&) noexcept = default;
+
+void Graph::reserve(size_t nodes, size_t values) {
+  store_->nodes.reserve(nodes);
+  store_->values.reserve(values);
+}
+
 // ---------------- Graph ----------------
 Value* Graph::new_value(DType dtype, SymShape shape) {
-  auto v = std::make_unique<Value>();
+  Value* v = new (store_->values.alloc()) Value();
   v->dtype = dtype;
   v->shape = std::move(shape);
   v->id_ = next_value_id_++;
-  values_.push_back(std::move(v));
-  return values_.back().get();
+  return v;
 }
 
 Value* Graph::add_input(DType dtype, SymShape shape, std::string name) {
@@ -261,37 +353,44 @@ Value* Graph::add_input(DType dtype, SymShape shape, std::string name) {
 
 Node* Graph::add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vector<OutSpec> outs,
                     Node* before) {
-  KILN_ASSERT(before == nullptr || (tag_ && before->owner_ == tag_.get()),
-              "node is not in this graph");
-  auto n = std::make_unique<Node>();
+  return add_op_specs(op, std::move(inputs), std::move(attrs), outs, before);
+}
+
+Node* Graph::add_op_specs(OpId op, std::vector<Value*> inputs, Attrs attrs, std::span<OutSpec> outs,
+                          Node* before) {
+  Storage& st = *store_;
+  KILN_ASSERT(before == nullptr || before->owner_ == &st, "node is not in this graph");
+  for (Value* in : inputs) KILN_ASSERT(in != nullptr, "null input to ", op_name(op));
+  Node* n = st.new_node();
   n->kind = NodeKind::kOp;
   n->op = op;
   n->id_ = next_node_id_++;
   n->attrs = std::move(attrs);
   n->inputs = std::move(inputs);
-  for (Value* in : n->inputs) {
-    KILN_ASSERT(in != nullptr, "null input to ", op_name(op));
-    in->users.push_back(n.get());
-  }
+  for (Value* in : n->inputs) in->users.push_back(n);
   n->outputs.reserve(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     Value* v = new_value(outs[i].dtype, std::move(outs[i].shape));
-    v->producer = n.get();
+    v->producer = n;
     v->index = static_cast<int>(i);
     n->outputs.push_back(v);
   }
-  Node* raw = n.get();
-  raw->owner_ = tag_.get();
+  n->owner_ = &st;
   if (before == nullptr) {
-    raw->pos_ = nodes_.size();  // appending keeps every other position
-    nodes_.push_back(std::move(n));
-    raw->it_ = std::prev(nodes_.end());
-    if (!order_stale_) order_.push_back(raw);
+    n->pos_ = num_nodes_;  // appending keeps every other position
+    n->prev_ = st.tail;
+    (st.tail ? st.tail->next_ : st.head) = n;
+    st.tail = n;
+    if (!st.order_stale) st.order.push_back(n);
   } else {
-    raw->it_ = nodes_.insert(before->it_, std::move(n));
-    order_stale_ = true;
+    n->prev_ = before->prev_;
+    n->next_ = before;
+    (before->prev_ ? before->prev_->next_ : st.head) = n;
+    before->prev_ = n;
+    st.order_stale = true;
   }
-  return raw;
+  ++num_nodes_;
+  return n;
 }
 
 Node* Graph::add_op_inferred(OpId op, std::vector<Value*> inputs, Attrs attrs, Node* before) {
@@ -385,17 +484,23 @@ void Graph::set_input(Node* n, size_t i, Value* v) {
 }
 
 void Graph::erase(Node* n) {
-  KILN_ASSERT(tag_ && n->owner_ == tag_.get(), "node is not in this graph");
+  Storage& st = *store_;
+  KILN_ASSERT(n->owner_ == &st, "node is not in this graph");
   for (Value* o : n->outputs)
     KILN_ASSERT(num_uses(o) == 0, "erasing a node whose output %", o->id(), " is still used");
   for (Value* in : n->inputs) remove_use(in, n);
   for (Value* o : n->outputs) o->producer = nullptr;
   // Erasing the last node keeps every other position.
-  if (std::next(n->it_) != nodes_.end())
-    order_stale_ = true;
-  else if (!order_stale_)
-    order_.pop_back();
-  nodes_.erase(n->it_);
+  if (n->next_ != nullptr)
+    st.order_stale = true;
+  else if (!st.order_stale)
+    st.order.pop_back();
+  (n->prev_ ? n->prev_->next_ : st.head) = n->next_;
+  (n->next_ ? n->next_->prev_ : st.tail) = n->prev_;
+  --num_nodes_;
+  // The slot is reused by a later add_op; its data (a constant's tensor) goes now.
+  n->~Node();
+  st.free_nodes.push_back(n);
 }
 
 void Graph::erase_input(size_t i) {
@@ -414,23 +519,24 @@ size_t Graph::num_uses(const Value* v) const {
 }
 
 std::vector<Node*> Graph::nodes() const {
-  if (order_stale_) refresh_order();
-  return order_;
+  if (store_->order_stale) refresh_order();
+  return store_->order;
 }
 
 void Graph::refresh_order() const {
-  order_.clear();
-  order_.reserve(nodes_.size());
-  for (const auto& m : nodes_) {
-    m->pos_ = order_.size();
-    order_.push_back(m.get());
+  Storage& st = *store_;
+  st.order.clear();
+  st.order.reserve(num_nodes_);
+  for (Node* n = st.head; n != nullptr; n = n->next_) {
+    n->pos_ = st.order.size();
+    st.order.push_back(n);
   }
-  order_stale_ = false;
+  st.order_stale = false;
 }
 
 size_t Graph::position(const Node* n) const {
-  KILN_ASSERT(tag_ && n->owner_ == tag_.get(), "node is not in this graph");
-  if (order_stale_) refresh_order();
+  KILN_ASSERT(n->owner_ == store_.get(), "node is not in this graph");
+  if (store_->order_stale) refresh_order();
   return n->pos_;
 }
 
@@ -438,7 +544,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   auto g = std::make_unique<Graph>();
   g->num_syms = num_syms;
   g->rng_advance = rng_advance;
-  g->values_.reserve(values_.size());
+  g->reserve(num_nodes_, static_cast<size_t>(next_value_id_));
   // Original -> copy by value id (ids are dense, below next_value_id_): no
   // hashing per use. The original is kept to catch a value of another graph.
   std::vector<std::pair<const Value*, Value*>> map(static_cast<size_t>(next_value_id_));
@@ -453,7 +559,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     m->wrapped_number = in->wrapped_number;
     map[static_cast<size_t>(in->id())] = {in, m};
   }
-  for (auto& n : nodes_) {
+  for (const Node* n = store_->head; n != nullptr; n = n->next_) {
     std::vector<Value*> ins;
     ins.reserve(n->inputs.size());
     for (Value* v : n->inputs) ins.push_back(mapped(v));

@@ -307,7 +307,10 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
   };
   const size_t nnodes = r.count(4);
   values.reserve(ninputs + nnodes + nnodes / 4);
-  std::vector<uint8_t> wrapped;  // per output of the node being read (reused)
+  g->reserve(nnodes, nnodes + nnodes / 4);  // one block each (most nodes have one output)
+  // Per output of the node being read (reused: no vectors per node).
+  std::vector<OutSpec> outs;
+  std::vector<uint8_t> wrapped;
   std::vector<std::string_view> names;
   for (size_t i = 0; i < nnodes; ++i) {
     const uint8_t kind = r.u8();
@@ -338,7 +341,7 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
       if (!ins.empty()) r.fail("a constant with inputs");
     }
     const size_t nout = r.count(4);
-    std::vector<OutSpec> outs(nout);
+    outs.resize(nout);
     wrapped.resize(nout);
     names.resize(nout);
     for (size_t o = 0; o < nout; ++o) {
@@ -347,7 +350,7 @@ std::unique_ptr<Graph> read_graph(ByteReader& r) {
       wrapped[o] = r.u8();
       names[o] = r.str();
     }
-    Node* n = g->add_op(op, std::move(ins), std::move(attrs), std::move(outs));
+    Node* n = g->add_op_specs(op, std::move(ins), std::move(attrs), outs);
     n->sym_attrs = std::move(sym_attrs);
     if (kind == static_cast<uint8_t>(NodeKind::kConstant)) {
       if (nout != 1) r.fail("a constant without exactly one output");

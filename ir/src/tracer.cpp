@@ -71,6 +71,7 @@ struct Tracer::State {
   std::vector<Tensor> arg_grad_at_start;
   bool grads_touched = false;  // a .grad was set or accumulated into while tracing
   std::vector<std::weak_ptr<TensorImpl>> created;  // every symbolic tensor made
+  std::vector<OutSpec> specs;                      // record()'s output specs (reused)
   bool done = false;
 };
 
@@ -198,10 +199,10 @@ std::vector<Tensor> Tracer::record(OpId op, std::span<const Tensor> inputs, cons
   // CSE keeps it apart from the forward's identical nodes (which would undo it).
   if (const uint64_t r = autograd::recompute_region())
     at.set("recompute", AttrValue(static_cast<int64_t>(r)));
-  std::vector<OutSpec> specs;
-  specs.reserve(out.size());
+  std::vector<OutSpec>& specs = st_->specs;
+  specs.clear();
   for (const TensorMeta& m : out) specs.push_back({m.dtype, to_sym_shape(m.shape)});
-  Node* n = st_->graph->add_op(op, std::move(ins), std::move(at), std::move(specs));
+  Node* n = st_->graph->add_op_specs(op, std::move(ins), std::move(at), specs);
   std::vector<Tensor> res;
   res.reserve(out.size());
   for (size_t i = 0; i < out.size(); ++i) res.push_back(make_symbolic(n->outputs[i], out[i]));

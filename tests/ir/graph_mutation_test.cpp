@@ -157,5 +157,56 @@ TEST(GraphMutation, MovedGraphKeepsItsNodes) {
   expect_consistent(h);
 }
 
+TEST(GraphMutation, NodesAndValuesKeepTheirAddressesAsTheGraphGrows) {
+  // Passes hold raw Node* and Value* across insertions: the graph's storage
+  // grows in blocks, never moving what it holds (thousands of nodes span many
+  // blocks), and a moved graph keeps them too.
+  Graph g;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  std::vector<Node*> made;
+  std::vector<Value*> outs;
+  for (int i = 0; i < 5000; ++i) {
+    Node* n = g.add_op(OpId::neg, {i % 3 == 0 ? x : outs.back()}, {}, {{DType::f32, {4}}});
+    made.push_back(n);
+    outs.push_back(n->output());
+  }
+  Graph h = std::move(g);
+  ASSERT_EQ(h.nodes(), made);
+  for (size_t i = 0; i < made.size(); ++i) {
+    EXPECT_EQ(made[i]->output(), outs[i]);
+    EXPECT_EQ(outs[i]->producer, made[i]);
+    EXPECT_EQ(outs[i]->id(), static_cast<int>(i) + 1);
+  }
+  h.reserve(100, 100);  // a hint never moves what is there
+  Node* more = h.add_op(OpId::neg, {outs.back()}, {}, {{DType::f32, {4}}});
+  EXPECT_EQ(h.nodes().back(), more);
+  EXPECT_EQ(h.nodes()[4999], made.back());
+  expect_consistent(h);
+}
+
+TEST(GraphMutation, ErasedNodesReleaseTheirDataAndTheirSlotsAreReused) {
+  Graph g;
+  Value* x = g.add_input(DType::f32, to_sym_shape({4}), "arg0");
+  Tensor data = kiln::ones({4});
+  Node* c = g.add_constant(data);
+  std::weak_ptr<TensorImpl> held = c->constant.impl_ptr();
+  ASSERT_FALSE(held.expired());
+  Value* kept = neg_of(g, x);
+  g.add_output(kept, "out0");
+  g.erase(c);  // the constant's copy goes with the node, not with the graph
+  EXPECT_TRUE(held.expired());
+  EXPECT_EQ(kept->producer->output(), kept);
+  // New nodes after erasures (slots reused or not) are whole, fresh nodes.
+  for (int i = 0; i < 20; ++i) {
+    Node* d = g.add_op(OpId::neg, {x}, {}, {{DType::f32, {4}}});
+    EXPECT_TRUE(d->attrs.empty());
+    EXPECT_FALSE(d->constant.defined());
+    EXPECT_EQ(d->inputs, std::vector<Value*>{x});
+    if (i % 2 == 0) g.erase(d);
+  }
+  EXPECT_EQ(g.num_nodes(), 11u);
+  expect_consistent(g);
+}
+
 }  // namespace
 }  // namespace kiln::ir

@@ -32,7 +32,6 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <span>
 #include <string>
@@ -178,9 +177,11 @@ class Node {
  private:
   friend class Graph;
   int id_ = 0;
-  // The graph's list entry (O(1) insert-before and erase), the graph that owns
-  // the node, and its cached position (valid while the graph's order is fresh).
-  std::list<std::unique_ptr<Node>>::iterator it_;
+  // The neighbours in the graph's order (an intrusive list: O(1) insert-before
+  // and erase, no list entry per node), the graph's storage that owns the node,
+  // and its cached position (valid while the graph's order is fresh).
+  Node* prev_ = nullptr;
+  Node* next_ = nullptr;
   const void* owner_ = nullptr;
   mutable size_t pos_ = 0;
 };
@@ -194,11 +195,17 @@ struct OutSpec {
 /// An SSA graph: inputs, a node list in evaluation order, named outputs.
 class Graph {
  public:
-  Graph() = default;
+  Graph();
+  ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
-  Graph(Graph&&) = default;
-  Graph& operator=(Graph&&) = default;
+  /// Nodes and values keep their addresses (they live in the graph's storage).
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+
+  /// A capacity hint: room for this many more nodes and values without
+  /// growing the storage (readers that know the sizes call it first).
+  void reserve(size_t nodes, size_t values);
 
   /// Appends a graph input.
   Value* add_input(DType dtype, SymShape shape, std::string name);
@@ -206,6 +213,10 @@ class Graph {
   /// shapes are given (the tracer knows them; passes use infer_outputs).
   Node* add_op(OpId op, std::vector<Value*> inputs, Attrs attrs, std::vector<OutSpec> outs,
                Node* before = nullptr);
+  /// add_op with the output specs in the caller's storage, their shapes moved
+  /// from (a reader or tracer reuses one buffer instead of a vector per node).
+  Node* add_op_specs(OpId op, std::vector<Value*> inputs, Attrs attrs, std::span<OutSpec> outs,
+                     Node* before = nullptr);
   /// Adds a primitive call whose outputs come from the op's infer rule
   /// (static shapes only). Throws kiln::Error if the rule rejects the inputs.
   Node* add_op_inferred(OpId op, std::vector<Value*> inputs, Attrs attrs, Node* before = nullptr);
@@ -239,7 +250,7 @@ class Graph {
   /// A copy of a cached vector; the first call after an insertion before a node
   /// or an erase rebuilds the cache (so, like position(), not concurrently then).
   std::vector<Node*> nodes() const;
-  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_nodes() const { return num_nodes_; }
   /// Position of a node in the evaluation order (valid until the next insertion/erase).
   /// O(1), after one O(n) renumbering following an insertion before a node or an
   /// erase; not to be called concurrently with another call on a mutated graph.
@@ -258,16 +269,14 @@ class Graph {
   std::unique_ptr<Graph> clone() const;
 
  private:
+  // Owns every Node and Value in arenas (pointer-stable, a few allocations for
+  // a whole graph), the node order and its cache; its address identifies this
+  // graph's nodes (it survives moves of the Graph). Defined in graph.cpp.
+  struct Storage;
   Value* new_value(DType dtype, SymShape shape);
-  std::vector<std::unique_ptr<Value>> values_;  // owner of every Value ever created
-  std::list<std::unique_ptr<Node>> nodes_;      // in evaluation order
-  // Identifies this graph's nodes (a heap address survives moves of the Graph).
-  std::unique_ptr<char> tag_ = std::make_unique<char>();
-  // The order as a vector (what nodes() returns) and Node::pos_, valid unless
-  // stale: rebuilt by one walk of the list after inserts before nodes or erases.
-  mutable std::vector<Node*> order_;
-  mutable bool order_stale_ = false;
   void refresh_order() const;
+  std::unique_ptr<Storage> store_;
+  size_t num_nodes_ = 0;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<std::string> output_names_;
