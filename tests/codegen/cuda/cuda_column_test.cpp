@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -17,13 +18,9 @@
 namespace kiln {
 namespace {
 
-class CudaColumns : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(11);
-  }
-};
+using testing::bits_of;
+
+class CudaColumns : public testing::CudaTest<11> {};
 
 // gpu within `rtol` of cpu, relative to the sum of magnitudes (a sum's
 // rounding scale), with equal dtype and shape.
@@ -37,15 +34,6 @@ void expect_sums_close(const Tensor& gpu, const Tensor& cpu, const Tensor& abs_s
   for (size_t i = 0; i < a.size(); ++i)
     ASSERT_LE(std::abs(a[i] - b[i]), rtol * (s[i] + 1e-30))
         << what << " element " << i << ": GPU " << a[i] << ", CPU " << b[i];
-}
-
-std::vector<uint64_t> bits_of(const Tensor& t) {
-  const Tensor c = t.cpu().contiguous();
-  std::vector<uint64_t> out(static_cast<size_t>(c.numel()));
-  const size_t es = c.element_size();
-  for (size_t i = 0; i < out.size(); ++i)
-    std::memcpy(&out[i], static_cast<const char*>(c.data_ptr()) + i * es, es);
-  return out;
 }
 
 TEST_F(CudaColumns, EagerSumsOverLeadingDimsMatchTheCpu) {

@@ -4,6 +4,7 @@
 // a real GPU, or on the emulated device (KILN_CUDA_EMULATE) in CI.
 #include <cmath>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kernels/cuda/device_ops.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
@@ -13,23 +14,9 @@
 namespace kiln {
 namespace {
 
-class CudaCompile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(5);
-  }
-};
+using testing::expect_close;
 
-void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>();  // item/to_vector read device tensors that require grad
-  const auto b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_LE(std::abs(a[i] - b[i]), tol * (1 + std::abs(b[i])))
-        << what << " element " << i << ": GPU " << a[i] << ", CPU " << b[i];
-}
+class CudaCompile : public testing::CudaTest<5> {};
 
 TEST_F(CudaCompile, PointwiseAndRowReductionsRunAsDeviceKernels) {
   auto f = [](const Tensor& x, const Tensor& y) {

@@ -7,27 +7,16 @@
 #include <cmath>
 #include <limits>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kiln/cuda.h"
 
 namespace kiln {
 namespace {
 
-class CudaConv : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(11);
-  }
-};
+using testing::expect_close;
+using testing::expect_equal;
 
-void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  ASSERT_TRUE(gpu.device().is_cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << what << " element " << i;
-}
+class CudaConv : public testing::CudaTest<11> {};
 
 struct Case {
   Dims x, w;
@@ -80,20 +69,6 @@ TEST_F(CudaConv, Conv2dModuleOnTheDevice) {
   ASSERT_EQ(params.size(), grads.size());
   for (size_t i = 0; i < params.size(); ++i)
     expect_close(params[i].grad(), grads[i], 1e-4, str("gradient ", i));
-}
-
-void expect_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  ASSERT_TRUE(gpu.device().is_cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(b[i])) {
-      ASSERT_TRUE(std::isnan(a[i])) << what << " element " << i;
-    } else {
-      ASSERT_EQ(a[i], b[i]) << what << " element " << i;
-    }
-  }
 }
 
 std::vector<Pool2dOptions> pool_cases() {

@@ -3,6 +3,7 @@
 // its arguments after the trace), compiled results equal eager ones.
 #include <cstdlib>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/ir/text.h"
@@ -11,13 +12,7 @@
 namespace kiln {
 namespace {
 
-class CudaFold : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(3);
-  }
-};
+class CudaFold : public testing::CudaTest<3> {};
 
 // Regression: fold_constants turned `arange(T)` (a factory: on the graph's
 // device at run time) into a CPU constant, and index_select raised

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/stream.h"
 #include "kiln/compile.h"
@@ -18,12 +19,8 @@
 namespace kiln {
 namespace {
 
-class CudaGraphs : public ::testing::Test {
+class CudaGraphs : public testing::CudaTest<3> {
  protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(3);
-  }
   void TearDown() override { unsetenv("KILN_CUDA_GRAPHS"); }
 };
 

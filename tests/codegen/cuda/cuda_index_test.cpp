@@ -4,64 +4,53 @@
 // the emulated device.
 #include <cmath>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kiln/cuda.h"
 
 namespace kiln {
 namespace {
 
-class CudaIndex : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(7);
-  }
-};
+using testing::expect_close;
+using testing::expect_equal;
 
-// Same dtype, shape and values (tol: absolute, for float math).
-void expect_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << " element " << i;
-}
+class CudaIndex : public testing::CudaTest<7> {};
 
 TEST_F(CudaIndex, IndexSelectAndGatherMatchTheCpu) {
   const Tensor x = randn({5, 7});
   const Tensor i64 = from_vector<int64_t>({4, 0, 4, 2}, {4});
   for (int64_t dim : {0, 1, -1}) {
-    expect_same(index_select(x.cuda(), dim, i64.cuda()), index_select(x, dim, i64), 0,
-                str("index_select dim ", dim));
-    expect_same(index_select(x.t().cuda(), dim, i64.cuda()), index_select(x.t(), dim, i64), 0,
-                "transposed");
+    expect_equal(index_select(x.cuda(), dim, i64.cuda()), index_select(x, dim, i64),
+                 str("index_select dim ", dim));
+    expect_equal(index_select(x.t().cuda(), dim, i64.cuda()), index_select(x.t(), dim, i64),
+                 "transposed");
   }
   const Tensor i32 = i64.to(DType::i32);
-  expect_same(index_select(x.cuda(), 0, i32.cuda()), index_select(x, 0, i32), 0, "i32 index");
+  expect_equal(index_select(x.cuda(), 0, i32.cuda()), index_select(x, 0, i32), "i32 index");
   const Tensor scalar = from_vector<int64_t>({3}, {});
-  expect_same(index_select(x.cuda(), 1, scalar.cuda()), index_select(x, 1, scalar), 0, "0-d");
+  expect_equal(index_select(x.cuda(), 1, scalar.cuda()), index_select(x, 1, scalar), "0-d");
   for (DType t : {DType::f16, DType::i32, DType::b8}) {
     const Tensor xt = (x * 4).to(t);
-    expect_same(index_select(xt.cuda(), 1, i64.cuda()), index_select(xt, 1, i64), 0, dtype_name(t));
+    expect_equal(index_select(xt.cuda(), 1, i64.cuda()), index_select(xt, 1, i64), dtype_name(t));
   }
   const Tensor g = from_vector<int64_t>({0, 6, 1, 3, 3, 2, 5, 0, 4, 1, 1, 6}, {4, 3});
-  expect_same(gather(x.slice(0, 0, 4, 1).cuda(), 1, g.cuda()), gather(x.slice(0, 0, 4, 1), 1, g), 0,
-              "gather dim 1");
+  expect_equal(gather(x.slice(0, 0, 4, 1).cuda(), 1, g.cuda()), gather(x.slice(0, 0, 4, 1), 1, g),
+               "gather dim 1");
   const Tensor g0 = from_vector<int64_t>({4, 0, 1, 2, 3, 4, 0}, {1, 7});
-  expect_same(gather(x.cuda(), 0, g0.cuda()), gather(x, 0, g0), 0, "gather dim 0");
+  expect_equal(gather(x.cuda(), 0, g0.cuda()), gather(x, 0, g0), "gather dim 0");
 }
 
 TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
   const Tensor base = randn({5, 4});
   const Tensor idx = from_vector<int64_t>({0, 4, 0, 1, 0, 4, 2, 1, 0, 0, 3, 1}, {3, 4});
   const Tensor src = randn({3, 4});
-  expect_same(scatter_add(base.cuda(), 0, idx.cuda(), src.cuda()), scatter_add(base, 0, idx, src),
-              0, "dim 0, repeated targets");
+  expect_equal(scatter_add(base.cuda(), 0, idx.cuda(), src.cuda()), scatter_add(base, 0, idx, src),
+               "dim 0, repeated targets");
   const Tensor idx1 = from_vector<int64_t>({3, 3, 0, 1, 2, 2}, {2, 3});
-  expect_same(scatter_add(base.cuda(), 1, idx1.cuda(), src.slice(0, 0, 2, 1).cuda()),
-              scatter_add(base, 1, idx1, src.slice(0, 0, 2, 1)), 0, "dim 1");
+  expect_equal(scatter_add(base.cuda(), 1, idx1.cuda(), src.slice(0, 0, 2, 1).cuda()),
+               scatter_add(base, 1, idx1, src.slice(0, 0, 2, 1)), "dim 1");
   const Tensor bf = base.to(DType::bf16);
-  expect_same(scatter_add(bf.cuda(), 0, idx.cuda(), src.to(DType::bf16).cuda()),
-              scatter_add(bf, 0, idx, src.to(DType::bf16)), 0, "bf16");
+  expect_equal(scatter_add(bf.cuda(), 0, idx.cuda(), src.to(DType::bf16).cuda()),
+               scatter_add(bf, 0, idx, src.to(DType::bf16)), "bf16");
 }
 
 TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrors) {
@@ -80,7 +69,7 @@ TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrors) {
       (void)scatter_add(x, 0, from_vector<int64_t>({5}, {1, 1}).cuda(), ones({1, 1}).cuda()),
       Error);
   // The device stays usable after the refusal.
-  expect_same(x * 2, x.cpu() * 2, 0, "after");
+  expect_equal(x * 2, x.cpu() * 2, "after");
 }
 
 TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
@@ -95,8 +84,8 @@ TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
   Tensor wg = w0.cuda().requires_grad_();
   const Tensor lg = loss_of(wg, tokens.cuda(), target.cuda());
   lg.backward();
-  expect_same(lg, lc, 1e-6, "loss");
-  expect_same(wg.grad(), wc.grad(), 1e-6, "embedding grad (scatter_add of repeated tokens)");
+  expect_close(lg, lc, 1e-6, "loss");
+  expect_close(wg.grad(), wc.grad(), 1e-6, "embedding grad (scatter_add of repeated tokens)");
 }
 
 }  // namespace

@@ -4,29 +4,16 @@
 #include <cmath>
 #include <limits>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kiln/cuda.h"
 
 namespace kiln {
 namespace {
 
-class CudaOps : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(9);
-  }
-};
+using testing::expect_bits;
+using testing::expect_equal;
 
-void expect_equal(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    ASSERT_EQ(a[i], b[i]) << what << " element " << i;
-  }
-}
+class CudaOps : public testing::CudaTest<9> {};
 
 TEST_F(CudaOps, ArgmaxAndArgminMatchTheCpu) {
   Tensor x = (randn({4, 6, 5}) * 2).to(DType::i32).to(DType::f32);  // ties
@@ -59,15 +46,6 @@ TEST_F(CudaOps, RandomDrawsEqualTheCpusAndDropoutWorks) {
   manual_seed(4);
   const Tensor db = dropout(x.cuda(), 0.3, true);
   expect_equal(db, da, "dropout");
-}
-
-// Bit patterns equal (f16/bf16/f32/f64 values are exact in f64).
-void expect_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << what << " element " << i;
 }
 
 // The device's Philox kernel (the CPU's rule printed, random_rule.h) draws

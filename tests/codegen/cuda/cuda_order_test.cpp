@@ -5,31 +5,16 @@
 #include <cmath>
 #include <limits>
 
+#include "codegen/cuda/cuda_test_util.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 
 namespace kiln {
 namespace {
 
-class CudaOrder : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-    manual_seed(13);
-  }
-};
+using testing::expect_equal;
 
-// Same dtype, shape and bits (NaN where NaN; signed zeros compare equal).
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  ASSERT_EQ(gpu.device(), Device::cuda()) << what;
-  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
-  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
-  const auto a = gpu.to_vector<double>(), b = cpu.to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    ASSERT_EQ(a[i], b[i]) << what << " element " << i;
-  }
-}
+class CudaOrder : public testing::CudaTest<13> {};
 
 // Values with ties, a NaN and an infinity, of dtype dt.
 Tensor awkward(const Dims& shape, DType dt) {
@@ -49,17 +34,17 @@ TEST_F(CudaOrder, CumsumAndCumprodMatchTheCpuBitForBit) {
     const Tensor x = dt == DType::b8 ? gt(randn({3, 5, 7}), 0.0) : (randn({3, 5, 7}) * 1.1).to(dt);
     const Tensor xc = x.cuda();
     for (int64_t d : {0, 1, 2, -1}) {
-      expect_same(cumsum(xc, d), cumsum(x, d), str("cumsum ", dt, " dim ", d));
-      expect_same(cumprod(xc, d), cumprod(x, d), str("cumprod ", dt, " dim ", d));
+      expect_equal(cumsum(xc, d), cumsum(x, d), str("cumsum ", dt, " dim ", d));
+      expect_equal(cumprod(xc, d), cumprod(x, d), str("cumprod ", dt, " dim ", d));
     }
     // Strided (a transposed view) and 0-d.
-    expect_same(cumsum(xc.transpose(0, 2), 1), cumsum(x.transpose(0, 2), 1), str("strided ", dt));
-    expect_same(cumprod(xc.select(0, 0).select(0, 0).select(0, 0), 0),
-                cumprod(x.select(0, 0).select(0, 0).select(0, 0), 0), str("0-d ", dt));
+    expect_equal(cumsum(xc.transpose(0, 2), 1), cumsum(x.transpose(0, 2), 1), str("strided ", dt));
+    expect_equal(cumprod(xc.select(0, 0).select(0, 0).select(0, 0), 0),
+                 cumprod(x.select(0, 0).select(0, 0).select(0, 0), 0), str("0-d ", dt));
   }
   // Wrapping integers, as the CPU's.
   const Tensor big = full({4}, int64_t{1} << 40, DType::i64);
-  expect_same(cumprod(big.cuda(), 0), cumprod(big, 0), "wrapping i64");
+  expect_equal(cumprod(big.cuda(), 0), cumprod(big, 0), "wrapping i64");
 }
 
 TEST_F(CudaOrder, ScanGradientsMatchTheCpu) {
@@ -69,7 +54,7 @@ TEST_F(CudaOrder, ScanGradientsMatchTheCpu) {
     auto f = [&](const Tensor& x) { return prod ? cumprod(x, 1) : cumsum(x, 1); };
     (f(a) * x0).sum().backward();
     (f(b) * x0.cuda()).sum().backward();
-    expect_same(b.grad(), a.grad(), prod ? "cumprod grad" : "cumsum grad (reverse scan)");
+    expect_equal(b.grad(), a.grad(), prod ? "cumprod grad" : "cumsum grad (reverse scan)");
   }
 }
 
@@ -80,21 +65,21 @@ TEST_F(CudaOrder, ArgsortSortAndTopkMatchTheCpu) {
     for (int64_t d : {0, 1, 2})
       for (bool desc : {false, true}) {
         const std::string what = str(dt, " dim ", d, desc ? " descending" : "");
-        expect_same(argsort(xc, d, desc), argsort(x, d, desc), "argsort " + what);
+        expect_equal(argsort(xc, d, desc), argsort(x, d, desc), "argsort " + what);
         auto [v, i] = sort(xc, d, desc);
         auto [cv, ci] = sort(x, d, desc);
-        expect_same(v, cv, "sort values " + what);
-        expect_same(i, ci, "sort indices " + what);
+        expect_equal(v, cv, "sort values " + what);
+        expect_equal(i, ci, "sort indices " + what);
         for (int64_t k : {int64_t{0}, int64_t{1}, x.size(d)}) {
           auto [tv, ti] = topk(xc, k, d, desc);
           auto [ctv, cti] = topk(x, k, d, desc);
-          expect_same(ti, cti, str("topk k=", k, " ", what));
-          expect_same(tv, ctv, str("topk values k=", k, " ", what));
+          expect_equal(ti, cti, str("topk k=", k, " ", what));
+          expect_equal(tv, ctv, str("topk values k=", k, " ", what));
         }
       }
   }
   const Tensor s = full({}, 2.0);
-  expect_same(argsort(s.cuda()), argsort(s), "0-d");
+  expect_equal(argsort(s.cuda()), argsort(s), "0-d");
 }
 
 // In a compiled graph (scans and orderings run as unfused nodes on the device),
@@ -106,11 +91,11 @@ TEST_F(CudaOrder, CompiledScansAndTopkRunOnTheDevice) {
   };
   const Tensor x = randn({5, 8});
   auto cf = compile(f, {.warmup = 0});
-  for (int call = 0; call < 2; ++call) expect_same(cf(x.cuda()), f(x), str("call ", call));
+  for (int call = 0; call < 2; ++call) expect_equal(cf(x.cuda()), f(x), str("call ", call));
   Tensor a = x.clone().requires_grad_(), b = x.cuda().requires_grad_();
   std::get<0>(sort(a, -1)).pow(2).sum().backward();
   std::get<0>(sort(b, -1)).pow(2).sum().backward();
-  expect_same(b.grad(), a.grad(), "sort values' gradient");
+  expect_equal(b.grad(), a.grad(), "sort values' gradient");
 }
 
 }  // namespace
