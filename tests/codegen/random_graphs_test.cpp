@@ -23,10 +23,9 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "compare.h"
+#include "codegen/random_check.h"
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
-#include "random_program.h"
 
 namespace kiln::testing {
 namespace {
@@ -38,54 +37,6 @@ constexpr int kProgramsPerShard = 400;  // 3200 under ASan+UBSan (the Release ru
 constexpr int kProgramsPerShard = 1000;  // 8000 programs in all
 #endif
 constexpr int kMaxReportsPerShard = 3;
-
-// Tolerance (relative = absolute) per dtype: unfused nodes run the eager
-// kernels and fused ones their scalar definitions, so only a reordered sum
-// (gradient accumulation) changes last bits.
-double tolerance(DType dt) {
-  switch (dt) {
-    case DType::f64:
-      return 1e-12;
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-    case DType::bf16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
-}
-
-// `low`: the least precise float dtype the values went through.
-std::string diff(const Tensor& eager, const Tensor& compiled, DType low) {
-  const double tol = eager.defined() ? std::max(tolerance(eager.dtype()), tolerance(low)) : 0.0;
-  return testing::diff_values(eager, compiled, tol);
-}
-
-// How a program is compiled.
-enum class Mode {
-  kArgs,         ///< every input is an argument
-  kCaptured,     ///< some inputs are captured by reference (refilled in place between calls)
-  kFrozen,       ///< some inputs are captured and frozen (CompileOptions::freeze)
-  kGradForward,  ///< f64, args and captures require grad: gradients through the compiled forward
-  kGradStep,     ///< f64, all inputs captured leaves; backward runs inside the compiled function
-};
-
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::kArgs:
-      return "arguments";
-    case Mode::kCaptured:
-      return "captured inputs";
-    case Mode::kFrozen:
-      return "frozen captured inputs";
-    case Mode::kGradForward:
-      return "differentiable compiled forward";
-    case Mode::kGradStep:
-      return "whole step with backward inside";
-  }
-  return "?";
-}
 
 // Every 4th program checks gradients (a third of those as a whole step).
 Mode mode_of(uint64_t seed) {
@@ -134,7 +85,7 @@ class Harness {
     if (eager.size() != compiled.size())
       return str("eager returned ", eager.size(), " outputs, compiled ", compiled.size());
     for (size_t k = 0; k < eager.size(); ++k) {
-      std::string d = diff(eager[k], compiled[k], low_);
+      std::string d = diff_at(eager[k], compiled[k], low_);
       if (!d.empty()) return str("output ", k, ": ", d);
       if (eager[k].requires_grad() != compiled[k].requires_grad())
         return str("output ", k, ": requires_grad is ", eager[k].requires_grad(), " eagerly, ",
@@ -143,7 +94,7 @@ class Harness {
     if (mode_ == Mode::kGradStep) {
       for (size_t k = 0; k < eleaves_.size(); ++k) {
         if (!eleaves_[k].requires_grad()) continue;
-        std::string d = diff(eleaves_[k].grad(), cleaves_[k].grad(), low_);
+        std::string d = diff_at(eleaves_[k].grad(), cleaves_[k].grad(), low_);
         if (!d.empty()) return str(".grad of input ", k, ": ", d);
       }
     }
@@ -249,23 +200,16 @@ class Harness {
     if (!eerr.empty()) return str("eager backward threw: ", eerr);
     auto [cg, cerr] = run([&] { return grad({closs}, cx, {}, {.allow_unused = true}); });
     if (!cerr.empty()) return str("compiled backward threw: ", cerr);
-    for (size_t j = 0; j < eg.size(); ++j) {
-      // An input the loss does not depend on: eager gives no gradient; zeros are as good.
-      Tensor e = eg[j].defined() ? eg[j] : zeros_like(ex[j]);
-      Tensor c = cg[j].defined() ? cg[j] : zeros_like(cx[j]);
-      std::string d = diff(e, c, low_);
-      if (!d.empty()) return str("gradient of float input ", j, ": ", d);
-    }
-    return "";
+    return diff_gradients(eg, cg, ex, low_);
   }
 };
 
-// Generates, runs and compares program `seed`; "" if it passed, else the report.
-std::string check_program(uint64_t seed) {
+// Generates, runs and compares program `seed`.
+Outcome check_program(uint64_t seed) {
   const Mode mode = mode_of(seed);
   const Program p = generate_program(seed, mode == Mode::kGradForward || mode == Mode::kGradStep);
   if (!p.gen_errors.empty())
-    return str("kiln rejected a generated step eagerly: ", p.gen_errors.front(), "\n", p.print());
+    return {str("kiln rejected a generated step eagerly: ", p.gen_errors.front(), "\n", p.print())};
   Harness h(p, mode);
   const bool llvm = seed % 61 == 0 || std::getenv("KILN_RANDOM_LLVM") != nullptr;
   auto f = compile(h.body(), {.freeze = h.frozen(),
@@ -281,38 +225,22 @@ std::string check_program(uint64_t seed) {
   if (what.empty() && (f.stats().traces != 1 || f.stats().compiled_calls != 2))
     what = str("expected 1 trace and 2 compiled calls, got ", f.stats().traces, " and ",
                f.stats().compiled_calls, " (last miss: ", f.stats().last_miss, ")");
-  if (what.empty()) return "";
-  return str(what, "\nmode: ", mode_name(mode), h.captured_text(),
-             llvm ? ", fused kernels by LLVM" : ", fused kernels interpreted", "\n", p.print(),
-             "compiled graph:\n", f.graph_text(), "rerun: KILN_RANDOM_PROGRAM=", seed,
-             " ./codegen_tests --gtest_filter='*RandomPrograms*'\n");
+  if (what.empty()) return {};
+  return {str(what, "\nmode: ", mode_name(mode), h.captured_text(),
+              llvm ? ", fused kernels by LLVM" : ", fused kernels interpreted", "\n", p.print(),
+              "compiled graph:\n", f.graph_text(), "rerun: KILN_RANDOM_PROGRAM=", seed,
+              " ./codegen_tests --gtest_filter='*RandomPrograms*'\n")};
 }
 
 class RandomPrograms : public ::testing::TestWithParam<int> {};
 
 // Verifies 1000 random programs per shard give eager's outputs (and gradients) when compiled.
 TEST_P(RandomPrograms, CompiledMatchesEager) {
-  uint64_t first = static_cast<uint64_t>(GetParam()) * kProgramsPerShard;
-  uint64_t last = first + kProgramsPerShard;
-  if (const char* one = std::getenv("KILN_RANDOM_PROGRAM")) {
-    if (GetParam() != 0) return;  // shard 0 runs just that program
-    first = std::strtoull(one, nullptr, 10);
-    last = first + 1;
-  }
-  // The compiled graph holds the composites' primitive ops: their eager
-  // reference is the same primitives (the fused eager composites are checked
-  // against those in tests/runtime/eager_fusion_test.cpp).
-  struct Unfused {
-    Unfused() { set_eager_fusion(false); }
-    ~Unfused() { set_eager_fusion(true); }
-  } unfused;
-  int failed = 0;
-  for (uint64_t seed = first; seed < last; ++seed) {
-    std::string report = check_program(seed);
-    if (report.empty()) continue;
-    if (++failed <= kMaxReportsPerShard) ADD_FAILURE() << "program " << seed << ": " << report;
-  }
-  EXPECT_EQ(failed, 0) << "programs failed in [" << first << ", " << last << ")";
+  if (one_program() && GetParam() != 0) return;  // shard 0 runs just that program
+  const uint64_t first = static_cast<uint64_t>(GetParam()) * kProgramsPerShard;
+  // Unfused references: the fused eager composites are checked against their
+  // primitives in tests/runtime/eager_fusion_test.cpp.
+  check_programs(first, first + kProgramsPerShard, kMaxReportsPerShard, check_program);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shard, RandomPrograms, ::testing::Range(0, kShards));

@@ -9,10 +9,8 @@
 // Ops with no CUDA kernel are skipped only when listed in kNoCudaKernel with
 // the reason; any other error is a failure. To rerun one program:
 // KILN_RANDOM_PROGRAM=<seed> ./cuda_tests --gtest_filter='CudaRandomPrograms.*'
-#include <cstdlib>
 
-#include "codegen/compare.h"
-#include "codegen/random_program.h"
+#include "codegen/random_check.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 
@@ -45,40 +43,10 @@ const char* skip_reason(const std::string& error) {
   return nullptr;
 }
 
-// The CPU random-graph suite's tolerances (random_graphs_test.cpp).
-double tolerance(DType dt) {
-  switch (dt) {
-    case DType::f64:
-      return 1e-12;
-    case DType::f32:
-      return 1e-5;
-    case DType::f16:
-    case DType::bf16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
-}
-
-enum class Mode { kArgs, kCaptured, kFrozen, kGradForward };
-
+// Modes as on the CPU (random_check.h), but no whole step with backward inside.
 Mode mode_of(uint64_t seed) {
   if (seed % 4 == 3) return Mode::kGradForward;
   return seed % 4 == 0 ? Mode::kArgs : (seed % 4 == 1 ? Mode::kCaptured : Mode::kFrozen);
-}
-
-const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::kArgs:
-      return "arguments";
-    case Mode::kCaptured:
-      return "captured inputs";
-    case Mode::kFrozen:
-      return "frozen captured inputs";
-    case Mode::kGradForward:
-      return "f64 gradients through the compiled forward";
-  }
-  return "?";
 }
 
 // `t` on the device with its layout: a transposed view stays one there.
@@ -86,11 +54,6 @@ Tensor to_device(const Tensor& t) {
   if (t.is_contiguous() || t.dim() < 2 || !t.transpose(-1, -2).is_contiguous()) return t.cuda();
   return t.transpose(-1, -2).cuda().transpose(-1, -2);
 }
-
-struct Outcome {
-  std::string failure;         // "" if the program passed or was skipped
-  const char* skip = nullptr;  // the listed reason of a skipped program
-};
 
 // One program: the CPU's eager results and gradients against the compiled
 // run on the device, for two calls (the traced one, then fresh data).
@@ -147,7 +110,7 @@ class DeviceHarness {
     for (size_t k = 0; k < want.size(); ++k) {
       if (got[k].device() != Device::cuda())
         return {str("output ", k, " is on ", got[k].device(), ", not on the device")};
-      if (std::string d = diff(want[k], got[k].detach().cpu()); !d.empty())
+      if (std::string d = diff_at(want[k], got[k].detach().cpu(), low_); !d.empty())
         return {str("output ", k, ": ", d)};
     }
     return mode_ == Mode::kGradForward ? compare_grads(cpu, want, got) : Outcome{};
@@ -162,10 +125,6 @@ class DeviceHarness {
 
   bool grad_input(size_t k) const {
     return mode_ == Mode::kGradForward && is_floating(p_.inputs[k].dtype());
-  }
-  std::string diff(const Tensor& want, const Tensor& got) const {
-    const double tol = want.defined() ? std::max(tolerance(want.dtype()), tolerance(low_)) : 0.0;
-    return diff_values(want, got, tol);
   }
   template <typename G>
   std::string run(G g) {
@@ -200,12 +159,7 @@ class DeviceHarness {
       return {str("eager backward threw: ", e)};
     if (std::string e = run([&] { cg = grad({cl}, cx, {}, {.allow_unused = true}); }); !e.empty())
       return {str("compiled backward threw: ", e)};
-    for (size_t j = 0; j < eg.size(); ++j) {
-      const Tensor e = eg[j].defined() ? eg[j] : zeros_like(ex[j]);
-      const Tensor c = cg[j].defined() ? cg[j].cpu() : zeros_like(ex[j]);
-      if (std::string d = diff(e, c); !d.empty()) return {str("gradient of input ", j, ": ", d)};
-    }
-    return {};
+    return {diff_gradients(eg, cg, ex, low_)};
   }
 };
 
@@ -237,28 +191,8 @@ Outcome check_program(uint64_t seed) {
 // Compiled on the device, random programs give the CPU's eager results.
 TEST(CudaRandomPrograms, CompiledOnTheDeviceMatchesEagerOnTheCpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-  uint64_t first = 0, last = kPrograms;
-  if (const char* one = std::getenv("KILN_RANDOM_PROGRAM")) {
-    first = std::strtoull(one, nullptr, 10);
-    last = first + 1;
-  }
-  // The compiled graph holds the composites' primitive ops: so does the reference.
-  struct Unfused {
-    Unfused() { set_eager_fusion(false); }
-    ~Unfused() { set_eager_fusion(true); }
-  } unfused;
-  int failed = 0, skipped = 0;
-  for (uint64_t seed = first; seed < last; ++seed) {
-    const Outcome o = check_program(seed);
-    if (o.skip) {
-      ++skipped;
-      std::cout << "program " << seed << " skipped: " << o.skip << "\n";
-    }
-    if (o.failure.empty()) continue;
-    if (++failed <= kMaxReports) ADD_FAILURE() << "program " << seed << ": " << o.failure;
-  }
-  EXPECT_EQ(failed, 0) << "programs failed in [" << first << ", " << last << ")";
-  EXPECT_LE(skipped, static_cast<int>(last - first) / 4) << "most programs were skipped";
+  const ProgramCounts n = check_programs(0, kPrograms, kMaxReports, check_program);
+  EXPECT_LE(n.skipped, n.programs / 4) << "most programs were skipped";
 }
 
 }  // namespace
