@@ -204,7 +204,13 @@ void Executor::note_peak(PeakReport& r, size_t step, const detail::SlotVec<Tenso
   for (Slot sl : slots.slots()) {
     const Tensor& t = slots[sl];
     if (!counts(t) || !seen.insert(t.impl()->storage.get()).second) continue;
+    // A view's slot may be the first holding a storage whose own value is
+    // already freed (permute(dz) outliving dz): name the value that made the
+    // buffer, not the view.
     const ir::Value* v = value_of[sl];
+    while (v && v->producer && !v->producer->is_constant() && v->producer->info().has(kView) &&
+           !v->producer->inputs.empty())
+      v = v->producer->inputs[0];
     PeakValue pv;
     pv.value = v && !v->name.empty() ? v->name : str("%", v ? v->id() : -1);
     pv.op = v && v->producer ? v->producer->info().name : "input";
