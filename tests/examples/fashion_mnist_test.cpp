@@ -6,8 +6,8 @@
 #include <sstream>
 #include <vector>
 
+#include "examples/cpu_and_cuda.h"
 #include "fashion_mnist.h"
-#include "kiln/cuda.h"
 #include "kiln/data/fashion_mnist.h"
 #include "kiln/tensorboard/record.h"
 
@@ -40,31 +40,20 @@ TEST(ExampleFashionMnist, TrainsOnASlice) {
 // compiled, with the CPU's losses and accuracy (same seed, same batches).
 TEST(ExampleFashionMnist, CnnTrainsOnACudaDeviceLikeOnTheCpu) {
   if (!have_data()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  if (!kiln::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
-#ifdef KILN_TEST_SANITIZED
-  const std::vector<bool> modes = {false};  // eager only: ~3x slower under ASan
-#else
-  const std::vector<bool> modes = {false, true};
-#endif
-  for (bool compile : modes) {
-    kiln::examples::FashionOptions o;
-    o.epochs = 1;
-    o.train_limit = 48;  // the emulated device runs kernels slowly: two steps
-    o.test_limit = 32;
-    o.batch_size = 24;
-    o.compile = compile;
-    std::ostringstream log_cpu, log_gpu;
-    const auto cpu = kiln::examples::train_fashion_mnist(o, log_cpu);
-    o.device = kiln::Device::cuda();
-    const auto gpu = kiln::examples::train_fashion_mnist(o, log_gpu);
-    ASSERT_EQ(cpu.size(), 1u);
-    ASSERT_EQ(gpu.size(), 1u);
-    EXPECT_NEAR(gpu[0].train_loss, cpu[0].train_loss, 1e-3 * (1 + cpu[0].train_loss))
-        << (compile ? "compiled" : "eager") << "\n"
-        << log_gpu.str();
-    EXPECT_NEAR(gpu[0].test_accuracy, cpu[0].test_accuracy, 1.0 / 32) << log_gpu.str();
-  }
+  kiln::examples::FashionOptions o;
+  o.epochs = 1;
+  o.train_limit = 48;  // the emulated device runs kernels slowly: two steps
+  o.test_limit = 32;
+  o.batch_size = 24;
+  kiln::examples::testing::train_on_cpu_and_cuda(
+      o, kiln::examples::train_fashion_mnist, [](const auto& r) {
+        ASSERT_EQ(r.cpu.size(), 1u);
+        ASSERT_EQ(r.gpu.size(), 1u);
+        EXPECT_NEAR(r.gpu[0].train_loss, r.cpu[0].train_loss, 1e-3 * (1 + r.cpu[0].train_loss))
+            << r.mode << "\n"
+            << r.gpu_log;
+        EXPECT_NEAR(r.gpu[0].test_accuracy, r.cpu[0].test_accuracy, 1.0 / 32) << r.gpu_log;
+      });
 }
 
 // `fashion_mnist --logdir DIR`: a loss per step, then per epoch the mean loss,

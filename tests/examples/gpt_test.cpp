@@ -6,8 +6,8 @@
 #include <sstream>
 #include <vector>
 
+#include "examples/cpu_and_cuda.h"
 #include "gpt.h"
-#include "kiln/cuda.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -87,41 +87,27 @@ TEST(ExampleGpt, SamplingIsDeterministicUnderTheRngState) {
 // sampling (top-k 1) writes the CPU's text. A small model: the emulated device
 // is slow.
 TEST(ExampleGpt, TrainsOnACudaDeviceLikeOnTheCpu) {
-  if (!kiln::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
-#ifdef KILN_TEST_SANITIZED
-  const std::vector<bool> modes = {false};  // eager only: ~3x slower under ASan
-#else
-  const std::vector<bool> modes = {false, true};
-#endif
-  for (bool compile : modes) {
-    kiln::examples::GptOptions o;
-    o.block_size = 8;
-    o.n_embd = 16;
-    o.n_layer = 1;
-    o.batch_size = 4;
-    o.steps = 3;
-    o.warmup_steps = 1;
-    o.compile = compile;
-    std::ostringstream log_cpu, log_gpu;
-    auto cpu = kiln::examples::train_gpt(o, log_cpu);
-    o.device = kiln::Device::cuda();
-    auto gpu = kiln::examples::train_gpt(o, log_gpu);
-    const char* mode = compile ? "compiled" : "eager";
-    ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
-    for (size_t i = 0; i < cpu.losses.size(); ++i)
-      EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-4 * cpu.losses[i]) << mode << " step " << i + 1;
-    EXPECT_EQ(gpu.lrs, cpu.lrs);
-    EXPECT_TRUE(gpu.model->head->weight.is_same(gpu.model->wte->weight)) << "the tie survives to()";
-    EXPECT_EQ(gpu.model->wte->weight.device(), kiln::Device::cuda());
-    EXPECT_NE(log_gpu.str().find("on cuda:0"), std::string::npos) << log_gpu.str();
-    if (compile) {
-      EXPECT_EQ(gpu.compile_stats.traces, 1) << gpu.compile_stats.last_miss;
+  kiln::examples::GptOptions o;
+  o.block_size = 8;
+  o.n_embd = 16;
+  o.n_layer = 1;
+  o.batch_size = 4;
+  o.steps = 3;
+  o.warmup_steps = 1;
+  kiln::examples::testing::train_on_cpu_and_cuda(o, kiln::examples::train_gpt, [](const auto& r) {
+    kiln::examples::testing::expect_losses_follow(r.gpu.losses, r.cpu.losses, 1e-4, r.mode);
+    EXPECT_EQ(r.gpu.lrs, r.cpu.lrs);
+    EXPECT_TRUE(r.gpu.model->head->weight.is_same(r.gpu.model->wte->weight))
+        << "the tie survives to()";
+    EXPECT_EQ(r.gpu.model->wte->weight.device(), kiln::Device::cuda());
+    EXPECT_NE(r.gpu_log.find("on cuda:0"), std::string::npos) << r.gpu_log;
+    if (r.compiled) {
+      EXPECT_EQ(r.gpu.compile_stats.traces, 1) << r.gpu.compile_stats.last_miss;
     }
     const std::string a =
-        kiln::examples::sample_text(*cpu.model, *cpu.tokenizer, "The ", 8, 1.0, 1);
+        kiln::examples::sample_text(*r.cpu.model, *r.cpu.tokenizer, "The ", 8, 1.0, 1);
     const std::string b =
-        kiln::examples::sample_text(*gpu.model, *gpu.tokenizer, "The ", 8, 1.0, 1);
-    EXPECT_EQ(b, a) << mode;
-  }
+        kiln::examples::sample_text(*r.gpu.model, *r.gpu.tokenizer, "The ", 8, 1.0, 1);
+    EXPECT_EQ(b, a) << r.mode;
+  });
 }

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "kiln/cuda.h"
+#include "examples/cpu_and_cuda.h"
 #include "resnet.h"
 
 namespace {
@@ -81,35 +81,21 @@ TEST(ExampleResNet, FashionMnistEagerAndCompiledAgree) {
 // or the emulated device in CI), eagerly and compiled, follow the CPU's
 // losses and test predictions. Tiny: the emulated device is slow.
 TEST(ExampleResNet, TrainsOnACudaDeviceLikeOnTheCpu) {
-  if (!kiln::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
-#ifdef KILN_TEST_SANITIZED
-  const std::vector<bool> modes = {false};  // eager only: ~3x slower under ASan
-#else
-  const std::vector<bool> modes = {false, true};
-#endif
-  for (bool compile : modes) {
-    kiln::examples::ResNetOptions o;
-    o.synthetic = true;
-    o.width = 4;
-    o.batch_size = 4;
-    o.train_limit = 12;  // three steps
-    o.test_limit = 8;
-    o.compile = compile;
-    std::ostringstream log_cpu, log_gpu;
-    auto cpu = kiln::examples::train_resnet(o, log_cpu);
-    o.device = kiln::Device::cuda();
-    auto gpu = kiln::examples::train_resnet(o, log_gpu);
-    const char* mode = compile ? "compiled" : "eager";
-    ASSERT_EQ(gpu.losses.size(), 3u);
-    ASSERT_EQ(cpu.losses.size(), 3u);
-    for (size_t i = 0; i < cpu.losses.size(); ++i)
-      EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-4 * cpu.losses[i]) << mode << " step " << i + 1;
-    EXPECT_EQ(gpu.lrs, cpu.lrs);
-    EXPECT_DOUBLE_EQ(gpu.test_accuracy, cpu.test_accuracy) << mode;
-    EXPECT_NE(log_gpu.str().find("on cuda:0"), std::string::npos) << log_gpu.str();
-    if (compile) {
-      EXPECT_EQ(gpu.compile_stats.traces, 1) << gpu.compile_stats.last_miss;
-    }
-  }
+  kiln::examples::ResNetOptions o;
+  o.synthetic = true;
+  o.width = 4;
+  o.batch_size = 4;
+  o.train_limit = 12;  // three steps
+  o.test_limit = 8;
+  kiln::examples::testing::train_on_cpu_and_cuda(
+      o, kiln::examples::train_resnet, [](const auto& r) {
+        ASSERT_EQ(r.cpu.losses.size(), 3u);
+        kiln::examples::testing::expect_losses_follow(r.gpu.losses, r.cpu.losses, 1e-4, r.mode);
+        EXPECT_EQ(r.gpu.lrs, r.cpu.lrs);
+        EXPECT_DOUBLE_EQ(r.gpu.test_accuracy, r.cpu.test_accuracy) << r.mode;
+        EXPECT_NE(r.gpu_log.find("on cuda:0"), std::string::npos) << r.gpu_log;
+        if (r.compiled) {
+          EXPECT_EQ(r.gpu.compile_stats.traces, 1) << r.gpu.compile_stats.last_miss;
+        }
+      });
 }
