@@ -375,6 +375,7 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::cumsum || op == OpId::cumprod)
     return device_scan(op == OpId::cumprod, in[0], attrs, out[0]);
   if (op == OpId::argsort) return device_argsort(in[0], attrs, out[0]);
+  if (op == OpId::multinomial) return device_multinomial(in[0], in[1], attrs, out[0]);
   if (op == OpId::conv2d) return device_conv2d(in[0], in[1], attrs, out[0]);
   if (op == OpId::conv2d_grad_input) return device_conv2d_grad_input(in[0], in[1], attrs, out[0]);
   if (op == OpId::conv2d_grad_weight) return device_conv2d_grad_weight(in[0], in[1], attrs, out[0]);
@@ -384,6 +385,7 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   KILN_CHECK(false, "[", info.name,
              "] is not implemented for CUDA tensors yet (on CUDA kiln runs "
              "elementwise ops, sum/max/min/argmax/argmin, cumsum/cumprod, argsort/sort/topk, "
+             "multinomial, "
              "matmul, conv2d, pooling, gather/index_select/scatter_add, pad/cat, views and "
              "copies so far); move the "
              "operands to the CPU with .cpu()");

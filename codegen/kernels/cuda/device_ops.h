@@ -72,6 +72,13 @@ void launch_column_sums(CUfunction fn, const kir::Kernel& k, std::vector<CUdevic
 /// one kernel per dtype, so the values equal the CPU's draw.
 void device_random(bool normal, const Attrs& attrs, const Tensor& out);
 
+/// out = multinomial(probs, u) with the op's attrs (num_samples,
+/// replacement): the CPU kernel's rule on the device (gpu_printer.h's
+/// multinomial kernels), so the categories equal the CPU's draw from the same
+/// uniforms; bad weights raise the CPU's kiln::Error.
+void device_multinomial(const Tensor& probs, const Tensor& u, const Attrs& attrs,
+                        const Tensor& out);
+
 /// out = conv2d(x, w) with the op's attrs (stride, padding, dilation, groups):
 /// im2col as a strided view + copy, then a batched cuBLASLt product.
 void device_conv2d(const Tensor& x, const Tensor& w, const Attrs& attrs, const Tensor& out);

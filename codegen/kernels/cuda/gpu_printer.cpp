@@ -308,6 +308,11 @@ std::string store_value(DType t, const std::string& v) {
   return v;
 }
 
+std::string grid_loop(const std::string& count) {
+  return str("  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < ", count,
+             ";\n       i += (kiln_i64)gridDim.x * blockDim.x) {\n");
+}
+
 }  // namespace detail
 
 using namespace detail;

@@ -87,6 +87,24 @@ std::string print_scan(bool product, DType t, const std::string& symbol);
 /// (NaN above every number, ties by position: stable), O(len) per element.
 std::string print_argsort(DType t, const std::string& symbol);
 
+/// multinomial's row pass over contiguous rows of weights of dtype t:
+/// parameters (status, cdf, last, p, rows, len, n); one thread per row adds the
+/// weights in index order as the CPU kernel does (doubles); status[row] =
+/// rows - row where the CPU would raise (a weight negative or not finite, a sum
+/// 0 or not finite, fewer than n nonzero weights without `replacement`), else
+/// 0; with `replacement` cdf [rows, len] gets the running sums and last[row]
+/// the last nonzero category (cdf and last are unused without).
+std::string print_multinomial_rows(DType t, bool replacement, const std::string& symbol);
+/// multinomial's draws with replacement: parameters (out, cdf, last, u, count
+/// = rows * n, len, n); sample i of row r is the first category whose running
+/// sum exceeds u[i] * total (std::upper_bound), at most last[r].
+std::string print_multinomial_draw(const std::string& symbol);
+/// multinomial's race keys without replacement, log(1 - u) / p (-inf where
+/// p == 0) with the CPU's log (ops/sample_rule.h: race_log_source() goes once
+/// between the prelude and such kernels): parameters (key, u, p, n) over n
+/// elements, p of dtype t; the CPU kernel's keys bit for bit.
+std::string print_race_keys(DType t, const std::string& symbol);
+
 /// A kernel drawing uniform or `normal` random numbers of floating dtype `dt`
 /// with kiln's Philox rule (runtime/src/random_rule.h: rng::random_rule_source()
 /// goes once between the prelude and such kernels): parameters

@@ -20,11 +20,6 @@ std::string head(const std::string& symbol, DType t, DType index_t, const char* 
              ", int rank, int dim, kiln_i64 bound, ");
 }
 
-std::string grid_loop(const char* count) {
-  return str("  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < ", count,
-             ";\n       i += (kiln_i64)gridDim.x * blockDim.x) {\n");
-}
-
 }  // namespace
 
 std::string print_gather(DType t, DType index_t, const std::string& symbol) {

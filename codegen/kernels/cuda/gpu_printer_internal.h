@@ -32,6 +32,8 @@ std::string rounded(DType t, const std::string& v);
 std::string load(DType t, const std::string& p, const std::string& off);
 /// A compute-type value converted for storing as dtype t.
 std::string store_value(DType t, const std::string& v);
+/// The head of a grid-stride loop of i (kiln_i64) over [0, count).
+std::string grid_loop(const std::string& count);
 
 /// A printed kernel's signature and opening brace: a pointer per argument,
 /// the work-item count named `count`, the sizes, and `parts` when `k` has

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "kiln/device_runtime.h"
 #include "kiln/random.h"
 #include "ops/along_dim.h"
 #include "ops/helpers.h"
 #include "ops/registry.h"
+#include "ops/sample_rule.h"
 
 namespace kiln {
 namespace ops {
@@ -186,11 +188,12 @@ void kernel_multinomial(std::span<const Tensor> in, const Attrs& at, std::span<T
         }
       } else {
         // Exponential race: the n largest log(1 - u) / p (u^(1/p) with u in (0, 1]);
-        // zero weights never win (-inf); ties go to the lower category.
+        // zero weights never win (-inf); ties go to the lower category. The log is
+        // sample_rule.h's, which the CUDA kernel prints: the same keys there.
         for (int64_t c = 0; c < C; ++c) {
           const double p = cdf[static_cast<size_t>(c)];
-          key[static_cast<size_t>(c)] =
-              p > 0 ? std::log1p(-us[c * ur.stride]) / p : -std::numeric_limits<double>::infinity();
+          key[static_cast<size_t>(c)] = p > 0 ? kiln_race_log(1.0 - us[c * ur.stride]) / p
+                                              : -std::numeric_limits<double>::infinity();
         }
         std::iota(pos.begin(), pos.end(), int64_t{0});
         std::partial_sort(pos.begin(), pos.begin() + n, pos.end(),
@@ -244,9 +247,11 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement,
                    Generator* generator) {
   ops::check_multinomial_args(probs, num_samples, replacement);  // before drawing anything
   const Dims shape = ops::uniforms_shape(probs, num_samples, replacement);
+  // The uniforms on the probabilities' device (the same numbers as on the CPU).
+  const Device device = probs.device();
   Tensor u;
   if (generator == nullptr || generator == &default_generator()) {
-    u = rand(shape, DType::f64);
+    u = rand(shape, DType::f64, device);
   } else {
     // A generator of the caller's: its (seed, offset) would be fixed in a
     // traced graph, repeating the same draws every call.
@@ -260,7 +265,13 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement,
         .set("dtype", DType::f64)
         .set("seed", AttrValue(static_cast<int64_t>(generator->seed)))
         .set("offset", AttrValue(static_cast<int64_t>(offset)));
-    u = dispatch1(OpId::rand_uniform, std::span<const Tensor>(), at);
+    if (device.is_cpu()) {
+      u = dispatch1(OpId::rand_uniform, std::span<const Tensor>(), at);
+    } else {
+      Tensor drawn[] = {make_tensor(shape, DType::f64, device)};
+      device_runtime(device, "multinomial").run(OpId::rand_uniform, {}, at, drawn);
+      u = drawn[0];
+    }
   }
   return dispatch1(OpId::multinomial, {probs, u},
                    Attrs().set("num_samples", num_samples).set("replacement", replacement));

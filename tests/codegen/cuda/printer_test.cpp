@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "codegen/cuda/golden.h"
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -18,6 +19,7 @@
 namespace kiln::cuda {
 namespace {
 
+using kiln::testing::expect_golden;
 using kir::testing::Builder;
 
 // out_f16 = where(a > b, exp(a) * b, a - 1) with b broadcast along the rows.
@@ -31,29 +33,6 @@ kir::Kernel golden_kernel() {
   const int w = b.op(OpId::where, DType::f32, gt, ex, dec);
   b.store(b.out(DType::f16, {true, true}), b.op(OpId::cast, DType::f16, w));
   return b.k;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// An unintended change of the printed code shows here. If it is intended, copy
-// the printed file over the golden one.
-void expect_golden(const std::string& file, const std::string& got) {
-  // The source tree's path from the build, else relative to the working
-  // directory (a bundle run from the repository root on another machine).
-  std::string path = str(KILN_GOLDEN_DIR, "/", file);
-  if (!std::filesystem::exists(path)) path = "tests/codegen/cuda/golden/" + file;
-  const std::string want = std::filesystem::exists(path) ? read_file(path) : "(missing)";
-  if (got != want) {
-    const auto fresh = std::filesystem::temp_directory_path() / ("kiln_" + file);
-    std::ofstream(fresh) << got;
-    FAIL() << "printed code differs from " << path << " (new version written to " << fresh << "):\n"
-           << got;
-  }
 }
 
 TEST(GpuPrinter, GoldenBroadcastKernel) {
