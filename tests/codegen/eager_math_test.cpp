@@ -195,6 +195,28 @@ TEST(EagerMath, EqualsCompiledOnStridedInputs) {
   }
 }
 
+TEST(EagerMath, SinCosWithHugeArgumentsInSomeLanes) {
+  // Eager sin/cos run the exact reduction only for SIMD vectors holding an
+  // argument of 2^17 or more: runs of small arguments with one huge (or inf,
+  // NaN) argument at every position of a 64-element block, and blocks with
+  // none, still equal the compiled kernels (which reduce every lane both ways).
+  const float odd[] = {131072.0f,
+                       -131072.0f,
+                       3.0e38f,
+                       1e6f,
+                       std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(),
+                       131071.99f};
+  std::vector<float> v;
+  for (int block = 0; block < 64 * 7; ++block)
+    for (int k = 0; k < 64; ++k)
+      v.push_back(k == block % 64 && block % 2 == 0
+                      ? odd[block % 7]
+                      : 0.37f * static_cast<float>(k - 30) + 0.01f * block);
+  const Tensor x = from_vector(v, {static_cast<int64_t>(v.size())});
+  for (OpId op : {OpId::sin, OpId::cos}) check_unary(op, x, "mixed lanes");
+}
+
 TEST(EagerMath, PowEqualsCompiledOnAGrid) {
   // Bases: the specials and a log-spaced range of both signs; exponents: the
   // specials, integers (odd and even) and halves; as a full grid (contiguous)

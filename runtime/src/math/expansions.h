@@ -7,13 +7,17 @@
 // run the same IEEE operations in the same order (explicit fma), so eager and
 // compiled results are the same bits.
 //
-// exp: our own minimax polynomial; log/tanh: the Cephes single precision
-// polynomials (<= 2 ulp in their reduced ranges); range reduction with fma.
-// pow/log1p/erf/sin/cos compute in double inside (Taylor series and our own
-// mpmath fits) and round once. Every function is branch-free (selects only),
-// so loops over it vectorize; error <= 4 ulp from libm (exp <= 1), IEEE/C99
+// exp: our own minimax polynomial; log/tanh/log1p/sin/cos: the Cephes single
+// precision polynomials (<= 2 ulp in their reduced ranges); erf: our own
+// fits; pow: float-float log and exp (as SLEEF's powf); range reduction with
+// fma. Everything computes in f32 lanes (twice the SIMD width of double), but
+// for sin/cos of |x| >= 2^17, reduced exactly in i64/f64. Every function is
+// branch-free (selects only), so loops over it vectorize; the one guarded path
+// (maybe_any, below) only lets eager code skip work whose lanes are not
+// selected. Error <= 4 ulp from libm (exp <= 1; erf, log1p, sin, cos and pow
+// <= 2 from the exact value, over the whole f32 range), IEEE/C99
 // behaviour at ±0, ±inf, NaN and subnormals (tests/codegen/math_expand_test.cpp,
-// tests/runtime/eager_math_test.cpp). Clamps are compare-and-select, with NaN
+// tests/codegen/eager_math_test.cpp). Clamps are compare-and-select, with NaN
 // sent to a finite value before any float -> int conversion and restored by
 // the final select. No product feeds an addition directly (products go to
 // fma, selects, rint or other products), so a compiler that contracts a*b+c
@@ -29,7 +33,10 @@
 //   from_bits (I -> F, L -> D); band, bor (I, L with a value or a double);
 //   shl, shr (I, L by a constant int; shr is arithmetic); to_f32 (I, D),
 //   to_f64 (F, I, L), to_i32 (F: truncating, L: low word), to_i64 (I, D);
-//   like(x, v): the constant v in x's type; table(I) -> I: kTwoOverPiTable.
+//   like(x, v): the constant v in x's type; table(I) -> I: kTwoOverPiTable;
+//   maybe_any(M) -> bool: false only if no lane of the mask is set (a builder
+//   that cannot tell says true). Code under `if (b.maybe_any(m))` may only
+//   compute values that are then selected by m, so skipping it changes no bit.
 // Integer add/sub/mul/shl wrap around (two's complement).
 #pragma once
 
@@ -78,43 +85,6 @@ constexpr std::array<int32_t, 320> two_over_pi_table() {
   return t;
 }
 
-// 1/k! for k = 11 down to 0 (exp_f64's Taylor polynomial, highest power first).
-constexpr std::array<double, 12> exp_f64_coeffs() {
-  std::array<double, 12> cs{};
-  double f = 1;
-  for (int k = 1; k <= 11; ++k) f *= k;
-  for (int k = 11; k >= 0; --k) {
-    cs[static_cast<size_t>(11 - k)] = 1.0 / f;
-    if (k > 0) f /= k;
-  }
-  return cs;
-}
-
-// 1/k for odd k = 17 down to 1 (log_f64's atanh series).
-constexpr std::array<double, 9> log_f64_coeffs() {
-  std::array<double, 9> cs{};
-  for (int k = 17, i = 0; k >= 1; k -= 2, ++i) cs[static_cast<size_t>(i)] = 1.0 / k;
-  return cs;
-}
-
-// Taylor coefficients of sin(r)/r (7 terms) and cos(r) (8 terms) in r^2,
-// highest power first.
-struct SinCosCoeffs {
-  std::array<double, 7> sin{};
-  std::array<double, 8> cos{};
-};
-constexpr SinCosCoeffs sincos_coeffs() {
-  SinCosCoeffs c;
-  for (int k = 7; k >= 0; --k) {
-    double fs = 1, fc = 1;
-    for (int i = 2; i <= 2 * k + 1; ++i) fs *= i;
-    for (int i = 2; i <= 2 * k; ++i) fc *= i;
-    if (k <= 6) c.sin[static_cast<size_t>(6 - k)] = (k % 2 ? -1.0 : 1.0) / fs;
-    c.cos[static_cast<size_t>(7 - k)] = (k % 2 ? -1.0 : 1.0) / fc;
-  }
-  return c;
-}
-
 }  // namespace detail
 
 /// T[i] = floor(2/pi * 2^(i - 120)) mod 2^32, i in [0, 320): the three words of
@@ -161,6 +131,29 @@ KILN_MATH_INLINE V horner(B& b, V x, const std::array<T, K>& cs) {
 
 // ---- f32 functions
 
+/// p 2^n for p in [0.7, 1.42] and an integer n in [-150, 128] (as f32): as
+/// (2^n1 p) 2^n2 with n1 = n >> 1, n2 = n - n1 (both in [-75, 64]): the first
+/// factor by adding n1 to p's exponent (it stays normal), then one
+/// multiplication by a normal power of two, so a subnormal result is rounded
+/// once and 2^128 becomes +inf.
+template <class B>
+KILN_MATH_INLINE typename B::F scale_pow2(B& b, typename B::F p, typename B::F n) {
+  const auto ni = b.to_i32(n);
+  const auto n1 = b.shr(ni, 1);
+  const auto n2 = b.sub(ni, n1);
+  const auto y1 = b.from_bits(b.add(b.bits(p), b.shl(n1, 23)));
+  const auto s2 = b.from_bits(b.shl(b.add(n2, 127.0), 23));
+  return b.mul(y1, s2);
+}
+
+/// The minimax polynomial of exp_f32 (e^r on |r| <= ln2/2, p(0) = p'(0) = 1).
+template <class B>
+KILN_MATH_INLINE typename B::F exp_poly(B& b, typename B::F r) {
+  return horner(b, r,
+                std::array{1.3814583654e-3f, 8.3687240258e-3f, 4.1668388993e-2f, 1.6666521132e-1f,
+                           4.9999994040e-1f, 1.0f, 1.0f});
+}
+
 /// exp(x) = 2^n p(r), n = rint(x / ln2), r = x - n ln2 (ln2 in an exact high
 /// part and a low part, with fma), |r| <= ln2/2. p is our own minimax fit of
 /// e^r with p(0) = p'(0) = 1 (degree 6, relative error 3e-9; under 1 ulp in
@@ -176,21 +169,30 @@ KILN_MATH_INLINE typename B::F exp_f32(B& b, typename B::F x) {
   const auto n = b.rint(b.mul(xc, double{1.44269504088896341f}));
   auto r = b.fma(n, double{-0.693359375f}, xc);
   r = b.fma(n, double{2.12194440e-4f}, r);
-  const auto p = horner(b, r,
-                        std::array{1.3814583654e-3f, 8.3687240258e-3f, 4.1668388993e-2f,
-                                   1.6666521132e-1f, 4.9999994040e-1f, 1.0f, 1.0f});
-  const auto ni = b.to_i32(n);
-  const auto n1 = b.shr(ni, 1);
-  const auto n2 = b.sub(ni, n1);
-  const auto y1 = b.from_bits(b.add(b.bits(p), b.shl(n1, 23)));
-  const auto s2 = b.from_bits(b.shl(b.add(n2, 127.0), 23));
-  return b.sel(isnan(b, x), x, b.mul(y1, s2));
+  const auto p = exp_poly(b, r);
+  const auto y = scale_pow2(b, p, n);
+  return b.sel(isnan(b, x), x, y);
 }
 
-/// log(x) = e ln2 + log(m), x = 2^e m, m in [sqrt(1/2), sqrt(2)) (subnormals
-/// scaled into the normal range first): Cephes' polynomial in v = m - 1.
+/// e ln2 + log(1 + v) for v in [sqrt(1/2) - 1, sqrt(2) - 1] and e an integer
+/// (as f32): Cephes' polynomial, ln2 in an exact high part and a low part.
 template <class B>
-KILN_MATH_INLINE typename B::F log_f32(B& b, typename B::F x0) {
+KILN_MATH_INLINE typename B::F log_tail(B& b, typename B::F v, typename B::F ef) {
+  const auto z = b.mul(v, v);
+  const auto p = horner(b, v,
+                        std::array{7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
+                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
+                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f});
+  const auto y0 = b.mul(b.mul(v, z), p);
+  const auto y1 = b.fma(ef, double{-2.12194440e-4f}, y0);
+  const auto y2 = b.fma(z, -0.5, y1);
+  return b.fma(ef, double{0.693359375f}, b.add(v, y2));
+}
+
+/// {m, e} with x = 2^e m, m in [sqrt(1/2), sqrt(2)), for a positive finite f32
+/// (subnormals scaled into the normal range first); other x give garbage.
+template <class B>
+KILN_MATH_INLINE std::pair<typename B::F, typename B::I> log_reduce(B& b, typename B::F x0) {
   const auto sub = b.lt(x0, double{1.17549435e-38f});
   const auto x = b.sel(sub, b.mul(x0, 8388608.0), x0);
   const auto eadj = b.sel(sub, b.ci(-23), b.ci(0));
@@ -203,17 +205,16 @@ KILN_MATH_INLINE typename B::F log_f32(B& b, typename B::F x0) {
   const auto lo = b.lt(m, double{0.707106781186547524f});
   const auto mm = b.sel(lo, b.add(m, m), m);
   const auto e = b.sel(lo, b.sub(e1, 1.0), e1);
+  return {mm, e};
+}
+
+/// log(x) = e ln2 + log(m), x = 2^e m, m in [sqrt(1/2), sqrt(2)) (subnormals
+/// scaled into the normal range first): Cephes' polynomial in v = m - 1.
+template <class B>
+KILN_MATH_INLINE typename B::F log_f32(B& b, typename B::F x0) {
+  const auto [mm, e] = log_reduce(b, x0);
   const auto v = b.sub(mm, 1.0);
-  const auto ef = b.to_f32(e);
-  const auto z = b.mul(v, v);
-  const auto p = horner(b, v,
-                        std::array{7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
-                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
-                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f});
-  const auto y0 = b.mul(b.mul(v, z), p);
-  const auto y1 = b.fma(ef, double{-2.12194440e-4f}, y0);
-  const auto y2 = b.fma(z, -0.5, y1);
-  const auto y = b.fma(ef, double{0.693359375f}, b.add(v, y2));
+  const auto y = log_tail(b, v, b.to_f32(e));
   // log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN through.
   auto r = b.sel(b.eq(x0, 0.0), -kInf, y);
   r = b.sel(b.lt(x0, 0.0), kNaN, r);
@@ -245,37 +246,23 @@ KILN_MATH_INLINE typename B::F sigmoid_f32(B& b, typename B::F x) {
   return b.div(b.like(x, 1.0), b.add(e, 1.0));
 }
 
-// ---- double-precision helpers: the f32 functions that need more than f32
-// precision inside (pow, log1p, erf, sin, cos) compute in double and round
-// once, which keeps them within 1-2 ulp and still vectorizes.
+namespace detail {
 
-/// exp(z) in double, ~1e-15 relative: z = n ln2 + r, |r| <= ln2/2, Taylor to
-/// r^11, scaled by 2^n in two halves (so the clamped range ±800 never
-/// overflows the exponent).
-template <class B>
-KILN_MATH_INLINE typename B::D exp_f64(B& b, typename B::D z0) {
-  static constexpr std::array<double, 12> kCoeffs = detail::exp_f64_coeffs();
-  const auto z = clamp(b, z0, -800.0, 800.0);
-  const auto n = b.rint(b.mul(z, 1.4426950408889634));
-  auto r = b.fma(n, -0.6931471805599453, z);
-  r = b.fma(n, -2.3190468138462996e-17, r);
-  const auto p = horner(b, r, kCoeffs);
-  // n is in [-1155, 1155]: converted through i32 (AVX2 converts only 32-bit lanes).
-  const auto ni = b.to_i64(b.to_i32(n));
-  const auto h = b.shr(ni, 1);
-  const auto l = b.sub(ni, h);
-  const auto s1 = b.from_bits(b.shl(b.add(h, 1023.0), 52));
-  const auto s2 = b.from_bits(b.shl(b.add(l, 1023.0), 52));
-  const auto y = b.mul(b.mul(p, s1), s2);
-  return b.sel(isnan(b, z0), z0, y);
+// 1/k for odd k = 17 down to 1 (log_f64's atanh series).
+constexpr std::array<double, 9> log_f64_coeffs() {
+  std::array<double, 9> cs{};
+  for (int k = 17, i = 0; k >= 1; k -= 2, ++i) cs[static_cast<size_t>(i)] = 1.0 / k;
+  return cs;
 }
 
 /// log(x) in double for x >= 0 that is normal, zero, inf or NaN (never a double
 /// subnormal here): x = 2^e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
-/// s = (m-1)/(m+1), |s| <= 0.172, series to s^17 (~1e-16).
+/// s = (m-1)/(m+1), |s| <= 0.172, series to s^17 (~1e-16). Not an f32
+/// function: the f64 log of multinomial's sampling rule (ops/sample_rule.h,
+/// printed for GPUs by cuda/gpu_text_math.h).
 template <class B>
 KILN_MATH_INLINE typename B::D log_f64(B& b, typename B::D x) {
-  static constexpr std::array<double, 9> kCoeffs = detail::log_f64_coeffs();
+  static constexpr std::array<double, 9> kCoeffs = log_f64_coeffs();
   const auto bits = b.bits(x);
   const auto eb = b.band(b.shr(bits, 52), 2047.0);
   const auto e0 = b.sub(eb, 1023.0);
@@ -289,7 +276,7 @@ KILN_MATH_INLINE typename B::D log_f64(B& b, typename B::D x) {
   const auto s2 = b.mul(s, s);
   const auto p = horner(b, s2, kCoeffs);
   const auto lm = b.mul(b.add(s, s), p);
-  const auto ed = b.to_f64(b.to_i32(e));  // e in [-1023, 1024], as in exp_f64
+  const auto ed = b.to_f64(b.to_i32(e));  // e in [-1023, 1024]: through i32 (AVX2)
   const auto y0 = b.fma(ed, 2.3190468138462996e-17, lm);
   const auto y = b.fma(ed, 0.6931471805599453, y0);
   auto r = b.sel(b.eq(x, 0.0), -kInf, y);
@@ -298,16 +285,93 @@ KILN_MATH_INLINE typename B::D log_f64(B& b, typename B::D x) {
   return b.sel(isnan(b, x), x, r);
 }
 
-/// pow(x, y) = exp(y log|x|) in double (|y log|x|| error ~1e-14, so the f32
-/// result is within 1 ulp), with C99's special cases: pow(x, ±0) = 1,
-/// pow(1, y) = 1, pow(-1, ±inf) = 1, negative x with an odd integer y gives a
-/// negative result, negative finite x with a non-integer y is NaN; zeros and
-/// infinities follow from log(0) = -inf and log(inf) = inf.
+}  // namespace detail
+
+// ---- pow: float-float (an f32 pair hi + lo) log and exp, as SLEEF's powf.
+// Products whose value is added to something are formed as fma(a, b, 0)
+// (prod): a compiler may contract a plain product into the addition that
+// follows, which would change its bits in eager code only.
+
+/// a * c rounded once, as an fma (never contracted into a later addition).
+template <class B>
+KILN_MATH_INLINE typename B::F prod(B& b, typename B::F a, typename B::F c) {
+  return b.fma(a, c, b.like(a, 0.0));
+}
+
+/// ln(a) for a positive finite f32 as hi + lo (relative error ~2^-40): a =
+/// 2^e m (log_reduce), ln m = 2 atanh(s), s = (m - 1) / (m + 1) as a pair,
+/// 2s + 2s^3/3 + s^5 Q(s^2) with the s^3 term as a pair too; e ln2 with ln2
+/// split so that e * hi is exact.
+template <class B>
+KILN_MATH_INLINE std::pair<typename B::F, typename B::F> log_pair(B& b, typename B::F a) {
+  using F = typename B::F;
+  const auto [m, e] = log_reduce(b, a);
+  const F f = b.sub(m, 1.0);   // exact
+  const F dh = b.add(m, 1.0);  // m + 1 = dh + dl exactly
+  const F dl = b.sub(m, b.sub(dh, 1.0));
+  const F sh = b.div(f, dh);  // s = sh + sl
+  const F rem = b.fma(b.neg(sh), dl, b.fma(b.neg(sh), dh, f));
+  const F sl = b.div(rem, dh);
+  const F zh = prod(b, sh, sh);  // sh^2 = zh + zl
+  const F zl = b.fma(sh, sh, b.neg(zh));
+  const F c = prod(b, sh, zh);  // s^3 = c + cl
+  const F cl = b.fma(b.mul(zh, 3.0), sl, b.fma(sh, zl, b.fma(sh, zh, b.neg(c))));
+  const F t3h = prod(b, c, b.like(c, double{0.6666666865348816f}));  // (2/3) s^3
+  const F t3l = b.fma(cl, double{0.6666666865348816f},
+                      b.fma(c, double{-1.9868215517249155e-08f},
+                            b.fma(c, double{0.6666666865348816f}, b.neg(t3h))));
+  const F q = horner(b, zh, std::array{2.0f / 13, 2.0f / 11, 2.0f / 9, 2.0f / 7, 2.0f / 5});
+  const F small = b.fma(b.mul(c, zh), q, b.fma(sl, 2.0, t3l));
+  const F s2 = b.add(sh, sh);
+  const F u = b.add(s2, t3h);  // |s2| >= |t3h|: fast two-sum
+  const F ul = b.add(b.sub(t3h, b.sub(u, s2)), small);
+  const F ef = b.to_f32(e);
+  const F th = prod(b, ef, b.like(ef, 0.693145751953125));  // exact (16-bit ln2 head)
+  const F hi = b.add(th, u);                                // |th| >= |u| unless th = 0
+  const F err = b.sub(u, b.sub(hi, th));
+  const F lo = b.fma(ef, double{1.428606765330187e-06f}, b.add(err, ul));
+  const F rh = b.add(hi, lo);  // renormalized: |lo| <= ulp(hi) / 2 (exp_pair's premise)
+  return {rh, b.sub(lo, b.sub(rh, hi))};
+}
+
+/// e^(h + l) for a pair with |l| <= 2^-17 |h|: n = rint(h / ln2), r = h - n ln2
+/// as a pair (rh, rl) (the first step exact), e^rh (exp_f32's polynomial)
+/// times 1 + rl, scaled by 2^n. h is clamped to [-104, 89] (e^h rounds to 0
+/// below, overflows above; l dropped there); NaN goes through.
+template <class B>
+KILN_MATH_INLINE typename B::F exp_pair(B& b, typename B::F h, typename B::F l) {
+  using F = typename B::F;
+  const auto inr = b.land(b.gt(h, -104.0), b.lt(h, 89.0));
+  const F hc = clamp(b, h, -104.0, 89.0);
+  const F lc = b.sel(inr, l, 0.0);
+  const F n = b.rint(b.mul(hc, double{1.44269504088896341f}));
+  const F r1 = b.fma(n, double{-0.693359375f}, hc);
+  const F th = prod(b, n, b.like(n, double{2.12194440e-4f}));  // ln2 = 0.693359375 - lo - lo3
+  const F tl = b.fma(n, double{2.12194440e-4f}, b.neg(th));
+  const F rh = b.add(r1, th);  // two-sum
+  const F bb = b.sub(rh, r1);
+  const F err = b.add(b.sub(r1, b.sub(rh, bb)), b.sub(th, bb));
+  const F rl = b.fma(n, double{-1.6465949582897082e-12f}, b.add(b.add(err, tl), lc));
+  const F p = exp_poly(b, rh);
+  const F y = scale_pow2(b, b.fma(p, rl, p), n);
+  return b.sel(isnan(b, h), h, y);
+}
+
+/// pow(x, y) = e^(y ln|x|) with ln|x| and the product as float-float pairs
+/// (error <= 2 ulp), and C99's special cases: pow(x, ±0) = 1, pow(1, y) = 1,
+/// pow(-1, ±inf) = 1, negative x with an odd integer y gives a negative
+/// result, negative finite x with a non-integer y is NaN; zeros and
+/// infinities follow from ln(0) = -inf and ln(inf) = inf.
 template <class B>
 KILN_MATH_INLINE typename B::F pow_f32(B& b, typename B::F x, typename B::F y) {
   const auto ax = fabs(b, x);
-  const auto l = log_f64(b, b.to_f64(ax));
-  const auto r = b.to_f32(exp_f64(b, b.mul(b.to_f64(y), l)));
+  const auto [lh0, ll] = log_pair(b, ax);
+  auto lh = b.sel(b.eq(ax, 0.0), -kInf, lh0);
+  lh = b.sel(b.eq(ax, kInf), kInf, lh);
+  lh = b.sel(isnan(b, ax), ax, lh);
+  const auto ph = prod(b, lh, y);
+  const auto pl = b.fma(ll, y, b.fma(lh, y, b.neg(ph)));
+  const auto r = exp_pair(b, ph, pl);
   // y an integer (±inf count as even integers); odd only below 2^24.
   const auto isint = b.eq(b.trunc(y), y);
   const auto ay = fabs(b, y);
@@ -325,44 +389,58 @@ KILN_MATH_INLINE typename B::F pow_f32(B& b, typename B::F x, typename B::F y) {
   return b.sel(one, 1.0, r2);
 }
 
-/// log1p(x) = log(u) * x / (u - 1) with u = 1 + x in double (the quotient
-/// corrects the rounding of u); x itself when u == 1 (tiny x, ±0) or x = inf.
+/// log1p(x) = e ln2 + log(1 + v) with 1 + x = 2^e (1 + v), 1 + v in
+/// [sqrt(1/2), sqrt(2)) (log_tail's range): e from the rounded u = 1 + x, then
+/// v = x 2^-e + (2^-e - 1) with one fma from x itself, so the rounding of u
+/// is not in v (v = x exactly when e = 0: tiny x and subnormals keep every
+/// bit). 2^-e (e in [-24, 128]) is a product of two powers of two, exact even
+/// where it is subnormal (2^-128 for x near FLT_MAX). Error <= 2 ulp (sweeps
+/// in tests/codegen/math_expand_test.cpp). ±0 and NaN give x, -1 -> -inf,
+/// x < -1 -> NaN, inf -> inf.
 template <class B>
 KILN_MATH_INLINE typename B::F log1p_f32(B& b, typename B::F x) {
-  const auto xd = b.to_f64(x);
-  const auto u = b.add(xd, 1.0);
-  const auto q = b.div(xd, b.sub(u, 1.0));
-  const auto r0 = b.mul(log_f64(b, u), q);
-  const auto keep = b.lor(b.eq(u, 1.0), b.eq(xd, kInf));
-  return b.to_f32(b.sel(keep, xd, r0));
+  const auto bits = b.bits(b.add(x, 1.0));
+  const auto e0 = b.sub(b.band(b.shr(bits, 23), 255.0), 127.0);
+  const auto e = b.sel(b.gt(b.band(bits, 8388607.0), 3474675.0),  // mantissa > sqrt(2)
+                       b.add(e0, 1.0), e0);
+  const auto e1 = b.shr(e, 1);
+  const auto p1 = b.from_bits(b.shl(b.sub(b.ci(127), e1), 23));
+  const auto p2 = b.from_bits(b.shl(b.sub(b.ci(127), b.sub(e, e1)), 23));
+  // t is exact, so a compiler contracting t * ... - 1 into an fma changes nothing.
+  const auto t = b.mul(p1, p2);
+  const auto v = b.fma(x, t, b.sub(t, 1.0));
+  const auto y = log_tail(b, v, b.to_f32(e));
+  auto r = b.sel(b.eq(x, 0.0), x, y);
+  r = b.sel(b.eq(x, -1.0), -kInf, r);
+  r = b.sel(b.lt(x, -1.0), kNaN, r);
+  r = b.sel(b.eq(x, kInf), x, r);
+  return b.sel(isnan(b, x), x, r);
 }
 
-/// erf in double: |x| < 1: x (1 + Q(x^2)); 1 <= |x|: 1 - exp(R(|x|)) with R a
-/// fit of log(erfc) on [1, 4] (|x| clamped to 4, where erf rounds to 1 in f32).
-/// Q (degree 7, error 3e-11) and R (degree 12 in u = (|x| - 2.5) / 1.5, error
-/// 6e-11) are least-squares Chebyshev fits made with mpmath.
+/// erf in f32: |x| < 1: x + x Q(x^2); 1 <= |x|: 1 - e^R(|x| - 2.5) with R a fit
+/// of log(erfc) on [1, 4] (|x| clamped to 4, where erf rounds to 1 in f32;
+/// |x| - 2.5 is exact). Q (degree 6) and R (degree 8) are our own weighted
+/// least-squares fits (mpmath values), rounded to f32: Q's relative error is
+/// 2.3e-8, R's costs at most 0.2 ulp of erf; with exp_f32 and the final
+/// roundings erf stays within 2 ulp (tests/codegen/math_expand_test.cpp).
 template <class B>
 KILN_MATH_INLINE typename B::F erf_f32(B& b, typename B::F x) {
-  const auto xd = b.to_f64(x);
-  const auto a = b.to_f64(fabs(b, x));
-  const auto t = b.mul(a, a);
+  const auto a = fabs(b, x);
   const auto q =
-      horner(b, t,
-             std::array{-9.667044571486996e-06, 0.00011265959025606609, -0.0008484080405535107,
-                        0.005221031807858023, -0.026865430727670243, 0.11283782495236845,
-                        -0.3761263846802871, 0.12837916706154343});
-  const auto small = b.fma(xd, q, xd);
-  const auto ac = clamp(b, a, 1.0, 4.0);
-  const auto u = b.mul(b.sub(ac, 2.5), 2.0 / 3.0);
-  const auto r = horner(
-      b, u,
-      std::array{-6.114282755563654e-07, 1.5370764294050848e-06, -5.328029808335207e-07,
-                 -6.757626194616484e-06, 4.5220782080017823e-05, -0.0002174824535634764,
-                 0.0008774628746405798, -0.003196592603743613, 0.010962722573368389,
-                 -0.03664597843665769, -2.1237609002783895, -8.02902112708958, -7.806815272727264});
-  const auto om = b.sub(b.like(xd, 1.0), exp_f64(b, r));  // in [0.84, 1]: positive
-  const auto large = b.sel(b.lt(xd, 0.0), b.neg(om), om);
-  return b.to_f32(b.sel(b.ge(a, 1.0), large, small));
+      horner(b, b.mul(a, a),
+             std::array{7.869151886552572e-05f, -0.0008013442275114357f, 0.005188505630940199f,
+                        -0.02685377188026905f, 0.11283579468727112f, -0.376126229763031f,
+                        0.12837916612625122f});
+  const auto small = b.fma(x, q, x);
+  const auto w = b.sub(clamp(b, a, 1.0, 4.0), 2.5);
+  const auto r =
+      horner(b, w,
+             std::array{1.563845557939203e-06f, -1.3272639080241788e-05f, 7.760265725664794e-05f,
+                        -0.00042027299059554935f, 0.002164893550798297f, -0.010858394205570221f,
+                        -0.943893551826477f, -5.352680683135986f, -7.806815147399902f});
+  const auto om = b.sub(b.like(x, 1.0), exp_f32(b, r));  // in [0.84, 1]: positive
+  const auto large = copysign(b, om, x);
+  return b.sel(b.ge(a, 1.0), large, small);
 }
 
 /// Table word at index `idx` (i32), zero-extended to i64.
@@ -371,14 +449,12 @@ KILN_MATH_INLINE typename B::L table_word(B& b, typename B::I idx) {
   return b.band(b.to_i64(b.table(idx)), 4294967295.0);
 }
 
-/// sin/cos: exact range reduction of |x| by pi/2 for every f32 (Payne-Hanek in
+/// The exact reduction of |x| by pi/2 for every finite f32 (Payne-Hanek in
 /// integer arithmetic: the 24-bit mantissa times 96 bits of 2/pi, keeping the
-/// quadrant n and the remainder r in 2^-62 units), then Taylor polynomials in
-/// double on |r| <= pi/4 (error ~1e-14). |x| < 2^-6 needs no reduction.
+/// quadrant n and the remainder in 2^-62 units): {remainder in radians (f32,
+/// |r| <= pi/4), n}.
 template <class B>
-KILN_MATH_INLINE typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
-  static constexpr detail::SinCosCoeffs kCoeffs = detail::sincos_coeffs();
-  const auto xi = b.bits(x);
+KILN_MATH_INLINE std::pair<typename B::F, typename B::I> reduce_pio2_exact(B& b, typename B::I xi) {
   const auto e = b.band(b.shr(xi, 23), 255.0);
   const auto m = b.to_i64(b.bor(b.band(xi, 8388607.0), 8388608.0));
   const auto w0 = table_word(b, e);
@@ -395,28 +471,53 @@ KILN_MATH_INLINE typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
   const auto lo = b.to_i32(rem);
   const auto hi = b.to_i32(b.shr(b.sub(rem, b.to_i64(lo)), 32));
   const auto remd = b.fma(b.to_f64(hi), 4294967296.0, b.to_f64(lo));
-  const auto ang0 = b.mul(remd, 3.4061215800865545e-19);  // pi/2 * 2^-62
-  const auto tiny = b.lt(e, b.ci(121));
-  const auto ang = b.sel(tiny, b.to_f64(fabs(b, x)), ang0);
-  const auto q = b.sel(tiny, b.ci(0), b.band(b.to_i32(n), 3.0));
-  const auto a2 = b.mul(ang, ang);
-  const auto sv = b.mul(ang, horner(b, a2, kCoeffs.sin));
-  const auto pc = horner(b, a2, kCoeffs.cos);
+  return {b.to_f32(b.mul(remd, 3.4061215800865545e-19)), b.to_i32(n)};  // pi/2 * 2^-62
+}
+
+/// sin/cos in f32: |x| = n pi/2 + r, |r| <= pi/4 (a little more), then Cephes'
+/// polynomials for sin and cos on r (<= 1 ulp there). Below 2^17 the
+/// reduction is Cody-Waite in f32: pi/2 in three f32 parts, with fma; the
+/// first step is exact, and the error stays under 2^-24 |r| even at the f32
+/// nearest to a multiple of pi/2 (exhaustive check over every f32 below 2^17).
+/// From 2^17 on, reduce_pio2_exact. The builder may skip that path when no
+/// lane needs it (maybe_any): it is selected per lane, so the bits are the same.
+/// Error <= 2 ulp over the whole f32 range; inf and NaN give NaN.
+template <class B>
+KILN_MATH_INLINE typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
+  const auto xi = b.bits(x);
+  const auto a = fabs(b, x);
+  const auto near = b.lt(a, 131072.0);
+  const auto an = b.sel(near, a, 0.0);  // NaN and huge lanes: 0
+  const auto nf = b.rint(b.mul(an, double{0.636619746685028f}));
+  auto r = b.fma(nf, double{-1.5707963705062866f}, an);
+  r = b.fma(nf, double{4.371138828673793e-08f}, r);
+  r = b.fma(nf, double{1.7151245100058819e-15f}, r);
+  auto q = b.to_i32(nf);
+  if (b.maybe_any(b.lnot(near))) {
+    const auto [rh, qh] = reduce_pio2_exact(b, xi);
+    r = b.sel(near, r, rh);
+    q = b.sel(near, q, qh);
+  }
+  const auto z = b.mul(r, r);
+  const auto ps = horner(b, z, std::array{-1.9515295891e-4f, 8.3321608736e-3f, -1.6666654611e-1f});
+  const auto sv = b.fma(b.mul(r, z), ps, r);
+  const auto pc = horner(
+      b, z, std::array{2.443315711809948e-5f, -1.388731625493765e-3f, 4.166664568298827e-2f});
+  const auto cv = b.fma(b.mul(z, z), pc, b.fma(z, -0.5, b.like(z, 1.0)));
   const auto zero = b.ci(0);
   const auto odd = b.ne(b.band(q, 1.0), zero);
-  typename B::D v;
+  typename B::F v;
   typename B::M neg;
   if (sine) {
-    v = b.sel(odd, pc, sv);
+    v = b.sel(odd, cv, sv);
     const auto neg1 = b.ne(b.band(q, 2.0), zero);
     neg = b.ne(neg1, b.lt(xi, zero));  // mask xor
   } else {
-    v = b.sel(odd, sv, pc);
+    v = b.sel(odd, sv, cv);
     neg = b.ne(b.band(b.add(q, 1.0), 2.0), zero);
   }
-  const auto r = b.to_f32(b.sel(neg, b.neg(v), v));
   // inf or NaN: NaN.
-  return b.sel(b.eq(e, b.ci(255)), b.sub(x, x), r);
+  return b.sel(b.lt(a, kInf), b.sel(neg, b.neg(v), v), b.sub(x, x));
 }
 
 }  // namespace kiln::math

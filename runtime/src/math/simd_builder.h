@@ -297,6 +297,18 @@ class Simd {
   L to_i64(V a) {
     return convert<L>(a);
   }
+  /// Whether any lane of m is set. Scalars say true: per-element code stays
+  /// branch-free, so the loops around it still vectorize.
+  bool maybe_any(M m) {
+    if constexpr (kScalar) {
+      (void)m;
+      return true;
+    } else {
+      int32_t acc = 0;
+      for (int k = 0; k < N; ++k) acc |= m[k];
+      return acc != 0;
+    }
+  }
   /// kTwoOverPiTable[idx] per lane.
   I table(I idx) {
     if constexpr (kScalar) {

@@ -44,9 +44,9 @@ template <typename T>
 }
 
 // The f32 expansion of each op (E::f32(builder, x[, y])) and the lanes it
-// runs on: the host's float width, or its double width for the functions that
-// compute in double inside (a vector wider than the registers would split its
-// f64 comparisons into scalar ones).
+// runs on: the host's float width (every expansion computes in f32; sin/cos's
+// exact reduction of huge arguments uses i64/f64 lanes, split as needed, only
+// in vectors that hold such an argument).
 #define KILN_VEC_UNARY(Name, lanes, call)             \
   struct Name {                                       \
     static constexpr int kN = lanes;                  \
@@ -57,15 +57,15 @@ template <typename T>
   };
 KILN_VEC_UNARY(Exp, math::kLanes, math::exp_f32(b, x))
 KILN_VEC_UNARY(Log, math::kLanes, math::log_f32(b, x))
-KILN_VEC_UNARY(Log1p, math::kLanes64, math::log1p_f32(b, x))
+KILN_VEC_UNARY(Log1p, math::kLanes, math::log1p_f32(b, x))
 KILN_VEC_UNARY(Tanh, math::kLanes, math::tanh_f32(b, x))
 KILN_VEC_UNARY(Sigmoid, math::kLanes, math::sigmoid_f32(b, x))
-KILN_VEC_UNARY(Erf, math::kLanes64, math::erf_f32(b, x))
-KILN_VEC_UNARY(Sin, math::kLanes64, math::sincos_f32(b, x, true))
-KILN_VEC_UNARY(Cos, math::kLanes64, math::sincos_f32(b, x, false))
+KILN_VEC_UNARY(Erf, math::kLanes, math::erf_f32(b, x))
+KILN_VEC_UNARY(Sin, math::kLanes, math::sincos_f32(b, x, true))
+KILN_VEC_UNARY(Cos, math::kLanes, math::sincos_f32(b, x, false))
 #undef KILN_VEC_UNARY
 struct Pow {
-  static constexpr int kN = math::kLanes64;
+  static constexpr int kN = math::kLanes;
   template <class B>
   static typename B::F f32(B& b, typename B::F x, typename B::F y) {
     return math::pow_f32(b, x, y);
