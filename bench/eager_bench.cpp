@@ -149,13 +149,15 @@ void BM_ExpMulBig(benchmark::State& state) {
 }
 BENCHMARK(BM_ExpMulBig)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// One eager transcendental on 16M floats in [-4, 4] (2 threads): arg 0..6 =
-// exp, tanh, sigmoid, erf, log (of |x| + 0.1), sin, pow (x ^ 1.5, x > 0).
+// One eager transcendental on 16M floats in [-4, 4] (2 threads): arg 0..9 =
+// exp, tanh, sigmoid, erf, log (of |x| + 0.1), sin, pow (x ^ 1.5, x > 0),
+// cos, log1p (of |x| + 0.1), erf-GELU (kiln::gelu's exact form).
 void BM_Transcendental16M(benchmark::State& state) {
-  static const char* const kNames[] = {"exp", "tanh", "sigmoid", "erf", "log", "sin", "pow"};
+  static const char* const kNames[] = {"exp", "tanh", "sigmoid", "erf",   "log",
+                                       "sin", "pow",  "cos",     "log1p", "gelu_erf"};
   const int64_t op = state.range(0);
   Tensor x = rand({kBig}) * 8.0 - 4.0;
-  if (op == 4 || op == 6) x = abs(x) + 0.1;
+  if (op == 4 || op == 6 || op == 8) x = abs(x) + 0.1;
   auto run = [&]() -> Tensor {
     switch (op) {
       case 0:
@@ -170,8 +172,14 @@ void BM_Transcendental16M(benchmark::State& state) {
         return log(x);
       case 5:
         return sin(x);
-      default:
+      case 6:
         return x.pow(1.5);
+      case 7:
+        return cos(x);
+      case 8:
+        return log1p(x);
+      default:
+        return gelu(x);
     }
   };
   { Tensor warm = run(); }
@@ -182,7 +190,7 @@ void BM_Transcendental16M(benchmark::State& state) {
   state.SetLabel(kNames[op]);
   state.SetBytesProcessed(state.iterations() * kBig * 8);
 }
-BENCHMARK(BM_Transcendental16M)->DenseRange(0, 6)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Transcendental16M)->DenseRange(0, 9)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 constexpr int64_t kN = 1024;
 
