@@ -303,6 +303,41 @@ TEST(EagerFusion, LongRowsAndManyRows) {
   }
 }
 
+// The f32 softmax kernel's bits: e^(x - max) per element (the shared exp),
+// summed in 16 lane partial sums added pairwise, then the tail; each term
+// divided by the sum (log_softmax: (x - max) - log(sum)). Pins the explicit
+// vector exp-and-sum pass to the per-element form it replaced.
+TEST(EagerFusion, SoftmaxF32BitsFollowTheLaneOrder) {
+  manual_seed(12);
+  FusionScope on(true);
+  for (int64_t n : {1, 15, 16, 17, 1037}) {
+    Tensor x = randn({3, n}) * 8.0;
+    Tensor y = softmax(x, -1), ly = log_softmax(x, -1);
+    for (int64_t r = 0; r < 3; ++r) {
+      const float* xr = x.data<float>() + r * n;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = xr[i] > m ? xr[i] : m;
+      auto e = [&](int64_t i) { return ops::vec::exp_f32(xr[i] - m); };
+      float acc[16] = {}, tail = 0.0f;
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16)
+        for (int64_t j = 0; j < 16; ++j) acc[j] += e(i + j);
+      for (; i < n; ++i) tail += e(i);
+      for (int64_t w = 8; w > 0; w /= 2)
+        for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+      const float s = acc[0] + tail;
+      for (int64_t k = 0; k < n; ++k) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(y.data<float>()[r * n + k]),
+                  std::bit_cast<uint32_t>(e(k) / s))
+            << "softmax n = " << n << " row " << r << " element " << k;
+        EXPECT_EQ(std::bit_cast<uint32_t>(ly.data<float>()[r * n + k]),
+                  std::bit_cast<uint32_t>((xr[k] - m) - std::log(s)))
+            << "log_softmax n = " << n << " row " << r << " element " << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace {

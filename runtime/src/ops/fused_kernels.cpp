@@ -89,6 +89,39 @@ T row_max(const T* x, int64_t n) {
   return any_nan ? std::numeric_limits<T>::quiet_NaN() : m;
 }
 
+// Sum of e^(x[i] - m) over a float row, each term also written to y when Store:
+// the terms and the lane order of lane_sum (the same bits), written with
+// explicit vectors so that the partial sums stay in registers (the compiler
+// kept lane_sum's array on the stack here, and each block's add waited on
+// the previous one's store).
+template <bool Store>
+float exp_sum_row(const float* x, float* y, int64_t n, float m) {
+  using B = math::Simd<kLanes>;
+  using V = B::F;
+  B b;
+  const V mv = B::splat<V>(m);
+  V acc = V{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V v;
+    std::memcpy(&v, x + i, sizeof v);
+    const V e = math::exp_f32(b, v - mv);
+    if constexpr (Store) std::memcpy(y + i, &e, sizeof e);
+    acc += e;
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) {
+    const float e = vec::exp_f32(x[i] - m);
+    if constexpr (Store) y[i] = e;
+    tail += e;
+  }
+  float a[kLanes];
+  std::memcpy(a, &acc, sizeof a);
+  for (int64_t w = kLanes / 2; w > 0; w /= 2)
+    for (int64_t j = 0; j < w; ++j) a[j] += a[j + w];
+  return a[0] + tail;
+}
+
 // Rows per task: about 16K elements of work each.
 int64_t row_grain(int64_t n) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
@@ -105,15 +138,23 @@ void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log) {
       const T m = row_max(xr, n);
       if (log) {
         // shifted - log(sum(exp(shifted))), shifted = x - max.
-        const T s = lane_sum<T>(n, [&](int64_t i) { return vec::exp<T>(xr[i] - m); });
+        T s;
+        if constexpr (std::is_same_v<T, float>)
+          s = exp_sum_row<false>(xr, nullptr, n, m);
+        else
+          s = lane_sum<T>(n, [&](int64_t i) { return vec::exp<T>(xr[i] - m); });
         const T ls = std::log(s);
         for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) - ls;
       } else {
-        const T s = lane_sum<T>(n, [&](int64_t i) {
-          const T ev = vec::exp<T>(xr[i] - m);
-          yr[i] = ev;
-          return ev;
-        });
+        T s;
+        if constexpr (std::is_same_v<T, float>)
+          s = exp_sum_row<true>(xr, yr, n, m);
+        else
+          s = lane_sum<T>(n, [&](int64_t i) {
+            const T ev = vec::exp<T>(xr[i] - m);
+            yr[i] = ev;
+            return ev;
+          });
         for (int64_t i = 0; i < n; ++i) yr[i] = yr[i] / s;
       }
     }
