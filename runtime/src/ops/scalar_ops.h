@@ -44,48 +44,16 @@ struct abs {
     return x < T(0) ? neg{}(x) : x;
   }
 };
+// The ops with an f32 expansion (math/expansions.h: exp, log, log1p, tanh,
+// sigmoid, sin, cos, erf, pow) reach these functors in f64 only: f32, f16
+// and bf16 run the expansion, in the eager kernels (vec::Expanded, ops/unary.cpp
+// and ops/binary.cpp) as in the kernel interpreter (has_math_expansion).
 KILN_SCALAR_UNARY(exp, std::exp(x))
 KILN_SCALAR_UNARY(log, std::log(x))
 KILN_SCALAR_UNARY(log1p, std::log1p(x))
 KILN_SCALAR_UNARY(sqrt, std::sqrt(x))
 KILN_SCALAR_UNARY(rsqrt, T(1) / std::sqrt(x))
-// f32 tanh without libm's tanhf (~25 ns per element on the dev machine): an
-// odd Taylor polynomial through x^17 below |x| = 0.55 (truncation < 1e-8
-// relative), 1 - 2 / (e^{2|x|} + 1) above (no cancellation: the result is
-// >= 0.5), +-1 from |x| = 9.1 on. Within 2 ulp of the exact value; keeps NaN,
-// +-inf and -0.
-inline float tanh_f32(float x) {
-  const float a = std::fabs(x);
-  if (!(a < 0.55f)) {
-    if (x != x) return x;
-    if (a >= 9.1f) return std::copysign(1.0f, x);
-    const float e = std::exp(2.0f * a);
-    return std::copysign(1.0f - 2.0f / (e + 1.0f), x);
-  }
-  if (a < 0x1p-12f) return x;  // x^3/3 is below half an ulp of x (and -0 stays -0)
-  const float z = x * x;
-  // Explicit fma: the same rounding in every translation unit, whether or not
-  // the compiler would contract a*b+c there (eager and the kernel interpreter
-  // must agree bit for bit).
-  float p = 6404582.0f / 10854718875.0f;
-  p = std::fma(p, z, -929569.0f / 638512875.0f);
-  p = std::fma(p, z, 21844.0f / 6081075.0f);
-  p = std::fma(p, z, -1382.0f / 155925.0f);
-  p = std::fma(p, z, 62.0f / 2835.0f);
-  p = std::fma(p, z, -17.0f / 315.0f);
-  p = std::fma(p, z, 2.0f / 15.0f);
-  p = std::fma(p, z, -1.0f / 3.0f);
-  return std::fma(x, z * p, x);
-}
-struct tanh {
-  template <typename T>
-  T operator()(T x) const {
-    if constexpr (std::is_same_v<T, float>)
-      return tanh_f32(x);
-    else
-      return std::tanh(x);
-  }
-};
+KILN_SCALAR_UNARY(tanh, std::tanh(x))
 KILN_SCALAR_UNARY(sigmoid, T(1) / (T(1) + std::exp(-x)))
 KILN_SCALAR_UNARY(relu, x > T(0) ? x : (x != x ? x : T(0)))
 KILN_SCALAR_UNARY(sin, std::sin(x))
