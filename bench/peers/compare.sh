@@ -5,13 +5,20 @@
 # stretch of the (shared) host hits both; each ratio printed is the median of
 # the rounds' ratios.
 #   bench/peers/compare.sh [--rounds N] [--only NAME,...] [--out DIR] [--nice]
+#                          [--blas-core NAME|auto]
 # --nice: run in a new session whose autogroup gets nice -15 (root), so other
 # users' builds on a shared host take little of the cores meanwhile.
+# --blas-core: the OpenBLAS kernels of the kiln side (its GEMMs): NAME sets
+# OPENBLAS_CORETYPE (Haswell, SkylakeX, ...), auto unsets it so that OpenBLAS
+# detects the CPU. Without it kiln gets the caller's environment, which on some
+# hosts forces older kernels (OPENBLAS_CORETYPE=Haswell: AVX2 on an AVX-512
+# CPU, half its sgemm rate). The kernels used are printed either way.
 # Needs the release build of bench/harness; run.sh installs PyTorch on first use.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 harness="${HARNESS:-$root/build/release/bench/harness}"
 rounds=3
+blas_core=""
 rows="gelu_tanh_16M softmax_4096x1024 layer_norm_4096x1024 adam_10M mlp_step_sgd transformer_fwd_bwd cnn_step_adam resnet_bn_onecycle"
 out=""
 args=("$@")
@@ -20,13 +27,15 @@ while [ $# -gt 0 ]; do
     --rounds) rounds="$2"; shift 2 ;;
     --only) rows="${2//,/ }"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --blas-core) blas_core="$2"; shift 2 ;;
     --nice)
       if [ -z "${PEERS_NICED:-}" ]; then
         export PEERS_NICED=1
         exec setsid sh -c 'echo -15 > /proc/self/autogroup && exec "$0" "$@"' "$0" "${args[@]}"
       fi
       shift ;;
-    *) echo "usage: compare.sh [--rounds N] [--only NAME,...] [--out DIR] [--nice]" >&2; exit 2 ;;
+    *) echo "usage: compare.sh [--rounds N] [--only NAME,...] [--out DIR] [--nice] [--blas-core NAME|auto]" >&2
+       exit 2 ;;
   esac
 done
 [ -x "$harness" ] || { echo "compare.sh: $harness not built (cmake --build build/release --target harness)" >&2; exit 2; }
@@ -34,7 +43,17 @@ done
 mkdir -p "$out"
 "$root/bench/peers/run.sh" --only gelu_tanh_16M >/dev/null  # the venv, before any timing
 
-kiln() { "$harness" --only "$1" --json "$out/kiln-$2-$1.json" >"$out/kiln-$2-$1.txt"; }
+# The kiln side's environment (the PyTorch side keeps the caller's).
+kiln_env=(env)
+case "$blas_core" in
+  "") ;;
+  auto) kiln_env+=(-u OPENBLAS_CORETYPE) ;;
+  *) kiln_env+=("OPENBLAS_CORETYPE=$blas_core") ;;
+esac
+echo "kiln: OPENBLAS_CORETYPE=$("${kiln_env[@]}" sh -c 'echo "${OPENBLAS_CORETYPE-(unset: OpenBLAS detects the CPU)}"')" \
+  | tee "$out/blas-core.txt"
+
+kiln() { "${kiln_env[@]}" "$harness" --only "$1" --json "$out/kiln-$2-$1.json" >"$out/kiln-$2-$1.txt"; }
 peer() {
   local extra=""
   [ "$1" = adam_10M ] && extra=",adam_10M_fused"  # PyTorch's fused Adam beside its default
