@@ -23,7 +23,8 @@
 // step of every row, so load from other processes hits the rows alike.
 //
 //   ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X]
-//             [--first-bucket-mb X] [--compile] [--trace] [--device cuda [--ranks 1]]
+//             [--first-bucket-mb X] [--compile] [--trace] [--rows S] [--device cuda [--ranks 1]]
+// --rows S keeps only the rows whose name contains S (besides single and both).
 // --device cuda (ddp_bench_cuda.cpp): the DDP step with CUDA parameters over
 // an NCCL group, printing each bucket all-reduce's schedule on the streams
 // (ready, start, end against backward's end) instead of the table; on the
@@ -77,6 +78,7 @@ struct Args {
   bool trace = false;
   bool cuda = false;  // --device cuda
   int ranks = 2;      // --ranks (1: the one-rank GPU step, --device cuda only)
+  std::string rows;   // --rows S: only the rows whose name contains S (and single, both)
 };
 
 double ms(Clock::duration d) {
@@ -331,6 +333,15 @@ std::pair<std::vector<double>, std::vector<double>> gather_rows(const Args& a,
   return {job, cpu};
 }
 
+// --rows: drops the rows whose name lacks `part`, but single and both (the ratios' references).
+void keep_rows(std::vector<Row>& rows, const std::string& part) {
+  if (part.empty()) return;
+  std::vector<Row> kept;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (i < 2 || std::strstr(rows[i].name, part.c_str())) kept.push_back(rows[i]);
+  rows = std::move(kept);
+}
+
 int worker(const Args& a) {
   set_num_threads(1);
   dist::init_process_group();
@@ -343,13 +354,12 @@ int worker(const Args& a) {
   dist::DistributedDataParallel ddp(
       wrapped.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
   auto fwd_bwd = ddp_fwd_bwd(ddp, a, "ddp_bench");
-  // zero_grad(false): .grad stays the bucket view. Its own model and compiled
-  // function (a compiled step specializes on whether .grad is defined).
+  // zero_grad(false): .grad stays the bucket view (own compiled function: .grad is defined).
   dist::DistributedDataParallel ddp_kept(
       kept.model, {.bucket_cap_mb = a.bucket_cap_mb, .first_bucket_mb = a.first_bucket_mb});
   auto fwd_bwd_kept = ddp_fwd_bwd(ddp_kept, a, "ddp_bench_kept");
-  // Gradients copied into the buckets after zero_grad() (the code before
-  // session 7), for paired comparisons with the default.
+  // Paired "before": gradients copied into the buckets (eager: before session 7;
+  // compiled: before session 8, copied into a comm buffer and the results out).
   dist::DistributedDataParallel ddp_copyin(copyin.model, {.bucket_cap_mb = a.bucket_cap_mb,
                                                           .first_bucket_mb = a.first_bucket_mb,
                                                           .compute_grads_in_buckets = false});
@@ -443,6 +453,7 @@ int worker(const Args& a) {
       {"all-reduce of the gradients' size, plain tensor",
        [&] { pg->all_reduce(flat, dist::ReduceOp::kAvg)->wait(); }},
   };
+  keep_rows(rows, a.rows);
   Overlap overlap;
   const int rounds = a.rounds > 0 ? std::min(a.rounds, a.iters) : a.iters;
   run_rounds(a, *pg, rows, rounds, ddp, overlap);
@@ -543,6 +554,8 @@ int main(int argc, char** argv) {
       a.compile = true;
     else if (s == "--trace")
       a.trace = true;
+    else if (s == "--rows")
+      a.rows = next();
     else if (s == "--ranks")
       a.ranks = std::clamp(std::atoi(next().c_str()), 1, 2);
     else if (s == "--device" && i + 1 < argc && std::string(argv[i + 1]) == "cuda")
@@ -550,7 +563,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: ddp_bench [--iters N] [--rounds N] [--warmup N] [--bucket-cap-mb X] "
-                   "[--first-bucket-mb X] [--compile] [--trace] [--device cuda [--ranks 1]]\n");
+                   "[--first-bucket-mb X] [--compile] [--trace] [--rows S] [--device cuda [--ranks "
+                   "1]]\n");
       return s == "--help" ? 0 : 2;
     }
   }

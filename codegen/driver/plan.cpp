@@ -8,6 +8,7 @@
 #include "kiln/autograd.h"
 #include "kiln/dispatch.h"
 #include "kiln/functional.h"
+#include "kiln/grad_destination.h"
 #include "kiln/passes/fold_constants.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/passes/pass_manager.h"
@@ -438,14 +439,21 @@ std::vector<Tensor> bind_inputs(const Plan& p, const std::vector<Tensor>& args,
 }
 
 // Writes a gradient to .grad and fires the parameter's post-accumulate hooks.
+// Without a .grad, the parameter's gradient destination (if any) becomes
+// .grad, as in eager backward; values not computed there are copied in.
 void write_grad(const Tensor& target, const Tensor& value) {
   NoGradGuard ng;
   Tensor cur = target.grad();
-  if (cur.defined() && cur.shape() == value.shape() && cur.dtype() == value.dtype() &&
-      cur.impl()->storage != value.impl()->storage)
+  const bool had = cur.defined();
+  if (!had) cur = autograd::grad_destination(target);
+  const bool fits = cur.defined() && cur.shape() == value.shape() && cur.dtype() == value.dtype();
+  if (fits &&
+      (had ? cur.impl()->storage != value.impl()->storage : cur.data_ptr() != value.data_ptr())) {
     cur.copy_(value);  // keeps .grad's identity (views into DDP buckets, optimizer refs)
-  else
+    if (!had) target.set_grad(cur);
+  } else {
     target.set_grad(value);
+  }
   if (target.impl()->autograd)
     for (auto& h : target.impl()->autograd->post_accumulate_hooks) h(target);
 }
@@ -453,7 +461,10 @@ void write_grad(const Tensor& target, const Tensor& value) {
 // Captured state the graph rewrites (parameters, optimizer state) is the
 // destination of its new value: a pointwise update is computed in place.
 // A gradient with a .grad of its shape is computed into that .grad (its
-// identity is kept anyway: DDP's bucket views, optimizer references).
+// identity is kept anyway: DDP's bucket views, optimizer references); one
+// without a .grad, into the parameter's gradient destination if it has one
+// (kiln/grad_destination.h: DDP's bucket slice, so the weight's GEMM writes
+// where the all-reduce reads and write_grad adopts it without a copy).
 std::vector<Tensor> output_destinations(const Plan& p, const std::vector<Tensor>& args,
                                         const std::vector<int64_t>& syms) {
   std::vector<Tensor> dests(p.exec->graph().outputs().size());
@@ -465,6 +476,7 @@ std::vector<Tensor> output_destinations(const Plan& p, const std::vector<Tensor>
       const Tensor target = binding_target(p, args, b);
       const ir::Value* v = p.exec->graph().outputs()[o];
       Tensor cur = target.defined() ? target.grad() : Tensor();
+      if (target.defined() && !cur.defined()) cur = autograd::grad_destination(target);
       if (cur.defined() && cur.dtype() == v->dtype && cur.shape() == ir::eval_shape(v->shape, syms))
         dests[o] = cur;
     }

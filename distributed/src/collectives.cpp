@@ -11,6 +11,12 @@
 // new slot is allocated (a collective call) on every rank alike. A slot whose
 // previous result was not collected yet hands that result a copy first.
 //
+// A group id may also be bound to one comm buffer (DDP's bucket): a start
+// whose tensors add up to it reduces straight in it (an input that already is
+// its slice is not copied) and wait() hands out its slices instead of copies,
+// so a compiled step's reduced gradients are the bucket views, as in eager
+// DDP (the next collective of that id overwrites them).
+//
 // CUDA tensors (an NCCL group, a compiled step's graph on the device): the
 // same code is the stream protocol. The copies into the ring buffer run on the
 // current stream, the group's all_reduce orders its communication stream after
@@ -19,6 +25,7 @@
 // reused in stream order (a slot's next copy-in follows its last wait).
 #include "kiln/distributed/collectives.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -36,18 +43,36 @@ class GroupBackend final : public CollectiveBackend {
     KILN_CHECK(pg != nullptr, "[collectives] no process group (call init_process_group first)");
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, weak] : groups_)
-      if (weak.lock() == pg) return id;
+      if (!bound_.contains(id) && weak.lock() == pg) return id;
     const int64_t id = next_group_++;
     groups_.emplace(id, pg);
     return id;
   }
 
+  int64_t bind(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer) {
+    KILN_CHECK(pg != nullptr, "[collectives] no process group (call init_process_group first)");
+    KILN_CHECK(
+        buffer.defined() && buffer.dim() == 1 && buffer.is_contiguous() && buffer.device().is_cpu(),
+        "[collectives] a bound buffer must be a flat contiguous CPU tensor, got ",
+        buffer.defined() ? str(buffer.dtype(), buffer.shape()) : "an undefined tensor");
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(bound_, [](const auto& kv) { return kv.second->buffer.expired(); });
+    const int64_t id = next_group_++;
+    groups_.emplace(id, pg);
+    auto b = std::make_shared<Bound>();
+    b->buffer = buffer.impl_ptr();
+    bound_.emplace(id, std::move(b));
+    return id;
+  }
+
   int64_t start(int64_t group, int64_t reduce_op, std::span<const Tensor> inputs) override {
     std::shared_ptr<ProcessGroup> pg;
+    std::shared_ptr<Bound> bound;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = groups_.find(group);
       if (it != groups_.end()) pg = it->second.lock();
+      if (auto b = bound_.find(group); b != bound_.end()) bound = b->second;
     }
     KILN_CHECK(pg != nullptr, "[collective_start] process group ", group,
                " does not exist (destroyed, or created in another process)");
@@ -59,6 +84,10 @@ class GroupBackend final : public CollectiveBackend {
                  dt, "; a collective reduces one dtype");
       total += t.numel();
     }
+    if (bound)
+      if (Tensor buf(bound->buffer.lock());
+          buf.defined() && buf.dtype() == dt && buf.numel() == total && on_cpu(inputs))
+        return start_in(*pg, *bound, buf, static_cast<ReduceOp>(reduce_op), inputs);
     std::shared_ptr<Ring> ring;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -93,10 +122,7 @@ class GroupBackend final : public CollectiveBackend {
     }
     pending->work = pg->all_reduce(flat, static_cast<ReduceOp>(reduce_op));
     ring->holders[slot] = pending;
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t key = next_key_++;
-    pending_.emplace(key, std::move(pending));
-    return key;
+    return remember(std::move(pending));
   }
 
   void wait(int64_t key, std::span<Tensor> outputs) override {
@@ -117,7 +143,10 @@ class GroupBackend final : public CollectiveBackend {
       KILN_CHECK(p->tensors[i].shape() == outputs[i].shape(), "[collective_wait] tensor ", i,
                  " has shape ", outputs[i].shape(), ", the collective reduced ",
                  p->tensors[i].shape());
-      outputs[i].copy_(p->tensors[i]);
+      if (p->adopt)
+        outputs[i] = p->tensors[i];  // the bound buffer's slice itself
+      else
+        outputs[i].copy_(p->tensors[i]);
     }
     p->tensors.clear();  // collected: its slot may be reused without a copy
   }
@@ -127,7 +156,8 @@ class GroupBackend final : public CollectiveBackend {
     WorkPtr work;
     std::mutex mu;
     std::vector<Tensor>
-        tensors;  // views into a ring buffer (or their copies); empty once collected
+        tensors;         // views into a ring buffer (or their copies); empty once collected
+    bool adopt = false;  // wait() hands out `tensors` themselves (a bound buffer's slices)
 
     // Its slot is about to be reused: finish the collective (started on every
     // rank, so this cannot deadlock) and keep the result in its own tensors.
@@ -146,7 +176,54 @@ class GroupBackend final : public CollectiveBackend {
     uint64_t uses = 0;
   };
 
+  // The comm buffer of a bound group id, held weakly (its owner, DDP, frees it).
+  struct Bound {
+    std::mutex mu;
+    std::weak_ptr<TensorImpl> buffer;
+    std::weak_ptr<Pending> holder;  // its last user
+  };
+
+  static bool on_cpu(std::span<const Tensor> ts) {
+    return std::all_of(ts.begin(), ts.end(), [](const Tensor& t) { return t.device().is_cpu(); });
+  }
+
+  int64_t remember(std::shared_ptr<Pending> pending) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t key = next_key_++;
+    pending_.emplace(key, std::move(pending));
+    return key;
+  }
+
+  // start() into a bound buffer `buf` whose size the inputs add up to.
+  int64_t start_in(ProcessGroup& pg, Bound& bound, const Tensor& buf, ReduceOp op,
+                   std::span<const Tensor> inputs) {
+    std::lock_guard<std::mutex> lock(bound.mu);
+    if (auto prev = bound.holder.lock()) prev->detach();  // not collected yet: keep a copy
+    auto pending = std::make_shared<Pending>();
+    pending->adopt = true;
+    NoGradGuard ng;
+    std::vector<Tensor> ins(inputs.begin(), inputs.end());
+    std::vector<char> there(ins.size());  // already is its slice (computed in the buffer)
+    int64_t off = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      Tensor& t = ins[i];
+      Tensor v = buf.narrow(0, off, t.numel()).view(t.shape());
+      off += t.numel();
+      there[i] = t.impl()->storage == v.impl()->storage && t.offset() == v.offset() &&
+                 t.strides() == v.strides();
+      // Another part of the buffer would be overwritten by an earlier copy: read it first.
+      if (!there[i] && t.impl()->storage == buf.impl()->storage) t = t.clone();
+      pending->tensors.push_back(std::move(v));
+    }
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (!there[i]) pending->tensors[i].copy_(ins[i]);
+    pending->work = pg.all_reduce(buf, op);
+    bound.holder = pending;
+    return remember(std::move(pending));
+  }
+
   std::mutex mu_;
+  std::unordered_map<int64_t, std::shared_ptr<Bound>> bound_;  // bound group ids
   std::map<std::tuple<int64_t, DType, int64_t>, std::shared_ptr<Ring>>
       rings_;  // (group, dtype, numel)
   std::unordered_map<int64_t, std::weak_ptr<ProcessGroup>> groups_;
@@ -174,9 +251,17 @@ int64_t collective_group_id(const std::shared_ptr<ProcessGroup>& pg) {
   return backend().id_of(pg);
 }
 
+int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer) {
+  return backend().bind(pg, buffer);
+}
+
 Tensor all_reduce_start(const std::shared_ptr<ProcessGroup>& pg, const std::vector<Tensor>& tensors,
                         ReduceOp op) {
-  return collective_start(tensors, collective_group_id(pg), static_cast<int64_t>(op));
+  return all_reduce_start(collective_group_id(pg), tensors, op);
+}
+
+Tensor all_reduce_start(int64_t group, const std::vector<Tensor>& tensors, ReduceOp op) {
+  return collective_start(tensors, group, static_cast<int64_t>(op));
 }
 
 std::vector<Tensor> all_reduce_wait(const std::shared_ptr<ProcessGroup>& pg, const Tensor& handle,

@@ -129,6 +129,7 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     size_t pending = 0;
     WorkPtr work;
     Clock::time_point launched{};  // when its last gradient was ready (hook called)
+    int64_t traced_group = 0;      // the group id its traced all-reduce carries
   };
 
   std::shared_ptr<ProcessGroup> pg;
@@ -182,6 +183,11 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
       b.buffer = pg->make_comm_buffer(b.numel, b.dtype);
       if (b.buffer.device() != dev) b.buffer = zeros({b.numel}, b.dtype, dev);
       b.pending = b.params.size();
+      // A traced all-reduce reduces in the bucket and its results are the
+      // bucket views (no copies in or out), as in eager.
+      const bool in_bucket =
+          opts.gradient_as_bucket_view && opts.compute_grads_in_buckets && dev.is_cpu();
+      b.traced_group = in_bucket ? collective_group_id_in(pg, b.buffer) : collective_group_id(pg);
       for (size_t j = 0; j < b.params.size(); ++j) {
         Param& p = params[b.params[j]];
         p.view = b.buffer.narrow(0, b.offsets[j], p.tensor.numel()).view(p.tensor.shape());
@@ -272,7 +278,8 @@ struct DistributedDataParallel::Reducer : std::enable_shared_from_this<Reducer> 
     if (--traced.pending[params[i].bucket] > 0) return;
     while (traced.next_bucket < buckets.size() && traced.pending[traced.next_bucket] == 0) {
       const size_t b = traced.next_bucket++;
-      traced.handles[b] = all_reduce_start(pg, bucket_grads(b), ReduceOp::kAvg);
+      traced.handles[b] =
+          all_reduce_start(buckets[b].traced_group, bucket_grads(b), ReduceOp::kAvg);
     }
   }
 

@@ -117,10 +117,16 @@ class AccumulateGrad final : public Node {
         m.grad = g;
       else
         m.grad = steal ? g.detach() : g.detach().clone();
-    } else if (grad_mode_enabled() || current_recorder()) {
+    } else if (current_recorder()) {
       // While tracing, a new value rather than add_: the plan then writes the
       // sum back as a gradient and fires the post-accumulate hooks (DDP
-      // reduces it), where an in-place write of .grad would fire none.
+      // reduces it), where an in-place write of .grad would fire none. The
+      // clone, as for a first gradient: elide_copies drops it or, for a
+      // weight's gradient (a permute of a matmul), computes the gradient
+      // untransposed, which the add would otherwise read through a strided
+      // copy (1024 x 1024: cache-set conflicts, ~5 ms per step).
+      m.grad = m.grad + g.clone();
+    } else if (grad_mode_enabled()) {
       m.grad = m.grad + g;
     } else {
       m.grad.add_(g.detach());

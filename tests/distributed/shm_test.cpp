@@ -446,6 +446,52 @@ TEST(ShmTransport, CollectiveOpsReuseTheirCommBuffers) {
   });
 }
 
+// A group id bound to a comm buffer (a DDP bucket in a traced step) reduces
+// in that buffer: an input that already is its slice is not copied, the
+// results are the buffer's slices (not copies), a second start before the
+// first result was collected keeps that result, and tensors of another size
+// take the ring as before.
+TEST(ShmTransport, CollectiveOpsReduceInABoundBuffer) {
+  run_pairs(2, [](int rank, ProcessGroup& shm, ProcessGroup& tcp) {
+    for (ProcessGroup* g : {&shm, &tcp}) {
+      std::shared_ptr<ProcessGroup> pg(g, [](ProcessGroup*) {});
+      Tensor buf = g->make_comm_buffer(314, DType::f32);
+      const int64_t id = collective_group_id_in(pg, buf);
+      const auto* lo = static_cast<const char*>(buf.data_ptr());
+      auto inside = [&](const Tensor& t) {
+        const auto* p = static_cast<const char*>(t.data_ptr());
+        return t.impl()->storage == buf.impl()->storage && p >= lo &&
+               p + t.numel() * 4 <= lo + 314 * 4;
+      };
+      Tensor first = buf.narrow(0, 0, 300);  // computed in the buffer already
+      first.fill_(double(rank + 1));
+      Tensor h = all_reduce_start(id, {first, full({2, 7}, double(rank))}, ReduceOp::kSum);
+      auto out = all_reduce_wait(pg, h, {zeros({300}), zeros({2, 7})});
+      ASSERT_EQ(out.size(), 2u);
+      EXPECT_TRUE(inside(out[0]) && inside(out[1])) << g->transport();
+      EXPECT_EQ(out[0].data_ptr(), first.data_ptr());
+      EXPECT_EQ(out[0].min().item<float>(), 3.0f) << g->transport();
+      EXPECT_EQ(out[1].max().item<float>(), 1.0f) << g->transport();
+      // Two in flight: the first result is kept (a copy) when the second starts.
+      Tensor h1 = all_reduce_start(id, {full({300}, 1.0), full({2, 7}, 2.0)}, ReduceOp::kSum);
+      Tensor h2 = all_reduce_start(id, {full({300}, 5.0), full({2, 7}, 6.0)}, ReduceOp::kSum);
+      auto r1 = all_reduce_wait(pg, h1, {zeros({300}), zeros({2, 7})});
+      auto r2 = all_reduce_wait(pg, h2, {zeros({300}), zeros({2, 7})});
+      EXPECT_FALSE(inside(r1[0]));
+      EXPECT_EQ(r1[0].max().item<float>(), 2.0f) << g->transport();
+      EXPECT_EQ(r1[1].max().item<float>(), 4.0f) << g->transport();
+      EXPECT_TRUE(inside(r2[0]) && inside(r2[1]));
+      EXPECT_EQ(r2[0].max().item<float>(), 10.0f) << g->transport();
+      EXPECT_EQ(r2[1].min().item<float>(), 12.0f) << g->transport();
+      // Another size: the ring, results not in the buffer.
+      auto r3 =
+          all_reduce_wait(pg, all_reduce_start(id, {full({5}, 1.0)}, ReduceOp::kSum), {zeros({5})});
+      EXPECT_FALSE(inside(r3[0]));
+      EXPECT_EQ(r3[0].max().item<float>(), 2.0f);
+    }
+  });
+}
+
 // Lists /dev/shm names containing `needle`.
 std::vector<std::string> shm_names_with(const std::string& needle) {
   std::vector<std::string> out;

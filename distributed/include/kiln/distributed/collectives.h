@@ -15,9 +15,20 @@ namespace kiln::dist {
 /// on first use. The registry holds the group weakly.
 int64_t collective_group_id(const std::shared_ptr<ProcessGroup>& pg);
 
+/// A new id for `pg` bound to `buffer` (flat, contiguous, on the CPU: one of
+/// pg's comm buffers, such as a DDP bucket; held weakly): a collective_start of
+/// this id whose CPU tensors add up to the buffer's size and dtype copies them
+/// into it (none that already is its slice) and reduces it in place, and its
+/// collective_wait returns the buffer's slices themselves, not copies, which
+/// the next collective of this id overwrites. Other tensors take pg's ring.
+int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer);
+
 /// Starts an all-reduce of `tensors` over `pg` through the collective ops
 /// (an IR node when tracing); returns the handle for all_reduce_wait.
 Tensor all_reduce_start(const std::shared_ptr<ProcessGroup>& pg, const std::vector<Tensor>& tensors,
+                        ReduceOp op = ReduceOp::kSum);
+/// all_reduce_start over a group id from collective_group_id(_in).
+Tensor all_reduce_start(int64_t group, const std::vector<Tensor>& tensors,
                         ReduceOp op = ReduceOp::kSum);
 /// Waits for `handle` and returns the reduced tensors (an IR node when tracing).
 std::vector<Tensor> all_reduce_wait(const std::shared_ptr<ProcessGroup>& pg, const Tensor& handle,
