@@ -1,7 +1,8 @@
 // Vector width of the LLVM backend's kernels: each f32 kernel compiled twice in
 // one process, once with LLVM's own width choice (no loop hint: its bound is the
-// register over the widest type in the loop, which the double arithmetic inside
-// erf/pow/log1p halves on 256-bit hosts) and once with kiln's full-width hint
+// register over the widest type in the loop, which sin's i64/f64 exact
+// reduction halves on 256-bit hosts; erf/pow/log1p computed in double inside
+// until session 8) and once with kiln's full-width hint
 // (what get_kernel compiles). One thread, 16M floats, alternating rounds;
 // prints each variant's median throughput and the median of paired ratios.
 //

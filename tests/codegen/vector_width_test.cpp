@@ -1,7 +1,8 @@
 // Every pointwise and row kernel runs at the full vector width of the CPU it
-// is compiled for: f32 loops fill the register with floats even where the math
-// functions compute in double inside (pow, erf, log1p, sin), which LLVM's own
-// width bound would halve on 256-bit hosts (znver3). Checked for several x86-64
+// is compiled for: f32 loops fill the register with floats even where a loop
+// also holds wider types (sin/cos's exact reduction of huge arguments in
+// i64/f64; before session 8 pow, erf and log1p computed in double too), which
+// LLVM's own width bound would halve on 256-bit hosts (znver3). Checked for several x86-64
 // CPUs on any host (their code is compiled, not run).
 #include <gtest/gtest.h>
 
