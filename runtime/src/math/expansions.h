@@ -298,7 +298,7 @@ KILN_MATH_INLINE typename B::F prod(B& b, typename B::F a, typename B::F c) {
   return b.fma(a, c, b.like(a, 0.0));
 }
 
-/// ln(a) for a positive finite f32 as hi + lo (relative error ~2^-40): a =
+/// ln(a) for a positive finite f32 as hi + lo (relative error < 2^-33): a =
 /// 2^e m (log_reduce), ln m = 2 atanh(s), s = (m - 1) / (m + 1) as a pair,
 /// 2s + 2s^3/3 + s^5 Q(s^2) with the s^3 term as a pair too; e ln2 with ln2
 /// split so that e * hi is exact.
