@@ -5,6 +5,7 @@
 #include "kiln/ir/tracer.h"
 
 #include <atomic>
+#include <bit>
 #include <typeinfo>
 #include <unordered_set>
 
@@ -34,6 +35,59 @@ ValueRef* ref_of(const Tensor& t, uint64_t owner) {
   return (r && r->owner == owner) ? r : nullptr;
 }
 
+// A map from tensors (by address) to V: open addressing with linear probing,
+// no erase. The tracer looks up every real tensor an op reads (a deep model's
+// parameters and optimizer state: thousands); std::unordered_map costs an
+// allocation per entry and a dependent cache miss per lookup.
+template <typename V>
+class AddrMap {
+ public:
+  V* find(const TensorImpl* k) {
+    if (size_ == 0) return nullptr;
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      if (slots_[i].first == k) return &slots_[i].second;
+      if (slots_[i].first == nullptr) return nullptr;
+    }
+  }
+  bool contains(const TensorImpl* k) { return find(k) != nullptr; }
+  // The entry of k, value-initialized if new.
+  V& operator[](const TensorImpl* k) {
+    KILN_ASSERT(k != nullptr, "tracer: a null tensor as a map key");
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    size_t i = slot(k);
+    while (slots_[i].first != nullptr && slots_[i].first != k) i = (i + 1) & mask_;
+    if (slots_[i].first == nullptr) {
+      slots_[i] = {k, V()};
+      ++size_;
+    }
+    return slots_[i].second;
+  }
+  // The entry of k, which must exist.
+  V& at(const TensorImpl* k) {
+    V* v = find(k);
+    KILN_ASSERT(v != nullptr, "tracer: a tensor missing from its map");
+    return *v;
+  }
+
+ private:
+  size_t slot(const TensorImpl* k) const {
+    // Fibonacci hashing: the product's high bits mix every address bit.
+    return static_cast<size_t>((reinterpret_cast<uintptr_t>(k) * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void grow() {
+    std::vector<std::pair<const TensorImpl*, V>> old(slots_.empty() ? 64 : 2 * slots_.size());
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    shift_ = 64 - std::countr_zero(slots_.size());
+    size_ = 0;
+    for (auto& [k, v] : old)
+      if (k != nullptr) (*this)[k] = std::move(v);
+  }
+  std::vector<std::pair<const TensorImpl*, V>> slots_;
+  size_t size_ = 0, mask_ = 0;
+  int shift_ = 64;
+};
+
 std::string where_str(const std::source_location& loc) {
   return str(loc.file_name(), ":", loc.line(), " (", loc.function_name(), ")");
 }
@@ -51,12 +105,12 @@ struct Tracer::State {
   std::vector<Value*> cap_input;      // the graph input of each capture
   std::vector<uint32_t> cap_version;  // storage version when captured
   std::vector<Tensor> grad_at_start;
-  std::unordered_map<const TensorImpl*, int> cap_index;
+  AddrMap<int> cap_index;
   // Current value of real tensors (captures and constants), by identity.
-  std::unordered_map<const TensorImpl*, Value*> real_value;
+  AddrMap<Value*> real_value;
   std::vector<std::shared_ptr<TensorImpl>> keep_alive;  // no address reuse during the trace
   // Versions of view roots (bumped by in-place writes while tracing).
-  std::unordered_map<const TensorImpl*, uint64_t> version;
+  AddrMap<uint64_t> version;
   // Host scalars and guards.
   std::vector<std::function<double()>> hosts;
   std::vector<std::function<std::string()>> guards;
@@ -124,8 +178,7 @@ Tensor Tracer::add_arg(const Tensor& real, int index) {
 }
 
 int Tracer::capture(const Tensor& t) {
-  auto it = st_->cap_index.find(t.impl());
-  if (it != st_->cap_index.end()) return it->second;
+  if (const int* k = st_->cap_index.find(t.impl())) return *k;
   const int k = static_cast<int>(st_->captured.size());
   st_->captured.push_back(t.impl_ptr());
   Capture c;
@@ -153,17 +206,15 @@ Value* Tracer::value_of(const Tensor& t, const char* op, size_t slot) {
                "function without being made real (one it also returned, or one from a trace "
                "that failed); store a clone of a returned tensor instead");
     if (r->base) {
-      auto it = st_->version.find(r->base);
-      KILN_CHECK(it == st_->version.end() || it->second == r->base_version, "[", op, "] input ",
-                 slot,
+      const uint64_t* v = st_->version.find(r->base);
+      KILN_CHECK(v == nullptr || *v == r->base_version, "[", op, "] input ", slot,
                  " is a view of a tensor that was modified in place after the view was "
                  "taken; compiled functions do not support reading such views (take the view "
                  "after the write, or use an out-of-place op)");
     }
     return r->value;
   }
-  auto it = st_->real_value.find(t.impl());
-  if (it != st_->real_value.end()) return it->second;
+  if (Value* const* v = st_->real_value.find(t.impl())) return *v;
   if (t.impl()->wrapped_number || t.impl()->born_while_tracing) {
     // A temporary of the traced code (a C++ number, a small table it built).
     Node* c = st_->graph->add_constant(t);
@@ -355,7 +406,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
     outs.push_back({OutputBinding::kResult, static_cast<int>(i)});
     uint8_t kind = 0;
     if (v->producer == nullptr) {
-      bool itself = st_->cap_index.count(results[i].impl()) > 0;
+      bool itself = st_->cap_index.contains(results[i].impl());
       for (const Tensor& a : st_->arg_standins) itself = itself || a.is_same(results[i]);
       kind = itself ? 1 : 2;
     }
