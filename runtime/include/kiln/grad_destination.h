@@ -9,7 +9,9 @@
 // Linear's weight, a convolution's weight) writes straight into the
 // destination; any other gradient is copied into it once. A defined .grad
 // accumulates in place as always. Not under create_graph (the gradient then
-// has a history) and not while tracing (a compiled plan writes .grad itself).
+// has a history) and not while tracing; a compiled plan honours destinations
+// itself (a gradient it computes with no .grad to go to is computed into the
+// destination, or copied there, and becomes .grad).
 #pragma once
 
 #include <cstdint>

@@ -33,9 +33,13 @@
 // reduced gradients become the .grad the rest of the trace reads — so forward,
 // backward and the optimizer update can be one graph; the schedule_collectives
 // pass starts each bucket as soon as its gradients exist and makes each update
-// wait only for its own bucket. With trace_collectives=false, compile forward
-// and backward only: the plan fires the gradient-ready hooks as it produces
-// each gradient and the eager buckets reduce. (A plan does not re-run
+// wait only for its own bucket. On the CPU (gradient_as_bucket_view,
+// compute_grads_in_buckets) a bucket's collective reduces in the bucket
+// itself and its results are the bucket views (collective_group_id_in): the
+// gradients are copied in once, never out. With trace_collectives=false,
+// compile forward and backward only: the plan fires the gradient-ready hooks
+// as it produces each gradient, computes each weight gradient straight into
+// its bucket (its gradient destination) and the eager buckets reduce. (A plan does not re-run
 // forward's host code: buffers are not re-broadcast per call, and every
 // parameter must get a gradient, since unused ones are only detected at the
 // end of an eager backward; comm hooks need trace_collectives=false.) On CUDA
