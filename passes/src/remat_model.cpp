@@ -102,10 +102,9 @@ int64_t elems_of(const Value* v) {
 
 // The time to compute n again, in byte-equivalents at rate 1: one per element
 // of a cheap elementwise op (it fuses into the backward's kernel, costing about
-// the bandwidth of one more operand), 16 of a kCostly one (erf, exp, div: tens
-// of instructions each; recomputing GELU's erf made a 16-layer MLP step 1.47x
-// slower, bench/remat_bench; a division by a broadcast value is a multiply by
-// its reciprocal, cheap), one per input element of a reduction or copy,
+// the bandwidth of one more operand), 16 of a kCostly one (exp, div, pow: tens
+// of instructions each; erf 5, below; a division by a broadcast value is a
+// multiply by its reciprocal, cheap), one per input element of a reduction or copy,
 // and a quarter per multiply-add of a matmul or convolution (BLAS runs about
 // eight times the scalar rate). Views and fills are free. -1: never recomputed
 // (random ops: the IR contract; collectives; multi-output ops).
@@ -119,7 +118,14 @@ double recompute_cost(const Node& n) {
   // by its reciprocal in the kernel (computed once per row): cheap.
   const bool row_div =
       n.is_op(OpId::div) && n.inputs.size() == 2 && elems_of(n.inputs[1]) < elems_of(n.output());
-  if (info.has(kElementwise)) return out * (info.has(kCostly) && !row_div ? 16 : 1);
+  // erf runs in f32 lanes since f78447e (runtime/src/math/expansions.h): per
+  // element 1/50 to 1/7 of a K = 256 matmul's output element (priced 64) in
+  // remat_bench --erf-cost, 2-3 operand units at 4M elements; it was half a
+  // matmul's element when it computed in double. Priced 5, not 16: above the
+  // 4 bytes it saves, so the default rate alone never recomputes it (at 4, a
+  // tie, it did, outside rule 4b's bound).
+  const double costly = n.is_op(OpId::erf) ? 5 : 16;
+  if (info.has(kElementwise)) return out * (info.has(kCostly) && !row_div ? costly : 1);
   double in = 0;
   for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));
   if (n.is_op(OpId::matmul) && !n.inputs.empty() && !n.inputs[0]->shape.empty()) {

@@ -192,8 +192,32 @@ graph(%0: f32[64, 4096] "arg0", %1: f32[4096, 64] "arg1", %2: f32[64, 64] "arg2"
               true);
 }
 
+TEST(Remat, DefaultRecomputesErfAtItsF32Price) {
+  // erf is priced 5 per element since its f32 expansion (16 before): with
+  // K = 1024 it is 1.6% of the work (4.9% at 16, kept before), so the default
+  // recomputes it as with K = 4096.
+  expect_pass(remat, erf_text(1024),
+              str(R"(
+graph(%0: f32[64, 1024] "arg0", %1: f32[1024, 64] "arg1", %2: f32[64, 64] "arg2") {)",
+                  R"(
+  %3 = matmul(%0, %1) : f32[64, 64]
+  %4 = erf(%3) : f32[64, 64]
+  %5 = matmul(%4, %2) : f32[64, 64]
+  %6 = matmul(%5, %2) : f32[64, 64]
+  %7 = add(%5, %6) : f32[64, 64]
+  %8 = matmul(%7, %2) : f32[64, 64]
+  %9 = erf(%3) {recompute=-1} : f32[64, 64]
+  %10 = mul(%8, %9) : f32[64, 64]
+  %11 = mul(%10, %3) : f32[64, 64]
+  return %11 "out0"
+}
+)"),
+              true);
+}
+
 TEST(Remat, DefaultKeepsErfThatWouldCostTooMuch) {
-  // With K = 64 the erf is a fifth of the graph's work: the default keeps it.
+  // With K = 64 the erf is 7% of the graph's work: the default keeps it (nor
+  // does the default rate alone recompute it: it costs more than its bytes).
   expect_unchanged(remat, erf_text(64));
 }
 
