@@ -4,6 +4,10 @@
 #include <sys/mman.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -349,9 +353,31 @@ struct Graph::Storage {
   }
   Node* new_node() {
     if (free_nodes.empty()) return new (nodes.alloc()) Node();
-    Node* n = new (free_nodes.back()) Node();
+    Node* slot = free_nodes.back();
     free_nodes.pop_back();
-    return n;
+    unpoison(slot);
+    return new (slot) Node();
+  }
+  // An erased node's slot: its data goes now, the slot waits for a later add_op.
+  void free_node(Node* n) {
+    n->~Node();
+    poison(n);
+    free_nodes.push_back(n);
+  }
+
+ private:
+  // Under AddressSanitizer a free slot is poisoned, so a pass that reads a node
+  // it erased still fails as the use after free it was when nodes were heap
+  // objects.
+  static void poison([[maybe_unused]] Node* n) {
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_POISON_MEMORY_REGION(n, sizeof(Node));
+#endif
+  }
+  static void unpoison([[maybe_unused]] Node* n) {
+#if defined(__SANITIZE_ADDRESS__)
+    ASAN_UNPOISON_MEMORY_REGION(n, sizeof(Node));
+#endif
   }
 };
 
@@ -529,9 +555,7 @@ void Graph::erase(Node* n) {
   (n->prev_ ? n->prev_->next_ : st.head) = n->next_;
   (n->next_ ? n->next_->prev_ : st.tail) = n->prev_;
   --num_nodes_;
-  // The slot is reused by a later add_op; its data (a constant's tensor) goes now.
-  n->~Node();
-  st.free_nodes.push_back(n);
+  st.free_node(n);
 }
 
 void Graph::erase_input(size_t i) {
