@@ -1,6 +1,9 @@
 // Scans and orderings on CUDA tensors (device_ops.h): cumsum/cumprod and
 // argsort (sort, topk) through the printer's kernels over contiguous lines
 // (the dim moved last), results written back through a view of the output.
+// argsort is a bitonic sort: one launch where a line fits a block's tile
+// (kSortTile), else the tiles sorted, then each merge stage as global steps
+// and a last launch of the tiles.
 #include <algorithm>
 #include <vector>
 
@@ -78,16 +81,38 @@ void device_argsort(const Tensor& x, const Attrs& attrs, const Tensor& out) {
   if (out.numel() == 0) return;
   const int64_t d = wrap(attrs.i("dim"), x.dim(), op);
   const Tensor in = lines_of(x, d);
-  long long len = in.shape().back(), n = in.numel();
+  long long len = in.shape().back(), lines = in.numel() / len;
   long long k = attrs.i("k") >= 0 ? attrs.i("k") : len;
   Dims shape = in.shape();
   shape.back() = k;
   Tensor res = make_tensor(shape, DType::i64, out.device());
-  const std::string sym = str("kiln_argsort_", dtype_name(x.dtype()));
+  // The bitonic network's width: len padded to a power of 2.
+  long long width = 1;
+  while (width < len) width *= 2;
+  const long long tile = std::min(width, kSortTile), tiles = lines * (width / tile);
+  // Keys (8 bytes each covers every key type) and positions between stages.
+  Tensor gv, gi;
+  if (width > tile) {
+    gv = make_tensor({lines * width}, DType::f64, out.device());
+    gi = make_tensor({lines * width}, DType::i64, out.device());
+  }
+  const int device = out.device().index;
+  const std::string sym = str("kiln_argsort_", dtype_name(x.dtype())), step = sym + "_step";
   int desc = attrs.b("descending") ? 1 : 0;
-  CUdeviceptr po = addr(res), px = addr(in);
-  std::vector<void*> params = {&po, &px, &n, &len, &k, &desc};
-  launch(print_argsort(x.dtype(), sym), sym, out.device().index, n, params);
+  CUdeviceptr po = addr(res), px = addr(in), pv = gv.defined() ? addr(gv) : 0,
+              pi = gi.defined() ? addr(gi) : 0;
+  long long stage = 0;
+  std::vector<void*> params = {&po, &px, &pv, &pi, &lines, &len, &k, &width, &stage, &desc};
+  const std::string block_source = print_argsort(x.dtype(), sym);
+  launch(block_source, sym, device, tiles * 256, params);
+  for (long long kk = 2 * tile; kk <= width; kk *= 2) {
+    for (long long j = kk / 2; j >= tile; j /= 2) {
+      std::vector<void*> sp = {&pv, &pi, &lines, &len, &width, &kk, &j, &desc};
+      launch(print_argsort_step(x.dtype(), step), step, device, lines * (width / 2), sp);
+    }
+    stage = kk;
+    launch(block_source, sym, device, tiles * 256, params);
+  }
   write_back(res, d, out);
 }
 

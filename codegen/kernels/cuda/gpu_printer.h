@@ -81,11 +81,22 @@ std::string print_scatter_add(DType t, DType index_t, const std::string& symbol)
 /// kernel's order and accumulators (double for floats, wrapping 64-bit
 /// integers into i64), so results equal the CPU's bit for bit.
 std::string print_scan(bool product, DType t, const std::string& symbol);
-/// argsort's first k positions of each contiguous line of x (dtype t):
-/// parameters (out [lines, k] of i64, x, n = lines * len, len, k, desc); each
-/// thread counts the elements ordered before its own in the CPU's total order
-/// (NaN above every number, ties by position: stable), O(len) per element.
+/// Elements a block of the argsort kernels sorts in shared memory (a power of 2).
+constexpr long long kSortTile = 2048;
+/// argsort of contiguous lines of x (dtype t) in the CPU's total order (NaN
+/// above every number, then ties by position: stable) as a bitonic sort over
+/// each line padded to `width` (a power of 2 >= len; padding sorts last):
+/// parameters (out [lines, k] of i64, x, gv, gi, lines, len, k, width, stage,
+/// desc); one block per tile of min(width, kSortTile) elements (grid-stride).
+/// stage 0 sorts each tile from x (ascending and descending alternately, as
+/// the network needs), stage s > kSortTile finishes merge stage s in shared
+/// memory (its steps below kSortTile) from gv/gi ([lines, width] of the key
+/// type and i64). A block whose tile ends the sort (width <= kSortTile, or
+/// stage == width) writes the first k positions to out; others write gv/gi.
 std::string print_argsort(DType t, const std::string& symbol);
+/// One global step (merge stage kk, distance j >= kSortTile) of the bitonic
+/// sort over gv/gi: parameters (gv, gi, lines, len, width, kk, j, desc).
+std::string print_argsort_step(DType t, const std::string& symbol);
 
 /// multinomial's row pass over contiguous rows of weights of dtype t:
 /// parameters (status, cdf, last, p, rows, len, n); one thread per row adds the
