@@ -171,12 +171,11 @@ std::string erf_text(int k) {
 )");
 }
 
-TEST(Remat, DefaultRecomputesErfWithinItsShareOfTheWork) {
-  // Rule 4b: erf costs 1.5% of this graph's work (the first matmul's K is
-  // 4096), under the default's 3%: it is recomputed from the saved %3 after
-  // the peak instead of kept (5 -> 4 buffers). Rate 1 alone keeps it.
-  expect_pass(remat, erf_text(4096), R"(
-graph(%0: f32[64, 4096] "arg0", %1: f32[4096, 64] "arg1", %2: f32[64, 64] "arg2") {
+// erf_text(k) after the default policy recomputed its erf: from the saved %3
+// after the peak instead of kept (5 -> 4 buffers).
+std::string erf_recomputed_text(int k) {
+  return str("graph(%0: f32[64, ", k, "] \"arg0\", %1: f32[", k,
+             R"(, 64] "arg1", %2: f32[64, 64] "arg2") {
   %3 = matmul(%0, %1) : f32[64, 64]
   %4 = erf(%3) : f32[64, 64]
   %5 = matmul(%4, %2) : f32[64, 64]
@@ -188,31 +187,20 @@ graph(%0: f32[64, 4096] "arg0", %1: f32[4096, 64] "arg1", %2: f32[64, 64] "arg2"
   %11 = mul(%10, %3) : f32[64, 64]
   return %11 "out0"
 }
-)",
-              true);
+)");
+}
+
+TEST(Remat, DefaultRecomputesErfWithinItsShareOfTheWork) {
+  // Rule 4b: erf costs 0.5% of this graph's work (the first matmul's K is
+  // 4096), under the default's 3%: it is recomputed. Rate 1 alone keeps it.
+  expect_pass(remat, erf_text(4096), erf_recomputed_text(4096), true);
 }
 
 TEST(Remat, DefaultRecomputesErfAtItsF32Price) {
   // erf is priced 5 per element since its f32 expansion (16 before): with
   // K = 1024 it is 1.6% of the work (4.9% at 16, kept before), so the default
   // recomputes it as with K = 4096.
-  expect_pass(remat, erf_text(1024),
-              str(R"(
-graph(%0: f32[64, 1024] "arg0", %1: f32[1024, 64] "arg1", %2: f32[64, 64] "arg2") {)",
-                  R"(
-  %3 = matmul(%0, %1) : f32[64, 64]
-  %4 = erf(%3) : f32[64, 64]
-  %5 = matmul(%4, %2) : f32[64, 64]
-  %6 = matmul(%5, %2) : f32[64, 64]
-  %7 = add(%5, %6) : f32[64, 64]
-  %8 = matmul(%7, %2) : f32[64, 64]
-  %9 = erf(%3) {recompute=-1} : f32[64, 64]
-  %10 = mul(%8, %9) : f32[64, 64]
-  %11 = mul(%10, %3) : f32[64, 64]
-  return %11 "out0"
-}
-)"),
-              true);
+  expect_pass(remat, erf_text(1024), erf_recomputed_text(1024), true);
 }
 
 TEST(Remat, DefaultKeepsErfThatWouldCostTooMuch) {
