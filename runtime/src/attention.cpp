@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/functional.h"
+#include "ops/fused_composites.h"
 
 namespace kiln {
 
@@ -20,6 +21,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // The shift's gradient cancels exactly, so the max is detached (as in softmax):
 // the backward saves no tie mask and makes no pass through amax.
 Tensor safe_softmax_last(const Tensor& s) {
+  // Eager: one fused pass and one tape node (its backward is softmax's: an all
+  // -inf row's output is 0, so its gradient is too).
+  if (s.dim() > 0)
+    if (auto y = ops::fused_softmax(s, s.dim() - 1, false, true)) return *y;
   Tensor m = amax(s, {-1}, true).detach();
   m = where(eq(m, -kInf), 0.0, m);
   Tensor e = exp(s - m);

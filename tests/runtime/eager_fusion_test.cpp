@@ -303,6 +303,46 @@ TEST(EagerFusion, LongRowsAndManyRows) {
   }
 }
 
+// scaled_dot_product_attention's safe softmax runs fused in eager: one
+// SoftmaxBackward node under the output's matmul; outputs and gradients as the
+// primitive form's; a fully masked query row gives zeros and zero gradients.
+TEST(EagerFusion, AttentionSoftmaxRunsFused) {
+  manual_seed(13);
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor q0 = randn({2, 3, 5, 4}, dt), k0 = randn({2, 3, 6, 4}, dt), v0 = randn({2, 3, 6, 4}, dt);
+    // Query row 2 sees no key.
+    Tensor mask = logical_and(rand({5, 6}).gt(0.3), unsqueeze(arange(5), 1).ne(2));
+    Tensor gy = randn({2, 3, 5, 4}, dt);
+    auto run = [&](bool fused) {
+      FusionScope scope(fused);
+      Tensor q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(),
+             v = v0.detach().requires_grad_();
+      Tensor y = scaled_dot_product_attention(q, k, v, mask);
+      // Any SoftmaxBackward node in y's graph.
+      bool found = false;
+      std::vector<std::shared_ptr<Node>> todo{y.grad_fn()};
+      while (!todo.empty() && !found) {
+        std::shared_ptr<Node> n = todo.back();
+        todo.pop_back();
+        found = n->name() == "SoftmaxBackward";
+        for (const Edge& e : n->next_edges)
+          if (e.node) todo.push_back(e.node);
+      }
+      EXPECT_EQ(found, fused);
+      y.backward(gy);
+      return std::vector<Tensor>{y, q.grad(), k.grad(), v.grad()};
+    };
+    std::vector<Tensor> f = run(true), p = run(false);
+    for (size_t i = 0; i < f.size(); ++i)
+      expect_close(f[i], p[i], dt == DType::f32 ? 1e-4 : 1e-10,
+                   "output/gradient " + std::to_string(i));
+    Tensor masked_row = select(f[0], 2, 2);
+    EXPECT_TRUE(equal(masked_row, zeros_like(masked_row)));
+    Tensor masked_q = select(f[1], 2, 2);
+    EXPECT_TRUE(equal(masked_q, zeros_like(masked_q)));
+  }
+}
+
 // The f32 softmax kernel's bits: e^(x - max) per element (the shared exp),
 // summed in 16 lane partial sums added pairwise, then the tail; each term
 // divided by the sum (log_softmax: (x - max) - log(sum)). Pins the explicit

@@ -65,7 +65,7 @@ bool eager_fusion_enabled() {
 
 namespace ops {
 
-std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log) {
+std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log, bool safe) {
   if (x.dim() == 0 || dim != x.dim() - 1 || !qualifies(x, {})) return std::nullopt;
   const int64_t n = x.size(-1);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
@@ -73,7 +73,7 @@ std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log) {
   Tensor y = empty(x.shape(), x.dtype());
   visit_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    fused::softmax_fwd<T>(xc.data<T>(), y.data<T>(), rows, n, log);
+    fused::softmax_fwd<T>(xc.data<T>(), y.data<T>(), rows, n, log, safe && !log);
   });
   if (!needs_grad({&x})) return y;
   const char* name = log ? "LogSoftmaxBackward" : "SoftmaxBackward";

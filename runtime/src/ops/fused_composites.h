@@ -11,8 +11,9 @@
 
 namespace kiln::ops {
 
-/// softmax (log_softmax when `log`) over `dim` (wrapped).
-std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log);
+/// softmax (log_softmax when `log`) over `dim` (wrapped). `safe`: softmax
+/// whose all -inf rows give zeros (scaled_dot_product_attention's; not with `log`).
+std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log, bool safe = false);
 /// layer_norm over the trailing `nd` dims; weight and bias may be undefined.
 std::optional<Tensor> fused_layer_norm(const Tensor& x, size_t nd, const Tensor& weight,
                                        const Tensor& bias, double eps);

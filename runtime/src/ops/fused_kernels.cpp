@@ -130,12 +130,14 @@ int64_t row_grain(int64_t n) {
 }  // namespace
 
 template <typename T>
-void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log, bool safe) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   parallel_for(0, rows, row_grain(n), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* xr = x + r * n;
       T* yr = y + r * n;
-      const T m = row_max(xr, n);
+      T m = row_max(xr, n);
+      if (safe && m == kNegInf) m = T(0);  // all -inf: every term e^-inf = 0
       if (log) {
         // shifted - log(sum(exp(shifted))), shifted = x - max.
         T s;
@@ -155,6 +157,7 @@ void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log) {
             yr[i] = ev;
             return ev;
           });
+        if (safe && s == T(0)) s = T(1);
         for (int64_t i = 0; i < n; ++i) yr[i] = yr[i] / s;
       }
     }
@@ -435,7 +438,7 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
 }
 
 #define KILN_FUSED_INSTANTIATE(T)                                                                 \
-  template void softmax_fwd<T>(const T*, T*, int64_t, int64_t, bool);                             \
+  template void softmax_fwd<T>(const T*, T*, int64_t, int64_t, bool, bool);                       \
   template void softmax_bwd<T>(const T*, const T*, T*, int64_t, int64_t, bool);                   \
   template void layer_norm_fwd<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, T); \
   template void layer_norm_bwd<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*,   \

@@ -9,8 +9,11 @@
 namespace kiln::ops::fused {
 
 /// y = softmax (or log_softmax when `log`) of each of `rows` rows of n elements.
+/// `safe` (softmax only): a row that is all -inf gives zeros, not NaN, as
+/// scaled_dot_product_attention's safe softmax (its max shifts by 0 instead of
+/// -inf, its zero sum divides by 1).
 template <typename T>
-void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log);
+void softmax_fwd(const T* x, T* y, int64_t rows, int64_t n, bool log, bool safe = false);
 /// gx from the output y and its gradient g (softmax or log_softmax).
 template <typename T>
 void softmax_bwd(const T* y, const T* g, T* gx, int64_t rows, int64_t n, bool log);
