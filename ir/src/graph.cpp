@@ -473,8 +473,17 @@ Node* Graph::add_constant(const Tensor& t, Node* before) {
   // The copy is the graph's own data: never traced, never differentiated.
   UntracedGuard untraced;
   NoGradGuard no_grad;
-  Tensor c = t.contiguous();
-  if (c.is_same(t)) c = t.clone();
+  Tensor c;
+  if (t.device().is_cpu() && t.is_contiguous()) {
+    // A byte copy: a trace records thousands of constants (the C++ numbers
+    // of an optimizer step), and a clone is a dispatched op.
+    c = kiln::empty(t.shape(), t.dtype());
+    if (t.numel() > 0)
+      std::memcpy(c.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  } else {
+    c = t.contiguous();
+    if (c.is_same(t)) c = t.clone();
+  }
   Node* n = add_op(OpId::full, {}, {}, {{c.dtype(), to_sym_shape(c.shape())}}, before);
   n->kind = NodeKind::kConstant;
   c.impl()->wrapped_number = t.impl()->wrapped_number;

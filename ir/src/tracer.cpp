@@ -88,6 +88,13 @@ class AddrMap {
   int shift_ = 64;
 };
 
+// "cap12": an input's or output's binding name. Thousands per deep model's
+// trace, so no ostringstream (kiln::str) per name.
+template <typename I>
+std::string numbered(const char* prefix, I k) {
+  return prefix + std::to_string(k);
+}
+
 std::string where_str(const std::source_location& loc) {
   return str(loc.file_name(), ":", loc.line(), " (", loc.function_name(), ")");
 }
@@ -157,7 +164,8 @@ Tensor Tracer::make_symbolic(Value* v, const TensorMeta& m) {
 
 Tensor Tracer::add_arg(const Tensor& real, int index) {
   KILN_CHECK(real.defined(), "[compile] argument ", index, " is an undefined tensor");
-  Value* v = st_->graph->add_input(real.dtype(), to_sym_shape(real.shape()), str("arg", index));
+  Value* v =
+      st_->graph->add_input(real.dtype(), to_sym_shape(real.shape()), numbered("arg", index));
   v->wrapped_number = real.impl()->wrapped_number;  // promotes like a C++ number
   st_->inputs.push_back({InputBinding::kArg, index});
   Tensor t = make_symbolic(v, {real.dtype(), real.shape()});
@@ -190,7 +198,7 @@ int Tracer::capture(const Tensor& t) {
   st_->captures.push_back(c);
   st_->grad_at_start.push_back(t.grad());
   st_->cap_version.push_back(t.impl()->storage ? t.impl()->storage->version : 0);
-  Value* v = st_->graph->add_input(t.dtype(), to_sym_shape(t.shape()), str("cap", k));
+  Value* v = st_->graph->add_input(t.dtype(), to_sym_shape(t.shape()), numbered("cap", k));
   st_->inputs.push_back({InputBinding::kCapture, k});
   st_->cap_input.push_back(v);
   st_->cap_index[t.impl()] = k;
@@ -333,7 +341,7 @@ Tensor Tracer::host_scalar(const std::function<double()>& fn) {
   // trace order, so an abandoned trace leaves host state untouched.
   const int h = static_cast<int>(st_->hosts.size());
   st_->hosts.push_back(fn);
-  Value* v = st_->graph->add_input(DType::f64, {}, str("host", h));
+  Value* v = st_->graph->add_input(DType::f64, {}, numbered("host", h));
   v->wrapped_number = true;
   st_->inputs.push_back({InputBinding::kHost, h});
   return make_symbolic(v, {DType::f64, {}});
@@ -373,7 +381,7 @@ void Tracer::note_results(const std::vector<Tensor>& results) {
 
 Tensor Tracer::add_grad_output(const Tensor& result, int index) {
   Value* v =
-      st_->graph->add_input(result.dtype(), to_sym_shape(result.shape()), str("gout", index));
+      st_->graph->add_input(result.dtype(), to_sym_shape(result.shape()), numbered("gout", index));
   st_->inputs.push_back({InputBinding::kGradOut, index});
   return make_symbolic(v, {result.dtype(), result.shape()});
 }
@@ -402,7 +410,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
                "tensor as result ",
                i);
     Value* v = value_of(results[i], "return", i);
-    g.add_output(v, str("out", i));
+    g.add_output(v, numbered("out", i));
     outs.push_back({OutputBinding::kResult, static_cast<int>(i)});
     uint8_t kind = 0;
     if (v->producer == nullptr) {
@@ -417,20 +425,20 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
     const ValueRef* ref = ref_of(st_->arg_standins[i], st_->id);
     if (ref == nullptr || ref->value == st_->arg_input[i]) continue;
-    g.add_output(ref->value, str("write:arg", st_->arg_index[i]));
+    g.add_output(ref->value, numbered("write:arg", st_->arg_index[i]));
     outs.push_back({OutputBinding::kArgWrite, st_->arg_index[i]});
   }
   // backward() inside the function: the arguments' .grad.
   for (size_t i = 0; i < st_->arg_standins.size(); ++i) {
     Tensor now = st_->arg_standins[i].grad();
     if (!now.defined() || now.is_same(st_->arg_grad_at_start[i])) continue;
-    g.add_output(value_of(now, "grad", i), str("grad:arg", st_->arg_index[i]),
+    g.add_output(value_of(now, "grad", i), numbered("grad:arg", st_->arg_index[i]),
                  OutputRole::kGradient);
     outs.push_back({OutputBinding::kArgGrad, st_->arg_index[i]});
   }
   for (size_t j = 0; j < grads.size(); ++j) {
     if (!grads[j].defined()) continue;
-    g.add_output(value_of(grads[j], "grad", j), str("gin", j));
+    g.add_output(value_of(grads[j], "grad", j), numbered("gin", j));
     outs.push_back({OutputBinding::kGradIn, static_cast<int>(j)});
   }
   // Mutated captures, then .grad changes. Walking by index also covers
@@ -438,7 +446,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
   for (size_t k = 0; k < st_->captured.size(); ++k) {
     Value* now = st_->real_value.at(st_->captured[k].get());
     if (now != st_->cap_input[k]) {
-      g.add_output(now, str("write:cap", k));
+      g.add_output(now, numbered("write:cap", k));
       outs.push_back({OutputBinding::kWrite, static_cast<int>(k)});
     }
   }
@@ -451,7 +459,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
       r.cleared_grads.push_back(static_cast<int>(k));
       continue;
     }
-    g.add_output(value_of(now, "grad", k), str("grad:cap", k), OutputRole::kGradient);
+    g.add_output(value_of(now, "grad", k), numbered("grad:cap", k), OutputRole::kGradient);
     outs.push_back({OutputBinding::kGrad, static_cast<int>(k)});
   }
   const uint64_t advance = default_generator().offset - st_->rng_offset;
@@ -475,7 +483,7 @@ TraceResult Tracer::finish(const std::vector<Tensor>& results, const std::vector
     if (!impl || known.count(impl.get())) continue;
     const ValueRef* ref = ref_of(Tensor(impl), st_->id);
     if (ref == nullptr || ref->value->producer == nullptr) continue;  // an input stand-in
-    g.add_output(ref->value, str("escaped", r.escaped.size()));
+    g.add_output(ref->value, numbered("escaped", r.escaped.size()));
     outs.push_back({OutputBinding::kEscaped, static_cast<int>(r.escaped.size())});
     r.escaped.push_back(impl);
   }
