@@ -208,5 +208,24 @@ TEST(GraphMutation, ErasedNodesReleaseTheirDataAndTheirSlotsAreReused) {
   expect_consistent(g);
 }
 
+TEST(GraphMutation, ConstantsAreCopiesOfTheirTensorsView) {
+  // add_constant copies what the tensor shows (a contiguous slice past its
+  // storage's start, a transposed view), never shares the storage.
+  Tensor base = kiln::arange(0, 12, 1, DType::f32);
+  Tensor sliced = base.slice(0, 2, 6);  // contiguous, offset 2
+  Tensor transposed = base.reshape({3, 4}).transpose(0, 1);
+  Graph g;
+  Node* a = g.add_constant(sliced);
+  Node* b = g.add_constant(transposed);
+  base.mul_(10);  // the graph's copies keep the values they were given
+  EXPECT_EQ(a->constant.to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(a->constant.shape(), (Dims{4}));
+  EXPECT_EQ(b->constant.shape(), (Dims{4, 3}));
+  EXPECT_EQ(b->constant.to_vector<float>(),
+            (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  EXPECT_TRUE(b->constant.is_contiguous());
+  EXPECT_EQ(a->output()->shape, to_sym_shape({4}));
+}
+
 }  // namespace
 }  // namespace kiln::ir
