@@ -185,7 +185,32 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
     }
     i = j;
   }
+  lend_to_collective_inputs(r);
   return r;
+}
+
+// A collective_wait output's free destination is lent to the value it
+// reduces when only its collective_start and that wait read the value: DDP's
+// weight GEMM then writes into its bucket view, which the bound collective
+// reduces in place (nothing reads the value after that) and hands out as the
+// wait's result (distributed/src/collectives.cpp), with no copy either way.
+void Executor::lend_to_collective_inputs(Destinations& r) const {
+  for (const Step& st : steps_) {
+    const ir::Node* n = st.node;
+    if (!n || !n->is_op(OpId::collective_wait)) continue;
+    const ir::Node* start = n->inputs[0]->producer;
+    for (size_t k = 0; k + 1 < n->inputs.size() && k < st.out.size(); ++k) {
+      const ir::Value* v = n->inputs[k + 1];
+      const Slot sl = st.in[k + 1];
+      const Tensor* d = r.free[st.out[k]];
+      if (!d || r.free[sl] || is_input_slot_[sl] || !outputs_of_slot_[sl].empty() || !v->producer ||
+          v->producer->info().has(kView) || v->producer->is_constant())
+        continue;
+      const bool only = std::all_of(v->users.begin(), v->users.end(),
+                                    [&](const ir::Node* u) { return u == n || u == start; });
+      if (only) r.free[sl] = d;
+    }
+  }
 }
 
 void Executor::note_peak(PeakReport& r, size_t step, const detail::SlotVec<Tensor>& slots,

@@ -130,6 +130,7 @@ class Executor {
   void plan_last_uses(const SlotByValue& slot_of);
   void precompute_static_shapes(const SlotByValue& slot_of);
   Destinations destinations(const RunArgs& args) const;
+  void lend_to_collective_inputs(Destinations& r) const;  // part of destinations()
   // Fills `r` with the buffers alive after `step` (a new peak of `bytes`).
   void note_peak(PeakReport& r, size_t step, const detail::SlotVec<Tensor>& slots, int64_t bytes,
                  const std::function<bool(const Tensor&)>& counts) const;

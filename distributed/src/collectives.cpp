@@ -26,6 +26,7 @@
 #include "kiln/distributed/collectives.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -36,6 +37,8 @@
 
 namespace kiln::dist {
 namespace {
+
+std::atomic<int64_t> g_in_place{0}, g_copied{0};  // bound_collective_stats()
 
 class GroupBackend final : public CollectiveBackend {
  public:
@@ -217,6 +220,9 @@ class GroupBackend final : public CollectiveBackend {
     }
     for (size_t i = 0; i < ins.size(); ++i)
       if (!there[i]) pending->tensors[i].copy_(ins[i]);
+    const auto n_there = std::count(there.begin(), there.end(), 1);
+    g_in_place.fetch_add(n_there, std::memory_order_relaxed);
+    g_copied.fetch_add(static_cast<int64_t>(ins.size()) - n_there, std::memory_order_relaxed);
     pending->work = pg.all_reduce(buf, op);
     bound.holder = pending;
     return remember(std::move(pending));
@@ -249,6 +255,10 @@ GroupBackend& backend() {
 
 int64_t collective_group_id(const std::shared_ptr<ProcessGroup>& pg) {
   return backend().id_of(pg);
+}
+
+BoundCollectiveStats bound_collective_stats() {
+  return {g_in_place.load(std::memory_order_relaxed), g_copied.load(std::memory_order_relaxed)};
 }
 
 int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer) {

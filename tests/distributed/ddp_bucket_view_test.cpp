@@ -13,6 +13,7 @@
 #include "distributed/ddp_reference.h"
 #include "distributed/thread_group.h"
 #include "kiln/compile.h"
+#include "kiln/distributed/collectives.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/grad_destination.h"
 #include "kiln/kiln.h"
@@ -272,6 +273,51 @@ TEST(GradAccumulation, CompiledAccumulationFiresPostAccumulateHooks) {
   EXPECT_GE(step.stats().compiled_calls, 2);
   EXPECT_EQ(calls, 8);
   EXPECT_TRUE(allclose(seen, full({2, 3}, 4.0)));  // two backwards of column sums 2
+}
+
+// A compiled step whose all-reduces are IR nodes computes each weight
+// gradient in its bucket: the executor lends the collective_wait output's
+// destination (the bucket view) to the GEMM, so the bound collective_start
+// copies only the biases (reshaped sums) and collective_wait copies nothing.
+// It copied all six gradients into the bucket before.
+TEST(DDPCompiledCollectives, WeightGradientsAreComputedInTheirBuckets) {
+  std::vector<std::shared_ptr<nn::Sequential>> models = {testing::make_mlp(1, {20, 32, 32, 10}),
+                                                         testing::make_mlp(2, {20, 32, 32, 10})};
+  std::vector<int> calls(2, 0);
+  std::vector<Tensor> grads(2);
+  dist::BoundCollectiveStats before{};
+  testing::run_gloo_ranks(
+      2,
+      [&](int rank, dist::ProcessGroup& pg) {
+        auto m = models[static_cast<size_t>(rank)];
+        DDPOptions o = options_of(Variant::kViewsComputedIn);
+        o.process_group = borrow(pg);
+        DistributedDataParallel ddp(m, o);
+        Tensor x = randn({8, 20}), y = full({8}, 3.0, DType::i64);
+        auto step = compile([&](const Tensor& in, const Tensor& t) {
+          Tensor loss = cross_entropy(ddp(in), t);
+          loss.backward();
+          return loss;
+        });
+        m->zero_grad();
+        step(x, y);  // eager (the warm-up call)
+        pg.barrier()->wait();
+        if (rank == 0) before = dist::bound_collective_stats();
+        pg.barrier()->wait();
+        for (int i = 0; i < 3; ++i) {
+          m->zero_grad();
+          step(x, y);
+        }
+        calls[static_cast<size_t>(rank)] = step.stats().compiled_calls;
+        grads[static_cast<size_t>(rank)] = m->parameters()[0].grad().clone();
+      },
+      std::chrono::milliseconds(30000), 1);
+  const dist::BoundCollectiveStats after = dist::bound_collective_stats();
+  EXPECT_EQ(calls[0], 3);
+  EXPECT_EQ(calls[1], 3);
+  EXPECT_EQ(after.in_place - before.in_place, 2 * 3 * 3);  // ranks x calls x weights
+  EXPECT_EQ(after.copied - before.copied, 2 * 3 * 3);      // the biases
+  EXPECT_TRUE(equal(grads[0], grads[1]));
 }
 
 // A traced accumulation into a defined .grad computes a Linear's weight

@@ -23,6 +23,16 @@ int64_t collective_group_id(const std::shared_ptr<ProcessGroup>& pg);
 /// the next collective of this id overwrites. Other tensors take pg's ring.
 int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer);
 
+/// How the tensors of collectives over bound ids reached their buffer since
+/// the process started (all threads): already in it (computed there: a
+/// compiled step's weight gradients) or copied in.
+struct BoundCollectiveStats {
+  int64_t in_place = 0;
+  int64_t copied = 0;
+};
+/// The counters above.
+BoundCollectiveStats bound_collective_stats();
+
 /// Starts an all-reduce of `tensors` over `pg` through the collective ops
 /// (an IR node when tracing); returns the handle for all_reduce_wait.
 Tensor all_reduce_start(const std::shared_ptr<ProcessGroup>& pg, const std::vector<Tensor>& tensors,
