@@ -2,6 +2,7 @@
 // expression, every value in its compute type (float for f16/bf16).
 #include "kernels/cuda/gpu_printer.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -365,22 +366,30 @@ std::string kernel_head(const Kernel& k, const std::string& symbol, const char* 
   return os.str();
 }
 
+bool has_coordinates(const Kernel& k) {
+  std::vector<char> summed(k.args.size(), 0);
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) summed[static_cast<size_t>(s.arg)] = 1;
+  for (size_t a = 0; a < k.args.size(); ++a)
+    for (bool dense : k.args[a].dense)
+      if (!dense && !summed[a]) return true;
+  return false;
+}
+
 LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& sfx,
-                   const std::string& indent) {
+                   const std::string& indent, const IndexNames& names) {
+  const std::string I = names.type, S = names.size;
   std::ostringstream ld, mt, st;
   std::vector<std::string> offset(k.args.size(), idx);
   std::vector<char> summed(k.args.size(), 0);  // column sums: no offset, a register
   for (const kir::Store& s : k.stores)
     if (s.accumulate) summed[static_cast<size_t>(s.arg)] = 1;
-  bool coords = false;
-  for (size_t a = 0; a < k.args.size(); ++a)
-    for (bool dense : k.args[a].dense) coords |= !dense && !summed[a];
-  if (coords) {  // coordinates and offsets only for arguments with broadcast dims
-    ld << indent << "kiln_i64 r" << sfx << " = " << idx << ";\n";
+  if (has_coordinates(k)) {  // coordinates and offsets only for arguments with broadcast dims
+    ld << indent << I << " r" << sfx << " = " << idx << ";\n";
     for (int d = k.rank - 1; d > 0; --d)
-      ld << indent << "const kiln_i64 c" << d << sfx << " = r" << sfx << " % s" << d << "; r" << sfx
-         << " /= s" << d << ";\n";
-    ld << indent << "const kiln_i64 c0" << sfx << " = r" << sfx << ";\n";
+      ld << indent << "const " << I << " c" << d << sfx << " = r" << sfx << " % " << S << d << "; r"
+         << sfx << " /= " << S << d << ";\n";
+    ld << indent << "const " << I << " c0" << sfx << " = r" << sfx << ";\n";
     for (size_t a = 0; a < k.args.size(); ++a) {
       bool all_dense = true;
       for (bool dense : k.args[a].dense) all_dense &= dense;
@@ -388,8 +397,8 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
       std::string o = "0";
       for (int d = 0; d < k.rank; ++d)
         if (k.args[a].dense[static_cast<size_t>(d)])
-          o = o == "0" ? str("c", d, sfx) : str("(", o, ") * s", d, " + c", d, sfx);
-      ld << indent << "const kiln_i64 o" << a << sfx << " = " << o << ";\n";
+          o = o == "0" ? str("c", d, sfx) : str("(", o, ") * ", S, d, " + c", d, sfx);
+      ld << indent << "const " << I << " o" << a << sfx << " = " << o << ";\n";
       offset[a] = str("o", a, sfx);
     }
   }
@@ -439,6 +448,48 @@ bool device_math_uses_libm() {
   return libm;
 }
 
+namespace {
+
+std::atomic<int64_t> g_narrow_index_limit{2147483647};
+
+// The grid-stride loop of a pointwise kernel over `count` elements with index
+// type and size names `names`: kUnroll elements a stride apart per iteration
+// (each thread has kUnroll independent, coalesced loads in flight; one 4-byte
+// load per thread leaves an H200 at ~45% of its bandwidth), then the remainder.
+std::string pointwise_loop(const Kernel& k, const IndexNames& names, const std::string& count,
+                           const std::string& ind) {
+  constexpr int kUnroll = 4;
+  const std::string I = names.type;
+  std::ostringstream os;
+  os << ind << "const " << I << " stride = (" << I << ")gridDim.x * blockDim.x;\n"
+     << ind << I << " i = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n"
+     << ind << "for (; i + " << kUnroll - 1 << " * stride < " << count << "; i += " << kUnroll
+     << " * stride) {\n";
+  const std::string body = ind + "  ";
+  std::vector<LaneText> lanes;
+  for (int l = 0; l < kUnroll; ++l)
+    lanes.push_back(lane_text(k, l == 0 ? std::string("i") : str("(i + ", l, " * stride)"),
+                              str("_", l), body, names));
+  for (const LaneText& t : lanes) os << t.loads;
+  for (const LaneText& t : lanes) os << t.math;
+  for (const LaneText& t : lanes) os << t.stores;
+  const LaneText tail = lane_text(k, "i", "", body, names);
+  os << ind << "}\n"
+     << ind << "for (; i < " << count << "; i += stride) {\n"
+     << tail.loads << tail.math << tail.stores << ind << "}\n";
+  return os.str();
+}
+
+}  // namespace
+
+int64_t narrow_index_limit() {
+  return g_narrow_index_limit.load();
+}
+
+void set_narrow_index_limit(int64_t limit) {
+  g_narrow_index_limit.store(limit);
+}
+
 std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
   // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
   const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
@@ -450,23 +501,22 @@ std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
   // element is loaded before it is stored, by the same thread.
   os << kernel_head(k, symbol, "n");
-  // Grid-stride loop, kUnroll elements a stride apart per iteration: each
-  // thread has kUnroll independent, coalesced loads in flight (one 4-byte load
-  // per thread leaves an H200 at ~45% of its bandwidth), then the remainder.
-  constexpr int kUnroll = 4;
-  os << "  const kiln_i64 stride = (kiln_i64)gridDim.x * blockDim.x;\n"
-        "  kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-     << "  for (; i + " << kUnroll - 1 << " * stride < n; i += " << kUnroll << " * stride) {\n";
-  std::vector<LaneText> lanes;
-  for (int l = 0; l < kUnroll; ++l)
-    lanes.push_back(lane_text(k, l == 0 ? std::string("i") : str("(i + ", l, " * stride)"),
-                              str("_", l), "    "));
-  for (const LaneText& t : lanes) os << t.loads;
-  for (const LaneText& t : lanes) os << t.math;
-  for (const LaneText& t : lanes) os << t.stores;
-  const LaneText tail = lane_text(k, "i", "", "    ");
-  os << "  }\n  for (; i < n; i += stride) {\n" << tail.loads << tail.math << tail.stores;
-  os << "  }\n}\n";
+  // Kernels without coordinates (every argument dense) would gain little (no
+  // division) for the cost of compiling a second loop: 64-bit only, as are
+  // kernels printed while the test hook says never.
+  if (narrow_index_limit() < 0 || !has_coordinates(k))
+    return os.str() + pointwise_loop(k, {"kiln_i64", "s"}, "n", "  ") + "}\n";
+  // Else 32-bit indices (unsigned: no 64-bit division for coordinates) where
+  // every offset fits, picked at each launch by n (each argument's offsets
+  // are below n; the launch's grid, at most 2^16 blocks of 256, keeps
+  // i + 4 stride below 2^32); 64-bit ones otherwise.
+  os << "  if (n <= " << narrow_index_limit() << ") {\n"
+     << "    const unsigned n32 = (unsigned)n";
+  for (int d = 1; d < k.rank; ++d) os << ", z" << d << " = (unsigned)s" << d;
+  os << ";\n"
+     << pointwise_loop(k, {"unsigned", "z"}, "n32", "    ") << "  } else {\n"
+     << pointwise_loop(k, {"kiln_i64", "s"}, "n", "    ") << "  }\n";
+  os << "}\n";
   return os.str();
 }
 

@@ -45,7 +45,19 @@ std::string cuda_prelude();
 std::string opencl_prelude();
 
 /// The kernel's GPU C as a kernel (KILN_KERNEL) function named `symbol`.
+/// Pointwise kernels with broadcast arguments hold two loops: 32-bit
+/// (unsigned) indices, so coordinates need no 64-bit division, when the
+/// work-item count n <= narrow_index_limit(), else 64-bit ones; kernels whose
+/// arguments are all dense have the 64-bit loop only.
 std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
+
+/// The largest n a printed pointwise kernel indexes in 32 bits (2^31 - 1).
+int64_t narrow_index_limit();
+/// Test hook: kernels printed from now on use 32-bit indices only up to
+/// `limit` (-1: never; they hold the 64-bit loop alone, so tests reach it
+/// with small tensors).
+/// Their text differs, so the kernel cache keeps both variants apart.
+void set_narrow_index_limit(int64_t limit);
 
 /// The strided copy's shape argument, laid out as the prelude's KilnStrides.
 struct KilnStrides {

@@ -48,8 +48,17 @@ std::string kernel_head(const kir::Kernel& k, const std::string& symbol, const c
 struct LaneText {
   std::string loads, math, stores;
 };
+/// The C type of a lane's index arithmetic and the prefix of the sizes' names
+/// (s0, s1, ...: the kernel's parameters).
+struct IndexNames {
+  const char* type = "kiln_i64";
+  const char* size = "s";
+};
+/// Whether a pointwise kernel's lanes compute coordinates (an argument, other
+/// than a column sum, broadcast along some dim).
+bool has_coordinates(const kir::Kernel& k);
 LaneText lane_text(const kir::Kernel& k, const std::string& idx, const std::string& sfx,
-                   const std::string& indent);
+                   const std::string& indent, const IndexNames& names = {});
 
 /// A pointwise kernel with column sums (print_kernel's third form).
 std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol);
