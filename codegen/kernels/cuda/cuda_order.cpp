@@ -43,16 +43,6 @@ void write_back(const Tensor& lines, int64_t dim, const Tensor& out) {
   o.copy_(lines);
 }
 
-void launch(const std::string& source, const std::string& sym, int device, long long count,
-            std::vector<void*>& params) {
-  const CUfunction fn = cached_kernel(device, source, sym);
-  const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
-                                current_cu_stream(device), params.data(), nullptr),
-        "cuLaunchKernel (scan/sort)");
-  after_launch(sym);
-}
-
 int64_t wrap(int64_t dim, int64_t rank, const char* op) {
   const int64_t r = std::max<int64_t>(rank, 1);
   KILN_CHECK(dim >= -r && dim < r, "[", op, "] dim ", dim, " is out of range for rank ", rank);
@@ -60,6 +50,16 @@ int64_t wrap(int64_t dim, int64_t rank, const char* op) {
 }
 
 }  // namespace
+
+void launch_printed(const std::string& source, const std::string& sym, int device, long long count,
+                    std::vector<void*>& params) {
+  const CUfunction fn = cached_kernel(device, source, sym);
+  const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
+                                current_cu_stream(device), params.data(), nullptr),
+        "cuLaunchKernel (printed kernel)");
+  after_launch(sym);
+}
 
 void device_scan(bool product, const Tensor& x, const Attrs& attrs, const Tensor& out) {
   const char* op = product ? "cumprod" : "cumsum";
@@ -72,7 +72,7 @@ void device_scan(bool product, const Tensor& x, const Attrs& attrs, const Tensor
   int reverse = attrs.has("reverse") && attrs.b("reverse") ? 1 : 0;
   CUdeviceptr po = addr(res), px = addr(in);
   std::vector<void*> params = {&po, &px, &lines, &len, &reverse};
-  launch(print_scan(product, x.dtype(), sym), sym, out.device().index, lines, params);
+  launch_printed(print_scan(product, x.dtype(), sym), sym, out.device().index, lines, params);
   write_back(res, d, out);
 }
 
@@ -104,14 +104,14 @@ void device_argsort(const Tensor& x, const Attrs& attrs, const Tensor& out) {
   long long stage = 0;
   std::vector<void*> params = {&po, &px, &pv, &pi, &lines, &len, &k, &width, &stage, &desc};
   const std::string block_source = print_argsort(x.dtype(), sym);
-  launch(block_source, sym, device, tiles * 256, params);
+  launch_printed(block_source, sym, device, tiles * 256, params);
   for (long long kk = 2 * tile; kk <= width; kk *= 2) {
     for (long long j = kk / 2; j >= tile; j /= 2) {
       std::vector<void*> sp = {&pv, &pi, &lines, &len, &width, &kk, &j, &desc};
-      launch(print_argsort_step(x.dtype(), step), step, device, lines * (width / 2), sp);
+      launch_printed(print_argsort_step(x.dtype(), step), step, device, lines * (width / 2), sp);
     }
     stage = kk;
-    launch(block_source, sym, device, tiles * 256, params);
+    launch_printed(block_source, sym, device, tiles * 256, params);
   }
   write_back(res, d, out);
 }

@@ -27,16 +27,6 @@ CUdeviceptr addr(const Tensor& t) {
   return reinterpret_cast<CUdeviceptr>(t.data_ptr());
 }
 
-void launch(const std::string& source, const std::string& sym, int device, long long count,
-            std::vector<void*> params) {
-  const CUfunction fn = cached_kernel(device, source, sym);
-  const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
-                                current_cu_stream(device), params.data(), nullptr),
-        "cuLaunchKernel (multinomial)");
-  after_launch(sym);
-}
-
 // The CPU kernel over rows [0, bad] of the operands: it raises the error its
 // own draw would (the device found row `bad` to be the first bad one).
 [[noreturn]] void raise_cpu_error(const Tensor& probs, const Tensor& u, const Attrs& attrs,
@@ -69,21 +59,24 @@ void device_multinomial(const Tensor& probs0, const Tensor& u0, const Attrs& att
   const Tensor last = make_tensor({repl ? rows : 1}, DType::i64, out.device());
   CUdeviceptr ps = addr(status), pc = addr(sums), pl = addr(last), pp = addr(probs), pu = addr(u);
   const std::string rows_sym = str("kiln_multinomial_rows_", repl ? "repl_" : "", dt);
-  launch(print_multinomial_rows(probs.dtype(), repl, rows_sym), rows_sym, device, rows,
-         {&ps, &pc, &pl, &pp, &rows, &len, &n});
+  std::vector<void*> row_params = {&ps, &pc, &pl, &pp, &rows, &len, &n};
+  launch_printed(print_multinomial_rows(probs.dtype(), repl, rows_sym), rows_sym, device, rows,
+                 row_params);
   const int64_t worst = kiln::amax(status).to_vector<int64_t>()[0];
   if (worst > 0) raise_cpu_error(probs, u, attrs, rows - worst);
   CUdeviceptr po = addr(out);
   if (repl) {
     long long count = rows * n;
     const std::string sym = "kiln_multinomial_draw";
-    launch(print_multinomial_draw(sym), sym, device, count, {&po, &pc, &pl, &pu, &count, &len, &n});
+    std::vector<void*> params = {&po, &pc, &pl, &pu, &count, &len, &n};
+    launch_printed(print_multinomial_draw(sym), sym, device, count, params);
     return;
   }
   long long count = rows * len;
   const std::string sym = str("kiln_race_keys_", dt);
-  launch(str(ops::race_log_source(), "\n", print_race_keys(probs.dtype(), sym)), sym, device, count,
-         {&pc, &pu, &pp, &count});
+  std::vector<void*> key_params = {&pc, &pu, &pp, &count};
+  launch_printed(str(ops::race_log_source(), "\n", print_race_keys(probs.dtype(), sym)), sym,
+                 device, count, key_params);
   device_argsort(sums, Attrs().set("dim", int64_t{-1}).set("descending", true).set("k", n), out);
 }
 

@@ -27,6 +27,12 @@ namespace kiln::cuda {
 /// `device`, compiled once per source (the device runtime's cache).
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol);
 
+/// Launches `symbol` of `source` (cached_kernel) on the current stream of
+/// `device` with `params`: blocks of 256 threads for `count` work items, at
+/// most 2^16 blocks (the printed kernels are grid-stride loops).
+void launch_printed(const std::string& source, const std::string& symbol, int device,
+                    long long count, std::vector<void*>& params);
+
 /// Compiled graphs' kernels built in batches (one program per batch) so far.
 struct GraphProgramStats {
   int64_t programs = 0;             ///< programs compiled (one NVRTC call / module each)
