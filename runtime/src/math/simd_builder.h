@@ -344,10 +344,26 @@ class Simd {
   }
   template <class To, class From>
   static To convert(From a) {
-    if constexpr (kScalar)
+    if constexpr (kScalar) {
       return static_cast<To>(a);
-    else
+    } else if constexpr (sizeof(To) > 64 || sizeof(From) > 64) {
+      // Wider than a 512-bit register: half by half (GCC 12 at -O0 with
+      // AVX-512 stops with an internal compiler error on i32x16 -> f64x16).
+      using FE = std::remove_cvref_t<decltype(a[0])>;
+      using TE = std::remove_cvref_t<decltype(To{}[0])>;
+      typedef FE FH __attribute__((vector_size(sizeof(From) / 2)));
+      typedef TE TH __attribute__((vector_size(sizeof(To) / 2)));
+      FH lo, hi;
+      std::memcpy(&lo, &a, sizeof lo);
+      std::memcpy(&hi, reinterpret_cast<const char*>(&a) + sizeof lo, sizeof hi);
+      const TH rlo = __builtin_convertvector(lo, TH), rhi = __builtin_convertvector(hi, TH);
+      To r;
+      std::memcpy(&r, &rlo, sizeof rlo);
+      std::memcpy(reinterpret_cast<char*>(&r) + sizeof rlo, &rhi, sizeof rhi);
+      return r;
+    } else {
       return __builtin_convertvector(a, To);
+    }
   }
   // Integer arithmetic in the unsigned type: wraps around.
   template <class V, class Op>
