@@ -246,47 +246,6 @@ KILN_MATH_INLINE typename B::F sigmoid_f32(B& b, typename B::F x) {
   return b.div(b.like(x, 1.0), b.add(e, 1.0));
 }
 
-namespace detail {
-
-// 1/k for odd k = 17 down to 1 (log_f64's atanh series).
-constexpr std::array<double, 9> log_f64_coeffs() {
-  std::array<double, 9> cs{};
-  for (int k = 17, i = 0; k >= 1; k -= 2, ++i) cs[static_cast<size_t>(i)] = 1.0 / k;
-  return cs;
-}
-
-/// log(x) in double for x >= 0 that is normal, zero, inf or NaN (never a double
-/// subnormal here): x = 2^e m, m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(s),
-/// s = (m-1)/(m+1), |s| <= 0.172, series to s^17 (~1e-16). Not an f32
-/// function: the f64 log of multinomial's sampling rule (ops/sample_rule.h,
-/// printed for GPUs by cuda/gpu_text_math.h).
-template <class B>
-KILN_MATH_INLINE typename B::D log_f64(B& b, typename B::D x) {
-  static constexpr std::array<double, 9> kCoeffs = log_f64_coeffs();
-  const auto bits = b.bits(x);
-  const auto eb = b.band(b.shr(bits, 52), 2047.0);
-  const auto e0 = b.sub(eb, 1023.0);
-  const auto mb = b.bor(b.band(bits, 4503599627370495.0),  // 2^52 - 1
-                        4607182418800017408.0);            // bits of 1.0
-  const auto m0 = b.from_bits(mb);
-  const auto big = b.gt(m0, 1.4142135623730951);
-  const auto m = b.sel(big, b.mul(m0, 0.5), m0);
-  const auto e = b.sel(big, b.add(e0, 1.0), e0);
-  const auto s = b.div(b.sub(m, 1.0), b.add(m, 1.0));
-  const auto s2 = b.mul(s, s);
-  const auto p = horner(b, s2, kCoeffs);
-  const auto lm = b.mul(b.add(s, s), p);
-  const auto ed = b.to_f64(b.to_i32(e));  // e in [-1023, 1024]: through i32 (AVX2)
-  const auto y0 = b.fma(ed, 2.3190468138462996e-17, lm);
-  const auto y = b.fma(ed, 0.6931471805599453, y0);
-  auto r = b.sel(b.eq(x, 0.0), -kInf, y);
-  r = b.sel(b.lt(x, 0.0), kNaN, r);
-  r = b.sel(b.eq(x, kInf), x, r);
-  return b.sel(isnan(b, x), x, r);
-}
-
-}  // namespace detail
-
 // ---- pow: float-float (an f32 pair hi + lo) log and exp, as SLEEF's powf.
 // Products whose value is added to something are formed as fma(a, b, 0)
 // (prod): a compiler may contract a plain product into the addition that
