@@ -5,16 +5,18 @@
 #include "kiln/ir/tracer.h"
 
 #include <atomic>
-#include <bit>
 #include <typeinfo>
 #include <unordered_set>
 
 #include "kiln/autograd.h"
 #include "kiln/random.h"
+#include "ptr_map.h"
 
 namespace kiln::ir {
 
 namespace {
+
+using detail::PtrMap;
 
 // The tracer-owned state of one symbolic tensor.
 struct ValueRef final : TraceState {
@@ -34,59 +36,6 @@ ValueRef* ref_of(const Tensor& t, uint64_t owner) {
   auto* r = ts && typeid(*ts) == typeid(ValueRef) ? static_cast<ValueRef*>(ts) : nullptr;
   return (r && r->owner == owner) ? r : nullptr;
 }
-
-// A map from tensors (by address) to V: open addressing with linear probing,
-// no erase. The tracer looks up every real tensor an op reads (a deep model's
-// parameters and optimizer state: thousands); std::unordered_map costs an
-// allocation per entry and a dependent cache miss per lookup.
-template <typename V>
-class AddrMap {
- public:
-  V* find(const TensorImpl* k) {
-    if (size_ == 0) return nullptr;
-    for (size_t i = slot(k);; i = (i + 1) & mask_) {
-      if (slots_[i].first == k) return &slots_[i].second;
-      if (slots_[i].first == nullptr) return nullptr;
-    }
-  }
-  bool contains(const TensorImpl* k) { return find(k) != nullptr; }
-  // The entry of k, value-initialized if new.
-  V& operator[](const TensorImpl* k) {
-    KILN_ASSERT(k != nullptr, "tracer: a null tensor as a map key");
-    if (2 * (size_ + 1) > slots_.size()) grow();
-    size_t i = slot(k);
-    while (slots_[i].first != nullptr && slots_[i].first != k) i = (i + 1) & mask_;
-    if (slots_[i].first == nullptr) {
-      slots_[i] = {k, V()};
-      ++size_;
-    }
-    return slots_[i].second;
-  }
-  // The entry of k, which must exist.
-  V& at(const TensorImpl* k) {
-    V* v = find(k);
-    KILN_ASSERT(v != nullptr, "tracer: a tensor missing from its map");
-    return *v;
-  }
-
- private:
-  size_t slot(const TensorImpl* k) const {
-    // Fibonacci hashing: the product's high bits mix every address bit.
-    return static_cast<size_t>((reinterpret_cast<uintptr_t>(k) * 0x9E3779B97F4A7C15ull) >> shift_);
-  }
-  void grow() {
-    std::vector<std::pair<const TensorImpl*, V>> old(slots_.empty() ? 64 : 2 * slots_.size());
-    old.swap(slots_);
-    mask_ = slots_.size() - 1;
-    shift_ = 64 - std::countr_zero(slots_.size());
-    size_ = 0;
-    for (auto& [k, v] : old)
-      if (k != nullptr) (*this)[k] = std::move(v);
-  }
-  std::vector<std::pair<const TensorImpl*, V>> slots_;
-  size_t size_ = 0, mask_ = 0;
-  int shift_ = 64;
-};
 
 // "cap12": an input's or output's binding name. Thousands per deep model's
 // trace, so no ostringstream (kiln::str) per name.
@@ -112,12 +61,12 @@ struct Tracer::State {
   std::vector<Value*> cap_input;      // the graph input of each capture
   std::vector<uint32_t> cap_version;  // storage version when captured
   std::vector<Tensor> grad_at_start;
-  AddrMap<int> cap_index;
+  PtrMap<int> cap_index;
   // Current value of real tensors (captures and constants), by identity.
-  AddrMap<Value*> real_value;
+  PtrMap<Value*> real_value;
   std::vector<std::shared_ptr<TensorImpl>> keep_alive;  // no address reuse during the trace
   // Versions of view roots (bumped by in-place writes while tracing).
-  AddrMap<uint64_t> version;
+  PtrMap<uint64_t> version;
   // Host scalars and guards.
   std::vector<std::function<double()>> hosts;
   std::vector<std::function<std::string()>> guards;

@@ -18,8 +18,12 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "ptr_map.h"
+
 namespace kiln::ir {
 namespace {
+
+using detail::PtrMap;
 
 // Messages are built with kiln::str (an ostringstream), not `"lit" + string`:
 // GCC 12 at -O3 gives a false -Wrestrict on the latter.
@@ -61,57 +65,6 @@ std::string describe(const Node* n) {
 // attribute entry increasing in its symbol is >= 1 (a graph with `s0-4` is
 // only meaningful for s0 >= 5, so sampling below that would be a false alarm).
 constexpr int64_t kMaxBase = int64_t{1} << 20;
-
-// Pointer -> position, open addressing in one array: the verifier looks up
-// every node and value of graphs with tens of thousands of them, and a node
-// per entry (std::unordered_map) made it miss the cache on each lookup. Keys
-// are compared, never dereferenced (they may be stale).
-class PtrMap {
- public:
-  void reserve(size_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    slots_.assign(cap, {nullptr, 0});
-    size_ = 0;
-  }
-  // Inserts (k, v) unless k is present; returns the stored value and whether it was new.
-  std::pair<int64_t, bool> emplace(const void* k, int64_t v) {
-    if (2 * (size_ + 1) > slots_.size()) grow();
-    Slot& s = find_slot(k);
-    if (s.key) return {s.value, false};
-    s = {k, v};
-    ++size_;
-    return {v, true};
-  }
-  const int64_t* find(const void* k) const {
-    if (slots_.empty()) return nullptr;
-    const Slot& s = const_cast<PtrMap*>(this)->find_slot(k);
-    return s.key ? &s.value : nullptr;
-  }
-
- private:
-  struct Slot {
-    const void* key;
-    int64_t value;
-  };
-  Slot& find_slot(const void* k) {
-    const size_t mask = slots_.size() - 1;
-    // Heap addresses are 16-byte aligned: mix the bits before masking.
-    size_t i =
-        static_cast<size_t>((reinterpret_cast<uintptr_t>(k) >> 4) * 0x9E3779B97F4A7C15ull >> 20) &
-        mask;
-    while (slots_[i].key && slots_[i].key != k) i = (i + 1) & mask;
-    return slots_[i];
-  }
-  void grow() {
-    std::vector<Slot> old = std::move(slots_);
-    reserve(std::max<size_t>(old.size(), 8));
-    for (const Slot& s : old)
-      if (s.key) emplace(s.key, s.value);
-  }
-  std::vector<Slot> slots_;
-  size_t size_ = 0;
-};
 
 class Verifier {
  public:
@@ -575,10 +528,10 @@ class Verifier {
 
   const Graph& g_;
   std::vector<Node*> nodes_;
-  PtrMap pos_;  // node -> position
+  PtrMap<int64_t> pos_;  // node -> position
   // Values in definition order (graph inputs, then node outputs): the ordinal
   // def_ maps a value to, its defining position (-1 = input), its uses.
-  PtrMap def_;
+  PtrMap<int64_t> def_;
   std::vector<const Value*> values_;
   std::vector<int64_t> def_pos_;
   std::vector<std::pair<int32_t, int32_t>> uses_;  // (ordinal, reader position)
