@@ -195,9 +195,9 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
 // reduces in place (nothing reads the value after that) and hands out as the
 // wait's result (distributed/src/collectives.cpp), with no copy either way.
 void Executor::lend_to_collective_inputs(Destinations& r) const {
-  for (const Step& st : steps_) {
+  for (size_t i : collective_waits_) {
+    const Step& st = steps_[i];
     const ir::Node* n = st.node;
-    if (!n || !n->is_op(OpId::collective_wait)) continue;
     const ir::Node* start = n->inputs[0]->producer;
     for (size_t k = 0; k + 1 < n->inputs.size() && k < st.out.size(); ++k) {
       const ir::Value* v = n->inputs[k + 1];

@@ -139,6 +139,7 @@ class Executor {
   passes::FusionPlan plan_;
   std::vector<Group> groups_;
   std::vector<Step> steps_;
+  std::vector<size_t> collective_waits_;         // the steps running a collective_wait
   std::vector<detail::Placement> placements_;    // see placement.h
   std::vector<std::pair<int, int>> sym_source_;  // symbol -> (input, dim)
   std::vector<detail::Slot> output_slots_;       // graph output -> its slot

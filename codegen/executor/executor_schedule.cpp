@@ -356,6 +356,8 @@ void Executor::make_steps(const std::vector<std::vector<size_t>>& order,
           (a < grp.lowered.num_inputs ? st.in : st.out).push_back(grp.arg_slot[a]);
       }
     }
+    if (st.node && st.node->is_op(OpId::collective_wait))
+      collective_waits_.push_back(steps_.size());
     steps_.push_back(std::move(st));
   }
   // Matmuls computed straight into a later cat's or reshape's buffer.
