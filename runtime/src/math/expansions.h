@@ -46,6 +46,8 @@
 #include <limits>
 #include <utility>
 
+#include "math/level.h"
+
 // Vectors wider than the target's registers (f64 lanes next to f32 ones) go
 // by value between these inline functions; their ABI does not matter.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -58,6 +60,7 @@
 #define KILN_MATH_INLINE [[gnu::always_inline]] inline
 
 namespace kiln::math {
+KILN_LEVEL_BEGIN
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -479,6 +482,7 @@ KILN_MATH_INLINE typename B::F sincos_f32(B& b, typename B::F x, bool sine) {
   return b.sel(b.lt(a, kInf), b.sel(neg, b.neg(v), v), b.sub(x, x));
 }
 
+KILN_LEVEL_END
 }  // namespace kiln::math
 
 #undef KILN_MATH_INLINE

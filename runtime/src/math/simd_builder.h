@@ -28,6 +28,7 @@
 #endif
 
 namespace kiln::math {
+KILN_LEVEL_BEGIN
 
 /// Lanes of the host's widest float vector (4 with SSE/NEON, 8 with AVX, 16 with AVX-512).
 inline constexpr int kLanes = __BIGGEST_ALIGNMENT__ >= 16 ? __BIGGEST_ALIGNMENT__ / 4 : 4;
@@ -402,6 +403,7 @@ class Simd {
   }
 };
 
+KILN_LEVEL_END
 }  // namespace kiln::math
 
 #if defined(__GNUC__) && !defined(__clang__)
