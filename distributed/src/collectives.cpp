@@ -15,7 +15,11 @@
 // whose tensors add up to it reduces straight in it (an input that already is
 // its slice is not copied) and wait() hands out its slices instead of copies,
 // so a compiled step's reduced gradients are the bucket views, as in eager
-// DDP (the next collective of that id overwrites them).
+// DDP (the next collective of that id overwrites them). On CUDA too: the
+// copies into the bucket and the kernels that computed gradients in it are on
+// the current stream, which the all-reduce follows (the group's event), and
+// the wait orders the current stream after it before anything reads or
+// rewrites the bucket.
 //
 // CUDA tensors (an NCCL group, a compiled step's graph on the device): the
 // same code is the stream protocol. The copies into the ring buffer run on the
@@ -52,18 +56,19 @@ class GroupBackend final : public CollectiveBackend {
     return id;
   }
 
-  int64_t bind(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer) {
+  int64_t bind(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer,
+               std::vector<int64_t> offsets) {
     KILN_CHECK(pg != nullptr, "[collectives] no process group (call init_process_group first)");
-    KILN_CHECK(
-        buffer.defined() && buffer.dim() == 1 && buffer.is_contiguous() && buffer.device().is_cpu(),
-        "[collectives] a bound buffer must be a flat contiguous CPU tensor, got ",
-        buffer.defined() ? str(buffer.dtype(), buffer.shape()) : "an undefined tensor");
+    KILN_CHECK(buffer.defined() && buffer.dim() == 1 && buffer.is_contiguous(),
+               "[collectives] a bound buffer must be a flat contiguous tensor, got ",
+               buffer.defined() ? str(buffer.dtype(), buffer.shape()) : "an undefined tensor");
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(bound_, [](const auto& kv) { return kv.second->buffer.expired(); });
     const int64_t id = next_group_++;
     groups_.emplace(id, pg);
     auto b = std::make_shared<Bound>();
     b->buffer = buffer.impl_ptr();
+    b->offsets = std::move(offsets);
     bound_.emplace(id, std::move(b));
     return id;
   }
@@ -89,7 +94,7 @@ class GroupBackend final : public CollectiveBackend {
     }
     if (bound)
       if (Tensor buf(bound->buffer.lock());
-          buf.defined() && buf.dtype() == dt && buf.numel() == total && on_cpu(inputs))
+          buf.defined() && buf.dtype() == dt && bound->fits(buf, inputs))
         return start_in(*pg, *bound, buf, static_cast<ReduceOp>(reduce_op), inputs);
     std::shared_ptr<Ring> ring;
     {
@@ -183,12 +188,30 @@ class GroupBackend final : public CollectiveBackend {
   struct Bound {
     std::mutex mu;
     std::weak_ptr<TensorImpl> buffer;
+    std::vector<int64_t> offsets;   // of the tensors' slices; empty: one after another
     std::weak_ptr<Pending> holder;  // its last user
-  };
 
-  static bool on_cpu(std::span<const Tensor> ts) {
-    return std::all_of(ts.begin(), ts.end(), [](const Tensor& t) { return t.device().is_cpu(); });
-  }
+    // Where tensor i's slice of the buffer starts.
+    int64_t offset(size_t i, std::span<const Tensor> ts) const {
+      if (!offsets.empty()) return offsets[i];
+      int64_t off = 0;
+      for (size_t k = 0; k < i; ++k) off += ts[k].numel();
+      return off;
+    }
+    // Whether `ts` (on buf's device) are laid out as the buffer's slices,
+    // which cover it (but for the gaps between given offsets).
+    bool fits(const Tensor& buf, std::span<const Tensor> ts) const {
+      if (!offsets.empty() && offsets.size() != ts.size()) return false;
+      int64_t end = 0;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        if (ts[i].device() != buf.device()) return false;
+        const int64_t at = offset(i, ts);
+        if (at < end) return false;
+        end = at + ts[i].numel();
+      }
+      return end == buf.numel();
+    }
+  };
 
   int64_t remember(std::shared_ptr<Pending> pending) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,11 +230,9 @@ class GroupBackend final : public CollectiveBackend {
     NoGradGuard ng;
     std::vector<Tensor> ins(inputs.begin(), inputs.end());
     std::vector<char> there(ins.size());  // already is its slice (computed in the buffer)
-    int64_t off = 0;
     for (size_t i = 0; i < ins.size(); ++i) {
       Tensor& t = ins[i];
-      Tensor v = buf.narrow(0, off, t.numel()).view(t.shape());
-      off += t.numel();
+      Tensor v = buf.narrow(0, bound.offset(i, inputs), t.numel()).view(t.shape());
       there[i] = t.impl()->storage == v.impl()->storage && t.offset() == v.offset() &&
                  t.strides() == v.strides();
       // Another part of the buffer would be overwritten by an earlier copy: read it first.
@@ -261,8 +282,9 @@ BoundCollectiveStats bound_collective_stats() {
   return {g_in_place.load(std::memory_order_relaxed), g_copied.load(std::memory_order_relaxed)};
 }
 
-int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer) {
-  return backend().bind(pg, buffer);
+int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer,
+                               std::vector<int64_t> offsets) {
+  return backend().bind(pg, buffer, std::move(offsets));
 }
 
 Tensor all_reduce_start(const std::shared_ptr<ProcessGroup>& pg, const std::vector<Tensor>& tensors,

@@ -4,10 +4,10 @@
 // all-reduced (PyTorch's gradient_as_bucket_view, without the copy).
 //
 // While the leaf's .grad is undefined (a first backward, or after
-// zero_grad(set_to_none=true)), backward makes the destination its .grad: on
-// the CPU, a matmul or convolution whose output is exactly the gradient (a
-// Linear's weight, a convolution's weight) writes straight into the
-// destination; any other gradient is copied into it once. A defined .grad
+// zero_grad(set_to_none=true)), backward makes the destination its .grad: a
+// matmul or convolution whose output is exactly the gradient (a Linear's
+// weight, a convolution's weight) writes straight into the destination (on
+// the CPU or a CUDA device); any other gradient is copied into it once. A defined .grad
 // accumulates in place as always. Not under create_graph (the gradient then
 // has a history) and not while tracing; a compiled plan honours destinations
 // itself (a gradient it computes with no .grad to go to is computed into the

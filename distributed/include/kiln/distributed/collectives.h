@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kiln/collective.h"
 #include "kiln/distributed/process_group.h"
@@ -15,13 +16,17 @@ namespace kiln::dist {
 /// on first use. The registry holds the group weakly.
 int64_t collective_group_id(const std::shared_ptr<ProcessGroup>& pg);
 
-/// A new id for `pg` bound to `buffer` (flat, contiguous, on the CPU: one of
-/// pg's comm buffers, such as a DDP bucket; held weakly): a collective_start of
-/// this id whose CPU tensors add up to the buffer's size and dtype copies them
-/// into it (none that already is its slice) and reduces it in place, and its
-/// collective_wait returns the buffer's slices themselves, not copies, which
-/// the next collective of this id overwrites. Other tensors take pg's ring.
-int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer);
+/// A new id for `pg` bound to `buffer` (flat, contiguous: one of pg's comm
+/// buffers, such as a DDP bucket, on the CPU or a CUDA device; held weakly): a
+/// collective_start of this id whose tensors (on the buffer's device) fill the
+/// buffer, each in its slice, in its dtype, copies them into it (none that
+/// already is its slice) and reduces it in place, and its collective_wait
+/// returns the buffer's slices themselves, not copies, which the next
+/// collective of this id overwrites. Other tensors take pg's ring. `offsets`:
+/// where each tensor's slice starts (DDP's device buckets align them; the gaps
+/// are reduced as they are, zeros); empty: one after another.
+int64_t collective_group_id_in(const std::shared_ptr<ProcessGroup>& pg, const Tensor& buffer,
+                               std::vector<int64_t> offsets = {});
 
 /// How the tensors of collectives over bound ids reached their buffer since
 /// the process started (all threads): already in it (computed there: a

@@ -11,8 +11,10 @@
 // parameter's .grad becomes a view into its bucket (gradient_as_bucket_view),
 // so accumulation writes straight into the buffer that is all-reduced; after
 // zero_grad(set_to_none=true) the bucket slice is the parameter's gradient
-// destination, so on the CPU a Linear's weight gradient (the GEMM) is computed
-// in the bucket and other gradients are copied there once (by autograd).
+// destination, so a Linear's weight gradient (the GEMM) is computed in the
+// bucket and other gradients are copied there once (by autograd), on the CPU
+// and on CUDA (where each slice starts at a multiple of 256 bytes of its
+// bucket, as a fresh allocation, so the GEMM is the one it would be anyway).
 //
 // During backward a post-accumulate-grad hook marks each parameter ready;
 // when a bucket's last gradient is ready its all-reduce (mean over ranks)
@@ -33,10 +35,11 @@
 // reduced gradients become the .grad the rest of the trace reads — so forward,
 // backward and the optimizer update can be one graph; the schedule_collectives
 // pass starts each bucket as soon as its gradients exist and makes each update
-// wait only for its own bucket. On the CPU (gradient_as_bucket_view,
-// compute_grads_in_buckets) a bucket's collective reduces in the bucket
-// itself and its results are the bucket views (collective_group_id_in): the
-// gradients are copied in once, never out. With trace_collectives=false,
+// wait only for its own bucket. With gradient_as_bucket_view and
+// compute_grads_in_buckets (CPU or CUDA) a bucket's collective reduces in the
+// bucket itself and its results are the bucket views (collective_group_id_in):
+// the weight gradients are computed there, the others copied in once, none
+// copied out. With trace_collectives=false,
 // compile forward and backward only: the plan fires the gradient-ready hooks
 // as it produces each gradient, computes each weight gradient straight into
 // its bucket (its gradient destination) and the eager buckets reduce. (A plan does not re-run
@@ -67,7 +70,7 @@ struct DDPOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;        ///< copy rank 0's buffers before every forward
   bool gradient_as_bucket_view = true;  ///< .grad is a view into its bucket (no copy back)
-  /// With gradient_as_bucket_view on the CPU: a gradient with no .grad to
+  /// With gradient_as_bucket_view (CPU or CUDA): a gradient with no .grad to
   /// accumulate into (after zero_grad()) is computed straight into its bucket
   /// (kiln/grad_destination.h); false copies it there (for comparisons).
   bool compute_grads_in_buckets = true;
