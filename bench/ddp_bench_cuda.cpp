@@ -26,7 +26,9 @@
 
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
+#include "kiln/distributed/collectives.h"
 #include "kiln/distributed/ddp.h"
+#include "kiln/grad_destination.h"
 #include "kiln/thread_pool.h"
 #include "mlp_step.h"
 
@@ -175,7 +177,13 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
     return ms(Clock::now() - t0);
   };
   std::vector<double> p_ms, d_ms, ratio;
+  autograd::GradDestinationStats dest0{};
+  dist::BoundCollectiveStats bound0{};
   for (int i = 0; i < warmup + iters; ++i) {
+    if (i == warmup) {
+      dest0 = autograd::grad_destination_stats();
+      bound0 = dist::bound_collective_stats();
+    }
     double p = 0, d = 0;
     if (i % 2 == 0) {
       p = timed(plain, plain_step);
@@ -196,6 +204,18 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
       emulated ? "the emulated CUDA device (PoCL: not speed)" : "the GPU",
       compiled ? "compiled" : "eager", ddp.num_buckets(), iters, median(p_ms), median(d_ms),
       median(ratio));
+  // How the DDP step's gradients reached the buckets (the plain step sets no
+  // destinations): a plan's outputs written into them are not counted.
+  const auto dest1 = autograd::grad_destination_stats();
+  const auto bound1 = dist::bound_collective_stats();
+  const double n = iters;
+  std::printf(
+      "  per DDP step: %.1f gradients computed in their buckets and %.1f copied there by "
+      "backward; traced all-reduces found %.1f in their buckets and copied %.1f in\n",
+      static_cast<double>(dest1.computed_in_place - dest0.computed_in_place) / n,
+      static_cast<double>(dest1.copied - dest0.copied) / n,
+      static_cast<double>(bound1.in_place - bound0.in_place) / n,
+      static_cast<double>(bound1.copied - bound0.copied) / n);
   int64_t grads = 0;
   for (auto& p : plain.model->parameters()) grads += p.numel();
   for (int64_t n : {grads, emulated ? int64_t{0} : int64_t{64} << 20}) {
