@@ -85,6 +85,18 @@
 //    the report says budget_met = false with the smallest peak reached and
 //    what that peak holds (RematReport::peak_composition, "floor:" in the
 //    log); the compile driver warns with both numbers.
+// 9. Under a budget, cuts made one after another at different tiers may each
+//    recompute the same matmul from the same saved values (a later cut at a
+//    later peak recomputes a chain whose head an earlier cut already
+//    recomputes, for readers further on). Such duplicate copies (same op,
+//    attributes but the id, inputs) are merged into the earlier one, which
+//    then lives to the later readers, one unit (an opaque duplicate and the
+//    duplicates it reads) at a time, kept only if the budget still holds (or,
+//    unmet, the fused peak does not grow) and the node-order peak stays under
+//    the graph's own. Elementwise duplicates alone stay: they fuse into their
+//    readers' kernels, one computation would be stored longer instead.
+//    bench/remat_bench's MLP at 50%: 14 recomputed matmuls -> 12 (the third
+//    would break the budget).
 #include "kiln/passes/remat.h"
 
 #include <algorithm>
@@ -94,6 +106,7 @@
 #include <memory>
 #include <set>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 
 #include "kiln/env.h"
@@ -299,6 +312,123 @@ Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id
   return lo > 0 ? find_cut(g, m, gap, t, lo) : full;
 }
 
+// ---- rule 9: a value two cuts recompute is computed once ----
+
+bool is_copy(const Node* n) {
+  return n->attrs.has("recompute") && n->attrs.i("recompute") < 0;
+}
+
+// Whether copy b computes what copy a does (`rep`: what b's inputs read after
+// the merges before it): op, attributes but the cut id, inputs, outputs.
+template <typename Rep>
+bool same_work(const Node* a, const Node* b, Rep rep) {
+  if (a->op != b->op || a->inputs.size() != b->inputs.size() || a->outputs.size() != 1 ||
+      b->outputs.size() != 1 || !(a->sym_attrs == b->sym_attrs))
+    return false;
+  for (size_t i = 0; i < a->inputs.size(); ++i)
+    if (a->inputs[i] != rep(b->inputs[i])) return false;
+  const Value *x = a->output(), *y = b->output();
+  if (x->dtype != y->dtype || x->shape != y->shape || x->wrapped_number != y->wrapped_number)
+    return false;
+  auto items = [](const Node* n) {
+    std::vector<std::pair<std::string, AttrValue>> v;
+    for (const auto& [k, val] : n->attrs.items())
+      if (std::string_view(k) != "recompute") v.emplace_back(k, val);
+    std::sort(v.begin(), v.end(), [](const auto& l, const auto& r) { return l.first < r.first; });
+    return v;
+  };
+  return items(a) == items(b);
+}
+
+// Copies of later cuts that compute what an earlier copy already does (a
+// matmul a second cut recomputes from the same saved value, bench/remat_bench's
+// MLP at 50%: 3 of 14), as units: each opaque duplicate and the duplicates it
+// reads, joined where one reads another; every pair is (duplicate, the earlier
+// value it becomes). Elementwise duplicates alone stay: they fuse into their
+// readers' kernels, and one computation would be stored longer instead.
+std::vector<std::vector<std::pair<Node*, Value*>>> duplicate_units(const ir::Graph& g) {
+  std::unordered_map<const Value*, Value*> rep;
+  auto rep_of = [&](Value* v) {
+    auto it = rep.find(v);
+    return it == rep.end() ? v : it->second;
+  };
+  std::unordered_map<const Value*, std::vector<const Node*>> by_input;  // first input -> copies
+  std::vector<Node*> dups;
+  for (Node* n : g.nodes()) {
+    if (!is_copy(n) || n->outputs.size() != 1 || n->inputs.empty()) continue;
+    auto& seen = by_input[rep_of(n->inputs[0])];
+    auto it = std::find_if(seen.begin(), seen.end(),
+                           [&](const Node* e) { return same_work(e, n, rep_of); });
+    if (it == seen.end()) {
+      seen.push_back(n);
+      continue;
+    }
+    rep[n->output()] = (*it)->output();
+    dups.push_back(n);
+  }
+  // Kept: opaque duplicates and the duplicates they read (latest first), in
+  // units joined by data edges (union-find over dups).
+  std::unordered_map<const Node*, size_t> index;
+  for (size_t k = 0; k < dups.size(); ++k) index[dups[k]] = k;
+  std::vector<char> keep(dups.size(), 0);
+  std::vector<size_t> parent(dups.size());
+  for (size_t k = 0; k < dups.size(); ++k) parent[k] = k;
+  auto find = [&](size_t k) {
+    while (parent[k] != k) k = parent[k] = parent[parent[k]];
+    return k;
+  };
+  for (size_t k = dups.size(); k-- > 0;) {
+    const Node* n = dups[k];
+    keep[k] = keep[k] || n->info().has(kOpaque);
+    if (!keep[k]) continue;
+    for (const Value* u : n->inputs) {
+      auto it = u->producer ? index.find(u->producer) : index.end();
+      if (it == index.end()) continue;
+      keep[it->second] = 1;
+      parent[find(it->second)] = find(k);
+    }
+  }
+  std::vector<std::vector<std::pair<Node*, Value*>>> units;
+  std::unordered_map<size_t, size_t> unit_of;  // root -> unit, in order of first member
+  for (size_t k = 0; k < dups.size(); ++k) {
+    if (!keep[k]) continue;
+    auto [it, fresh] = unit_of.emplace(find(k), units.size());
+    if (fresh) units.emplace_back();
+    units[it->second].emplace_back(dups[k], rep.at(dups[k]->output()));
+  }
+  return units;
+}
+
+// Rule 9: merges the units `accept` agrees to, all at once if it does, else one
+// at a time (each tried on a clone of g, kept by moving it into g).
+template <typename Accept>
+bool merge_duplicates(ir::Graph& g, std::vector<std::string>& log, Accept accept) {
+  auto merge = [](ir::Graph& c, const std::vector<std::pair<Node*, Value*>>& unit) {
+    for (const auto& [dup, keep] : unit) c.replace_all_uses(dup->output(), keep);
+    for (auto it = unit.rbegin(); it != unit.rend(); ++it) c.erase(it->first);
+    dce(c);
+  };
+  int merged = 0;
+  for (size_t skip = 0, all = 1;; all = 0) {
+    std::unique_ptr<ir::Graph> c = g.clone();
+    const auto units = duplicate_units(*c);
+    if (units.size() <= skip) break;
+    size_t n = 0;
+    for (size_t k = all ? 0 : skip; k < (all ? units.size() : skip + 1); ++k, ++n)
+      merge(*c, units[k]);
+    if (accept(*c)) {
+      g = std::move(*c);
+      merged += static_cast<int>(n);
+      if (all) break;
+    } else if (!all) {
+      ++skip;
+    }
+  }
+  if (merged > 0)
+    log.push_back(str("remat: ", merged, " matmul chain(s) two cuts recomputed now run once"));
+  return merged > 0;
+}
+
 double cost_of(const std::vector<Node*>& nodes) {
   double c = 0;
   for (const Node* n : nodes) c += std::max(0.0, recompute_cost(*n));
@@ -345,6 +475,17 @@ int64_t next_id(const ir::Graph& g) {
   return id;
 }
 
+// KILN_DEBUG=1: this run's log lines, and what the fused schedule holds at its peak.
+void debug_log(const ir::Graph& g, const RematReport& rep, size_t first_log, bool fused,
+               std::span<const StateWrite> writes) {
+  for (size_t k = first_log; k < rep.log.size(); ++k)
+    std::fprintf(stderr, "[kiln] %s\n", rep.log[k].c_str());
+  if (!fused) return;
+  std::string comp;
+  detail::fused_peak(g, plan_fusion(g), writes, &comp);
+  std::fprintf(stderr, "[kiln] %s\n", comp.c_str());
+}
+
 }  // namespace
 
 RematScope::RematScope(RematOptions opts) : opts_(opts), outer_(current_scope) {
@@ -374,6 +515,7 @@ bool remat(ir::Graph& g) {
   };
   Model m = simulate(g);
   int64_t fused = budget > 0 ? fused_peak(g) : 0;
+  const int64_t start_peak = m.peak;
   if (rep.peak_before == 0) rep.peak_before = budget > 0 ? fused : m.peak;
   // Rule 7's fused check runs once, over the schedule and all cuts: plan_fusion
   // is the expensive part (a tenth of a second on a 29k-node step).
@@ -466,6 +608,12 @@ bool remat(ir::Graph& g) {
       if (!kept) break;
     }
   }
+  // Rule 9: a matmul two cuts recompute runs once while the budget holds
+  // (unmet: the fused peak does not grow).
+  if (changed && budget > 0 && merge_duplicates(g, rep.log, [&](const ir::Graph& c) {
+        return simulate(c).peak <= start_peak && fused_peak(c) <= std::max(budget, fused);
+      }))
+    m = simulate(g);
   // Rule 0 again after the cuts: a recomputed matmul reads its weight late,
   // after an update moved before it, which then cannot write in place.
   if (changed && budget > 0 && detail::schedule_updates(g, writes, accept(true))) {
@@ -495,15 +643,8 @@ bool remat(ir::Graph& g) {
   rep.budget_met = budget <= 0 || fused <= budget;
   rep.peak_composition = detail::peak_composition(g, m);
   if (!rep.budget_met) rep.log.push_back("floor: " + rep.peak_composition);
-  if (env::get_int("KILN_DEBUG", 0) >= 1) {
-    for (size_t k = first_log; k < rep.log.size(); ++k)
-      std::fprintf(stderr, "[kiln] %s\n", rep.log[k].c_str());
-    if (budget > 0 && by_fusion) {
-      std::string comp;
-      detail::fused_peak(g, plan_fusion(g), writes, &comp);
-      std::fprintf(stderr, "[kiln] %s\n", comp.c_str());
-    }
-  }
+  if (env::get_int("KILN_DEBUG", 0) >= 1)
+    debug_log(g, rep, first_log, budget > 0 && by_fusion, writes);
   return changed;
 }
 
