@@ -17,6 +17,7 @@
 //   [--variants 50%,25%] (eager and the default compiled plan always run)
 //   [--budget-mib X] (one more compiled variant, under X MiB)
 //   [--peaks] (after the rounds: what each compiled plan holds at its measured peak)
+//   [--profile] (after the rounds: each compiled plan's profiler table, 5 steps)
 //   [--erf-cost] (only: erf's cost per element in a compiled kernel, against one operand's)
 #include <algorithm>
 #include <chrono>
@@ -62,6 +63,7 @@ struct Workload {
 int64_t mlp_batch = 256;    // --batch
 std::string variants_only;  // --variants: a comma list of substrings (default and eager always run)
 bool print_peaks = false;   // --peaks
+bool print_table = false;   // --profile
 double extra_mib = 0;       // --budget-mib: one more compiled variant under this budget
 
 Workload make(const std::string& which) {
@@ -162,6 +164,15 @@ double mib(int64_t b) {
 // Paired runs: the variants take turns, one step each per round, so load
 // that drifts over the run (a shared host) affects them alike.
 void bench(const std::string& which, int reps) {
+  // The MLP's step runs 47 matmuls [batch, 256] x [256, 256] (16 forward, 16
+  // weight and 15 input gradients): timed alone in each round, their share of
+  // the compiled step bounds what a budget's recomputed matmuls can cost.
+  // Compiled first: KILN_DUMP then keeps the variants' graphs (same name).
+  Tensor p = randn({mlp_batch, 256}), q = randn({256, 256});
+  auto mm = compile([](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  std::vector<double> gemm_ms;
+  if (which == "mlp")
+    for (int i = 0; i < 2; ++i) mm(p, q);  // warm-up (traces)
   std::vector<std::unique_ptr<Variant>> vs;
   auto wanted = [](const std::string& v) {
     if (variants_only.empty() || v == "eager" || v == "compiled") return true;
@@ -183,10 +194,24 @@ void bench(const std::string& which, int reps) {
   if (extra_mib > 0)
     vs.push_back(std::make_unique<Variant>(which, str("compiled, budget ", extra_mib, " MiB"),
                                            static_cast<int64_t>(extra_mib * 1024 * 1024)));
-  for (int i = 0; i < reps; ++i)
+  for (int i = 0; i < reps; ++i) {
     for (auto& v : vs) v->step();
+    if (which != "mlp") continue;
+    const auto t0 = Clock::now();
+    for (int k = 0; k < 47; ++k) mm(p, q);
+    gemm_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
   std::vector<Row> rows;
   for (auto& v : vs) rows.push_back(v->finish());
+  if (print_table)  // where each compiled plan's time goes (5 steps)
+    for (auto& v : vs) {
+      if (!v->compiled) continue;
+      profiler::Profile p{profiler::Options{}};
+      for (int i = 0; i < 5; ++i) (*v->holder)(v->w.x);
+      p.stop();
+      std::printf("%s, 5 steps:\n%s\n", v->r.variant.c_str(),
+                  p.table(profiler::SortBy::kTotal, 12).c_str());
+    }
   if (print_peaks)  // what each compiled plan holds at its measured peak
     for (auto& v : vs) {
       if (!v->compiled) continue;
@@ -218,6 +243,9 @@ void bench(const std::string& which, int reps) {
       std::printf("—");
     std::printf(" | %.6g |\n", r.loss.item<double>());
   }
+  if (!gemm_ms.empty())
+    std::printf("the step's 47 matmuls alone: %.1f ms, %.2f of the compiled step (paired)\n",
+                median(gemm_ms), median(gemm_ms) / comp.ms);
   std::fflush(stdout);
 }
 
@@ -287,6 +315,8 @@ int main(int argc, char** argv) {
       variants_only = argv[++i];
     else if (!std::strcmp(argv[i], "--peaks"))
       print_peaks = true;
+    else if (!std::strcmp(argv[i], "--profile"))
+      print_table = true;
     else if (!std::strcmp(argv[i], "--budget-mib") && i + 1 < argc)
       extra_mib = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--erf-cost"))
@@ -294,7 +324,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: remat_bench [--reps N] [--only mlp|transformer] [--batch N] "
-                   "[--variants a,b] [--budget-mib X] [--peaks] [--erf-cost]\n");
+                   "[--variants a,b] [--budget-mib X] [--peaks] [--profile] [--erf-cost]\n");
       return 2;
     }
   }
