@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distributed/ddp_reference.h"
+#include "distributed/nccl/nccl_store_group.h"
 #include "distributed/store_ranks.h"
 #include "kiln/compile.h"
 #include "kiln/distributed/collectives.h"
@@ -30,15 +31,7 @@ using testing::Batch;
 constexpr int kSteps = 4;
 
 std::shared_ptr<ProcessGroup> nccl_group(int rank, int size, uint64_t port) {
-  TCPStoreOptions co;
-  co.host = "127.0.0.1";
-  co.port = uint16_t(port);
-  co.timeout = 30s;
-  auto store = std::make_shared<TCPStore>(co);
-  ProcessGroupOptions po;
-  po.timeout = 30s;
-  po.host = "127.0.0.1";
-  return make_nccl_group(store, rank, size, rank, po, "ddp_buckets");
+  return testing::nccl_store_group(rank, size, port, "ddp_buckets");
 }
 
 // How a step runs: eagerly; forward+backward compiled with DDP's hooks

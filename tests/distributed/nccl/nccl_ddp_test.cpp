@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "distributed/ddp_reference.h"
+#include "distributed/nccl/nccl_store_group.h"
 #include "distributed/store_ranks.h"
 #include "kiln/collective.h"
 #include "kiln/compile.h"
@@ -61,15 +62,7 @@ std::string close_to(const std::vector<Tensor>& got, const std::vector<Tensor>& 
 // Rank 1 starts from other weights: DDP's broadcast replaces them.
 // This rank's NCCL group, through the test's store on `port`.
 std::shared_ptr<ProcessGroup> nccl_group(int rank, int size, uint64_t port) {
-  TCPStoreOptions co;
-  co.host = "127.0.0.1";
-  co.port = uint16_t(port);
-  co.timeout = 30s;
-  auto store = std::make_shared<TCPStore>(co);
-  ProcessGroupOptions po;
-  po.timeout = 30s;
-  po.host = "127.0.0.1";
-  return make_nccl_group(store, rank, size, rank, po, "ddp");
+  return testing::nccl_store_group(rank, size, port, "ddp");
 }
 
 std::string train_rank(int rank, int size, uint64_t port, bool bf16) {
