@@ -4,7 +4,8 @@
 // the buckets and copied into them, eager and compiled (hooks, traced
 // all-reduces, the whole step), and match one process on the CPU. The
 // counters show that the weight GEMMs wrote into the buckets (no copy) and
-// that a traced all-reduce reduced in the bucket itself. Tiny models (the
+// that a traced all-reduce reduced in the bucket itself; a convolution's
+// weight gradient is computed in its bucket as well. Tiny models (the
 // emulated device is slow).
 #include <cstring>
 #include <memory>
@@ -219,6 +220,65 @@ TEST(NcclDDPBuckets, TracedAllReducesReduceInTheDeviceBuckets) {
 
 TEST(NcclDDPBuckets, WholeCompiledStepReducesInTheDeviceBuckets) {
   run_mode(Mode::kWholeStep);
+}
+
+// A convolution's weight gradient on the device (conv2d_grad_weight) is
+// computed in its bucket too: a small conv net, eager, 2 ranks.
+std::shared_ptr<nn::Sequential> make_conv_net(uint64_t seed) {
+  manual_seed(seed);
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Conv2d>(2, 3, 3));
+  m->push_back(std::make_shared<nn::ReLU>());
+  m->push_back(std::make_shared<nn::Flatten>());
+  m->push_back(std::make_shared<nn::Linear>(3 * 4 * 4, 3));
+  return m;
+}
+
+// This rank's conv net after kSteps eager DDP steps on its half of each batch,
+// and the gradient destinations' counters over them.
+std::string train_conv(ProcessGroup& pg, bool compute_in, Outcome& out) {
+  manual_seed(5);
+  const Tensor x = randn({kSteps, 8, 2, 6, 6}), y = randint(0, 3, {kSteps, 8});
+  auto m = make_conv_net(uint64_t(pg.rank()) + 1);
+  m->to(Device::cuda(0));
+  DDPOptions o{.first_bucket_mb = 1e-4,
+               .process_group = std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {})};
+  o.compute_grads_in_buckets = compute_in;
+  DistributedDataParallel ddp(m, o);
+  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
+  const auto dest0 = autograd::grad_destination_stats();
+  for (int64_t i = 0; i < kSteps; ++i) {
+    opt.zero_grad();
+    const Tensor xi = x.select(0, i).narrow(0, pg.rank() * 4, 4).contiguous();
+    const Tensor yi = y.select(0, i).narrow(0, pg.rank() * 4, 4).contiguous();
+    cross_entropy(ddp(xi.to(Device::cuda(0))), yi.to(Device::cuda(0))).backward();
+    if (auto why = grads_in_buckets(*m, ddp); !why.empty()) return why;
+    opt.step();
+  }
+  const auto dest1 = autograd::grad_destination_stats();
+  out.dest = {dest1.computed_in_place - dest0.computed_in_place, dest1.copied - dest0.copied};
+  out.params.clear();
+  for (const Tensor& p : m->parameters()) out.params.push_back(p.to(Device::cpu()));
+  return "";
+}
+
+std::string conv_rank(int rank, uint64_t port) {
+  auto pg = nccl_group(rank, 2, port);
+  Outcome in, copied;
+  if (auto why = train_conv(*pg, true, in); !why.empty()) return "computed in: " + why;
+  if (auto why = train_conv(*pg, false, copied); !why.empty()) return "copied in: " + why;
+  if (auto why = bits_differ(in.params, copied.params); !why.empty())
+    return "computed in vs copied in: " + why;
+  // The conv's and the Linear's weights computed in place, the biases copied.
+  if (in.dest.computed_in_place != 2 * kSteps || in.dest.copied != 2 * kSteps)
+    return str(in.dest.computed_in_place, " gradients computed in their buckets and ",
+               in.dest.copied, " copied; expected ", 2 * kSteps, " and ", 2 * kSteps);
+  return "";
+}
+
+TEST(NcclDDPBuckets, ConvWeightGradientIsComputedInItsDeviceBucket) {
+  auto status = testing::run_store_ranks(2, conv_rank, 180s);
+  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
 }
 
 }  // namespace
