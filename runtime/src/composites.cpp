@@ -4,8 +4,11 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <optional>
 
 #include "kiln/autograd.h"
+#include "kiln/device_runtime.h"
+#include "kiln/dispatch.h"
 #include "kiln/functional.h"
 #include "ops/fused_composites.h"
 #include "ops/helpers.h"
@@ -185,6 +188,63 @@ Tensor ops::layer_norm_unfused(const Tensor& x, size_t nd, const Tensor& weight,
   return y;
 }
 
+namespace {
+
+// linear's eager form on a device whose runtime multiplies with a bias
+// epilogue (CUDA: cuBLASLt's CUBLASLT_EPILOGUE_BIAS, the bias added to the
+// accumulator before the output is rounded): one GEMM instead of matmul + add.
+// Only for real tensors of one floating dtype on one non-CPU device, a 2-D
+// weight and a [out] bias, with eager fusion on (set_eager_fusion) and nothing
+// traced: a traced linear stays matmul + add, which compiled CUDA graphs turn
+// into the same GEMM (codegen/executor). The gradients are matmul's and add's,
+// written with the same Tensor ops as their vjps (so differentiable again).
+std::optional<Tensor> device_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (!bias.defined() || weight.dim() != 2 || bias.dim() != 1 || !eager_fusion_enabled() ||
+      current_recorder() != nullptr)
+    return std::nullopt;
+  const Device dev = x.device();
+  if (dev.is_cpu() || x.is_symbolic() || weight.is_symbolic() || bias.is_symbolic())
+    return std::nullopt;
+  const DType dt = x.dtype();
+  if (!is_floating(dt) || weight.dtype() != dt || bias.dtype() != dt || weight.device() != dev ||
+      bias.device() != dev)
+    return std::nullopt;
+  const int64_t out = weight.size(0), in = weight.size(1);
+  Dims shape = x.shape();
+  shape.back() = out;
+  Tensor y = make_tensor(shape, dt, dev);
+  {
+    NoGradGuard ng;
+    const Tensor ins[3] = {x.detach(), transpose(weight.detach(), 0, 1), bias.detach()};
+    Tensor outs[1] = {y};
+    device_runtime(dev, "linear").run(OpId::matmul, ins, Attrs(), outs);
+  }
+  const bool need =
+      grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  if (!need) return y;
+  auto sx = std::make_shared<SavedTensor>(x, false);
+  auto sw = std::make_shared<SavedTensor>(weight, false);
+  const bool gx_needed = x.requires_grad(), gw_needed = weight.requires_grad(),
+             gb_needed = bias.requires_grad();
+  const Dims bshape = bias.shape();
+  auto backward = [=](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+    if (!g[0].defined()) return {Tensor(), Tensor(), Tensor()};
+    const Tensor xs = sx->unpack(nullptr, "LinearBackward");
+    const Tensor ws = sw->unpack(nullptr, "LinearBackward");
+    std::vector<Tensor> gi(3);
+    if (gx_needed) gi[0] = matmul(g[0], ws);
+    if (gw_needed) {  // matmul's vjp for a transposed weight: a's rows folded, one GEMM
+      const int64_t rows = in == 0 ? 0 : xs.numel() / in;
+      gi[1] = matmul(transpose(reshape(g[0], {rows, out}), 0, 1), reshape(xs, {rows, in}));
+    }
+    if (gb_needed) gi[2] = sum_to(g[0], bshape);
+    return gi;
+  };
+  return attach_function("LinearBackward", {x, weight, bias}, {y}, std::move(backward))[0];
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(weight.dim() == 1 || weight.dim() == 2,
              "[linear] weight must be 1-D or 2-D [out_features, in_features], got shape ",
@@ -192,12 +252,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(-1), "[linear] input shape ", x.shape(),
              " is incompatible with weight shape ", weight.shape(),
              " (the last input dim must equal in_features = ", weight.size(-1), ")");
-  Tensor y = weight.dim() == 2 ? matmul(x, transpose(weight, 0, 1)) : matmul(x, weight);
-  if (!bias.defined()) return y;
   int64_t out = weight.dim() == 2 ? weight.size(0) : 1;
-  KILN_CHECK(bias.dim() == 0 || (bias.dim() == 1 && (bias.size(0) == out || bias.size(0) == 1)),
+  KILN_CHECK(!bias.defined() || bias.dim() == 0 ||
+                 (bias.dim() == 1 && (bias.size(0) == out || bias.size(0) == 1)),
              "[linear] bias shape ", bias.shape(), " does not match out_features = ", out,
              " of weight shape ", weight.shape());
+  if (auto y = device_linear(x, weight, bias)) return *y;
+  Tensor y = weight.dim() == 2 ? matmul(x, transpose(weight, 0, 1)) : matmul(x, weight);
+  if (!bias.defined()) return y;
   return y + bias;
 }
 

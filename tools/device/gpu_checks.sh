@@ -31,6 +31,13 @@ echo "cuda_tests rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_tests.txt"
 # in the log (they ran on the emulated device only before).
 "$work/bin/cuda_tests" --gtest_filter='CudaGraphs.*:CudaMath.*' 2>&1 | tee "$out/cuda_graphs.txt"
 echo "cuda_graphs rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_graphs.txt"
+# GEMM epilogues on cuBLASLt (ran on the emulated device only before): f32 bias
+# and bias + ReLU bit for bit against the unfused matmul + add (+ relu), f16/bf16
+# within one rounding, cuBLASLt's GELU against kiln's tanh GELU (the deviation
+# is printed: GELU epilogues stay off until it is known), eager linear and the
+# compiled matmul+bias steps against eager.
+"$work/bin/cuda_tests" --gtest_filter='CudaEpilogue.*' 2>&1 | tee "$out/cuda_epilogues.txt"
+echo "cuda_epilogues rc=${PIPESTATUS[0]}" | tee -a "$out/cuda_epilogues.txt"
 fi
 if [ -z "${1:-}" ]; then
 # nccl_tests: a one-rank communicator's all-reduce, and a one-rank NCCL process

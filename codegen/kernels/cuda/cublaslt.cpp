@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "kernels/cuda/driver.h"
@@ -77,10 +78,11 @@ constexpr size_t kWorkspace = size_t{32} << 20;
 struct State {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace;
-  // (dtype, tf32, m, n, k, batch, lda, ldb, ldd, strides, ops, alignments) -> algorithm
+  // (dtype, tf32, m, n, k, batch, lda, ldb, ldd, strides, ops, alignments, epilogue and
+  // the bias's alignment) -> algorithm
   using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, int>;
-  std::map<Key, cublasLtMatmulAlgo_t> algos;
+                         int64_t, int64_t, int64_t, int, int, int, int>;
+  std::map<Key, std::optional<cublasLtMatmulAlgo_t>> algos;  // nullopt: none for that epilogue
   std::mutex mu;
 };
 
@@ -188,7 +190,49 @@ cublasLtMatrixLayout_t layout(cudaDataType_t t, uint64_t rows, uint64_t cols, in
   return m;
 }
 
+cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kRelu:
+      return CUBLASLT_EPILOGUE_RELU;
+    case GemmEpilogue::kBiasRelu:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case GemmEpilogue::kGelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::kBiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The epilogue and its bias on the descriptor. The bias has D's type (the
+// default for every type kiln multiplies) and one value per row of cuBLASLt's
+// column-major D, a row-major output's column; its batch stride stays 0, so
+// every batch adds the same vector.
+void set_epilogue(cublasLtMatmulDesc_t op, GemmEpilogue e, CUdeviceptr bias) {
+  if (e == GemmEpilogue::kNone) return;
+  const Lib& l = lib();
+  const uint32_t epi = lt_epilogue(e);
+  ok(l.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+     "epilogue");
+  if (!epilogue_has_bias(e)) return;
+  KILN_ASSERT(bias != 0, "[matmul] a bias epilogue without a bias");
+  const void* p = reinterpret_cast<const void*>(bias);
+  ok(l.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof(p)),
+     "bias pointer");
+}
+
 }  // namespace
+
+GemmEpilogue gemm_epilogue(bool bias, bool relu, bool gelu) {
+  KILN_ASSERT(!(relu && gelu), "[matmul] an epilogue has ReLU or GELU, not both");
+  if (relu) return bias ? GemmEpilogue::kBiasRelu : GemmEpilogue::kRelu;
+  if (gelu) return bias ? GemmEpilogue::kBiasGelu : GemmEpilogue::kGelu;
+  return bias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+}
 
 std::string cublaslt_unavailable_reason() {
   return lib().error;
@@ -201,8 +245,8 @@ bool matmul_allow_tf32() {
   return g_tf32;
 }
 
-void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
-          CUdeviceptr d) {
+bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
+          CUdeviceptr d, CUdeviceptr bias) {
   KILN_CHECK(s.batch <= INT32_MAX, "[matmul] a batch of ", s.batch,
              " matrices is more than cuBLASLt takes in one call");
   const cudaDataType_t t = data_type(dtype);
@@ -221,6 +265,7 @@ void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
      "transa");
   ok(l.cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &la.op, sizeof(la.op)),
      "transb");
+  set_epilogue(ds.op, s.epilogue, bias);
   ds.a = layout(t, lb.rows, lb.cols, lb.ld, s.batch, b.batch_stride);
   ds.b = layout(t, la.rows, la.cols, la.ld, s.batch, a.batch_stride);
   ds.d = layout(t, static_cast<uint64_t>(s.N), static_cast<uint64_t>(s.M), s.ldd, s.batch,
@@ -240,13 +285,15 @@ void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
                        s.d_batch_stride,
                        align_a * 2 + (lb.op == CUBLAS_OP_T),
                        align_b * 2 + (la.op == CUBLAS_OP_T),
-                       align_d};
+                       align_d,
+                       static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0)};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     auto it = st.algos.find(key);
     if (it != st.algos.end()) {
-      algo = it->second;
+      if (!it->second) return false;
+      algo = *it->second;
     } else {
       ok(l.cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate");
       const uint64_t ws = kWorkspace;
@@ -263,9 +310,13 @@ void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
            "alignment preference");
       cublasLtMatmulHeuristicResult_t res{};
       int found = 0;
-      ok(l.cublasLtMatmulAlgoGetHeuristic(st.handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1,
-                                          &res, &found),
-         "cublasLtMatmulAlgoGetHeuristic");
+      const cublasStatus_t hs = l.cublasLtMatmulAlgoGetHeuristic(st.handle, ds.op, ds.a, ds.b, ds.d,
+                                                                 ds.d, ds.pref, 1, &res, &found);
+      if (s.epilogue != GemmEpilogue::kNone && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {
+        st.algos.emplace(key, std::nullopt);  // the caller runs the epilogue itself
+        return false;
+      }
+      ok(hs, "cublasLtMatmulAlgoGetHeuristic");
       KILN_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype, " [", s.batch, " x ",
                  s.M, " x ", s.K, "] . [", s.K, " x ", s.N, "]");
       algo = res.algo;
@@ -291,6 +342,7 @@ void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
                       &algo, ws, kWorkspace, stream),
      "cublasLtMatmul");
   after_launch("matmul (cuBLASLt)");
+  return true;
 }
 
 }  // namespace kiln::cuda

@@ -9,10 +9,7 @@
 #include <string>
 
 #include "kiln/dtype.h"
-
-namespace kiln {
-class Tensor;
-}
+#include "kiln/tensor.h"
 
 namespace kiln::cuda {
 
@@ -24,24 +21,53 @@ struct GemmOperand {
   int64_t rs = 0, cs = 1, batch_stride = 0;
 };
 
+/// What a GEMM applies to its accumulator (f32; f64 for f64) before the
+/// output conversion, as cuBLASLt's CUBLASLT_EPILOGUE_*: a bias (one value per
+/// output column, the same for every row and batch) added first, then ReLU or
+/// GELU. cuBLASLt's GELU is the tanh approximation, computed by its own code:
+/// not kiln's expansion, so kiln uses it nowhere by default.
+enum class GemmEpilogue : uint8_t { kNone, kBias, kRelu, kBiasRelu, kGelu, kBiasGelu };
+
+/// Whether `e` reads a bias vector.
+constexpr bool epilogue_has_bias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasRelu || e == GemmEpilogue::kBiasGelu;
+}
+/// The epilogue of a product with (`bias`) or without a bias, then ReLU
+/// (`relu`) or GELU, tanh form (`gelu`), or nothing else. The CUDA runtime's
+/// matmul takes it as the executor and eager `linear` ask through
+/// DeviceRuntime::run: a third input (the bias) and the bool attributes
+/// "relu" / "gelu".
+GemmEpilogue gemm_epilogue(bool bias, bool relu, bool gelu);
+
 /// The shape of one batched product d[b] = a[b] (M x K) . b[b] (K x N); d is
-/// row-major with leading dimension ldd and batch stride `d_batch_stride`.
+/// row-major with leading dimension ldd and batch stride `d_batch_stride`;
+/// `epilogue` applied to each element before it is stored.
 struct GemmShape {
   int64_t batch = 1, M = 0, N = 0, K = 0;
   int64_t ldd = 0, d_batch_stride = 0;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
 };
 
-/// d = a . b on `device` (its context current) and the default stream, for f32 (full f32
-/// math unless set_matmul_allow_tf32), f64, f16 and bf16 (f32 accumulation). Row
+/// d = epilogue(a . b [+ bias]) on `device` (its context current) and the current stream, for f32
+/// (full f32 math unless set_matmul_allow_tf32), f64, f16 and bf16 (f32 accumulation). Row
 /// major is mapped onto cuBLASLt's column major by swapping the operands;
 /// transposed operands (unit row stride) use its transpose flags, not a copy.
-/// The chosen algorithm is cached per shape, layout and alignment.
-void gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
-          CUdeviceptr d);
+/// `bias`: N contiguous elements of `dtype` on the device, when the epilogue
+/// has one (cuBLASLt's bias follows D's rows, which are row-major d's columns).
+/// The chosen algorithm is cached per shape, layout, alignment and epilogue.
+/// False (nothing run) when cuBLASLt has no algorithm for that epilogue here
+/// (f64, say): the caller then multiplies without one and applies it itself.
+bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
+          CUdeviceptr d, CUdeviceptr bias = 0);
 
 /// out = matmul(a, b) for CUDA tensors with torch.matmul semantics (1-D
-/// operands, broadcast batch dims); `out` has the shape matmul infers.
-void device_matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+/// operands, broadcast batch dims); `out` has the shape matmul infers. With an
+/// epilogue, `bias` (a contiguous [N] or [1] tensor of out's dtype, when the
+/// epilogue has one) is added to the accumulator before the output is rounded,
+/// then ReLU/GELU: on the emulated device as on cuBLASLt (the product in f32
+/// on the host, bias and activation in f32, one rounding to f16/bf16).
+void device_matmul(const Tensor& a, const Tensor& b, const Tensor& out,
+                   GemmEpilogue epilogue = GemmEpilogue::kNone, const Tensor& bias = Tensor());
 
 /// "" when cuBLASLt can be loaded, else why not.
 std::string cublaslt_unavailable_reason();

@@ -356,7 +356,11 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (info.has(kElementwise)) return elementwise(op, in, out[0]);
   if (op == OpId::sum || op == OpId::max || op == OpId::min)
     return reduce(op, in[0], attrs, out[0]);
-  if (op == OpId::matmul) return device_matmul(in[0], in[1], out[0]);
+  if (op == OpId::matmul)  // with a bias (a third input) and "relu"/"gelu": an epilogue
+    return device_matmul(in[0], in[1], out[0],
+                         gemm_epilogue(in.size() > 2, attrs.has("relu") && attrs.b("relu"),
+                                       attrs.has("gelu") && attrs.b("gelu")),
+                         in.size() > 2 ? in[2] : Tensor());
   if (op == OpId::rand_uniform || op == OpId::rand_normal)
     return device_random(op == OpId::rand_normal, attrs, out[0]);
   // Built from fills and strided copies into views of their output

@@ -71,26 +71,60 @@ struct HostMatmul {
   void* out;
   Dims a_shape, b_shape, out_shape;
   DType a_dtype, b_dtype, out_dtype;
+  GemmEpilogue epilogue;
+  void* bias;  // with a bias epilogue: bias_shape of out_dtype
+  Dims bias_shape;
 };
+
+// The product of host (or emulated-device) tensors with cuBLASLt's epilogue
+// contract: without one, the CPU's matmul (its bits); with one, the product
+// in the accumulator's type (f64 for f64, else f32: the CPU's f16/bf16
+// product is the f32 product of the widened operands, rounded once), the bias
+// added in that type, then ReLU or tanh GELU, and one rounding to `out`.
+DType accumulator(DType out) {
+  return out == DType::f64 ? DType::f64 : DType::f32;
+}
+
+// Epilogue `e` on the accumulated products `y` (of accumulator(out)), then
+// rounded to `out`.
+Tensor apply_epilogue(Tensor y, GemmEpilogue e, const Tensor& bias, DType out) {
+  NoGradGuard no_grad;
+  if (epilogue_has_bias(e)) y = y + bias.to(y.dtype());
+  if (e == GemmEpilogue::kRelu || e == GemmEpilogue::kBiasRelu) y = relu(y);
+  if (e == GemmEpilogue::kGelu || e == GemmEpilogue::kBiasGelu) y = gelu(y, "tanh");
+  return y.to(out);
+}
+
+Tensor host_product(const Tensor& a, const Tensor& b, GemmEpilogue e, const Tensor& bias,
+                    DType out) {
+  NoGradGuard no_grad;
+  if (e == GemmEpilogue::kNone) return matmul(a, b);
+  const DType acc = accumulator(out);
+  return apply_epilogue(matmul(a.to(acc), b.to(acc)), e, bias, out);
+}
 
 void CUDA_CB run_host_matmul(void* p) {
   const auto* m = static_cast<const HostMatmul*>(p);
   try {
     NoGradGuard no_grad;
     Tensor o = from_blob(m->out, m->out_shape, m->out_dtype);
-    o.copy_(
-        matmul(from_blob(m->a, m->a_shape, m->a_dtype), from_blob(m->b, m->b_shape, m->b_dtype)));
+    const Tensor bias = m->bias ? from_blob(m->bias, m->bias_shape, m->out_dtype) : Tensor();
+    o.copy_(host_product(from_blob(m->a, m->a_shape, m->a_dtype),
+                         from_blob(m->b, m->b_shape, m->b_dtype), m->epilogue, bias, o.dtype()));
   } catch (const std::exception& e) {  // the same product ran before the capture: not expected
     std::fprintf(stderr, "kiln: emulated matmul in a CUDA graph failed: %s\n", e.what());
   }
 }
 
-void emulated_host_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
+void emulated_host_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out, GemmEpilogue e,
+                          const Tensor& bias0) {
   const Tensor a = a0.detach().contiguous(), b = b0.detach().contiguous();
+  const Tensor bias = bias0.defined() ? bias0.detach().contiguous() : Tensor();
   const Tensor d = out.is_contiguous() ? out : empty_like(out).contiguous();
-  auto m = std::make_shared<HostMatmul>(HostMatmul{a.data_ptr(), b.data_ptr(), d.data_ptr(),
-                                                   a.shape(), b.shape(), d.shape(), a.dtype(),
-                                                   b.dtype(), out.dtype()});
+  auto m = std::make_shared<HostMatmul>(
+      HostMatmul{a.data_ptr(), b.data_ptr(), d.data_ptr(), a.shape(), b.shape(), d.shape(),
+                 a.dtype(), b.dtype(), out.dtype(), e, bias.defined() ? bias.data_ptr() : nullptr,
+                 bias.defined() ? bias.shape() : Dims{}});
   check(driver().cuLaunchHostFunc(current_cu_stream(out.device().index), run_host_matmul, m.get()),
         "cuLaunchHostFunc");
   keep_for_graph(std::move(m));  // its pointers are the pool's, fixed while the graph lives
@@ -102,7 +136,8 @@ void emulated_host_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out)
 
 }  // namespace
 
-void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
+void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out, GemmEpilogue epilogue,
+                   const Tensor& bias) {
   // A 1-D a is [1, K] and a 1-D b is [K, 1]; the added dims are not in `out`.
   const Tensor a = a0.dim() == 1 ? a0.unsqueeze(0) : a0;
   const Tensor b = b0.dim() == 1 ? b0.unsqueeze(1) : b0;
@@ -113,17 +148,29 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   int64_t nbatch = 1;
   for (int64_t d : batch) nbatch *= d;
   if (nbatch == 0 || M == 0 || N == 0) return;
+  KILN_CHECK(
+      !epilogue_has_bias(epilogue) || (bias.defined() && bias.dtype() == out.dtype() &&
+                                       bias.dim() == 1 && (bias.size(0) == N || bias.size(0) == 1)),
+      "[matmul] a bias epilogue takes a 1-D bias of ", N, " (or 1) ", out.dtype(),
+      " elements, got ", bias.defined() ? bias.dtype() : out.dtype(),
+      bias.defined() ? bias.shape() : Dims{});
   if (driver().emulated) {
     // The emulated device has no cuBLASLt: the product runs on the host CPU,
     // in a captured graph as a host function in stream order.
-    if (capturing_graph()) return emulated_host_matmul(a0, b0, out);
+    if (capturing_graph()) return emulated_host_matmul(a0, b0, out, epilogue, bias);
     Tensor o = out;
-    o.copy_(matmul(a0.detach().cpu(), b0.detach().cpu()));
+    o.copy_(host_product(a0.detach().cpu(), b0.detach().cpu(), epilogue,
+                         bias.defined() ? bias.detach().cpu() : Tensor(), out.dtype()));
     return;
   }
   if (K == 0) {
     Tensor o = out;
-    o.zero_();  // an empty sum
+    if (epilogue == GemmEpilogue::kNone) {
+      o.zero_();  // an empty sum
+    } else {      // the epilogue of an empty sum, on the device's own kernels
+      o.copy_(apply_epilogue(zeros(out.shape(), accumulator(out.dtype()), out.device()), epilogue,
+                             bias, out.dtype()));
+    }
     return;
   }
   Dims ashape = batch, bshape = batch;
@@ -143,7 +190,22 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out) {
   s.K = K;
   s.ldd = std::max<int64_t>(N, 1);
   s.d_batch_stride = M * N;
-  gemm(out.device().index, out.dtype(), s, ga, gb, address(d));
+  s.epilogue = epilogue;
+  // cuBLASLt reads N packed bias values: a [1] bias is widened first, one at
+  // an odd address (a view into a flat buffer) copied to a fresh block.
+  Tensor bias_n;
+  if (epilogue_has_bias(epilogue)) {
+    bias_n = bias.detach().expand({N}).contiguous();
+    if (address(bias_n) % 16 != 0) bias_n = bias_n.clone();
+  }
+  if (!gemm(out.device().index, out.dtype(), s, ga, gb, address(d),
+            bias_n.defined() ? address(bias_n) : 0)) {
+    // No algorithm with this epilogue: the product, then the epilogue by the
+    // device's own kernels (f16/bf16 then round twice, as unfused).
+    s.epilogue = GemmEpilogue::kNone;
+    gemm(out.device().index, out.dtype(), s, ga, gb, address(d));
+    d.copy_(apply_epilogue(d.to(accumulator(out.dtype())), epilogue, bias_n, out.dtype()));
+  }
   if (!d.is_same(out)) {
     Tensor o = out;
     o.copy_(d);
