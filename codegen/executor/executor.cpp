@@ -110,6 +110,10 @@ size_t Executor::num_steps() const {
 std::string Executor::schedule_text() const {
   std::string s;
   for (const Step& st : steps_) {
+    if (st.gemm_epilogue) {
+      s += st.gemm_relu ? "matmul+bias+relu\n" : "matmul+bias\n";
+      continue;
+    }
     if (st.node) {
       s += str(st.node->is_constant() ? "constant" : st.node->info().name, "\n");
       continue;

@@ -70,6 +70,9 @@ struct ExecutorOptions {
   bool in_place = true;     ///< pointwise kernels may overwrite a dying input of their size
   bool horizontal = true;   ///< batch independent launches of one kernel into one launch
   bool reassociate = true;  ///< see CompileOptions::reassociate
+  /// On a device (CUDA), a matmul whose output only a bias add (+ relu) group
+  /// reads runs as one GEMM with that epilogue (executor/gemm_epilogue.h).
+  bool gemm_epilogues = true;
   /// Where the graph runs: every input lives there (CPU scalars excepted);
   /// fused kernels come from that device's backend (CUDA: printed, NVRTC).
   Device device = Device::cpu();
@@ -127,6 +130,7 @@ class Executor {
   std::vector<Group> lower_groups(size_t& num_kernels) const;
   std::vector<std::vector<size_t>> order_units(size_t num_kernels) const;
   void make_steps(const std::vector<std::vector<size_t>>& order, const SlotByValue& slot_of);
+  void fold_gemm_epilogues(const SlotByValue& slot_of);
   void plan_last_uses(const SlotByValue& slot_of);
   void precompute_static_shapes(const SlotByValue& slot_of);
   Destinations destinations(const RunArgs& args) const;

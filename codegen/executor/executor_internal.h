@@ -34,6 +34,9 @@ struct Executor::Step {
   std::vector<detail::Slot> dying_inputs;    // graph-input slots read last here, by one instance
   int place = -1;                            // a matmul: its placement (placements_), if any
   detail::Slot host_slot = detail::kNoSlot;  // a matmul with a placement: the host's output slot
+  // A matmul run with its epilogue group (gemm_epilogue.h): `in` ends with the
+  // bias, `out` is the group's output; relu after the bias when set.
+  bool gemm_epilogue = false, gemm_relu = false;
   // A constant node: its value where the plan runs (a table the function made
   // on the host and moved to the device is a host constant in the IR).
   Tensor constant;

@@ -183,6 +183,7 @@ class Executor::Run {
   Tensor placed_output(const Step& step);
   void run_constant(const Step& step);
   void run_node(const Step& step);
+  void run_gemm_epilogue(const Step& step);
   void fill_cat_host(Tensor& host, const std::vector<Tensor>& ins, const Attrs& attrs);
   void prepare_launch(const Group& grp, Launch& l);
   void kernel_output(const Group& grp, Launch& l, size_t j);
@@ -336,9 +337,29 @@ void Executor::Run::fill_cat_host(Tensor& host, const std::vector<Tensor>& ins,
   }
 }
 
+// A matmul with its bias (+ relu) epilogue group (gemm_epilogue.h), through
+// the device runtime's matmul with a bias input: into the group output's free
+// destination or a new buffer.
+void Executor::Run::run_gemm_epilogue(const Step& step) {
+  const ir::Node& n = *step.node;
+  profiler::Span nspan("node", step.gemm_relu ? "matmul+bias+relu" : "matmul+bias");
+  ins_.clear();
+  for (Slot i : step.in) ins_.push_back(slots_[i]);
+  const ir::Value* ov = n.output();
+  std::vector<Tensor> outs{dest_or_new(step.out[0], ov->dtype, shape_of(step.out[0], ov))};
+  Attrs attrs;
+  attrs.set("relu", step.gemm_relu);
+  run_kernel(n, ins_, attrs, outs);
+  ins_.clear();
+  mem_.hold(outs[0]);
+  slots_[step.out[0]] = std::move(outs[0]);
+  st_.nodes_run += step.gemm_relu ? 3 : 2;
+}
+
 // An unfused node (BLAS, an eager kernel, a view): into a placed host buffer,
 // a free destination, or new tensors.
 void Executor::Run::run_node(const Step& step) {
+  if (step.gemm_epilogue) return run_gemm_epilogue(step);
   const ir::Node& n = *step.node;
   profiler::Span nspan("node", n.info().name);
   ins_.clear();

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "executor/column_sums.h"
+#include "executor/gemm_epilogue.h"
 #include "executor/placement.h"
 #include "kernels/kernel_cache.h"
 #include "kernels/lower.h"
@@ -360,6 +361,7 @@ void Executor::make_steps(const std::vector<std::vector<size_t>>& order,
       collective_waits_.push_back(steps_.size());
     steps_.push_back(std::move(st));
   }
+  if (!opts_.device.is_cpu() && opts_.gemm_epilogues) fold_gemm_epilogues(slot_of);
   // Matmuls computed straight into a later cat's or reshape's buffer.
   if (opts_.in_place) {
     auto placements = detail::plan_placements(
@@ -372,6 +374,58 @@ void Executor::make_steps(const std::vector<std::vector<size_t>>& order,
       placements_.push_back(std::move(it->second));
     }
   }
+}
+
+// Each epilogue group that gemm_epilogue.h's rule matches leaves its step and
+// becomes its matmul's step, at the group's place (the bias is ready there):
+// one GEMM with the bias (+ relu) epilogue writing the group's output. The
+// matmul's own step goes; its product, which nothing else reads, never exists.
+void Executor::fold_gemm_epilogues(const SlotByValue& slot_of) {
+  const ir::Graph& g = *graph_;
+  std::vector<char> folded_node(g.num_nodes(), 0);
+  std::vector<Step> steps;
+  steps.reserve(steps_.size());
+  for (Step& st : steps_) {
+    std::vector<Step> gemms;
+    std::vector<size_t> kept;
+    for (size_t gi : st.groups) {
+      const auto m = detail::match_gemm_epilogue(plan_.groups[gi], g);
+      if (!m) {
+        kept.push_back(gi);
+        continue;
+      }
+      Step s;
+      s.node = m->matmul;
+      for (const ir::Value* v : m->matmul->inputs) s.in.push_back(slot_of(v));
+      s.in.push_back(slot_of(m->bias));
+      s.out.push_back(slot_of(plan_.groups[gi].outputs[0]));
+      s.gemm_epilogue = true;
+      s.gemm_relu = m->relu;
+      folded_node[g.position(m->matmul)] = 1;
+      gemms.push_back(std::move(s));
+    }
+    if (!gemms.empty()) {
+      st.groups = kept;
+      st.in.clear();
+      st.out.clear();
+      for (size_t gi : kept) {
+        const Group& grp = groups_[gi];
+        for (size_t a = 0; a < grp.arg_slot.size(); ++a)
+          (a < grp.lowered.num_inputs ? st.in : st.out).push_back(grp.arg_slot[a]);
+      }
+    }
+    if (st.node || !st.groups.empty()) steps.push_back(std::move(st));
+    for (Step& s : gemms) steps.push_back(std::move(s));
+  }
+  // The matmuls' own steps (each before its group's, so already in `steps`).
+  std::erase_if(steps, [&](const Step& s) {
+    return s.node && !s.gemm_epilogue && folded_node[g.position(s.node)];
+  });
+  steps_ = std::move(steps);
+  collective_waits_.clear();
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (steps_[i].node && steps_[i].node->is_op(OpId::collective_wait))
+      collective_waits_.push_back(i);
 }
 
 // Each slot's last use (freed after it), the graph outputs' slots and steps,

@@ -8,9 +8,12 @@
 #include <cstdio>
 
 #include "cuda_test_util.h"
+#include "executor/executor.h"
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/driver.h"
 #include "kiln/autograd.h"
+#include "kiln/compile.h"
+#include "kiln/ir/text.h"
 
 namespace kiln {
 namespace {
@@ -131,6 +134,115 @@ TEST_F(CudaEpilogue, EagerLinearDifferentiatesTwice) {
   Tensor gxc = grad({(yc * yc).sum()}, {xc}, {}, {.create_graph = true})[0];
   testing::expect_close(gx, gxc.detach(), 1e-5, "first");
   testing::expect_close(gw, grad({gxc.sum()}, {wc})[0], 1e-5, "second");
+}
+
+// ---- compiled graphs: matmul + bias add (+ relu) as one GEMM step ----
+
+std::shared_ptr<const ir::Graph> graph(const std::string& text) {
+  return std::shared_ptr<const ir::Graph>(ir::parse(text));
+}
+
+// The graph's outputs on cuda:0 with and without the epilogue rule, and the
+// schedule with it.
+struct Runs {
+  std::vector<Tensor> folded, plain;
+  std::string schedule;
+};
+Runs run_both(const std::string& text, const std::vector<Tensor>& in) {
+  auto g = graph(text);
+  Runs r;
+  for (bool fold : {true, false}) {
+    Executor ex(g, {.fuse = true, .gemm_epilogues = fold, .device = Device::cuda()});
+    RunArgs a;
+    a.inputs = in;
+    (fold ? r.folded : r.plain) = ex.run(a);
+    if (fold) r.schedule = ex.schedule_text();
+  }
+  return r;
+}
+
+const char* kBiasRelu = R"(graph(%0: f32[6, 10] "x", %1: f32[10, 7] "w", %2: f32[7] "b") {
+  %3 = matmul(%0, %1) : f32[6, 7]
+  %4 = add(%3, %2) : f32[6, 7]
+  %5 = relu(%4) : f32[6, 7]
+  return %5 "out0"
+})";
+
+// The epilogue group and its matmul become one step, with the unfused bits.
+TEST_F(CudaEpilogue, CompiledBiasReluIsOneGemmStep) {
+  const std::vector<Tensor> in{randn({6, 10}).cuda(), randn({10, 7}).cuda(), randn({7}).cuda()};
+  const Runs r = run_both(kBiasRelu, in);
+  EXPECT_EQ(r.schedule, "matmul+bias+relu\n");
+  testing::expect_bits(r.folded[0], r.plain[0].cpu(), "bias + relu");
+  testing::expect_bits(r.folded[0], relu(matmul(in[0], in[1]) + in[2]).cpu(), "eager");
+}
+
+// Not folded: the product read elsewhere, a bias that is not one row, more
+// work in the group (it stays a kernel).
+TEST_F(CudaEpilogue, CompiledRuleLeavesOtherGroupsAlone) {
+  const Tensor x = randn({4, 5}).cuda(), w = randn({5, 3}).cuda(), b = randn({3}).cuda();
+  const Runs shared = run_both(R"(graph(%0: f32[4, 5] "x", %1: f32[5, 3] "w", %2: f32[3] "b") {
+  %3 = matmul(%0, %1) : f32[4, 3]
+  %4 = add(%3, %2) : f32[4, 3]
+  return %4 "out0", %3 "mm"
+})",
+                               {x, w, b});
+  EXPECT_EQ(shared.schedule.find("matmul+bias"), std::string::npos) << shared.schedule;
+  const Runs full = run_both(R"(graph(%0: f32[4, 5] "x", %1: f32[5, 3] "w", %2: f32[4, 3] "b") {
+  %3 = matmul(%0, %1) : f32[4, 3]
+  %4 = add(%3, %2) : f32[4, 3]
+  return %4 "out0"
+})",
+                             {x, w, randn({4, 3}).cuda()});
+  EXPECT_EQ(full.schedule.find("matmul+bias"), std::string::npos) << full.schedule;
+  const Runs more = run_both(R"(graph(%0: f32[4, 5] "x", %1: f32[5, 3] "w", %2: f32[3] "b") {
+  %3 = matmul(%0, %1) : f32[4, 3]
+  %4 = add(%3, %2) : f32[4, 3]
+  %5 = mul(%4, %4) : f32[4, 3]
+  return %5 "out0"
+})",
+                             {x, w, b});
+  EXPECT_EQ(more.schedule.find("matmul+bias"), std::string::npos) << more.schedule;
+  testing::expect_bits(more.folded[0], more.plain[0].cpu(), "unchanged");
+}
+
+// kiln::compile of an MLP's loss on CUDA: the forward's linears run as GEMM
+// steps with their bias (+ relu) epilogues (in CUDA graphs from the second
+// call on); the loss keeps eager's bits, the gradients eager's values.
+TEST_F(CudaEpilogue, CompiledMlpLossKeepsEagersBits) {
+  const Tensor x = randn({16, 12}).cuda(), t = randn({16, 4}).cuda();
+  const std::vector<Tensor> init{(randn({24, 12}) * 0.3).cuda(), randn({24}).cuda(),
+                                 (randn({4, 24}) * 0.3).cuda(), randn({4}).cuda()};
+  auto leaves = [&] {
+    std::vector<Tensor> ps;
+    for (const Tensor& p : init) {
+      Tensor l = p.clone();
+      l.requires_grad_(true);
+      ps.push_back(l);
+    }
+    return ps;
+  };
+  auto loss_of = [](const std::vector<Tensor>& ps, const Tensor& x, const Tensor& t) {
+    const Tensor h = relu(linear(x, ps[0], ps[1]));
+    const Tensor d = linear(h, ps[2], ps[3]) - t;
+    return (d * d).mean();
+  };
+  const std::vector<Tensor> pe = leaves(), pc = leaves();
+  set_eager_fusion(false);  // eager as traced: matmul, then add
+  const Tensor want = loss_of(pe, x, t);
+  want.backward();
+  set_eager_fusion(true);
+  auto cf =
+      compile([&](const Tensor& x, const Tensor& t) { return loss_of(pc, x, t); }, {.warmup = 0});
+  for (int call = 0; call < 3; ++call) {
+    const Tensor got = cf(x, t);
+    testing::expect_bits(got, want.detach().cpu(), "loss, call " + std::to_string(call));
+    if (call < 2) continue;
+    EXPECT_EQ(cf.stats().traces, 1);
+    got.backward();
+    for (size_t i = 0; i < pc.size(); ++i)
+      testing::expect_close(pc[i].grad(), pe[i].grad().cpu(), 1e-5, "grad " + std::to_string(i));
+  }
 }
 
 }  // namespace
