@@ -108,18 +108,19 @@ Tensor Gpt::generate(Tensor idx, int64_t max_new_tokens, double temperature, int
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     // Crop the context to the last block_size tokens.
     Tensor idx_cond = idx.slice(1, -block_size_);  // idx[:, -block_size:]
-    // The last position's logits [B, vocab], drawn from on the CPU (topk has
-    // no CUDA kernel yet; the draw is the same on either device).
-    Tensor logits = forward(idx_cond).select(1, -1).cpu() / temperature;
+    // The last position's logits [B, vocab], sampled from where the model
+    // runs (top-k, softmax and multinomial run on CUDA too): the tokens stay
+    // there, and only the finished ids reach the host (sample_text's decode).
+    Tensor logits = forward(idx_cond).select(1, -1) / temperature;
     if (top_k > 0) {
       auto [v, ix] = logits.topk(std::min(top_k, logits.size(-1)));
       // Everything below the k-th largest logit is never drawn.
-      logits.index_put_({logits < v.select(1, -1).unsqueeze(1)},
-                        -std::numeric_limits<double>::infinity());
+      logits = logits.masked_fill(logits < v.select(1, -1).unsqueeze(1),
+                                  -std::numeric_limits<double>::infinity());
     }
     Tensor probs = logits.softmax(-1);
     Tensor next = probs.multinomial(1);  // [B, 1]
-    idx = cat({idx, next.to(idx.device())}, 1);
+    idx = cat({idx, next}, 1);
   }
   return idx;
 }

@@ -111,3 +111,32 @@ TEST(ExampleGpt, TrainsOnACudaDeviceLikeOnTheCpu) {
     EXPECT_EQ(b, a) << r.mode;
   });
 }
+
+// Sampling on a CUDA device (top-k, softmax and multinomial there; only the
+// finished token ids come back) writes the CPU's text from the same weights
+// and generator state, with and without top-k.
+TEST(ExampleGpt, SamplesOnACudaDeviceLikeOnTheCpu) {
+  if (!kiln::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
+  kiln::examples::GptOptions o;
+  o.block_size = 8;
+  o.n_embd = 16;
+  o.n_layer = 1;
+  o.batch_size = 4;
+  o.steps = 3;
+  o.warmup_steps = 1;
+  std::ostringstream log;
+  auto r = kiln::examples::train_gpt(o, log);
+  kiln::examples::Gpt gpu(o, r.tokenizer->vocab_size());
+  gpu.load_state_dict(r.model->state_dict());
+  gpu.to(kiln::Device::cuda());
+  for (int64_t top_k : {5, 0}) {
+    kiln::manual_seed(7);
+    const std::string a =
+        kiln::examples::sample_text(*r.model, *r.tokenizer, "The ", 24, 0.8, top_k);
+    kiln::manual_seed(7);
+    const std::string b = kiln::examples::sample_text(gpu, *r.tokenizer, "The ", 24, 0.8, top_k);
+    EXPECT_EQ(b, a) << "top-k " << top_k;
+    EXPECT_EQ(a.size(), 28u);
+  }
+}
