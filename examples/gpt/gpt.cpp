@@ -110,7 +110,8 @@ Tensor Gpt::generate(Tensor idx, int64_t max_new_tokens, double temperature, int
     Tensor idx_cond = idx.slice(1, -block_size_);  // idx[:, -block_size:]
     // The last position's logits [B, vocab], sampled from where the model
     // runs (top-k, softmax and multinomial run on CUDA too): the tokens stay
-    // there, and only the finished ids reach the host (sample_text's decode).
+    // there until sample_text decodes them (multinomial reads back only its
+    // 8-byte weight check).
     Tensor logits = forward(idx_cond).select(1, -1) / temperature;
     if (top_k > 0) {
       auto [v, ix] = logits.topk(std::min(top_k, logits.size(-1)));
