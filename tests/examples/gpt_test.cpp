@@ -19,6 +19,18 @@ kiln::examples::GptOptions small() {
   return o;
 }
 
+// A tiny model for the CUDA cases: the emulated device is slow.
+kiln::examples::GptOptions tiny() {
+  kiln::examples::GptOptions o;
+  o.block_size = 8;
+  o.n_embd = 16;
+  o.n_layer = 1;
+  o.batch_size = 4;
+  o.steps = 3;
+  o.warmup_steps = 1;
+  return o;
+}
+
 }  // namespace
 
 // The loss falls; the compiled step traces once and gives eager's losses; the
@@ -84,16 +96,9 @@ TEST(ExampleGpt, SamplingIsDeterministicUnderTheRngState) {
 
 // `gpt --device cuda`: the same steps on a CUDA device (a GPU, or the emulated
 // device in CI), eagerly and compiled, follow the CPU's losses; greedy
-// sampling (top-k 1) writes the CPU's text. A small model: the emulated device
-// is slow.
+// sampling (top-k 1) writes the CPU's text.
 TEST(ExampleGpt, TrainsOnACudaDeviceLikeOnTheCpu) {
-  kiln::examples::GptOptions o;
-  o.block_size = 8;
-  o.n_embd = 16;
-  o.n_layer = 1;
-  o.batch_size = 4;
-  o.steps = 3;
-  o.warmup_steps = 1;
+  const kiln::examples::GptOptions o = tiny();
   kiln::examples::testing::train_on_cpu_and_cuda(o, kiln::examples::train_gpt, [](const auto& r) {
     kiln::examples::testing::expect_losses_follow(r.gpu.losses, r.cpu.losses, 1e-4, r.mode);
     EXPECT_EQ(r.gpu.lrs, r.cpu.lrs);
@@ -118,13 +123,7 @@ TEST(ExampleGpt, TrainsOnACudaDeviceLikeOnTheCpu) {
 TEST(ExampleGpt, SamplesOnACudaDeviceLikeOnTheCpu) {
   if (!kiln::cuda::is_available())
     GTEST_SKIP() << "no CUDA device: " << kiln::cuda::unavailable_reason();
-  kiln::examples::GptOptions o;
-  o.block_size = 8;
-  o.n_embd = 16;
-  o.n_layer = 1;
-  o.batch_size = 4;
-  o.steps = 3;
-  o.warmup_steps = 1;
+  const kiln::examples::GptOptions o = tiny();
   std::ostringstream log;
   auto r = kiln::examples::train_gpt(o, log);
   kiln::examples::Gpt gpu(o, r.tokenizer->vocab_size());
