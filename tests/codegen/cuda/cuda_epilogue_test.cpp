@@ -177,6 +177,25 @@ TEST_F(CudaEpilogue, CompiledBiasReluIsOneGemmStep) {
   testing::expect_bits(r.folded[0], relu(matmul(in[0], in[1]) + in[2]).cpu(), "eager");
 }
 
+// Two linears of one shape: their epilogue kernels would launch as one
+// batched step; each becomes its own GEMM step instead.
+TEST_F(CudaEpilogue, CompiledBatchedEpiloguesEachFold) {
+  const std::vector<Tensor> in{randn({5, 8}).cuda(), randn({8, 3}).cuda(), randn({3}).cuda(),
+                               randn({8, 3}).cuda(), randn({3}).cuda()};
+  const Runs r = run_both(R"(graph(%0: f32[5, 8] "x", %1: f32[8, 3] "w1", %2: f32[3] "b1",
+                                %3: f32[8, 3] "w2", %4: f32[3] "b2") {
+  %5 = matmul(%0, %1) : f32[5, 3]
+  %6 = matmul(%0, %3) : f32[5, 3]
+  %7 = add(%5, %2) : f32[5, 3]
+  %8 = add(%6, %4) : f32[5, 3]
+  return %7 "a", %8 "b"
+})",
+                          in);
+  EXPECT_EQ(r.schedule, "matmul+bias\nmatmul+bias\n");
+  for (size_t i = 0; i < 2; ++i)
+    testing::expect_bits(r.folded[i], r.plain[i].cpu(), "output " + std::to_string(i));
+}
+
 // Not folded: the product read elsewhere, a bias that is not one row, more
 // work in the group (it stays a kernel).
 TEST_F(CudaEpilogue, CompiledRuleLeavesOtherGroupsAlone) {
