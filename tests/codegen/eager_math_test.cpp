@@ -4,7 +4,9 @@
 // eager results equal compile()'s (interpreted kernels and LLVM) bit for bit
 // on dense sweeps: a prime stride through all 2^32 f32 bit patterns (every
 // exponent, subnormals, NaN payloads, huge arguments of sin/cos), every
-// f16/bf16 value, special values, and strided (non-contiguous) inputs.
+// f16/bf16 value, special values, and strided (non-contiguous) inputs; the
+// eager side at every x86-64 level of its SIMD loops that this CPU runs (v2,
+// v3, v4: one set of bits at every width).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +14,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/llvm/llvm_jit.h"
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
 #include "kiln/op_table.h"
+#include "runtime/cpu_levels.h"
 
 namespace kiln {
 namespace {
@@ -148,28 +153,41 @@ Tensor apply(OpId op, const Tensor& x) {
   }
 }
 
-// eager op(x) == compile(op)(x), interpreted and with LLVM (where built).
+// f() evaluated eagerly at every SIMD level this CPU runs: (level, values).
+template <class F>
+std::vector<std::pair<std::string, std::vector<float>>> eager_at_levels(F&& f) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  testing::at_every_cpu_level(
+      [&](const std::string& level) { out.emplace_back(level, values(f())); });
+  return out;
+}
+
+// eager op(x) at every level == compile(op)(x), interpreted and with LLVM (where built).
 void check_unary(OpId op, const Tensor& x, const std::string& what) {
-  const std::vector<float> eager = values(apply(op, x));
+  const auto eager = eager_at_levels([&] { return apply(op, x); });
   for (bool interp : {true, false}) {
     if (!interp && !jit::available()) continue;
     auto f = compile([op](const Tensor& a) { return apply(op, a); },
                      {.warmup = 0, .interpret_kernels = interp});
-    expect_same(str(what, " ", op_name(op), interp ? " (interpreter)" : " (LLVM)"), x, eager,
-                values(f(x)));
+    const std::vector<float> compiled = values(f(x));
+    for (const auto& [level, e] : eager)
+      expect_same(str(what, " ", op_name(op), " at ", level, interp ? " (interpreter)" : " (LLVM)"),
+                  x, e, compiled);
   }
 }
 
 void check_pow(const Tensor& x, const Tensor& y, const std::string& what) {
-  const Tensor z = pow(x, y);
-  const std::vector<float> eager = values(z);
-  const Tensor xs = x.expand(z.shape()), ys = y.expand(z.shape());  // for the messages
+  const auto eager = eager_at_levels([&] { return pow(x, y); });
+  const Dims shape = broadcast_shapes(x.shape(), y.shape(), "pow");
+  const Tensor xs = x.expand(shape), ys = y.expand(shape);  // for the messages
   for (bool interp : {true, false}) {
     if (!interp && !jit::available()) continue;
     auto f = compile([](const Tensor& a, const Tensor& b) { return pow(a, b); },
                      {.warmup = 0, .interpret_kernels = interp});
-    expect_same(str(what, " pow", interp ? " (interpreter)" : " (LLVM)"), xs, eager,
-                values(f(x, y)), &ys);
+    const std::vector<float> compiled = values(f(x, y));
+    for (const auto& [level, e] : eager)
+      expect_same(str(what, " pow at ", level, interp ? " (interpreter)" : " (LLVM)"), xs, e,
+                  compiled, &ys);
   }
 }
 

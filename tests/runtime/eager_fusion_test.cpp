@@ -14,6 +14,7 @@
 
 #include "kiln/kiln.h"
 #include "ops/vec_math.h"
+#include "runtime/cpu_levels.h"
 #include "symbolic_recorder.h"
 #include "test_util.h"
 
@@ -346,19 +347,22 @@ TEST(EagerFusion, AttentionSoftmaxRunsFused) {
 // The fused f32 GELU (erf form) runs the primitive erf's expansion (the shared
 // math::erf_f32, as compiled kernels do), not libm's erff: its bits are
 // x (erf(x / sqrt2) + 1) / 2 with erf from the primitive op.
+// At every SIMD level this CPU runs.
 TEST(EagerFusion, GeluErfUsesThePrimitiveErf) {
   manual_seed(13);
   FusionScope on(true);
   Tensor x = cat({randn({4099}) * 3.0, linspace(-6.0, 6.0, 997)}, 0);
   const float half_sqrt2 = static_cast<float>(std::sqrt(2.0) / 2.0);
-  Tensor y = gelu(x);
-  Tensor e = erf(x * static_cast<double>(half_sqrt2));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const float v = x.data<float>()[i];
-    const float want = v * (e.data<float>()[i] + 1.0f) * 0.5f;
-    ASSERT_EQ(std::bit_cast<uint32_t>(y.data<float>()[i]), std::bit_cast<uint32_t>(want))
-        << "element " << i << " x = " << v;
-  }
+  kiln::testing::at_every_cpu_level([&](const std::string&) {
+    Tensor y = gelu(x);
+    Tensor e = erf(x * static_cast<double>(half_sqrt2));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float v = x.data<float>()[i];
+      const float want = v * (e.data<float>()[i] + 1.0f) * 0.5f;
+      ASSERT_EQ(std::bit_cast<uint32_t>(y.data<float>()[i]), std::bit_cast<uint32_t>(want))
+          << "element " << i << " x = " << v;
+    }
+  });
 }
 
 // The f32 softmax kernel's bits: e^(x - max) per element (the shared exp),

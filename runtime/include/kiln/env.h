@@ -19,6 +19,10 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_POOL_SPIN_US", "1000",
      "microseconds an idle pool worker polls for the next job before sleeping (0: sleep at "
      "once; no polling when the pool has more threads than the machine has cores)"},
+    {"KILN_CPU_LEVEL", "native",
+     "x86-64 level of the eager SIMD math loops: v2 (SSE4.2), v3 (AVX2+FMA), v4 (AVX-512), or "
+     "native, the best this CPU runs; a level above it is an error (results are the same bits "
+     "at every level)"},
     {"KILN_EAGER", "0", "1 runs kiln::compile'd functions as the plain eager function"},
     {"KILN_CHECK_COMPILED", "0",
      "1 runs eager beside compiled on every call and reports the first differing output"},

@@ -42,12 +42,12 @@ void infer_binary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMe
 // a broadcast single element take loops the compiler vectorizes. The dense path
 // and strided_loop's runs both call it, and it is kept out of line, so each
 // (op, dtype) pair compiles these loops once (they dominate the build's time).
-// pow (vec::Expanded) runs its f32 expansion for f32, f16 and bf16.
+// pow (vec::Expanded) runs its f32 loop for f32, f16 and bf16.
 template <typename T, typename R, typename F>
 [[gnu::noinline]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
   using C = compute_t<T>;
   if constexpr (vec::HasExpansion<F> && std::is_same_v<C, float>) {
-    vec::binary_run<typename F::Expansion, T>(p, s, n);
+    vec::run_loop<2, T>(F::kLoop, p, s, n);
   } else {
     const F f{};
     R* __restrict o = reinterpret_cast<R*>(p[0]);
@@ -255,7 +255,7 @@ void register_binary(OpTable& t) {
   reg<OpId::sub, s::sub>(t, vjp_sub, kSaveNone);
   reg<OpId::mul, s::mul>(t, vjp_mul, kSaveInputs);
   reg<OpId::div, s::div>(t, vjp_div, kSaveInputs);
-  reg<OpId::pow, vec::Expanded<s::pow, vec::Pow>>(t, vjp_pow, kSaveInputs);
+  reg<OpId::pow, vec::Expanded<s::pow, vec::Loop::kPow>>(t, vjp_pow, kSaveInputs);
   reg<OpId::maximum, s::maximum>(t, vjp_maximum, kSaveInputs);
   reg<OpId::minimum, s::minimum>(t, vjp_minimum, kSaveInputs);
   t[OpId::mul].save_only_for_others = 0b11;  // a for b's gradient, b for a's

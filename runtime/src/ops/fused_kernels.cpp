@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kiln/thread_pool.h"
+#include "ops/gelu_const.h"
 #include "ops/vec_math.h"
 
 namespace kiln::ops::fused {
@@ -375,16 +376,6 @@ void relu_bwd(const T* y, const T* g, T* gx, int64_t n) {
 
 namespace {
 
-// The composites' constants, rounded to T as their wrapped scalars are.
-template <typename T>
-struct GeluConst {
-  static constexpr T c = static_cast<T>(0.044715);
-  // 2 sqrt(2/pi): tanh-GELU is x sigmoid(2u).
-  static constexpr T k2 = static_cast<T>(2.0 * 0.79788456080286535588);
-  static constexpr T half_sqrt2 = static_cast<T>(std::numbers::sqrt2 / 2.0);
-  static constexpr T inv_sqrt_2pi = static_cast<T>(0.39894228040143267794);
-};
-
 template <typename T, typename F>
 void pointwise_loop(int64_t n, F&& f) {
   parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
@@ -392,39 +383,17 @@ void pointwise_loop(int64_t n, F&& f) {
   });
 }
 
-// GELU (erf form) and its gradient on f32 vectors at the host's width, with
-// the shared erf and exp (the primitive ops' and compiled kernels' bits).
-struct GeluErfF32 {
-  static constexpr int kN = math::kLanes;
-  template <class B>
-  static typename B::F f32(B& b, typename B::F v) {
-    using K = GeluConst<float>;
-    return v * (math::erf_f32(b, v * K::half_sqrt2) + 1.0f) * 0.5f;
-  }
-};
-struct GeluErfGradF32 {
-  static constexpr int kN = math::kLanes;
-  template <class B>
-  static typename B::F f32(B& b, typename B::F v, typename B::F g) {
-    using K = GeluConst<float>;
-    const auto cdf = 0.5f * (1.0f + math::erf_f32(b, v * K::half_sqrt2));
-    return g * (cdf + v * math::exp_f32(b, -0.5f * v * v) * K::inv_sqrt_2pi);
-  }
-};
-
-// out = E(x) (E(x, g) when g is given) over n contiguous floats, split over
-// the pool.
-template <class E>
-void vector_loop(float* out, const float* x, const float* g, int64_t n) {
+// out = op(x) (op(x, g) when g is given) over n contiguous floats, split over
+// the pool: GELU's erf form and its gradient, on the shared erf and exp (the
+// primitive erf's bits), in the SIMD loops of the CPU's level.
+void vector_loop(vec::Loop op, float* out, const float* x, const float* g, int64_t n) {
+  const vec::RunFn f = vec::f32_loop(op);
   parallel_for(0, n, 1 << 14, [=](int64_t b, int64_t e) {
     char* p[3] = {reinterpret_cast<char*>(out + b),
                   const_cast<char*>(reinterpret_cast<const char*>(x + b)),
                   const_cast<char*>(reinterpret_cast<const char*>(g ? g + b : nullptr))};
     const int64_t s[3] = {4, 4, 4};
-    if constexpr (requires(math::Simd<1> sb, float v) { E::f32(sb, v, v); })
-      vec::binary_run<E, float>(p, s, e - b);
-    else
-      vec::unary_run<E, float>(p, s, e - b);
+    f(p, s, e - b);
   });
 }
 
@@ -442,7 +411,7 @@ void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n) {
       break;
     case Pointwise::kGeluErf:
       if constexpr (std::is_same_v<T, float>) {
-        vector_loop<GeluErfF32>(y, x, nullptr, n);
+        vector_loop(vec::Loop::kGeluErf, y, x, nullptr, n);
       } else {
         pointwise_loop<T>(n, [&](int64_t i) {
           const T v = x[i];
@@ -471,7 +440,7 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
       break;
     case Pointwise::kGeluErf:
       if constexpr (std::is_same_v<T, float>) {
-        vector_loop<GeluErfGradF32>(gx, x, g, n);
+        vector_loop(vec::Loop::kGeluErfGrad, gx, x, g, n);
       } else {
         pointwise_loop<T>(n, [&](int64_t i) {
           const T v = x[i];

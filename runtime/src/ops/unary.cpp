@@ -35,12 +35,12 @@ void infer_unary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMet
 // One run of n elements at byte strides s (out, x); contiguous runs take the
 // loop the compiler vectorizes. Out of line, so the dense path and
 // strided_loop's runs share one copy of each (op, dtype) loop.
-// Ops with an f32 expansion (vec::Expanded) run it for f32, f16 and bf16.
+// Ops with an f32 expansion (vec::Expanded) run its loop for f32, f16 and bf16.
 template <typename T, typename R, typename F>
 [[gnu::noinline]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
   using C = compute_t<T>;
   if constexpr (vec::HasExpansion<F> && std::is_same_v<C, float>) {
-    vec::unary_run<typename F::Expansion, T>(p, s, n);
+    vec::run_loop<1, T>(F::kLoop, p, s, n);
   } else {
     const F f{};
     if (s[0] == sizeof(R) && s[1] == sizeof(T)) {
@@ -158,19 +158,20 @@ void reg(OpTable& t, VjpFn vjp, uint8_t saves) {
 void register_unary(OpTable& t) {
   namespace s = scalar;
   using vec::Expanded;
+  using L = vec::Loop;
   reg<OpId::neg, s::neg>(t, vjp_neg, kSaveNone);
   reg<OpId::abs, s::abs>(t, vjp_abs, kSaveInputs);
-  reg<OpId::exp, Expanded<s::exp, vec::Exp>>(t, vjp_exp, kSaveOutputs);
-  reg<OpId::log, Expanded<s::log, vec::Log>>(t, vjp_log, kSaveInputs);
-  reg<OpId::log1p, Expanded<s::log1p, vec::Log1p>>(t, vjp_log1p, kSaveInputs);
+  reg<OpId::exp, Expanded<s::exp, L::kExp>>(t, vjp_exp, kSaveOutputs);
+  reg<OpId::log, Expanded<s::log, L::kLog>>(t, vjp_log, kSaveInputs);
+  reg<OpId::log1p, Expanded<s::log1p, L::kLog1p>>(t, vjp_log1p, kSaveInputs);
   reg<OpId::sqrt, s::sqrt>(t, vjp_sqrt, kSaveOutputs);
   reg<OpId::rsqrt, s::rsqrt>(t, vjp_rsqrt, kSaveOutputs);
-  reg<OpId::tanh, Expanded<s::tanh, vec::Tanh>>(t, vjp_tanh, kSaveOutputs);
-  reg<OpId::sigmoid, Expanded<s::sigmoid, vec::Sigmoid>>(t, vjp_sigmoid, kSaveOutputs);
+  reg<OpId::tanh, Expanded<s::tanh, L::kTanh>>(t, vjp_tanh, kSaveOutputs);
+  reg<OpId::sigmoid, Expanded<s::sigmoid, L::kSigmoid>>(t, vjp_sigmoid, kSaveOutputs);
   reg<OpId::relu, s::relu>(t, vjp_relu, kSaveOutputs);
-  reg<OpId::sin, Expanded<s::sin, vec::Sin>>(t, vjp_sin, kSaveInputs);
-  reg<OpId::cos, Expanded<s::cos, vec::Cos>>(t, vjp_cos, kSaveInputs);
-  reg<OpId::erf, Expanded<s::erf, vec::Erf>>(t, vjp_erf, kSaveInputs);
+  reg<OpId::sin, Expanded<s::sin, L::kSin>>(t, vjp_sin, kSaveInputs);
+  reg<OpId::cos, Expanded<s::cos, L::kCos>>(t, vjp_cos, kSaveInputs);
+  reg<OpId::erf, Expanded<s::erf, L::kErf>>(t, vjp_erf, kSaveInputs);
   reg<OpId::sign, s::sign>(t, vjp_sign, kSaveNone);
   reg<OpId::logical_not, s::logical_not>(t, nullptr, kSaveNone);
 }

@@ -1,10 +1,11 @@
 // Internal: the eager kernels' f32 transcendentals, from the expansions that
 // compiled kernels use (math/expansions.h), so eager and compiled results are
 // the same bits. Two forms: per element (exp, sigmoid: inlined into loops the
-// compiler vectorizes, as in ops/fused_kernels.cpp), and whole runs of an
-// elementwise op at the host's SIMD width (the unary primitives and pow).
-// f16/bf16 compute in f32 and round once, as compiled kernels do; f64 stays
-// libm (as compiled kernels do).
+// compiler vectorizes at the build's target, as in ops/fused_kernels.cpp), and
+// whole runs of an elementwise op (the unary primitives, pow, GELU's erf
+// form), which run the SIMD loops of ops/simd/loops.h built for each x86-64
+// level and picked at run time (ops/cpu_level.h). f16/bf16 compute in f32 and
+// round once, as compiled kernels do; f64 stays libm (as compiled kernels do).
 #pragma once
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <type_traits>
 
 #include "math/simd_builder.h"
+#include "ops/cpu_level.h"
 
 namespace kiln::ops::vec {
 
@@ -43,115 +45,53 @@ template <typename T>
   }
 }
 
-// The f32 expansion of each op (E::f32(builder, x[, y])) and the lanes it
-// runs on: the host's float width (every expansion computes in f32; sin/cos's
-// exact reduction of huge arguments uses i64/f64 lanes, split as needed, only
-// in vectors that hold such an argument).
-#define KILN_VEC_UNARY(Name, lanes, call)             \
-  struct Name {                                       \
-    static constexpr int kN = lanes;                  \
-    template <class B>                                \
-    static typename B::F f32(B& b, typename B::F x) { \
-      return call;                                    \
-    }                                                 \
-  };
-KILN_VEC_UNARY(Exp, math::kLanes, math::exp_f32(b, x))
-KILN_VEC_UNARY(Log, math::kLanes, math::log_f32(b, x))
-KILN_VEC_UNARY(Log1p, math::kLanes, math::log1p_f32(b, x))
-KILN_VEC_UNARY(Tanh, math::kLanes, math::tanh_f32(b, x))
-KILN_VEC_UNARY(Sigmoid, math::kLanes, math::sigmoid_f32(b, x))
-KILN_VEC_UNARY(Erf, math::kLanes, math::erf_f32(b, x))
-KILN_VEC_UNARY(Sin, math::kLanes, math::sincos_f32(b, x, true))
-KILN_VEC_UNARY(Cos, math::kLanes, math::sincos_f32(b, x, false))
-#undef KILN_VEC_UNARY
-struct Pow {
-  static constexpr int kN = math::kLanes;
-  template <class B>
-  static typename B::F f32(B& b, typename B::F x, typename B::F y) {
-    return math::pow_f32(b, x, y);
-  }
-};
-
 /// An eager op's functor: S (ops/scalar_ops.h) for f64 and integers, the
-/// expansion E for f32, f16 and bf16 (unary_run / binary_run take E's loop).
-template <class S, class E>
+/// f32 loop L for f32, f16 and bf16 (run_loop).
+template <class S, Loop L>
 struct Expanded : S {
-  using Expansion = E;
+  static constexpr Loop kLoop = L;
 };
 template <class F>
 concept HasExpansion = requires {
-  typename F::Expansion;
+  F::kLoop;
 };
 
-namespace detail {
-
-template <int N>
-using V = typename math::Simd<N>::F;
-
-// `cnt` elements of T at byte stride s, as floats (the other lanes 0).
-template <int N, typename T>
-inline V<N> load(const char* p, int64_t s, int64_t cnt) {
-  V<N> v{};
+/// out[i] = op(x[i]) (Arity 1) or op(x[i], y[i]) (Arity 2) for n elements of
+/// T (f32, f16, bf16) at byte strides s[0] (out), s[1], s[2] (inputs; 0
+/// broadcasts one element). f32 runs go to the level's loop as they are;
+/// f16/bf16 ones through f32 buffers in blocks of kBlock (converted here, so
+/// the per-level code holds no conversion of its own).
+template <int Arity, typename T>
+void run_loop(Loop op, char* const* p, const int64_t* s, int64_t n) {
+  const RunFn f = f32_loop(op);
   if constexpr (std::is_same_v<T, float>) {
-    if (s == 4 && cnt == N) {
-      std::memcpy(&v, p, sizeof v);
-      return v;
+    f(p, s, n);
+  } else {
+    constexpr int64_t kBlock = 256;
+    float buf[Arity + 1][kBlock];
+    constexpr int64_t kUnit[3] = {4, 4, 4};
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t cnt = n - i < kBlock ? n - i : kBlock;
+      char* q[3] = {};
+      for (int a = 0; a <= Arity; ++a) q[a] = reinterpret_cast<char*>(buf[a]);
+      for (int a = 1; a <= Arity; ++a) {
+        if (s[a] == sizeof(T)) {  // contiguous: a loop the compiler vectorizes
+          const T* x = reinterpret_cast<const T*>(p[a]) + i;
+          for (int64_t k = 0; k < cnt; ++k) buf[a][k] = static_cast<float>(x[k]);
+        } else {
+          for (int64_t k = 0; k < cnt; ++k)
+            buf[a][k] = static_cast<float>(*reinterpret_cast<const T*>(p[a] + (i + k) * s[a]));
+        }
+      }
+      f(q, kUnit, cnt);
+      if (s[0] == sizeof(T)) {
+        T* o = reinterpret_cast<T*>(p[0]) + i;
+        for (int64_t k = 0; k < cnt; ++k) o[k] = static_cast<T>(buf[0][k]);
+      } else {
+        for (int64_t k = 0; k < cnt; ++k)
+          *reinterpret_cast<T*>(p[0] + (i + k) * s[0]) = static_cast<T>(buf[0][k]);
+      }
     }
-  }
-  if (s == 0) {  // a broadcast element (set lane by lane: v + x would turn -0 into +0)
-    T t;
-    std::memcpy(&t, p, sizeof t);
-    for (int k = 0; k < N; ++k) v[k] = static_cast<float>(t);
-    return v;
-  }
-  for (int64_t k = 0; k < cnt; ++k) {
-    T t;
-    std::memcpy(&t, p + k * s, sizeof t);
-    v[k] = static_cast<float>(t);
-  }
-  return v;
-}
-
-template <int N, typename T>
-inline void store(char* p, int64_t s, int64_t cnt, V<N> v) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (s == 4 && cnt == N) {
-      std::memcpy(p, &v, sizeof v);
-      return;
-    }
-  }
-  for (int64_t k = 0; k < cnt; ++k) {
-    const T t = static_cast<T>(v[k]);
-    std::memcpy(p + k * s, &t, sizeof t);
-  }
-}
-
-}  // namespace detail
-
-/// out[i] = E(x[i]) for n elements of T (f32, f16, bf16) at byte strides
-/// s[0] (out) and s[1] (x), E::kN at a time. flatten: the whole expansion is
-/// inlined into the loop (its constants stay in registers).
-template <class E, typename T>
-[[gnu::flatten]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
-  constexpr int N = E::kN;
-  math::Simd<N> b;
-  for (int64_t i = 0; i < n; i += N) {
-    const int64_t cnt = n - i < N ? n - i : N;
-    const detail::V<N> x = detail::load<N, T>(p[1] + i * s[1], s[1], cnt);
-    detail::store<N, T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x));
-  }
-}
-
-/// out[i] = E(x[i], y[i]) likewise (strides s[0..2]; 0 broadcasts one element).
-template <class E, typename T>
-[[gnu::flatten]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
-  constexpr int N = E::kN;
-  math::Simd<N> b;
-  for (int64_t i = 0; i < n; i += N) {
-    const int64_t cnt = n - i < N ? n - i : N;
-    const detail::V<N> x = detail::load<N, T>(p[1] + i * s[1], s[1], cnt);
-    const detail::V<N> y = detail::load<N, T>(p[2] + i * s[2], s[2], cnt);
-    detail::store<N, T>(p[0] + i * s[0], s[0], cnt, E::f32(b, x, y));
   }
 }
 

@@ -1,0 +1,150 @@
+// The eager SIMD loops' CPU levels (runtime/src/ops/cpu_level.h): every level
+// this CPU runs gives the same bits (the loops are one expansion at 4, 8 or
+// 16 lanes) for each transcendental, pow and the fused GELU's erf form, on
+// f32/f16/bf16 sweeps and strided inputs; KILN_CPU_LEVEL's values and errors.
+// (tests/codegen/eager_math_test.cpp compares every level with the compiled
+// path.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "ops/cpu_level.h"
+#include "runtime/cpu_levels.h"
+#include "test_util.h"
+
+using namespace kiln;
+namespace vec = kiln::ops::vec;
+
+namespace {
+
+#ifdef KILN_TEST_SANITIZED
+constexpr uint64_t kThin = 8;
+#else
+constexpr uint64_t kThin = 1;
+#endif
+
+// A prime stride through every f32 bit pattern (NaNs, subnormals, huge sin/cos
+// arguments), as a tensor of `t`.
+Tensor sweep(DType t) {
+  std::vector<float> v;
+  if (t == DType::f32) {
+    for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 16411 * kThin)
+      v.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  } else {  // every 16-bit pattern, as f16 or bf16
+    for (uint32_t b = 0; b < 65536; b += kThin) {
+      const uint16_t h = static_cast<uint16_t>(b);
+      v.push_back(t == DType::bf16 ? std::bit_cast<float>(uint32_t{h} << 16)
+                                   : static_cast<float>(std::bit_cast<Half>(h)));
+    }
+  }
+  return from_vector(v, {static_cast<int64_t>(v.size())}).to(t);
+}
+
+std::vector<uint32_t> bits(const Tensor& y) {
+  const std::vector<float> f = y.to(DType::f32).contiguous().to_vector<float>();
+  std::vector<uint32_t> out;
+  for (float x : f) out.push_back(std::isnan(x) ? 0x7fc00000u : std::bit_cast<uint32_t>(x));
+  return out;  // NaN payloads are the hardware's: any NaN counts as one
+}
+
+// f() at every level equals f() at the lowest, bit for bit.
+void expect_same_at_every_level(const std::string& what, const std::function<Tensor()>& f) {
+  std::vector<uint32_t> first;
+  std::string first_level;
+  kiln::testing::at_every_cpu_level([&](const std::string& level) {
+    const std::vector<uint32_t> b = bits(f());
+    if (first_level.empty()) {
+      first = b;
+      first_level = level;
+      return;
+    }
+    ASSERT_EQ(b.size(), first.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < b.size() && bad < 5; ++i)
+      if (b[i] != first[i]) {
+        ++bad;
+        ADD_FAILURE() << what << " element " << i << ": 0x" << std::hex << b[i] << " at " << level
+                      << ", 0x" << first[i] << " at " << first_level;
+      }
+  });
+}
+
+const std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>> kUnary = {
+    {"exp", exp},         {"log", log}, {"log1p", log1p}, {"tanh", tanh},
+    {"sigmoid", sigmoid}, {"erf", erf}, {"sin", sin},     {"cos", cos}};
+
+TEST(EagerMathLevels, EveryLevelGivesTheSameBits) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const Tensor x = sweep(t);
+    const Tensor strided = x.slice(0, 1, std::numeric_limits<int64_t>::max(), 3);
+    const Tensor y = flip(x, {0});  // pow's exponents: the sweep reversed
+    for (const auto& [name, f] : kUnary) {
+      expect_same_at_every_level(str(t, " ", name), [&, f = f] { return f(x); });
+      expect_same_at_every_level(str(t, " ", name, " strided"), [&, f = f] { return f(strided); });
+    }
+    expect_same_at_every_level(str(t, " pow"), [&] { return pow(x, y); });
+    expect_same_at_every_level(str(t, " pow broadcast"), [&] { return x.pow(2.5); });
+  }
+}
+
+TEST(EagerMathLevels, FusedGeluErfGivesTheSameBits) {
+  // The fused kernel's erf form, forward and backward (f32), on a sweep with
+  // its infinities and NaNs kept out of the backward's products.
+  const Tensor x = sweep(DType::f32);
+  expect_same_at_every_level("gelu", [&] { return gelu(x); });
+  const Tensor xs = clamp(where(isfinite(x), x, 0.0), -1e4, 1e4);
+  const Tensor w = flip(xs, {0}) * 0.5;
+  expect_same_at_every_level("gelu backward", [&] {
+    Tensor a = xs.detach().requires_grad_();
+    sum(gelu(a) * w).backward();
+    return a.grad();
+  });
+}
+
+TEST(EagerMathLevels, KilnCpuLevelValues) {
+#if defined(__x86_64__) || defined(_M_X64)
+  using L = vec::CpuLevel;
+  const std::vector<L> v3_cpu = {L::kV2, L::kV3};  // an AVX2 host
+  EXPECT_EQ(vec::parse_cpu_level("native", v3_cpu), L::kV3);
+  EXPECT_EQ(vec::parse_cpu_level("", v3_cpu), L::kV3);
+  EXPECT_EQ(vec::parse_cpu_level("v2", v3_cpu), L::kV2);
+  EXPECT_EQ(vec::parse_cpu_level("v3", v3_cpu), L::kV3);
+  EXPECT_EQ(vec::parse_cpu_level("v4", {L::kV2, L::kV3, L::kV4}), L::kV4);
+  // Above the CPU: an error naming the variable, the value and the CPU's best.
+  kiln::testing::expect_error([&] { vec::parse_cpu_level("v4", v3_cpu); },
+                              {"KILN_CPU_LEVEL=v4", "runs up to v3", "v2|v3|v4|native"});
+  kiln::testing::expect_error([&] { vec::parse_cpu_level("avx2", v3_cpu); },
+                              {"KILN_CPU_LEVEL=avx2", "not a level", "v2|v3|v4|native"});
+  kiln::testing::expect_error([&] { vec::parse_cpu_level("native", {}); }, {"x86-64-v2"});
+#else
+  EXPECT_EQ(vec::parse_cpu_level("native", {vec::CpuLevel::kNative}), vec::CpuLevel::kNative);
+  kiln::testing::expect_error([&] { vec::parse_cpu_level("v3", {vec::CpuLevel::kNative}); },
+                              {"KILN_CPU_LEVEL=v3"});
+#endif
+}
+
+TEST(EagerMathLevels, DefaultIsTheBestLevelAndOthersAreErrors) {
+  const std::vector<vec::CpuLevel> levels = vec::cpu_levels();
+  ASSERT_FALSE(levels.empty());
+  if (std::getenv("KILN_CPU_LEVEL") == nullptr) {
+    EXPECT_EQ(vec::cpu_level(), levels.back());
+  }
+#if defined(__x86_64__) || defined(_M_X64)
+  // A level this CPU lacks is an error, never an illegal instruction.
+  for (vec::CpuLevel l : {vec::CpuLevel::kV2, vec::CpuLevel::kV3, vec::CpuLevel::kV4}) {
+    if (std::find(levels.begin(), levels.end(), l) == levels.end())
+      kiln::testing::expect_error([&] { vec::set_cpu_level_for_testing(l); }, {"runs up to"});
+  }
+#endif
+}
+
+}  // namespace
