@@ -13,6 +13,7 @@
 #include "kernels/cuda/driver.h"
 #include "kiln/autograd.h"
 #include "kiln/compile.h"
+#include "kiln/grad_destination.h"
 #include "kiln/ir/text.h"
 
 namespace kiln {
@@ -120,6 +121,28 @@ TEST_F(CudaEpilogue, EagerLinearIsOneGemmWithTheUnfusedResults) {
     testing::expect_close(b.grad(), bc.grad(), 1e-5, "bias grad");
   }
   set_eager_fusion(true);
+}
+
+// A weight with a gradient destination (DDP's bucket view) gets its gradient
+// computed there, even when the input's gradient has the same size.
+TEST_F(CudaEpilogue, EagerLinearWeightGradientIsComputedInItsDestination) {
+  Tensor x = randn({4, 10}).cuda();
+  x.requires_grad_(true);
+  Tensor w = randn({4, 10}).cuda();
+  w.requires_grad_(true);
+  const Tensor b = randn({4}).cuda(), dst = zeros({4, 10}).cuda();
+  autograd::set_grad_destination(w, dst);
+  const int64_t before = autograd::grad_destination_stats().computed_in_place;
+  linear(x, w, b).sum().backward();
+  EXPECT_EQ(autograd::grad_destination_stats().computed_in_place, before + 1);
+  EXPECT_TRUE(w.grad().is_same(dst) || w.grad().data_ptr() == dst.data_ptr());
+  Tensor xc = x.detach().cpu(), wc = w.detach().cpu();
+  xc.requires_grad_(true);
+  wc.requires_grad_(true);
+  linear(xc, wc, b.cpu()).sum().backward();
+  testing::expect_close(w.grad(), wc.grad(), 1e-5, "weight grad");
+  testing::expect_close(x.grad(), xc.grad(), 1e-5, "x grad");
+  autograd::clear_grad_destination(w);
 }
 
 // Gradients of gradients go through the same ops (create_graph).
