@@ -38,7 +38,8 @@ namespace {
   X(cublasLtMatmulPreferenceCreate) \
   X(cublasLtMatmulPreferenceDestroy) \
   X(cublasLtMatmulPreferenceSetAttribute) \
-  X(cublasLtMatmulAlgoGetHeuristic)
+  X(cublasLtMatmulAlgoGetHeuristic) \
+  X(cublasLtMatmulAlgoCheck)
 // clang-format on
 
 struct Lib {
@@ -225,6 +226,52 @@ void set_epilogue(cublasLtMatmulDesc_t op, GemmEpilogue e, CUdeviceptr bias) {
      "bias pointer");
 }
 
+// A matmul descriptor for dtype (f32 in exact f32 math unless tf32) with the
+// operands' transpose flags.
+cublasLtMatmulDesc_t matmul_desc(DType dtype, bool tf32, const Layout& lb, const Layout& la) {
+  const Lib& l = lib();
+  const cublasComputeType_t compute = dtype == DType::f64 ? CUBLAS_COMPUTE_64F
+                                      : tf32              ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                          : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
+  cublasLtMatmulDesc_t op = nullptr;
+  ok(l.cublasLtMatmulDescCreate(&op, compute, scale), "cublasLtMatmulDescCreate");
+  ok(l.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &lb.op, sizeof(lb.op)),
+     "transa");
+  ok(l.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &la.op, sizeof(la.op)),
+     "transb");
+  return op;
+}
+
+// The heuristic's first algorithm for `op` over ds's layouts, for operands
+// aligned to `align` bytes (b^T, a^T, d), within the workspace; nullopt if none.
+std::optional<cublasLtMatmulAlgo_t> heuristic(State& st, cublasLtMatmulDesc_t op, Descs& ds,
+                                              const int align[3]) {
+  const Lib& l = lib();
+  if (!ds.pref) {
+    ok(l.cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate");
+    const uint64_t ws = kWorkspace;
+    ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                              &ws, sizeof(ws)),
+       "workspace preference");
+    const uint32_t al[4] = {static_cast<uint32_t>(align[0]), static_cast<uint32_t>(align[1]),
+                            static_cast<uint32_t>(align[2]), static_cast<uint32_t>(align[2])};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, which[i], &al[i], sizeof(al[i])),
+         "alignment preference");
+  }
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  ok(l.cublasLtMatmulAlgoGetHeuristic(st.handle, op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &res,
+                                      &found),
+     "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) return std::nullopt;
+  return res.algo;
+}
+
 }  // namespace
 
 GemmEpilogue gemm_epilogue(bool bias, bool relu, bool gelu) {
@@ -255,72 +302,58 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
   // Column major: d^T [N, M] = b^T [N, K] . a^T [K, M].
   const Layout lb = as_transposed(b, s.K, s.N), la = as_transposed(a, s.M, s.K);
   const bool tf32 = dtype == DType::f32 && g_tf32;
-  const cublasComputeType_t compute = dtype == DType::f64 ? CUBLAS_COMPUTE_64F
-                                      : tf32              ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                          : CUBLAS_COMPUTE_32F;
-  const cudaDataType_t scale = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
-  Descs ds;
-  ok(l.cublasLtMatmulDescCreate(&ds.op, compute, scale), "cublasLtMatmulDescCreate");
-  ok(l.cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &lb.op, sizeof(lb.op)),
-     "transa");
-  ok(l.cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &la.op, sizeof(la.op)),
-     "transb");
+  Descs ds, plain;
+  ds.op = matmul_desc(dtype, tf32, lb, la);
   set_epilogue(ds.op, s.epilogue, bias);
   ds.a = layout(t, lb.rows, lb.cols, lb.ld, s.batch, b.batch_stride);
   ds.b = layout(t, la.rows, la.cols, la.ld, s.batch, a.batch_stride);
   ds.d = layout(t, static_cast<uint64_t>(s.N), static_cast<uint64_t>(s.M), s.ldd, s.batch,
                 s.d_batch_stride);
-  const int align_a = alignment(b.ptr), align_b = alignment(a.ptr), align_d = alignment(d);
-  const State::Key key{static_cast<int>(dtype),
-                       tf32,
-                       s.N,
-                       s.M,
-                       s.K,
-                       s.batch,
-                       lb.ld,
-                       la.ld,
-                       s.ldd,
-                       b.batch_stride,
-                       a.batch_stride,
-                       s.d_batch_stride,
-                       align_a * 2 + (lb.op == CUBLAS_OP_T),
-                       align_b * 2 + (la.op == CUBLAS_OP_T),
-                       align_d,
-                       static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0)};
+  const int align[3] = {alignment(b.ptr), alignment(a.ptr), alignment(d)};
+  State::Key key{static_cast<int>(dtype),
+                 tf32,
+                 s.N,
+                 s.M,
+                 s.K,
+                 s.batch,
+                 lb.ld,
+                 la.ld,
+                 s.ldd,
+                 b.batch_stride,
+                 a.batch_stride,
+                 s.d_batch_stride,
+                 align[0] * 2 + (lb.op == CUBLAS_OP_T),
+                 align[1] * 2 + (la.op == CUBLAS_OP_T),
+                 align[2],
+                 0};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(st.mu);
+    // The plain product's algorithm (the heuristic's first, cached per key).
     auto it = st.algos.find(key);
-    if (it != st.algos.end()) {
-      if (!it->second) return false;
-      algo = *it->second;
-    } else {
-      ok(l.cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate");
-      const uint64_t ws = kWorkspace;
-      ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &ws, sizeof(ws)),
-         "workspace preference");
-      const uint32_t al[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
-                              static_cast<uint32_t>(align_d), static_cast<uint32_t>(align_d)};
-      const cublasLtMatmulPreferenceAttributes_t which[4] = {
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-      for (int i = 0; i < 4; ++i)
-        ok(l.cublasLtMatmulPreferenceSetAttribute(ds.pref, which[i], &al[i], sizeof(al[i])),
-           "alignment preference");
-      cublasLtMatmulHeuristicResult_t res{};
-      int found = 0;
-      const cublasStatus_t hs = l.cublasLtMatmulAlgoGetHeuristic(st.handle, ds.op, ds.a, ds.b, ds.d,
-                                                                 ds.d, ds.pref, 1, &res, &found);
-      if (s.epilogue != GemmEpilogue::kNone && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {
-        st.algos.emplace(key, std::nullopt);  // the caller runs the epilogue itself
-        return false;
+    if (it == st.algos.end()) {
+      plain.op = matmul_desc(dtype, tf32, lb, la);
+      const auto found = heuristic(st, plain.op, ds, align);
+      KILN_CHECK(found, "[matmul] cuBLASLt has no algorithm for ", dtype, " [", s.batch, " x ", s.M,
+                 " x ", s.K, "] . [", s.K, " x ", s.N, "]");
+      it = st.algos.emplace(key, found).first;
+    }
+    algo = *it->second;
+    if (s.epilogue != GemmEpilogue::kNone) {
+      // With an epilogue: the same algorithm, so the products are summed in
+      // the same order and f32 keeps the unfused bits, when cuBLASLt runs it
+      // with that epilogue (cublasLtMatmulAlgoCheck); else nothing, and the
+      // caller applies the epilogue itself.
+      std::get<15>(key) = static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0);
+      auto e = st.algos.find(key);
+      if (e == st.algos.end()) {
+        cublasLtMatmulHeuristicResult_t res{};
+        const bool fits = l.cublasLtMatmulAlgoCheck(st.handle, ds.op, ds.a, ds.b, ds.d, ds.d, &algo,
+                                                    &res) == CUBLAS_STATUS_SUCCESS &&
+                          res.workspaceSize <= kWorkspace;
+        e = st.algos.emplace(key, fits ? std::optional(algo) : std::nullopt).first;
       }
-      ok(hs, "cublasLtMatmulAlgoGetHeuristic");
-      KILN_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype, " [", s.batch, " x ",
-                 s.M, " x ", s.K, "] . [", s.K, " x ", s.N, "]");
-      algo = res.algo;
-      st.algos.emplace(key, algo);
+      if (!e->second) return false;
     }
   }
   const float one_f = 1, zero_f = 0;

@@ -54,9 +54,10 @@ struct GemmShape {
 /// transposed operands (unit row stride) use its transpose flags, not a copy.
 /// `bias`: N contiguous elements of `dtype` on the device, when the epilogue
 /// has one (cuBLASLt's bias follows D's rows, which are row-major d's columns).
-/// The chosen algorithm is cached per shape, layout, alignment and epilogue.
-/// False (nothing run) when cuBLASLt has no algorithm for that epilogue here
-/// (f64, say): the caller then multiplies without one and applies it itself.
+/// The chosen algorithm is cached per shape, layout and alignment. With an
+/// epilogue it is the plain product's algorithm (the same summation order, so
+/// f32 keeps the unfused bits) if cuBLASLt runs that one with the epilogue;
+/// else false (nothing run): the caller multiplies without one and applies it.
 bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
           CUdeviceptr d, CUdeviceptr bias = 0);
 
