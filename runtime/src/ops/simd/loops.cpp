@@ -60,27 +60,21 @@ inline void store(char* p, int64_t s, int64_t cnt, V v) {
   for (int64_t k = 0; k < cnt; ++k) std::memcpy(p + k * s, &v[k], sizeof(float));
 }
 
-// out[i] = E(x[i]), kN at a time. flatten: the whole expansion is inlined
-// into the loop (its constants stay in registers).
-template <class E>
-[[gnu::flatten]] void unary_run(char* const* p, const int64_t* s, int64_t n) {
+// out[i] = E(x[i]) (Arity 1) or E(x[i], y[i]) (Arity 2), kN at a time.
+// flatten: the whole expansion is inlined into the loop (its constants stay
+// in registers).
+template <class E, int Arity>
+[[gnu::flatten]] void run(char* const* p, const int64_t* s, int64_t n) {
   B b;
   for (int64_t i = 0; i < n; i += kN) {
     const int64_t cnt = n - i < kN ? n - i : kN;
     const V x = load(p[1] + i * s[1], s[1], cnt);
-    store(p[0] + i * s[0], s[0], cnt, E::f(b, x));
-  }
-}
-
-// out[i] = E(x[i], y[i]) likewise.
-template <class E>
-[[gnu::flatten]] void binary_run(char* const* p, const int64_t* s, int64_t n) {
-  B b;
-  for (int64_t i = 0; i < n; i += kN) {
-    const int64_t cnt = n - i < kN ? n - i : kN;
-    const V x = load(p[1] + i * s[1], s[1], cnt);
-    const V y = load(p[2] + i * s[2], s[2], cnt);
-    store(p[0] + i * s[0], s[0], cnt, E::f(b, x, y));
+    V r;
+    if constexpr (Arity == 1)
+      r = E::f(b, x);
+    else
+      r = E::f(b, x, load(p[2] + i * s[2], s[2], cnt));
+    store(p[0] + i * s[0], s[0], cnt, r);
   }
 }
 
@@ -119,9 +113,9 @@ struct GeluErfGrad {
 
 // In Loop's order.
 constexpr RunFn kLoops[kNumLoops] = {
-    &unary_run<Exp>,     &unary_run<Log>,     &unary_run<Log1p>,        &unary_run<Tanh>,
-    &unary_run<Sigmoid>, &unary_run<Erf>,     &unary_run<Sin>,          &unary_run<Cos>,
-    &binary_run<Pow>,    &unary_run<GeluErf>, &binary_run<GeluErfGrad>,
+    &run<Exp, 1>,     &run<Log, 1>,     &run<Log1p, 1>,       &run<Tanh, 1>,
+    &run<Sigmoid, 1>, &run<Erf, 1>,     &run<Sin, 1>,         &run<Cos, 1>,
+    &run<Pow, 2>,     &run<GeluErf, 1>, &run<GeluErfGrad, 2>,
 };
 static_assert(static_cast<int>(Loop::kGeluErfGrad) == kNumLoops - 1);
 
