@@ -14,6 +14,7 @@
 namespace kiln::autograd {
 
 constinit thread_local std::vector<PendingDestination>* t_pending_destinations = nullptr;
+constinit thread_local int t_destination_input = -1;
 
 namespace {
 
@@ -103,6 +104,7 @@ bool claim_destination_slow(const OpInfo& info, const TensorMeta& meta, Device d
   for (PendingDestination& p : *t_pending_destinations) {
     if (p.claimed || p.dst.numel() != numel || p.dst.dtype() != meta.dtype || p.dst.device() != dev)
       continue;
+    if (t_destination_input >= 0 && p.slot != static_cast<size_t>(t_destination_input)) continue;
     p.claimed = true;
     out = as_strided(p.dst, meta.shape, contiguous_strides(meta.shape), p.dst.offset());
     return true;

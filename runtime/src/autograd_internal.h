@@ -49,6 +49,21 @@ bool any_grad_destination();
 Tensor find_grad_destination(const TensorImpl& leaf);
 /// Counts a gradient that reached its destination: computed there or copied.
 void count_grad_destination(bool computed_in_place);
+/// The node input whose gradient a rule is computing (-1: not said), set by
+/// DestinationsFor. A rule computing several gradients with the same kernel
+/// (matmul's two GEMMs, conv's input and weight) says which one it computes,
+/// so an input's gradient never takes a weight's destination by its size.
+extern constinit thread_local int t_destination_input;
+/// Scope of one input's gradient inside a derivative rule (see t_destination_input).
+struct DestinationsFor {
+  explicit DestinationsFor(int input) : prev_(t_destination_input) { t_destination_input = input; }
+  ~DestinationsFor() { t_destination_input = prev_; }
+  DestinationsFor(const DestinationsFor&) = delete;
+  DestinationsFor& operator=(const DestinationsFor&) = delete;
+
+ private:
+  int prev_;
+};
 /// Hands a pending destination that fits (same element count, dtype and
 /// device as `meta`; an opaque op's single output: matmul, convolution) to
 /// dispatch as the output, shaped `meta`. Returns false if none fits.

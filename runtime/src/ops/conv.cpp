@@ -6,6 +6,7 @@
 // conv2d_grad_input and conv2d_grad_weight are the adjoints of conv2d in each
 // argument, so their own derivatives are again these three primitives: double
 // backward through a convolution needs no new kernels.
+#include "autograd_internal.h"
 #include "ops/conv_direct.h"
 #include "ops/gemm.h"
 #include "ops/helpers.h"
@@ -368,20 +369,38 @@ Tensor call_conv(const Tensor& x, const Tensor& w, const Attrs& at) {
 
 void vjp_conv(const VjpArgs& a, std::vector<Tensor>& gi) {
   const Tensor& g = a.grads[0];
-  if (a.needs(0)) gi[0] = call_gi(g, a.inputs[1], a.attrs, a.in_meta[0].shape);
-  if (a.needs(1)) gi[1] = call_gw(a.inputs[0], g, a.attrs, a.in_meta[1].shape);
+  if (a.needs(0)) {
+    autograd::DestinationsFor only(0);
+    gi[0] = call_gi(g, a.inputs[1], a.attrs, a.in_meta[0].shape);
+  }
+  if (a.needs(1)) {
+    autograd::DestinationsFor only(1);
+    gi[1] = call_gw(a.inputs[0], g, a.attrs, a.in_meta[1].shape);
+  }
 }
 // y = grad_input(g, w): d/dg = conv2d(gy, w), d/dw = grad_weight(gy, g).
 void vjp_conv_gi(const VjpArgs& a, std::vector<Tensor>& gi) {
   const Tensor& gy = a.grads[0];
-  if (a.needs(0)) gi[0] = call_conv(gy, a.inputs[1], a.attrs);
-  if (a.needs(1)) gi[1] = call_gw(gy, a.inputs[0], a.attrs, a.in_meta[1].shape);
+  if (a.needs(0)) {
+    autograd::DestinationsFor only(0);
+    gi[0] = call_conv(gy, a.inputs[1], a.attrs);
+  }
+  if (a.needs(1)) {
+    autograd::DestinationsFor only(1);
+    gi[1] = call_gw(gy, a.inputs[0], a.attrs, a.in_meta[1].shape);
+  }
 }
 // y = grad_weight(x, g): d/dx = grad_input(g, gy), d/dg = conv2d(x, gy).
 void vjp_conv_gw(const VjpArgs& a, std::vector<Tensor>& gi) {
   const Tensor& gy = a.grads[0];
-  if (a.needs(0)) gi[0] = call_gi(a.inputs[1], gy, a.attrs, a.in_meta[0].shape);
-  if (a.needs(1)) gi[1] = call_conv(a.inputs[0], gy, a.attrs);
+  if (a.needs(0)) {
+    autograd::DestinationsFor only(0);
+    gi[0] = call_gi(a.inputs[1], gy, a.attrs, a.in_meta[0].shape);
+  }
+  if (a.needs(1)) {
+    autograd::DestinationsFor only(1);
+    gi[1] = call_conv(a.inputs[0], gy, a.attrs);
+  }
 }
 
 }  // namespace

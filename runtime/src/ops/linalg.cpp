@@ -3,6 +3,7 @@
 // batch dims broadcast. f32/f64 run on CBLAS, reading transposed views
 // through BLAS's transpose flags instead of copying; f16/bf16 compute in f32;
 // integers use a plain loop.
+#include "autograd_internal.h"
 #include "ops/blas_layout.h"
 #include "ops/gemm.h"
 #include "ops/helpers.h"
@@ -253,12 +254,14 @@ void vjp_matmul(const VjpArgs& a, std::vector<Tensor>& gi) {
   if (b1) g = unsqueeze(g, -1);
   if (a1) g = unsqueeze(g, -2);
   if (a.needs(0)) {
+    autograd::DestinationsFor only_a(0);
     Tensor ga = is_transposed_matrix(A2) && g.dim() == 2
                     ? transpose(matmul(B2, transpose(g, 0, 1)), 0, 1)
                     : matmul(g, transpose(B2, -1, -2));
     gi[0] = a1 ? squeeze(ga, -2) : ga;
   }
   if (a.needs(1)) {
+    autograd::DestinationsFor only_b(1);
     Tensor gb;
     if (B2.dim() == 2 && (A2.dim() > 2 || is_transposed_matrix(B2))) {
       // A weight-like b: fold a's batch into rows (one GEMM, no batched temporary to sum).
