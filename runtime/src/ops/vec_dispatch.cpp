@@ -32,12 +32,13 @@ bool cpu_runs(CpuLevel level) {
       return false;
   }
   return false;
-#else  // the levels' features one by one (what the compiler may use at each)
+#else
+  // The levels' features that older compilers can ask about (not f16c, movbe
+  // or lzcnt: every CPU with AVX2, FMA and BMI2 has them).
   const bool v2 = __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("ssse3") &&
                   __builtin_cpu_supports("popcnt");
   const bool v3 = v2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                  __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
+                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
   const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                   __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512vl");

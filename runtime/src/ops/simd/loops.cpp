@@ -48,7 +48,11 @@ inline V load(const char* p, int64_t s, int64_t cnt) {
     for (int k = 0; k < kN; ++k) v[k] = t;
     return v;
   }
-  for (int64_t k = 0; k < cnt; ++k) std::memcpy(&v[k], p + k * s, sizeof(float));
+  for (int64_t k = 0; k < cnt; ++k) {
+    float t;
+    std::memcpy(&t, p + k * s, sizeof t);
+    v[k] = t;
+  }
   return v;
 }
 
@@ -57,7 +61,10 @@ inline void store(char* p, int64_t s, int64_t cnt, V v) {
     std::memcpy(p, &v, sizeof v);
     return;
   }
-  for (int64_t k = 0; k < cnt; ++k) std::memcpy(p + k * s, &v[k], sizeof(float));
+  for (int64_t k = 0; k < cnt; ++k) {
+    const float t = v[k];
+    std::memcpy(p + k * s, &t, sizeof t);
+  }
 }
 
 // out[i] = E(x[i]) (Arity 1) or E(x[i], y[i]) (Arity 2), kN at a time.
