@@ -454,6 +454,20 @@ TEST(Pool, AvgMatchesReference) {
   }
 }
 
+// A wide window sums its f32 terms in double, in any lane order: 2^24 and 31
+// ones (an f32 running sum would drop every one of them), a 32-wide row.
+TEST(Pool, AvgWideWindowSumsInDouble) {
+  std::vector<float> v(32, 1.0f);
+  v[0] = 16777216.0f;
+  Pool2dOptions o;
+  o.kernel_size = {1, 32};
+  Tensor y = avg_pool2d(from_vector(v, {1, 1, 1, 32}), o);
+  EXPECT_EQ(y.item<float>(), static_cast<float>((16777216.0 + 31.0) / 32.0));
+  o.kernel_size = {4, 8};  // the same terms as four rows of eight
+  EXPECT_EQ(avg_pool2d(from_vector(v, {1, 1, 4, 8}), o).item<float>(),
+            static_cast<float>((16777216.0 + 31.0) / 32.0));
+}
+
 // Pooling gradients pass gradcheck; the second-order rules too.
 TEST(Pool, Gradcheck) {
   uint64_t seed = 100;

@@ -248,6 +248,29 @@ inline Window window(const PoolGeom& g, int64_t oh, int64_t ow, bool count_pad) 
   return {h0, h1, w0, w1, std::max<int64_t>(div, 1)};
 }
 
+// Sum of a window's elements in double. Rows of 8 or more taps go in 8
+// partial sums (one dependent add per element made a global 32x32 pool
+// latency-bound; the lanes vectorize): f32 terms add exactly in double unless
+// their exponents span more than 29 binades, so the order rarely shows in the
+// rounded result (f64 terms: a few ulps of the sum). Narrower windows keep the
+// plain row-major order.
+template <typename T>
+double window_sum(const T* X, int64_t W, const Window& w) {
+  constexpr int64_t kL = 8;
+  double acc[kL] = {};
+  double s = 0;
+  for (int64_t ih = w.h0; ih < w.h1; ++ih) {
+    const T* row = X + ih * W;
+    int64_t iw = w.w0;
+    for (; iw + kL <= w.w1; iw += kL)
+      for (int64_t j = 0; j < kL; ++j) acc[j] += double(compute_t<T>(row[iw + j]));
+    for (; iw < w.w1; ++iw) s += double(compute_t<T>(row[iw]));
+  }
+  for (int64_t h = kL / 2; h > 0; h /= 2)
+    for (int64_t j = 0; j < h; ++j) acc[j] += acc[j + h];
+  return w.w1 - w.w0 >= kL ? acc[0] + s : s;
+}
+
 void check_float(const Tensor& x, const char* op) {
   KILN_CHECK(is_floating(x.dtype()), "[", op, "] expected a floating dtype, got ", x.dtype(),
              " (shape ", x.shape(), ")");
@@ -280,10 +303,7 @@ void kernel_avg(std::span<const Tensor> in, const Attrs& at, std::span<Tensor> o
           for (int64_t oh = 0; oh < g.Ho; ++oh) {
             for (int64_t ow = 0; ow < g.Wo; ++ow) {
               const Window w = window(g, oh, ow, cp);
-              double s = 0;
-              for (int64_t ih = w.h0; ih < w.h1; ++ih)
-                for (int64_t iw = w.w0; iw < w.w1; ++iw)
-                  s += double(compute_t<T>(X[ih * g.W + iw]));
+              const double s = window_sum(X, g.W, w);
               y[p * L + oh * g.Wo + ow] = T(static_cast<compute_t<T>>(s / double(w.div)));
             }
           }
