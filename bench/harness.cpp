@@ -10,7 +10,8 @@
 // Workloads: tanh-GELU 16M, softmax and layer_norm [4096, 1024], Adam over 10M
 // parameters, the MLP and CNN training steps, a transformer block fwd+bwd; each
 // also at 1 thread; the MLP step's cold compile and warm start from the disk cache.
-// Eager and compiled steps are timed alternately (medians). Eager runs twice: as shipped (fused
+// Eager and compiled steps are timed alternately (medians), and eager alone in consecutive
+// calls (JSON eager_seq_ms, the figure bench/peers compares). Eager runs twice: as shipped (fused
 // composites and optimizer steps) and with both off (set_eager_fusion(false), fused = false: one
 // primitive op at a time), their ratio from paired rounds.
 #include <cblas.h>
@@ -140,6 +141,7 @@ struct Row {
   double bytes = 0, flops = 0;  // per call, for GB/s or GFLOP/s
   double ref_ratio = 0;         // compiled / the row's hardware reference time, paired rounds
   double eager_unfused_ms = 0;  // eager with fusion off (paired rounds' median)
+  double eager_seq_ms = 0;      // eager alone, consecutive calls (median)
   double fusion_ratio = 0;      // eager / eager with fusion off, paired rounds
   double thread_ratio = 0;      // compiled at the pool's size / at 1 thread, paired rounds
   int64_t peak_bytes = 0;
@@ -205,6 +207,12 @@ Row measure(const std::string& name, E eager_fn, C comp_fn, int reps, const Refe
   }
   r.eager_ms = median(e_ms);
   r.compiled_ms = median(c_ms);
+  // Eager alone in consecutive calls, as the PyTorch peer (bench/peers) times
+  // its rows: above, each eager call follows the compiled twin's call on state
+  // of its own, whose memory traffic costs a memory-bound row several percent.
+  std::vector<double> seq_ms;
+  for (int i = 0; i < reps; ++i) seq_ms.push_back(once([&] { eager_fn(); }));
+  r.eager_seq_ms = median(seq_ms);
   const int threads = num_threads();
   const int per_round = std::max(2, reps / 3);
   std::vector<double> ref_ratios, thread_ratios, one_ms, unfused_ms, fusion_ratios;
@@ -583,6 +591,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Har
         << ", \"reference_ratio\": " << r.ref_ratio << ", \"thread_ratio\": " << r.thread_ratio
         << ", \"peak_bytes\": " << r.peak_bytes << ", \"max_abs_diff\": " << r.max_abs_diff
         << ", \"eager_unfused_ms\": " << r.eager_unfused_ms
+        << ", \"eager_seq_ms\": " << r.eager_seq_ms
         << ", \"eager_fusion_ratio\": " << r.fusion_ratio << "}";
     }
     f << "]}\n";
