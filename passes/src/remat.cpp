@@ -75,16 +75,15 @@
 //    the pass never makes either peak worse.
 // 8. Budget: the pass stops as soon as the predicted peak of the executor's
 //    fused schedule fits (the node-order model picks where and what to cut;
-//    it does not see a kernel writing two outputs nor the temporaries fusion
-//    never stores, so it may over- or under-count: 2.25 against 2.0 MiB for
-//    bench/remat_bench's MLP at 25%). A cut that gets below the budget is
-//    narrowed first: values made before a window
-//    start are saved, and the latest start that still fits wins (a binary
-//    search), so a budget recomputes what it needs, not all a rate allows
-//    (16 identical layers: the last few, not all 16). If no tier gets there,
-//    the report says budget_met = false with the smallest peak reached and
-//    what that peak holds (RematReport::peak_composition, "floor:" in the
-//    log); the compile driver warns with both numbers.
+//    it does not see a kernel writing two outputs, the temporaries fusion
+//    never stores nor the outputs written over dying inputs, so it may over-
+//    or under-count: 2.25 against 1.8 MiB for bench/remat_bench's MLP at 25%). A cut that gets
+//    below the budget is narrowed first: values made before a window start are saved, and the
+//    latest start that still fits wins (a binary search), so a budget recomputes what it needs, not
+//    all a rate allows (16 identical layers: the last few, not all 16). If no tier gets there, the
+//    report says budget_met = false with the smallest peak reached and what that peak holds
+//    (RematReport::peak_composition, "floor:" in the log); the compile driver warns with both
+//    numbers.
 // 9. Under a budget, cuts made one after another at different tiers may each
 //    recompute the same matmul from the same saved values (a later cut at a
 //    later peak recomputes a chain whose head an earlier cut already
