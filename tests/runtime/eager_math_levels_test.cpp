@@ -18,6 +18,8 @@
 
 #include "kiln/kiln.h"
 #include "ops/cpu_level.h"
+#include "ops/gelu_const.h"
+#include "ops/vec_math.h"
 #include "runtime/cpu_levels.h"
 #include "test_util.h"
 
@@ -108,6 +110,66 @@ TEST(EagerMathLevels, FusedGeluErfGivesTheSameBits) {
     sum(gelu(a) * w).backward();
     return a.grad();
   });
+}
+
+// The fused GELU (tanh form) and SiLU, forward and backward (f32), at every
+// level, against their per-element formulas with the shared sigmoid (what
+// the fused kernels computed before they ran the per-level loops).
+TEST(EagerMathLevels, FusedGeluTanhAndSiluKeepTheirPerElementBits) {
+  using K = ops::fused::GeluConst<float>;
+  auto sig = [](float z) { return ops::vec::sigmoid<float>(z); };
+  auto gelu_tanh = [&](float v) { return v * sig((v + v * v * v * K::c) * K::k2); };
+  auto gelu_tanh_grad = [&](float v, float g) {
+    const float s = sig((v + v * v * v * K::c) * K::k2);
+    const float dz = K::k2 * (1.0f + 3.0f * K::c * v * v);
+    return g * (s + v * s * (1.0f - s) * dz);
+  };
+  auto silu_ref = [&](float v) { return v * sig(v); };
+  auto silu_grad = [&](float v, float g) {
+    const float s = sig(v);
+    return g * (s * (1.0f + v * (1.0f - s)));
+  };
+  const Tensor sweep_x = sweep(DType::f32);
+  const Tensor x = clamp(where(isfinite(sweep_x), sweep_x, 0.0), -1e4, 1e4);
+  const Tensor w = flip(x, {0}) * 0.5;
+  const std::vector<float> xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&)> f;
+    std::function<float(float, float)> want;  // (x, upstream gradient)
+    bool grad;
+  };
+  const Case cases[] = {
+      {"gelu tanh", [](const Tensor& a) { return gelu(a, "tanh"); },
+       [&](float v, float) { return gelu_tanh(v); }, false},
+      {"gelu tanh backward", [](const Tensor& a) { return gelu(a, "tanh"); }, gelu_tanh_grad, true},
+      {"silu", [](const Tensor& a) { return kiln::silu(a); },
+       [&](float v, float) { return silu_ref(v); }, false},
+      {"silu backward", [](const Tensor& a) { return kiln::silu(a); }, silu_grad, true},
+  };
+  for (const Case& c : cases) {
+    kiln::testing::at_every_cpu_level([&](const std::string&) {
+      Tensor y;
+      if (c.grad) {
+        Tensor a = x.detach().requires_grad_();
+        sum(c.f(a) * w).backward();
+        y = a.grad();
+      } else {
+        y = c.f(x);
+      }
+      const std::vector<float> got = y.to_vector<float>();
+      int bad = 0;
+      for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+        const float want = c.want(xv[i], wv[i]);
+        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want) &&
+            !(std::isnan(got[i]) && std::isnan(want))) {
+          ++bad;
+          ADD_FAILURE() << c.name << " at x = " << xv[i] << ": " << got[i] << ", per element "
+                        << want;
+        }
+      }
+    });
+  }
 }
 
 TEST(EagerMathLevels, KilnCpuLevelValues) {

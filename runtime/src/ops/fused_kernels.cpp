@@ -384,8 +384,8 @@ void pointwise_loop(int64_t n, F&& f) {
 }
 
 // out = op(x) (op(x, g) when g is given) over n contiguous floats, split over
-// the pool: GELU's erf form and its gradient, on the shared erf and exp (the
-// primitive erf's bits), in the SIMD loops of the CPU's level.
+// the pool: GELU (both forms), SiLU and their gradients in the SIMD loops of
+// the CPU's level, on the shared erf, exp and sigmoid (the primitives' bits).
 void vector_loop(vec::Loop op, float* out, const float* x, const float* g, int64_t n) {
   const vec::RunFn f = vec::f32_loop(op);
   parallel_for(0, n, 1 << 14, [=](int64_t b, int64_t e) {
@@ -404,10 +404,14 @@ void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n) {
   using K = GeluConst<T>;
   switch (f) {
     case Pointwise::kGeluTanh:
-      pointwise_loop<T>(n, [&](int64_t i) {
-        const T v = x[i];
-        y[i] = v * vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
-      });
+      if constexpr (std::is_same_v<T, float>) {
+        vector_loop(vec::Loop::kGeluTanh, y, x, nullptr, n);
+      } else {
+        pointwise_loop<T>(n, [&](int64_t i) {
+          const T v = x[i];
+          y[i] = v * vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
+        });
+      }
       break;
     case Pointwise::kGeluErf:
       if constexpr (std::is_same_v<T, float>) {
@@ -420,7 +424,10 @@ void pointwise_fwd(Pointwise f, const T* x, T* y, int64_t n) {
       }
       break;
     case Pointwise::kSilu:
-      pointwise_loop<T>(n, [&](int64_t i) { y[i] = x[i] * vec::sigmoid<T>(x[i]); });
+      if constexpr (std::is_same_v<T, float>)
+        vector_loop(vec::Loop::kSilu, y, x, nullptr, n);
+      else
+        pointwise_loop<T>(n, [&](int64_t i) { y[i] = x[i] * vec::sigmoid<T>(x[i]); });
       break;
   }
 }
@@ -431,12 +438,16 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
   switch (f) {
     case Pointwise::kGeluTanh:
       // d/dx x s(z) = s + x s (1 - s) z', z = k2 (x + c x^3), z' = k2 (1 + 3 c x^2).
-      pointwise_loop<T>(n, [&](int64_t i) {
-        const T v = x[i];
-        const T s = vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
-        const T dz = K::k2 * (T(1) + T(3) * K::c * v * v);
-        gx[i] = g[i] * (s + v * s * (T(1) - s) * dz);
-      });
+      if constexpr (std::is_same_v<T, float>) {
+        vector_loop(vec::Loop::kGeluTanhGrad, gx, x, g, n);
+      } else {
+        pointwise_loop<T>(n, [&](int64_t i) {
+          const T v = x[i];
+          const T s = vec::sigmoid<T>((v + v * v * v * K::c) * K::k2);
+          const T dz = K::k2 * (T(1) + T(3) * K::c * v * v);
+          gx[i] = g[i] * (s + v * s * (T(1) - s) * dz);
+        });
+      }
       break;
     case Pointwise::kGeluErf:
       if constexpr (std::is_same_v<T, float>) {
@@ -450,10 +461,14 @@ void pointwise_bwd(Pointwise f, const T* x, const T* g, T* gx, int64_t n) {
       }
       break;
     case Pointwise::kSilu:
-      pointwise_loop<T>(n, [&](int64_t i) {
-        const T s = vec::sigmoid<T>(x[i]);
-        gx[i] = g[i] * (s * (T(1) + x[i] * (T(1) - s)));
-      });
+      if constexpr (std::is_same_v<T, float>) {
+        vector_loop(vec::Loop::kSiluGrad, gx, x, g, n);
+      } else {
+        pointwise_loop<T>(n, [&](int64_t i) {
+          const T s = vec::sigmoid<T>(x[i]);
+          gx[i] = g[i] * (s * (T(1) + x[i] * (T(1) - s)));
+        });
+      }
       break;
   }
 }

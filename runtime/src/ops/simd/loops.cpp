@@ -118,13 +118,37 @@ struct GeluErfGrad {
   }
 };
 
+// GELU's tanh form and SiLU, and their gradients, as the fused kernels wrote
+// them per element (the same operations in the same order: the same bits).
+struct GeluTanh {
+  static V f(B& b, V v) { return v * math::sigmoid_f32(b, (v + v * v * v * K::c) * K::k2); }
+};
+struct GeluTanhGrad {
+  // d/dx x s(z) = s + x s (1 - s) z', z = k2 (x + c x^3), z' = k2 (1 + 3 c x^2).
+  static V f(B& b, V v, V g) {
+    const V s = math::sigmoid_f32(b, (v + v * v * v * K::c) * K::k2);
+    const V dz = K::k2 * (1.0f + 3.0f * K::c * v * v);
+    return g * (s + v * s * (1.0f - s) * dz);
+  }
+};
+struct Silu {
+  static V f(B& b, V x) { return x * math::sigmoid_f32(b, x); }
+};
+struct SiluGrad {
+  static V f(B& b, V x, V g) {
+    const V s = math::sigmoid_f32(b, x);
+    return g * (s * (1.0f + x * (1.0f - s)));
+  }
+};
+
 // In Loop's order.
 constexpr RunFn kLoops[kNumLoops] = {
-    &run<Exp, 1>,     &run<Log, 1>,     &run<Log1p, 1>,       &run<Tanh, 1>,
-    &run<Sigmoid, 1>, &run<Erf, 1>,     &run<Sin, 1>,         &run<Cos, 1>,
-    &run<Pow, 2>,     &run<GeluErf, 1>, &run<GeluErfGrad, 2>,
+    &run<Exp, 1>,          &run<Log, 1>,     &run<Log1p, 1>,       &run<Tanh, 1>,
+    &run<Sigmoid, 1>,      &run<Erf, 1>,     &run<Sin, 1>,         &run<Cos, 1>,
+    &run<Pow, 2>,          &run<GeluErf, 1>, &run<GeluErfGrad, 2>, &run<GeluTanh, 1>,
+    &run<GeluTanhGrad, 2>, &run<Silu, 1>,    &run<SiluGrad, 2>,
 };
-static_assert(static_cast<int>(Loop::kGeluErfGrad) == kNumLoops - 1);
+static_assert(static_cast<int>(Loop::kSiluGrad) == kNumLoops - 1);
 
 }  // namespace
 

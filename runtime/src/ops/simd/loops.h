@@ -19,11 +19,15 @@ enum class Loop : uint8_t {
   kErf,
   kSin,
   kCos,
-  kPow,          // binary: x ^ y
-  kGeluErf,      // x (1 + erf(x / sqrt 2)) / 2, fused GELU's erf form
-  kGeluErfGrad,  // binary: its gradient (x, upstream gradient)
+  kPow,           // binary: x ^ y
+  kGeluErf,       // x (1 + erf(x / sqrt 2)) / 2, fused GELU's erf form
+  kGeluErfGrad,   // binary: its gradient (x, upstream gradient)
+  kGeluTanh,      // x sigmoid(k2 (x + c x^3)), fused GELU's tanh form
+  kGeluTanhGrad,  // binary: its gradient (x, upstream gradient)
+  kSilu,          // x sigmoid(x), fused SiLU
+  kSiluGrad,      // binary: its gradient (x, upstream gradient)
 };
-inline constexpr int kNumLoops = 11;
+inline constexpr int kNumLoops = 15;
 
 /// A run of n f32 elements: out = p[0], inputs p[1] (and p[2] for binary
 /// loops) at byte strides s[0..2]; an input stride of 0 broadcasts one element.
