@@ -379,8 +379,10 @@ namespace {
 // The kernel outputs the executor writes over a dying input of their group
 // (Executor::Run::kernel_output, lower()'s in_place lists): by value id of the
 // output, the input; null if none. Only where it surely does: a group without
-// reductions, an output that is no column sum nor state write, dense, that
-// reads the input (within the group); the input dense, of the same dtype and
+// reductions, an output that is no column sum, state write nor graph output
+// (a program returning the sum of a scalar kernel's output and more measured
+// 8 bytes above the prediction with it), dense, that reads the input (within
+// the group); the input dense, of the same dtype and
 // shape, a materialized value (no graph input, constant or unfused view) that
 // is no graph output, whose other readers ran at earlier steps (`step_of` a
 // node position) and are no views nor cats (no other handle on its buffer, no
@@ -404,7 +406,8 @@ std::vector<const ir::Value*> in_place_outputs(const ir::Graph& g, const FusionP
     const size_t plain = G.outputs.size() - std::min(G.outputs.size(), G.column_sums.size());
     for (size_t j = 0; j < plain; ++j) {
       const ir::Value* v = G.outputs[j];
-      if (into[static_cast<size_t>(v->id())] >= 0 || !dense(G.out_dense[j]) || !v->producer)
+      if (into[static_cast<size_t>(v->id())] >= 0 || !dense(G.out_dense[j]) || !v->producer ||
+          g.is_output(v))
         continue;
       // The group's inputs v reads, through members.
       std::vector<const ir::Value*> reads, work{v};
