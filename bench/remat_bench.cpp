@@ -209,9 +209,11 @@ void bench(const std::string& which, int reps) {
       profiler::Profile p{profiler::Options{}};
       for (int i = 0; i < 5; ++i) (*v->holder)(v->w.x);
       p.stop();
-      std::printf("%s, 5 steps (%lld kernel outputs written in place per step):\n%s\n",
-                  v->r.variant.c_str(), static_cast<long long>(v->holder->stats().last_in_place),
-                  p.table(profiler::SortBy::kTotal, 12).c_str());
+      std::printf(
+          "%s, 5 steps (per step: %lld kernel launches, %lld outputs written in place):\n%s\n",
+          v->r.variant.c_str(), static_cast<long long>(v->holder->stats().last_kernel_launches),
+          static_cast<long long>(v->holder->stats().last_in_place),
+          p.table(profiler::SortBy::kTotal, 12).c_str());
     }
   if (print_peaks)  // what each compiled plan holds at its measured peak
     for (auto& v : vs) {
