@@ -1,7 +1,9 @@
 // The eager SIMD loops' CPU levels (runtime/src/ops/cpu_level.h): every level
 // this CPU runs gives the same bits (the loops are one expansion at 4, 8 or
 // 16 lanes) for each transcendental, pow and the fused GELU's erf form, on
-// f32/f16/bf16 sweeps and strided inputs; KILN_CPU_LEVEL's values and errors.
+// f32/f16/bf16 sweeps and strided inputs, and for the fused softmax,
+// log_softmax, layer_norm and batch_norm kernels (f32, f64), forward and
+// backward; KILN_CPU_LEVEL's values and errors.
 // (tests/codegen/eager_math_test.cpp compares every level with the compiled
 // path.)
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@
 
 #include "kiln/kiln.h"
 #include "ops/cpu_level.h"
+#include "ops/fused_kernels.h"
 #include "ops/gelu_const.h"
 #include "ops/vec_math.h"
 #include "runtime/cpu_levels.h"
@@ -58,12 +61,13 @@ std::vector<uint32_t> bits(const Tensor& y) {
   return out;  // NaN payloads are the hardware's: any NaN counts as one
 }
 
-// f() at every level equals f() at the lowest, bit for bit.
-void expect_same_at_every_level(const std::string& what, const std::function<Tensor()>& f) {
-  std::vector<uint32_t> first;
+// compute() at every level equals compute() at the lowest, bit for bit.
+void expect_same_bits_at_every_level(const std::string& what,
+                                     const std::function<std::vector<uint64_t>()>& compute) {
+  std::vector<uint64_t> first;
   std::string first_level;
   kiln::testing::at_every_cpu_level([&](const std::string& level) {
-    const std::vector<uint32_t> b = bits(f());
+    const std::vector<uint64_t> b = compute();
     if (first_level.empty()) {
       first = b;
       first_level = level;
@@ -77,6 +81,14 @@ void expect_same_at_every_level(const std::string& what, const std::function<Ten
         ADD_FAILURE() << what << " element " << i << ": 0x" << std::hex << b[i] << " at " << level
                       << ", 0x" << first[i] << " at " << first_level;
       }
+  });
+}
+
+// f() at every level equals f() at the lowest, bit for bit.
+void expect_same_at_every_level(const std::string& what, const std::function<Tensor()>& f) {
+  expect_same_bits_at_every_level(what, [&] {
+    const std::vector<uint32_t> b = bits(f());
+    return std::vector<uint64_t>(b.begin(), b.end());
   });
 }
 
@@ -170,6 +182,93 @@ TEST(EagerMathLevels, FusedGeluTanhAndSiluKeepTheirPerElementBits) {
       }
     });
   }
+}
+
+// The fused row kernels' outputs (ops/fused_kernels.h, ops/simd/rows.h) on
+// rows of lengths around the 16 lanes and longer, with -inf, NaN and huge
+// elements, as bits of T (any NaN counts as one).
+template <typename T>
+std::vector<uint64_t> row_kernel_bits(uint32_t seed) {
+  namespace fused = kiln::ops::fused;
+  std::vector<uint64_t> out;
+  auto put = [&](const std::vector<T>& v) {
+    for (T x : v) {
+      if (std::isnan(x))
+        out.push_back(1);
+      else if constexpr (sizeof(T) == 4)
+        out.push_back(std::bit_cast<uint32_t>(x));
+      else
+        out.push_back(std::bit_cast<uint64_t>(x));
+    }
+  };
+  uint32_t state = seed;
+  auto rnd = [&] {  // in [-4, 4), a 24-bit lattice
+    state = state * 1664525u + 1013904223u;
+    return static_cast<T>(static_cast<int32_t>(state >> 8) - (1 << 23)) / static_cast<T>(1 << 21);
+  };
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  for (int64_t n : {1, 15, 16, 17, 33, 1000, 4099}) {
+    const int64_t rows = 6;
+    std::vector<T> x(rows * n), g(rows * n), w(n), b(n);
+    for (T& v : x) v = rnd();
+    for (T& v : g) v = rnd();
+    for (T& v : w) v = rnd();
+    for (T& v : b) v = rnd();
+    std::vector<T> xs = x;  // softmax rows: all -inf, one NaN, one -inf, huge
+    for (int64_t i = 0; i < n; ++i) xs[i] = -kInf;
+    xs[n + n / 2] = std::numeric_limits<T>::quiet_NaN();
+    xs[2 * n + n / 3] = -kInf;
+    for (int64_t i = 0; i < n; ++i) xs[3 * n + i] *= T(1e4);
+    std::vector<T> y(rows * n), gx(rows * n);
+    for (bool log : {false, true}) {
+      for (bool safe : {false, true}) {
+        if (log && safe) continue;
+        fused::softmax_fwd<T>(xs.data(), y.data(), rows, n, log, safe);
+        put(y);
+      }
+      fused::softmax_fwd<T>(x.data(), y.data(), rows, n, log, false);
+      fused::softmax_bwd<T>(y.data(), g.data(), gx.data(), rows, n, log);
+      put(gx);
+    }
+    std::vector<T> mean(rows), rstd(rows), gw(n), gb(n);
+    for (int affine = 0; affine < 4; ++affine) {
+      const T* wp = affine & 1 ? w.data() : nullptr;
+      const T* bp = affine & 2 ? b.data() : nullptr;
+      fused::layer_norm_fwd<T>(x.data(), wp, bp, y.data(), mean.data(), rstd.data(), rows, n,
+                               T(1e-5));
+      put(y);
+      put(mean);
+      put(rstd);
+      fused::layer_norm_bwd<T>(x.data(), g.data(), wp, mean.data(), rstd.data(), gx.data(),
+                               gw.data(), gb.data(), rows, n);
+      put(gx);
+      put(gw);
+      put(gb);
+    }
+    // batch_norm over [rows / 2, 2, n]: each channel's N rows of n.
+    const int64_t N = rows / 2, C = 2;
+    std::vector<T> bw = {rnd(), rnd()}, bb = {rnd(), rnd()};
+    std::vector<T> bmean(C), bvar(C), brstd(C), bgw(C), bgb(C);
+    for (bool batch_stats : {true, false}) {
+      fused::batch_norm_fwd<T>(x.data(), bw.data(), bb.data(), y.data(), bmean.data(), bvar.data(),
+                               brstd.data(), N, C, n, T(1e-5), batch_stats);
+      put(y);
+      put(bmean);
+      put(bvar);
+      fused::batch_norm_bwd<T>(x.data(), g.data(), bw.data(), bmean.data(), brstd.data(), gx.data(),
+                               bgw.data(), bgb.data(), N, C, n, batch_stats);
+      put(gx);
+      put(bgw);
+      put(bgb);
+    }
+  }
+  return out;
+}
+
+TEST(EagerMathLevels, FusedRowKernelsGiveTheSameBits) {
+  // Failed with GCC contracting a * b + c into fma at v3 and v4 only.
+  expect_same_bits_at_every_level("f32", [] { return row_kernel_bits<float>(7); });
+  expect_same_bits_at_every_level("f64", [] { return row_kernel_bits<double>(11); });
 }
 
 TEST(EagerMathLevels, KilnCpuLevelValues) {
