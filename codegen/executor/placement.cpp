@@ -3,6 +3,7 @@
 #include "executor/placement.h"
 
 #include "kiln/functional.h"
+#include "kiln/ir/layout.h"
 #include "ops/blas_layout.h"
 
 namespace kiln::detail {
@@ -87,16 +88,9 @@ bool host_views_anyway(const Placement& p, std::span<const int64_t> syms) {
   for (auto it = p.links.rbegin(); it != p.links.rend(); ++it) {
     const ir::Node& n = *it->first;
     const Dims shape = ir::eval_shape(n.output()->shape, syms);
-    if (n.is_op(OpId::permute)) {
-      const Dims perm = permutation(n);
-      Dims st(perm.size());
-      for (size_t k = 0; k < perm.size(); ++k) st[k] = l.strides[static_cast<size_t>(perm[k])];
-      l.strides = st;
-    } else {
-      Dims st;
-      if (!view_strides(l.shape, l.strides, shape, st)) return false;
-      l.strides = st;
-    }
+    std::optional<Dims> st = ir::view_output_strides(n, n.attrs, l.shape, l.strides, shape);
+    if (!st) return false;
+    l.strides = std::move(*st);
     l.shape = shape;
   }
   return true;

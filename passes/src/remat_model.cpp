@@ -24,8 +24,7 @@
 #include <set>
 
 #include "kiln/error.h"
-#include "kiln/functional.h"
-#include "kiln/tensor.h"
+#include "kiln/ir/layout.h"
 #include "remat_internal.h"
 
 namespace kiln::passes::detail {
@@ -475,12 +474,12 @@ void placed_cat_births(const ir::Graph& g, const FusionPlan& plan, StepOf step_o
 }
 
 // The layouts (strides in elements, by value id) of the unfused view chains'
-// values, to tell the reshapes that copy: the runtime's reshape views its
-// input only where view_strides() can (a reshape of a permuted kernel output
-// usually cannot: the randomized compiled test's seed 86 measured 144 bytes
-// above the prediction). Materialized values (kernel and unfused outputs) are
-// contiguous; so are graph inputs and constants, as assumed here (the
-// executor does not make them so: a strided input's copies go uncounted).
+// values, to tell the reshapes that copy (ir::view_output_strides, the
+// runtime's rule: a reshape of a permuted kernel output usually copies; the
+// randomized compiled test's seed 86 measured 144 bytes above the prediction
+// when the model took it for a view). Materialized values (kernel and unfused
+// outputs) are contiguous; so are graph inputs and constants, as assumed here
+// (the executor does not make them so: a strided input's copies go uncounted).
 class ViewLayouts {
  public:
   ViewLayouts(const ir::Graph& g, const FusionPlan& plan, std::span<const int64_t> syms, int ids)
@@ -490,30 +489,14 @@ class ViewLayouts {
   // runtime's kernel copies instead (a reshape the layout cannot view).
   bool copies(const ir::Node* x) {
     const ir::Value* in = x->inputs[0];
-    const Dims shape = ir::eval_shape(in->shape, syms_),
-               out = ir::eval_shape(x->output()->shape, syms_);
-    const Dims st = strides_of(in);
-    const auto rank = static_cast<int64_t>(shape.size());
-    Dims& o = strides_[static_cast<size_t>(x->output()->id())].emplace();
+    const Dims out = ir::eval_shape(x->output()->shape, syms_);
     Attrs evaluated;  // a dynamic slice's bounds
     const Attrs& a = x->sym_attrs.empty() ? x->attrs : (evaluated = x->eval_attrs(syms_));
-    if (x->is_op(OpId::permute)) {
-      for (int64_t d : a.dims("dims"))
-        o.push_back(st[static_cast<size_t>(wrap_dim(d, rank, "permute"))]);
-    } else if (x->is_op(OpId::expand)) {
-      o = Dims(out.size(), 0);
-      const size_t off = out.size() - shape.size();
-      for (size_t i = off; i < out.size(); ++i)
-        o[i] = shape[i - off] == 1 && out[i] != 1 ? 0 : st[i - off];
-    } else if (x->is_op(OpId::slice)) {
-      const auto d = static_cast<size_t>(wrap_dim(a.i("dim"), rank, "slice"));
-      o = st;
-      if (out[d] > 1) o[d] *= a.has("step") ? a.i("step") : 1;
-    } else if (x->is_op(OpId::reshape) && !view_strides(shape, st, out, o)) {
-      o = contiguous_strides(out);
-      return !placed(in);
-    }
-    return false;
+    std::optional<Dims>& o = strides_[static_cast<size_t>(x->output()->id())];
+    o = ir::view_output_strides(*x, a, ir::eval_shape(in->shape, syms_), strides_of(in), out);
+    if (o) return false;
+    o = contiguous_strides(out);
+    return !placed(in);
   }
 
  private:
