@@ -33,6 +33,9 @@ CpuLevel cpu_level();
 CpuLevel parse_cpu_level(const std::string& value, const std::vector<CpuLevel>& runnable);
 /// The loop `op` at cpu_level().
 RunFn f32_loop(Loop op);
+struct Rows;
+/// The fused row kernels (ops/simd/rows.h) at cpu_level().
+const Rows& row_kernels();
 
 /// Tests: runs the loops at `level` from now on, in every thread (a level
 /// this CPU cannot run is a kiln::Error, as for KILN_CPU_LEVEL).

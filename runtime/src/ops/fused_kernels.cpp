@@ -36,14 +36,7 @@ int64_t row_grain(int64_t n) {
 // The row kernels of `T` at the CPU level the eager SIMD loops run at.
 template <typename T>
 const vec::RowFns<T>& row_fns() {
-#if defined(__x86_64__) || defined(_M_X64)
-  const vec::CpuLevel level = vec::cpu_level();
-  const vec::Rows& r = level == vec::CpuLevel::kV4   ? vec::v4::rows()
-                       : level == vec::CpuLevel::kV3 ? vec::v3::rows()
-                                                     : vec::v2::rows();
-#else
-  const vec::Rows& r = vec::native::rows();
-#endif
+  const vec::Rows& r = vec::row_kernels();
   if constexpr (std::is_same_v<T, float>)
     return r.f32;
   else

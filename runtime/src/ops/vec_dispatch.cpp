@@ -1,6 +1,8 @@
 // Run-time choice of the eager SIMD loops' level (ops/cpu_level.h).
 #include "ops/cpu_level.h"
 
+#include "ops/simd/rows.h"
+
 #include <atomic>
 #include <string>
 
@@ -50,6 +52,10 @@ const RunFn* table(CpuLevel level) {
   KILN_ASSERT(level != CpuLevel::kNative, "no native level on x86-64");
   return level == CpuLevel::kV4 ? v4::loops() : level == CpuLevel::kV3 ? v3::loops() : v2::loops();
 }
+const Rows& rows_table(CpuLevel level) {
+  KILN_ASSERT(level != CpuLevel::kNative, "no native level on x86-64");
+  return level == CpuLevel::kV4 ? v4::rows() : level == CpuLevel::kV3 ? v3::rows() : v2::rows();
+}
 #else
 constexpr CpuLevel kLevels[] = {CpuLevel::kNative};
 bool cpu_runs(CpuLevel level) {
@@ -57,6 +63,9 @@ bool cpu_runs(CpuLevel level) {
 }
 const RunFn* table(CpuLevel) {
   return native::loops();
+}
+const Rows& rows_table(CpuLevel) {
+  return native::rows();
 }
 #endif
 
@@ -128,6 +137,10 @@ RunFn f32_loop(Loop op) {
   if (o >= 0) return table(static_cast<CpuLevel>(o))[static_cast<int>(op)];
   static const RunFn* const chosen = table(default_level());  // chosen once
   return chosen[static_cast<int>(op)];
+}
+
+const Rows& row_kernels() {
+  return rows_table(cpu_level());
 }
 
 CpuLevel parse_cpu_level(const std::string& value, const std::vector<CpuLevel>& runnable) {
