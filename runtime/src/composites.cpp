@@ -6,6 +6,7 @@
 #include <numbers>
 #include <optional>
 
+#include "autograd_internal.h"
 #include "kiln/autograd.h"
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
@@ -232,14 +233,17 @@ std::optional<Tensor> device_linear(const Tensor& x, const Tensor& weight, const
     const Tensor xs = sx->unpack(nullptr, "LinearBackward");
     const Tensor ws = sw->unpack(nullptr, "LinearBackward");
     std::vector<Tensor> gi(3);
-    // The weight's GEMM first: it may compute into the weight's gradient
-    // destination (kiln/grad_destination.h), which an input gradient of the
-    // same size would otherwise claim first.
+    // Each GEMM says whose gradient it computes: only the weight's may take
+    // the weight's gradient destination (kiln/grad_destination.h).
     if (gw_needed) {  // matmul's vjp for a transposed weight: a's rows folded, one GEMM
+      autograd::DestinationsFor only_w(1);
       const int64_t rows = in == 0 ? 0 : xs.numel() / in;
       gi[1] = matmul(transpose(reshape(g[0], {rows, out}), 0, 1), reshape(xs, {rows, in}));
     }
-    if (gx_needed) gi[0] = matmul(g[0], ws);
+    if (gx_needed) {
+      autograd::DestinationsFor only_x(0);
+      gi[0] = matmul(g[0], ws);
+    }
     if (gb_needed) gi[2] = sum_to(g[0], bshape);
     return gi;
   };
