@@ -19,6 +19,8 @@
 // always the earliest node, so the result never depends on pointer values.
 #include "kiln/passes/cse.h"
 
+#include "cse_key.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -56,12 +58,11 @@ void put_symint(std::string& key, const ir::SymInt& s) {
   put(key, s.b);
 }
 
-using AttrItems = std::vector<const std::pair<const char*, AttrValue>*>;
-
-// `items` is scratch (reused across nodes).
-void put_attrs(std::string& key, const Attrs& attrs, AttrItems& items) {
+// `items` is scratch (reused across nodes); an attribute named `skip` is left out.
+void put_attrs(std::string& key, const Attrs& attrs, AttrItems& items, const char* skip = nullptr) {
   items.clear();
-  for (const auto& item : attrs.items()) items.push_back(&item);
+  for (const auto& item : attrs.items())
+    if (!skip || std::strcmp(item.first, skip) != 0) items.push_back(&item);
   if (items.size() > 1)
     std::sort(items.begin(), items.end(),
               [](auto* a, auto* b) { return std::strcmp(a->first, b->first) < 0; });
@@ -113,14 +114,9 @@ bool commutes_exactly(const ir::Node* n) {
   return true;
 }
 
-// Scratch buffers of make_key, reused across nodes.
-struct KeyScratch {
-  AttrItems items;
-  std::vector<int> ids;
-};
+}  // namespace
 
-// The canonical key of `n`, or false if `n` must not be merged.
-bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch) {
+bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch, const KeyOptions& opt) {
   key.clear();
   if (n->is_constant()) {
     const Tensor& t = n->constant;
@@ -139,11 +135,11 @@ bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch) {
   if (info.has(kRandom) || info.has(kCollective)) return false;  // each call is its own
   key.push_back('O');
   put(key, static_cast<uint16_t>(n->op));
-  put_attrs(key, n->attrs, scratch.items);
+  put_attrs(key, n->attrs, scratch.items, opt.skip_attr);
   put_sym_attrs(key, n->sym_attrs);
   std::vector<int>& ids = scratch.ids;
   ids.clear();
-  for (const ir::Value* v : n->inputs) ids.push_back(v->id());
+  for (const ir::Value* v : n->inputs) ids.push_back((opt.input ? opt.input(v) : v)->id());
   if (commutes_exactly(n)) std::sort(ids.begin(), ids.end());
   put(key, ids.size());
   for (int id : ids) put(key, id);
@@ -151,6 +147,8 @@ bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch) {
   for (const ir::Value* o : n->outputs) put_value_meta(key, o);
   return true;
 }
+
+namespace {
 
 // Keys -> the first node with that key, in one open-addressing table; the key
 // bytes live in one buffer, addressed by offset. A node-based hash map made a

@@ -108,6 +108,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "cse_key.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/passes/dce.h"
@@ -317,28 +318,6 @@ bool is_copy(const Node* n) {
   return n->attrs.has("recompute") && n->attrs.i("recompute") < 0;
 }
 
-// Whether copy b computes what copy a does (`rep`: what b's inputs read after
-// the merges before it): op, attributes but the cut id, inputs, outputs.
-template <typename Rep>
-bool same_work(const Node* a, const Node* b, Rep rep) {
-  if (a->op != b->op || a->inputs.size() != b->inputs.size() || a->outputs.size() != 1 ||
-      b->outputs.size() != 1 || !(a->sym_attrs == b->sym_attrs))
-    return false;
-  for (size_t i = 0; i < a->inputs.size(); ++i)
-    if (a->inputs[i] != rep(b->inputs[i])) return false;
-  const Value *x = a->output(), *y = b->output();
-  if (x->dtype != y->dtype || x->shape != y->shape || x->wrapped_number != y->wrapped_number)
-    return false;
-  auto items = [](const Node* n) {
-    std::vector<std::pair<std::string, AttrValue>> v;
-    for (const auto& [k, val] : n->attrs.items())
-      if (std::string_view(k) != "recompute") v.emplace_back(k, val);
-    std::sort(v.begin(), v.end(), [](const auto& l, const auto& r) { return l.first < r.first; });
-    return v;
-  };
-  return items(a) == items(b);
-}
-
 // Copies of later cuts that compute what an earlier copy already does (a
 // matmul a second cut recomputes from the same saved value, bench/remat_bench's
 // MLP at 50%: 3 of 14), as units: each opaque duplicate and the duplicates it
@@ -346,23 +325,25 @@ bool same_work(const Node* a, const Node* b, Rep rep) {
 // value it becomes). Elementwise duplicates alone stay: they fuse into their
 // readers' kernels, and one computation would be stored longer instead.
 std::vector<std::vector<std::pair<Node*, Value*>>> duplicate_units(const ir::Graph& g) {
+  // CSE's key without the cut id, each input read as what it stands for
+  // after the merges before it: copies with one key compute the same value.
   std::unordered_map<const Value*, Value*> rep;
-  auto rep_of = [&](Value* v) {
+  KeyOptions opt;
+  opt.skip_attr = "recompute";
+  opt.input = [&](const Value* v) -> const Value* {
     auto it = rep.find(v);
     return it == rep.end() ? v : it->second;
   };
-  std::unordered_map<const Value*, std::vector<const Node*>> by_input;  // first input -> copies
+  std::unordered_map<std::string, Node*> first;  // key -> the earliest copy
+  std::string key;
+  KeyScratch scratch;
   std::vector<Node*> dups;
   for (Node* n : g.nodes()) {
     if (!is_copy(n) || n->outputs.size() != 1 || n->inputs.empty()) continue;
-    auto& seen = by_input[rep_of(n->inputs[0])];
-    auto it = std::find_if(seen.begin(), seen.end(),
-                           [&](const Node* e) { return same_work(e, n, rep_of); });
-    if (it == seen.end()) {
-      seen.push_back(n);
-      continue;
-    }
-    rep[n->output()] = (*it)->output();
+    if (!make_key(n, key, scratch, opt)) continue;
+    auto [it, fresh] = first.emplace(key, n);
+    if (fresh) continue;
+    rep[n->output()] = it->second->output();
     dups.push_back(n);
   }
   // Kept: opaque duplicates and the duplicates they read (latest first), in
