@@ -1,8 +1,8 @@
 // Eager against compiled kiln on a CUDA device (plain executable; run by
 // tools/device/gpu_checks.sh on a lent machine): GELU, softmax and layer_norm
-// over 16M f32 against the device's copy bandwidth, and an MLP training step
-// against its cuBLAS floor (the step's matmuls alone, through the same
-// cuBLASLt calls). Wall-clock medians of paired rounds, the device
+// over 16M f32 against the device's copy bandwidth, and an MLP and a
+// transformer training step against their cuBLAS floors (each step's matmuls
+// alone, through the same cuBLASLt calls). Wall-clock medians of paired rounds, the device
 // synchronized after every call.
 //   cuda_harness [--reps R] [--small]   (--small: tiny sizes, to check it runs)
 #include <algorithm>
@@ -191,12 +191,53 @@ int main(int argc, char** argv) {
     auto tstep_c = compile(tstep);
     auto [te, tc] = paired(
         reps, [&] { (void)tstep(); }, [&] { (void)tstep_c(); });
+    // The floor: every product of the step alone. Forward per layer: the QKV
+    // projection, the heads' scores and weighted values, the output projection
+    // and the feed-forward pair; then the vocabulary head. Backward: each
+    // forward product C = A B gives dA = dC B^T and dB = A^T dC.
+    const int64_t T = NB * L, heads = E / 64 > 0 ? E / 64 : 2, hd = E / heads;
+    struct Product {
+      int64_t batch, m, k, n;
+    };
+    std::vector<Product> products;
+    for (int64_t l = 0; l < layers; ++l) {
+      products.push_back({1, T, E, 3 * E});
+      products.push_back({NB * heads, L, hd, L});
+      products.push_back({NB * heads, L, L, hd});
+      products.push_back({1, T, E, E});
+      products.push_back({1, T, E, 4 * E});
+      products.push_back({1, T, 4 * E, E});
+    }
+    products.push_back({1, T, E, V});
+    struct Operands {
+      Tensor a, b, dc;
+    };
+    std::vector<Operands> operands;
+    auto shape = [](int64_t batch, int64_t r, int64_t c) {
+      return batch == 1 ? std::vector<int64_t>{r, c} : std::vector<int64_t>{batch, r, c};
+    };
+    for (const Product& p : products)
+      operands.push_back({randn(shape(p.batch, p.m, p.k)).cuda(),
+                          randn(shape(p.batch, p.k, p.n)).cuda(),
+                          randn(shape(p.batch, p.m, p.n)).cuda()});
+    const double tfloor_ms = paired(
+                                 reps,
+                                 [&] {
+                                   for (const Operands& o : operands) {
+                                     (void)matmul(o.a, o.b);
+                                     (void)matmul(o.dc, o.b.transpose(-2, -1));
+                                     (void)matmul(o.a.transpose(-2, -1), o.dc);
+                                   }
+                                 },
+                                 [] {})
+                                 .first;
     std::printf(
         "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
-        "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)\n",
+        "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)  cuBLAS floor %.3f ms "
+        "(%zu products) -> eager %.2fx, compiled %.2fx of the floor\n",
         static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
         static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
-        tstep_c.stats().traces);
+        tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;
