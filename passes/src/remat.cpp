@@ -45,6 +45,14 @@
 //    join from rate 1/16 on, all but every (d+1)-th of them (d = 1, 1, 2, 3,
 //    in the order they run before the cut), so a recomputed path crosses at
 //    most d of them: the every-other-layer and sqrt(n)-style segment schemes.
+//    4c. Which of each d+1 opaque ops stays saved (the phase) is chosen per
+//    cut by cost: each phase's cut is tried, and another than the last of
+//    each run wins if its recomputation costs less than half as much per
+//    byte of node-order peak it removes (a transformer block runs QKV,
+//    scores, AV, out, ff1, ff2: saving the 2nd of each pair saved the scores,
+//    K = 64, and recomputed QKV, K = 256; bench/remat_bench at 50%: now the
+//    scores of all 4 blocks and QKV of 3, 3.90 G multiply-adds, 4.16 before).
+//    Equal matmuls keep the last (phases mixed across cuts recompute more).
 //    4b. The default policy then tries rate 1/16 (costly math, no matmuls)
 //    while the recomputation it adds, summed, stays within kDefaultOverhead
 //    (3%) of the graph's own work (recompute_cost summed over its nodes),
@@ -187,8 +195,7 @@ Cut find_cut(const ir::Graph& g, const Model& m, int gap, const Tier& t, int lo 
     const Node* n = v->producer;
     const double cost = recompute_cost(*n);
     const int rank = opaque_rank[static_cast<size_t>(v->id())];
-    const bool opaque_kept =
-        n->info().has(kOpaque) && (t.depth == 0 || rank % (t.depth + 1) == t.depth);
+    const bool opaque_kept = n->info().has(kOpaque) && t.pins(rank);
     if (cost < 0 || opaque_kept || pos(n) < lo) return detail::ValueCut::kPinned;
     const double scaled = std::ldexp(2 * cost, -t.shift);
     return scaled > 0 ? std::min<int64_t>(kInf, std::llround(scaled)) : 0;
@@ -438,6 +445,42 @@ bool within(ir::Graph& g, std::span<const StateWrite> writes, const Model& m, in
   return !a.copies.empty() && fits(a);
 }
 
+// Where a cut at `gap` is, for the log.
+std::string where(const Model& m, int gap) {
+  const Node* at = m.nodes[std::min<size_t>(static_cast<size_t>(gap), m.nodes.size() - 1)];
+  return str("before node ", gap, " (", op_name(at->op), ")");
+}
+
+// Rule 4c: the phase of a tier saving every (depth+1)-th opaque op whose cut
+// at `gap` recomputes least per byte of node-order peak it removes (to `need`
+// at least); `t` itself (the last of each run saved) unless another phase
+// costs less than half as much per byte (equal matmuls: phases mixed across
+// cuts make recomputed chains cross more of them).
+Tier cheapest_phase(ir::Graph& g, std::span<const StateWrite> writes, const Model& m, int gap,
+                    const Tier& t, int64_t id, int64_t need) {
+  Tier best = t;
+  const double inf = std::numeric_limits<double>::infinity();
+  double best_rate = inf, own_rate = inf;
+  for (int p = t.depth; t.depth > 0 && p >= 0; --p) {
+    Tier c = t;
+    c.phase = p;
+    const Cut cut = find_cut(g, m, gap, c);
+    if (cut.recompute.empty()) continue;
+    const Applied a = apply_cut(g, m, cut, gap, id);
+    const int64_t peak = a.copies.empty() ? kInf : detail::simulate(g, writes).peak;
+    const double cost = cost_of(a.copies);
+    undo(g, a);
+    if (peak > need) continue;
+    const double rate = cost / static_cast<double>(m.peak - peak);
+    if (p == t.depth) own_rate = rate;
+    if (p != t.depth && rate < best_rate) {
+      best_rate = rate;
+      best = c;
+    }
+  }
+  return 2 * best_rate < own_rate ? best : t;
+}
+
 std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
@@ -536,21 +579,19 @@ bool remat(ir::Graph& g) {
       budget > 0 ? std::span<const Tier>(detail::kBudgetTiers) : std::span<const Tier>(kDefault);
   int64_t id = next_id(g);
   const int splits_before = rep.splits, recomputed_before = rep.recomputed;
-  for (const Tier& t : m.peak > 0 ? tiers : std::span<const Tier>()) {  // else nothing is stored
+  for (const Tier& tier : m.peak > 0 ? tiers : std::span<const Tier>()) {  // else nothing is stored
     for (int k = 0; k < kMaxCuts && !(budget > 0 && fused <= budget); ++k) {
       bool kept = false;
       // Rule 2: the cut before the peak's node, else just after it.
       for (int gap : {m.at, m.at + 1}) {
-        Cut cut = find_cut(g, m, gap, t);
-        if (cut.recompute.empty()) continue;
-        const Node* at = m.nodes[static_cast<size_t>(
-            std::min<size_t>(static_cast<size_t>(gap), m.nodes.size() - 1))];
-        const std::string where = str("before node ", gap, " (", op_name(at->op), ")");
-        Applied a = apply_cut(g, m, cut, gap, id);
         const int64_t before = m.peak;
         // Rule 7, node order (the default policy wants 1% at least: a smaller
         // gain is not worth the recomputation, nor the fused check's cost).
         const int64_t need = budget > 0 ? before - 1 : before - std::max<int64_t>(1, before / 100);
+        const Tier t = cheapest_phase(g, writes, m, gap, tier, id, need);
+        Cut cut = find_cut(g, m, gap, t);
+        if (cut.recompute.empty()) continue;
+        Applied a = apply_cut(g, m, cut, gap, id);
         if (a.copies.empty() || simulate(g).peak > need) {
           undo(g, a);
           continue;
@@ -571,13 +612,15 @@ bool remat(ir::Graph& g) {
           original = g.clone();
           a = apply_cut(g, m, cut, gap, id);
         }
+        const std::string at = where(m, gap);
         dce(g);
         m = simulate(g);
         if (budget > 0) fused = fused_peak(g);
-        rep.log.push_back(str("remat ", id, " [", t.name, "] ", where, ": save ", cut.saved.size(),
-                              " values (", mib(cut.saved_bytes), "), recompute ", a.copies.size(),
-                              " nodes; predicted peak ", mib(before), " -> ", mib(m.peak),
-                              budget > 0 ? str(" (fused schedule ", mib(fused), ")") : ""));
+        rep.log.push_back(
+            str("remat ", id, " [", t.name, t.phase >= 0 ? str(", phase ", t.phase) : "", "] ", at,
+                ": save ", cut.saved.size(), " values (", mib(cut.saved_bytes), "), recompute ",
+                a.copies.size(), " nodes; predicted peak ", mib(before), " -> ", mib(m.peak),
+                budget > 0 ? str(" (fused schedule ", mib(fused), ")") : ""));
         if (budget <= 0 && t.shift > 0) allowance -= cost_of(a.copies);
         ++rep.splits;
         rep.recomputed += static_cast<int>(a.copies.size());

@@ -46,6 +46,13 @@ struct Tier {
   int shift = 0;  ///< rate = 2^-shift
   int depth = 0;  ///< opaque ops (matmul, conv): none if 0, else all but every (depth+1)-th
   const char* name = "";
+  /// Which of every (depth+1) opaque ops, in run order, stays saved (rank %
+  /// (depth+1) == phase); -1: the last (depth). remat.cpp's rule 4c picks it.
+  int phase = -1;
+  /// Whether the opaque op of `rank` (in run order) is pinned (saved) here.
+  bool pins(int rank) const {
+    return depth == 0 || rank % (depth + 1) == (phase < 0 ? depth : phase);
+  }
 };
 /// The tiers a memory budget goes through, highest rate first.
 inline constexpr Tier kBudgetTiers[] = {{0, 0, "rate 1"},

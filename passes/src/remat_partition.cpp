@@ -161,8 +161,7 @@ std::vector<char> backward_recompute(const ir::Graph& g, const std::vector<char>
       const double cost = detail::recompute_cost(*n);
       if (cost < 0) return detail::ValueCut::kPinned;
       const int rank = opaque_rank[static_cast<size_t>(v->id())];
-      if (budgeted && n->info().has(kOpaque) && (t.depth == 0 || rank % (t.depth + 1) == t.depth))
-        return detail::ValueCut::kPinned;
+      if (budgeted && n->info().has(kOpaque) && t.pins(rank)) return detail::ValueCut::kPinned;
       bool required = false;
       for (const Value* o : n->outputs)
         required = required || fwd_required[static_cast<size_t>(o->id())];

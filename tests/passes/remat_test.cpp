@@ -263,6 +263,54 @@ TEST(Remat, BudgetRecomputesMatmulsAndReports) {
   EXPECT_GT(marked_matmuls, 0);
 }
 
+// Layers of two matmuls each, in run order a costly one (K = 256, to
+// [128, 64]) and a cheap one (K = 64, to [128, 256]: a quarter of the work per
+// byte), each followed by a tanh the "backward" reads in reverse order.
+std::string two_matmul_layers_text() {
+  std::string s =
+      "graph(%0: f32[128, 256] \"arg0\", %1: f32[256, 64] \"arg1\", %2: f32[64, 256] "
+      "\"arg2\") {\n";
+  int v = 3, x = 0;
+  std::vector<int> acts;
+  for (int l = 0; l < 6; ++l) {
+    s += str("  %", v, " = matmul(%", x, ", %1) : f32[128, 64]\n");
+    s += str("  %", v + 1, " = tanh(%", v, ") : f32[128, 64]\n");
+    s += str("  %", v + 2, " = matmul(%", v + 1, ", %2) : f32[128, 256]\n");
+    s += str("  %", v + 3, " = tanh(%", v + 2, ") : f32[128, 256]\n");
+    acts.push_back(v + 1);
+    acts.push_back(v + 3);
+    x = v + 3;
+    v += 4;
+  }
+  int acc = x;
+  for (auto it = acts.rbegin(); it != acts.rend(); ++it) {
+    const bool wide = (it - acts.rbegin()) % 2 == 0;  // [128, 256]
+    s += str("  %", v, " = mul(%", acc, ", %", *it, ") : f32[128, ", wide ? 256 : 64, "]\n");
+    s += str("  %", v + 1, " = matmul(%", v,
+             wide ? ", %1) : f32[128, 64]\n" : ", %2) : f32[128, 256]\n");
+    acc = v + 1;
+    v += 2;
+  }
+  return s + str("  return %", acc, " \"out0\"\n}\n");
+}
+
+TEST(Remat, BudgetRecomputesTheCheaperMatmuls) {
+  // Rule 4c. Saving every 2nd matmul in run order saved the cheap ones here
+  // (rank 1, 3, ...) and recomputed the costly ones (K = 256) for a quarter of
+  // the bytes per unit of work; the phase that saves the costly ones wins.
+  auto g = ir::parse(two_matmul_layers_text());
+  RematScope scope({.memory_budget = fused_peak(*g) / 2});
+  EXPECT_TRUE(remat(*g));
+  EXPECT_NO_THROW(ir::verify(*g));
+  EXPECT_TRUE(scope.report().budget_met) << scope.report().peak_after;
+  int cheap = 0, costly = 0;
+  for (const ir::Node* n : g->nodes())
+    if (n->is_op(OpId::matmul) && n->attrs.has("recompute"))
+      ++(n->inputs[0]->shape.back().b == 64 ? cheap : costly);
+  EXPECT_GT(cheap, 0);
+  EXPECT_EQ(costly, 0) << ::testing::PrintToString(scope.report().log);
+}
+
 TEST(Remat, UnreachableBudgetReportsTheSmallestPeak) {
   // One byte cannot be met: the report says so and keeps the best peak found.
   auto g = ir::parse(layers_text());
