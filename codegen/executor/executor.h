@@ -28,7 +28,9 @@ struct PeakReport;
 
 /// Figures of one run.
 struct RunStats {
-  int64_t peak_bytes = 0;       ///< most bytes of intermediate/output buffers alive at once
+  /// Most bytes of intermediate/output buffers alive at once (not the inputs';
+  /// an output written into a destination counts its own bytes).
+  int64_t peak_bytes = 0;
   int64_t nodes_run = 0;        ///< graph nodes computed (a fused kernel counts its nodes)
   int64_t kernels_run = 0;      ///< fused kernel instances run
   int64_t kernel_launches = 0;  ///< thread-pool launches of fused kernels (batched ones count once)

@@ -49,17 +49,28 @@ class Liveness {
   void exclude(const Tensor& t) {
     if (on_ && t.defined() && t.impl()->storage) find(t.impl()->storage.get()).count = kExcluded;
   }
+  // A free destination (captured state the run writes an output into): its
+  // buffer counts as the bytes of the first tensor held in it, the output,
+  // not as the whole buffer it may be a slice of (a gradient returned as a
+  // view of a cat's; the predicted peak counts the output, remat_model.cpp).
+  void count_view(const Tensor& d) {
+    if (on_ && d.defined() && d.impl()->storage) find(d.impl()->storage.get()).view_sized = true;
+  }
   void hold(const Tensor& t) {
     if (!on_ || !t.defined() || !t.impl()->storage) return;
     Entry& e = find(t.impl()->storage.get());
     if (e.count == kExcluded) return;
-    if (e.count++ == 0) cur_ += static_cast<int64_t>(t.impl()->storage->nbytes);
+    if (e.count++ == 0) {
+      e.bytes = e.view_sized ? t.numel() * static_cast<int64_t>(dtype_size(t.dtype()))
+                             : static_cast<int64_t>(t.impl()->storage->nbytes);
+      cur_ += e.bytes;
+    }
     peak_ = std::max(peak_, cur_);
   }
   void drop(const Tensor& t) {
     if (!on_ || !t.defined() || !t.impl()->storage) return;
     Entry& e = find(t.impl()->storage.get());
-    if (e.count > 0 && --e.count == 0) cur_ -= static_cast<int64_t>(t.impl()->storage->nbytes);
+    if (e.count > 0 && --e.count == 0) cur_ -= e.bytes;
   }
   int64_t peak() const { return peak_; }
   int64_t current() const { return cur_; }
@@ -75,6 +86,8 @@ class Liveness {
   struct Entry {
     const StorageImpl* key = nullptr;
     int count = 0;
+    bool view_sized = false;  // count_view
+    int64_t bytes = 0;        // counted while count > 0
   };
   static size_t hash(const StorageImpl* p) {
     auto h = reinterpret_cast<uintptr_t>(p);
@@ -583,6 +596,8 @@ std::vector<Tensor> Executor::Run::run() {
   UntracedGuard untraced;
   dst_ = e_.destinations(args_);
   for (const Tensor& t : args_.inputs) mem_.exclude(t);
+  for (const Tensor* d : dst_.free)
+    if (d) mem_.count_view(*d);
   if (!e_.placements_.empty()) hosted_.resize(e_.num_slots_);
   is_claimed_.assign(e_.num_slots_, 0);
   fire(0);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -34,11 +35,18 @@ inline std::vector<Tensor> grad_leaves(const Program& p) {
   return leaves;
 }
 
-/// Calls fn(p, w, rng) for each random program p of seeds 1..40 that
-/// generates without errors (printed as the failure trace), with its loss
-/// weights w drawn from rng first. Eager fusion is off meanwhile: the compiled
-/// graph holds the composites' primitive ops, whose eager reference is the
-/// same primitives (the fused composites are checked against those in
+/// How many random programs the remat suites check: 40, or
+/// KILN_RANDOM_PROGRAMS=<n> (the harder check: 400).
+inline uint64_t random_program_count() {
+  const char* n = std::getenv("KILN_RANDOM_PROGRAMS");
+  return n ? std::strtoull(n, nullptr, 10) : 40;
+}
+
+/// Calls fn(p, w, rng) for each random program p of seeds 1..random_program_count()
+/// (only KILN_RANDOM_PROGRAM=<seed> where that is set) that generates without
+/// errors (printed as the failure trace), with its loss weights w drawn from rng first. Eager
+/// fusion is off meanwhile: the compiled graph holds the composites' primitive ops, whose eager
+/// reference is the same primitives (the fused composites are checked against those in
 /// tests/runtime/eager_fusion_test.cpp).
 template <typename Fn>
 void for_each_random_program(Fn fn) {
@@ -46,7 +54,10 @@ void for_each_random_program(Fn fn) {
     Unfused() { set_eager_fusion(false); }
     ~Unfused() { set_eager_fusion(true); }
   } unfused;
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
+  const char* one = std::getenv("KILN_RANDOM_PROGRAM");
+  const uint64_t first = one ? std::strtoull(one, nullptr, 10) : 1;
+  const uint64_t last = one ? first : random_program_count();
+  for (uint64_t seed = first; seed <= last; ++seed) {
     const Program p = generate_program(seed, true);
     if (!p.gen_errors.empty()) continue;
     SCOPED_TRACE(p.print());
