@@ -209,8 +209,10 @@ class Fitter {
 
 bool same_bytes(const Tensor& x, const Tensor& y) {
   if (x.dtype() != y.dtype() || x.shape() != y.shape()) return false;
-  return std::memcmp(x.data_ptr(), y.data_ptr(),
-                     static_cast<size_t>(x.numel()) * x.element_size()) == 0;
+  // Device constants' bytes through the host.
+  const Tensor a = x.cpu().contiguous(), b = y.cpu().contiguous();
+  return std::memcmp(a.data_ptr(), b.data_ptr(),
+                     static_cast<size_t>(a.numel()) * a.element_size()) == 0;
 }
 
 // Points beyond the traced sizes (each symbol a different value) at which the

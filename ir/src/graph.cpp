@@ -667,7 +667,8 @@ bool same_attrs(const Attrs& a, const Attrs& b) {
 
 bool same_constant(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  Tensor ca = a.contiguous(), cb = b.contiguous();
+  // Device constants' bytes through the host.
+  Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
   return std::memcmp(ca.data_ptr(), cb.data_ptr(),
                      static_cast<size_t>(ca.numel()) * ca.element_size()) == 0;
 }

@@ -153,7 +153,7 @@ bool place(const ir::Graph& g, const ir::Value* old, std::optional<Device> where
 // bits that a full of its first value makes (NaNs excluded); else null.
 ir::Value* uniform_full(ir::Graph& g, ir::Node* n, const Tensor& t) {
   if (t.numel() == 0) return nullptr;
-  const Tensor c = t.contiguous();
+  const Tensor c = t.cpu().contiguous();  // a result on a device read through the host
   const auto* data = static_cast<const unsigned char*>(c.data_ptr());
   const size_t size = dtype_size(t.dtype());
   for (int64_t i = 1; i < t.numel(); ++i)

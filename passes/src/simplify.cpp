@@ -64,16 +64,18 @@ const Node* plain_constant(const Value* v) {
 bool all_ones(const Value* v) {
   const Node* c = plain_constant(v);
   if (c == nullptr) return false;
-  for (int64_t i = 0; i < c->constant.numel(); ++i)
-    if (element_as_double(c->constant, i) != 1.0) return false;
+  const Tensor h = c->constant.cpu();  // a device constant's values through the host
+  for (int64_t i = 0; i < h.numel(); ++i)
+    if (element_as_double(h, i) != 1.0) return false;
   return true;
 }
 
 bool all_zeros(const Value* v, Zero which) {
   const Node* c = plain_constant(v);
   if (c == nullptr) return false;
-  for (int64_t i = 0; i < c->constant.numel(); ++i) {
-    double x = element_as_double(c->constant, i);  // integers read as +0.0
+  const Tensor h = c->constant.cpu();  // a device constant's values through the host
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    double x = element_as_double(h, i);  // integers read as +0.0
     if (x != 0.0) return false;
     if (which == Zero::kPositive && std::signbit(x)) return false;
     if (which == Zero::kNegative && !std::signbit(x)) return false;

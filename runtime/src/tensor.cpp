@@ -177,6 +177,8 @@ T read_as(const Tensor& t, const char* base, int64_t i) {
 }  // namespace
 
 double element_as_double(const Tensor& t, int64_t i) {
+  // A device tensor's element through the host (its memory is not the host's).
+  if (!t.device().is_cpu()) return element_as_double(t.detach().cpu(), i);
   return read_as<double>(t, static_cast<const char*>(t.data_ptr()), i);
 }
 

@@ -4,6 +4,11 @@
 # dependencies, and receives at most 64 MiB). The build uses the LLVM stub
 # (libLLVM alone is 123 MiB): compiled graphs there run through the GPU path.
 #   tools/device/bundle.sh            # then: tools/device/gpu_checks.sh on the device
+# To bundle a commit while the checkout has uncommitted work, build a clean
+# worktree of it in the checkout's place, so ccache's entries still match:
+#   git worktree add --detach ../devtree HEAD
+#   unshare -m sh -c 'mount --bind ../devtree "$PWD" && cd "$PWD" && tools/device/bundle.sh'
+#   cp ../devtree/.device/bundle.tar.xz .device/
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -39,7 +44,10 @@ done | sort -u | while read -r lib; do
   esac
 done
 mkdir -p .device
-exclude=$(git rev-parse --git-path info/exclude)
-grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
+# Keep the bundle out of git where this is a checkout (a clean tree bound over
+# the checkout's path, to reuse ccache's entries, is none).
+if exclude=$(git rev-parse --git-path info/exclude 2>/dev/null); then
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
+fi
 tar -C "$stage" -cJf .device/bundle.tar.xz bin lib data
 ls -la .device/bundle.tar.xz

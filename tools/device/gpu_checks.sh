@@ -5,7 +5,9 @@
 # the script's start; default 480) is skipped and says so: device time is
 # scarce, so one call runs what fits and names what it left out.
 #   tools/device/gpu_checks.sh [STEP...]
-# Steps: tests (all of cuda_tests), nccl (nccl_tests), ddp (ddp_bench, one
+# Steps: tests (all of cuda_tests), suites (cuda_tests, one process per suite,
+# in parallel), backtraces (cuda-gdb's stack of the harness and of the tests
+# KILN_GPU_BT_FILTERS names), nccl (nccl_tests), ddp (ddp_bench, one
 # rank, eager and compiled), examples (gpt, resnet, the DDP example over
 # kilnrun), probe (cuda_probe), harness (cuda_harness). No step: all of them.
 set -uo pipefail
@@ -46,6 +48,32 @@ step_tests() {
   # Every test, CUDA graphs, the expansions' bits and the cuBLASLt epilogues
   # included (their lines: grep CudaGraphs/CudaMath/CudaEpilogue in the log).
   run cuda_tests.txt 240 cuda_tests "$work/bin/cuda_tests"
+}
+step_suites() {
+  # The same tests, one process per suite, eight at a time: a crash stops
+  # only its suite, and the summary names each suite's status.
+  "$work/bin/cuda_tests" --gtest_list_tests | awk '/^[^ ]/{print $1}' |
+    xargs -P 8 -I{} sh -c 'timeout -k 5 180 "$0" --gtest_filter="{}*" > "$1/suite_{}txt" 2>&1;
+      echo "suite {} rc=$?"' "$work/bin/cuda_tests" "$out" | sort | tee -a "$out/summary.txt"
+  cat "$out"/suite_*txt > "$out/cuda_suites.txt" && rm -f "$out"/suite_*txt
+  grep -E '^\[  (FAILED|SKIPPED) ' "$out/cuda_suites.txt" | sort -u | tee -a "$out/summary.txt"
+}
+step_backtraces() {
+  # Where a crashing test or the harness dies: cuda-gdb (the image has no gdb)
+  # prints the host stack; then the same runs with CUDA graphs off, to tell a
+  # replay's fault from a plain run's.
+  local gdb
+  gdb=$(command -v cuda-gdb || ls /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
+  for f in ${KILN_GPU_BT_FILTERS:-}; do
+    run backtraces.txt 60 "cuda-gdb cuda_tests $f" "$gdb" -q -batch -ex run -ex bt \
+      --args "$work/bin/cuda_tests" --gtest_filter="$f"
+    KILN_CUDA_GRAPHS=0 run backtraces.txt 60 "graphs off: cuda_tests $f" \
+      "$work/bin/cuda_tests" --gtest_filter="$f"
+  done
+  run backtraces.txt 60 "cuda-gdb cuda_harness" "$gdb" -q -batch -ex run -ex bt \
+    --args "$work/bin/cuda_harness" --reps 3
+  KILN_CUDA_GRAPHS=0 run backtraces.txt 60 "graphs off: cuda_harness" \
+    "$work/bin/cuda_harness" --reps 3
 }
 step_nccl() {
   # A one-rank communicator's all-reduce, and a one-rank NCCL process group

@@ -156,7 +156,16 @@ std::string error_name(CUresult r) {
 
 void check(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return;
-  const std::string detail = take_emulated_detail();
+  std::string detail = take_emulated_detail();
+  // The real driver says only the code: say what a capture refuses.
+  const bool capture = r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ||
+                       r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                       r == CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD ||
+                       r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || r == CUDA_ERROR_CAPTURED_EVENT;
+  if (detail.empty() && capture)
+    detail =
+        "a stream is capturing a CUDA graph, which cannot hold host reads of device memory, "
+        "synchronizations or allocations outside the graph's memory pool";
   KILN_CHECK(false, "[cuda] ", what, " failed: ", error_name(r), " (", static_cast<int>(r), ")",
              detail.empty() ? "" : "; ", detail);
 }

@@ -2,7 +2,7 @@
 // GELU_BIAS; on the emulated device the host product with the same contract):
 // the bias is added to the f32 accumulator before the output is rounded, so
 // f32 bias and bias + ReLU equal the unfused matmul + add (+ relu) bit for
-// bit, and f16/bf16 round once instead of twice. Eager `linear` on CUDA runs
+// bit, and f16/bf16 at most as the unfused path. Eager `linear` on CUDA runs
 // as one GEMM with a bias epilogue, with matmul + add's gradients.
 #include <cmath>
 #include <cstdio>
@@ -51,9 +51,12 @@ TEST_F(CudaEpilogue, F32BiasAndReluEqualTheUnfusedPathBitForBit) {
   }
 }
 
-// f16/bf16: one rounding (the f32 sum rounded once) against two in the
-// unfused path: within one rounding of the half type.
-TEST_F(CudaEpilogue, HalfTypesRoundOnce) {
+// f16/bf16: on the emulated device one rounding (the f32 sum rounded once,
+// bit for bit); on a GPU (H100, 2026-11-27) cuBLASLt's result is within two
+// units of the unfused path but not of the once-rounded sum (5 bf16 units
+// off where the bias cancels most of the product: the product is rounded to
+// the half type before the bias is added, as in the unfused path).
+TEST_F(CudaEpilogue, HalfTypesRoundAtMostLikeTheUnfusedPath) {
   for (DType dt : {DType::f16, DType::bf16}) {
     const Tensor a = randn({8, 32}).to(dt).cuda(), b = randn({32, 12}).to(dt).cuda();
     const Tensor bias = randn({12}).to(dt).cuda();
@@ -64,7 +67,8 @@ TEST_F(CudaEpilogue, HalfTypesRoundOnce) {
     // One unit in the last place (a GPU's sum in another order may round the
     // other way; on the emulated device the bits are equal).
     const double eps = dt == DType::f16 ? 1.0 / 1024 : 1.0 / 128;
-    testing::expect_close(out, one_rounding, eps, "against the f32 sum rounded once");
+    if (cuda::driver().emulated)
+      testing::expect_bits(out, one_rounding, "against the f32 sum rounded once");
     testing::expect_close(out, relu(matmul(a, b) + bias).cpu(), 2 * eps,
                           "against the unfused path");
   }
@@ -114,7 +118,13 @@ TEST_F(CudaEpilogue, EagerLinearIsOneGemmWithTheUnfusedResults) {
     Tensor y = linear(x, w, b);
     ASSERT_TRUE(y.grad_fn());
     EXPECT_EQ(y.grad_fn()->name() == "LinearBackward", fusion) << y.grad_fn()->name();
-    testing::expect_bits(y, yc.detach(), "forward");
+    // The unfused product's bits on this device (a GPU's f32 sums run in
+    // cuBLASLt's order, not the CPU's), the CPU's within rounding.
+    {
+      NoGradGuard no_grad;
+      testing::expect_bits(y, (matmul(x, w.t()) + b).cpu(), "forward");
+    }
+    testing::expect_close(y, yc.detach(), 1e-5, "forward against the CPU");
     y.backward(gy.cuda());
     testing::expect_close(x.grad(), xc.grad(), 1e-5, "x grad");
     testing::expect_close(w.grad(), wc.grad(), 1e-5, "weight grad");
