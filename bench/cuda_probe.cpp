@@ -146,6 +146,118 @@ double median_ms(int reps, const std::function<void()>& run) {
   return t[t.size() / 2];
 }
 
+// Row kernels: the launch's own choice, then a sweep of elements per thread
+// per loop step (the printer's unroll), of rows held in registers, and of
+// block sizes (any multiple of 32). Percentages are of cuMemcpyDtoD's time.
+void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcpy,
+                 const DeviceBuffer& in, const DeviceBuffer& out) {
+  const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;  // read + write
+  const std::vector<CUdeviceptr> p = {in.get(), out.get()};
+  DeviceBuffer wb(static_cast<size_t>(n) * 4), bb(static_cast<size_t>(n) * 4);
+  const kir::Kernel ln1k = layer_norm_kernel(1024), ln4k = layer_norm_kernel(4096);
+  const int unrolls[3] = {4, 8, 16};
+  const int helds[3] = {8, 16, 32};  // rows held in registers (print_row_kernel's held)
+  std::string row_src = device_prelude();
+  for (int u : unrolls)
+    row_src += cuda::detail::print_row_variant(softmax, str("ksm_u", u), u, 0) +
+               cuda::detail::print_row_variant(ln1k, str("kln1k_u", u), u, 0) +
+               cuda::detail::print_row_variant(ln4k, str("kln4k_u", u), u, 0);
+  for (int h : helds)
+    row_src += cuda::detail::print_row_variant(softmax, str("ksm_h", h), 4, h) +
+               cuda::detail::print_row_variant(ln1k, str("kln1k_h", h), 4, h) +
+               cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h);
+  const std::vector<char> row_image = compile_for_device(row_src, "probe_rows.cu", 0);
+  Module row_mod(row_image.data());
+  struct Row {
+    const char* name;
+    const kir::Kernel* k;
+    const char* symbol;
+    int64_t inner;
+    std::vector<CUdeviceptr> ptrs;
+  };
+  const std::vector<CUdeviceptr> ln_ptrs = {in.get(), wb.get(), bb.get(), out.get()};
+  const Row rows[4] = {{"softmax", &softmax, "ksm", 1024, p},
+                       {"softmax", &softmax, "ksm", 4096, p},
+                       {"layer_norm", &ln1k, "kln1k", 1024, ln_ptrs},
+                       {"layer_norm", &ln4k, "kln4k", 4096, ln_ptrs}};
+  for (const Row& row : rows) {
+    const int64_t rs[2] = {n / row.inner, row.inner};
+    // Kernel `sym` launched on `threads` per block, one block per row (at
+    // most 2^16, grid-stride): its share of the copy's speed, or why not.
+    auto launch_on = [&](CUfunction fn, unsigned threads) {
+      long long nrows = rs[0], s0 = rs[0], s1 = rs[1];
+      std::vector<CUdeviceptr> ptrs = row.ptrs;
+      std::vector<void*> params;
+      for (CUdeviceptr& q : ptrs) params.push_back(&q);
+      params.push_back(&nrows);
+      params.push_back(&s0);
+      params.push_back(&s1);
+      const unsigned blocks = static_cast<unsigned>(std::min<long long>(nrows, 1 << 16));
+      check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params.data(),
+                                    nullptr),
+            "cuLaunchKernel");
+    };
+    auto sweep_cell = [&](const std::string& sym, unsigned threads) -> std::string {
+      try {
+        const CUfunction fn = row_mod.function(sym);
+        const double ts = median_ms(reps, [&] { launch_on(fn, threads); });
+        return str(static_cast<int>(100 * t_memcpy / ts + 0.5), "%");
+      } catch (const std::exception&) {
+        return "fail";
+      }
+    };
+    // The held kernel as launch_kernel fits it (row_threads): its time, its
+    // registers, and whether its first 64 rows equal the streaming kernel's
+    // on the same block (they must: same elements per thread, same order).
+    auto held_check = [&](const std::string& sym, int h) -> std::string {
+      try {
+        const CUfunction fh = row_mod.function(sym);
+        const CUfunction fs = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
+        const auto threads = static_cast<unsigned>(row_threads(*row.k, row.inner, h));
+        const size_t head = static_cast<size_t>(std::min<int64_t>(rs[0], 64) * row.inner);
+        std::vector<float> a(head), b(head);
+        launch_on(fs, threads);
+        check(driver().cuMemcpyDtoH(a.data(), out.get(), head * 4), "cuMemcpyDtoH");
+        launch_on(fh, threads);
+        check(driver().cuMemcpyDtoH(b.data(), out.get(), head * 4), "cuMemcpyDtoH");
+        const bool same = std::memcmp(a.data(), b.data(), head * 4) == 0;
+        int regs = 0;
+        check(driver().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fh),
+              "cuFuncGetAttribute");
+        const double ts =
+            median_ms(reps, [&] { launch_kernel(fh, *row.k, row.ptrs, rs, nullptr, -1, h); });
+        return str("fitted ", threads, " threads: ", static_cast<int>(100 * t_memcpy / ts + 0.5),
+                   "% (", regs, " regs), bits as streaming: ", same ? "same" : "DIFFER");
+      } catch (const std::exception& e) {
+        return str("fail: ", e.what());
+      }
+    };
+    const CUfunction f4 = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
+    const double t = median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs); });
+    std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
+                row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
+    for (int u : unrolls) {
+      std::printf("    unroll %2d", u);
+      for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
+        std::printf(" | %u threads: %s", threads,
+                    sweep_cell(str(row.symbol, "_u", u), threads).c_str());
+      std::printf("\n");
+    }
+    // The row held in registers, `held` elements per thread: a cell is "-"
+    // where the row does not fit the block (the kernel would stream).
+    for (int h : helds) {
+      const std::string sym = str(row.symbol, "_h", h);
+      std::printf("    held %2d  ", h);
+      for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
+        std::printf(" | %u threads: %s", threads,
+                    row.inner <= h * static_cast<int64_t>(threads)
+                        ? sweep_cell(sym, threads).c_str()
+                        : "  -");
+      std::printf(" | %s\n", held_check(sym, h).c_str());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,58 +317,7 @@ int main(int argc, char** argv) {
         "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
         "interpreter| %.3g\n",
         t_gelu, gb / t_gelu * 1e3, 100 * t_memcpy / t_gelu, worst);
-    // Row kernels: the launch's own choice, then a sweep of elements per thread
-    // per loop step (the printer's unroll) and block sizes (any multiple of 32).
-    DeviceBuffer wb(static_cast<size_t>(n) * 4), bb(static_cast<size_t>(n) * 4);
-    const kir::Kernel ln1k = layer_norm_kernel(1024), ln4k = layer_norm_kernel(4096);
-    const int unrolls[3] = {4, 8, 16};
-    std::string row_src = device_prelude();
-    for (int u : unrolls)
-      row_src += cuda::detail::print_row_kernel(softmax, str("ksm_u", u), u) +
-                 cuda::detail::print_row_kernel(ln1k, str("kln1k_u", u), u) +
-                 cuda::detail::print_row_kernel(ln4k, str("kln4k_u", u), u);
-    const std::vector<char> row_image = compile_for_device(row_src, "probe_rows.cu", 0);
-    Module row_mod(row_image.data());
-    struct Row {
-      const char* name;
-      const kir::Kernel* k;
-      const char* symbol;
-      int64_t inner;
-      std::vector<CUdeviceptr> ptrs;
-    };
-    const std::vector<CUdeviceptr> ln_ptrs = {in.get(), wb.get(), bb.get(), out.get()};
-    const Row rows[4] = {{"softmax", &softmax, "ksm", 1024, p},
-                         {"softmax", &softmax, "ksm", 4096, p},
-                         {"layer_norm", &ln1k, "kln1k", 1024, ln_ptrs},
-                         {"layer_norm", &ln4k, "kln4k", 4096, ln_ptrs}};
-    for (const Row& row : rows) {
-      const int64_t rs[2] = {n / row.inner, row.inner};
-      const CUfunction f4 = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
-      const double t = median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs); });
-      std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
-                  row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
-      for (int u : unrolls) {
-        const CUfunction fn = row_mod.function(str(row.symbol, "_u", u));
-        std::printf("    unroll %2d", u);
-        for (unsigned threads : {32u, 64u, 128u, 256u, 512u}) {
-          long long nrows = rs[0], s0 = rs[0], s1 = rs[1];
-          std::vector<CUdeviceptr> ptrs = row.ptrs;
-          std::vector<void*> params;
-          for (CUdeviceptr& q : ptrs) params.push_back(&q);
-          params.push_back(&nrows);
-          params.push_back(&s0);
-          params.push_back(&s1);
-          const unsigned blocks = static_cast<unsigned>(std::min<long long>(nrows, 1 << 16));
-          const double ts = median_ms(reps, [&] {
-            check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, nullptr,
-                                          params.data(), nullptr),
-                  "cuLaunchKernel");
-          });
-          std::printf(" | %u threads: %.0f%%", threads, 100 * t_memcpy / ts);
-        }
-        std::printf("\n");
-      }
-    }
+    row_kernels(softmax, n, reps, t_memcpy, in, out);
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
     if (cublaslt_unavailable_reason().empty()) {
       for (DType dt : {DType::f32, DType::bf16, DType::f16}) {

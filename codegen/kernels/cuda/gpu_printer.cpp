@@ -490,11 +490,21 @@ void set_narrow_index_limit(int64_t limit) {
   g_narrow_index_limit.store(limit);
 }
 
-std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
+std::string detail::print_row_variant(const Kernel& kernel, const std::string& symbol,
+                                      int max_unroll, int held) {
   // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
   const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
   kir::verify(k);
-  if (k.has_reductions()) return tables_for(k) + detail::print_row_kernel(k, symbol);
+  KILN_CHECK(k.has_reductions(), "[cuda] kernel '", k.name, "' has no row reductions");
+  return tables_for(k) + detail::print_row_kernel(k, symbol, max_unroll, held);
+}
+
+std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
+  if (kernel.has_reductions())
+    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, 0);
+  // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
+  const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
+  kir::verify(k);
   if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);
   std::ostringstream os;
   os << tables_for(k);

@@ -67,7 +67,15 @@ std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol)
 constexpr int kRowUnroll = 16;
 /// A kernel with row reductions (print_kernel's second half); each row loop
 /// takes max_unroll / (its row loads) elements per thread per step (at least 4).
+/// With held > 0, rows of at most held * blockDim.x elements are instead held
+/// in registers (held elements per thread, read from memory once, each
+/// expression computed once for all phases; launch_kernel's `held` fits the
+/// block to the row); longer rows stream as without.
 std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
-                             int max_unroll = kRowUnroll);
+                             int max_unroll = kRowUnroll, int held = 0);
+/// print_kernel for a kernel with row reductions, with the unroll and held
+/// options of print_row_kernel (benchmarks' and tests' variants).
+std::string print_row_variant(const kir::Kernel& k, const std::string& symbol, int max_unroll,
+                              int held);
 
 }  // namespace kiln::cuda::detail

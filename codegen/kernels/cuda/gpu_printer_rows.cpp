@@ -82,10 +82,11 @@ std::string acc_finish(const kir::Reduction& r, const std::string& acc) {
 enum class Part { kAll, kLoads, kMath };
 
 // The needed expressions at inner index `j` (row offsets b<a> in scope), named
-// with suffix `sfx`.
+// with suffix `sfx`. With `guard`, loads read only where it holds (else 0):
+// held rows' slots past the row's end.
 void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
               const std::string& j, const std::string& ind, const std::string& sfx = "",
-              Part part = Part::kAll) {
+              Part part = Part::kAll, const std::string& guard = "") {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!need[i]) continue;
@@ -97,7 +98,8 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
         const auto a = static_cast<size_t>(e.arg);
         const std::string off =
             k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
-        os << load(e.dtype, str("p", a), off);
+        const std::string v = load(e.dtype, str("p", a), off);
+        os << (guard.empty() ? v : str("(", guard, " ? ", v, " : (", compute_type(e.dtype), ")0)"));
         break;
       }
       case ExprKind::kConst:
@@ -173,50 +175,80 @@ int loop_unroll(const Kernel& k, const std::vector<char>& need, int max_unroll) 
   return std::max(std::min(4, max_unroll), max_unroll / std::max(loads, 1));
 }
 
-// One row's work: each phase streams the row from memory (loop_unroll loads in
-// flight per thread), then the final store loop. (Holding the row in registers
-// for rows up to 16 x blockDim was measured slower on an H200: 20-38% of copy
-// bandwidth against 45-69%, from predicated idle lanes and lower occupancy.)
-void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an,
-              const int max_unroll) {
-  auto row_stores = [&](int after) {
-    std::vector<int> roots;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < k.stores.size(); ++i)
-      if (an.store_after[i] == after) {
-        roots.push_back(k.stores[i].expr);
-        which.push_back(i);
-      }
-    if (which.empty()) return;
-    os << "    if (threadIdx.x == 0) {\n";
-    eval_row(os, k, kir::detail::needed(k, roots), "0", "      ");
-    emit_stores(os, k, which, "0", "      ");
-    os << "    }\n";
-  };
-  row_stores(kir::detail::Analysis::kRowStart);
-  for (int p = 0; p < an.num_phases; ++p) {
-    std::vector<int> roots;
+// The row stores made at point `after` (Analysis::store_after), by thread 0.
+void row_stores(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an, int after) {
+  std::vector<int> roots;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < k.stores.size(); ++i)
+    if (an.store_after[i] == after) {
+      roots.push_back(k.stores[i].expr);
+      which.push_back(i);
+    }
+  if (which.empty()) return;
+  os << "    if (threadIdx.x == 0) {\n";
+  eval_row(os, k, kir::detail::needed(k, roots), "0", "      ");
+  emit_stores(os, k, which, "0", "      ");
+  os << "    }\n";
+}
+
+// The reductions' roots of phase p (-1: the elementwise stores' roots, with
+// their indices in `which`).
+std::vector<int> phase_roots(const Kernel& k, const kir::detail::Analysis& an, int p,
+                             std::vector<size_t>* which = nullptr) {
+  std::vector<int> roots;
+  if (p >= 0) {
     for (const kir::Reduction& r : k.reductions)
       if (r.phase == p) roots.push_back(r.expr);
+    return roots;
+  }
+  for (size_t i = 0; i < k.stores.size(); ++i)
+    if (an.store_after[i] == -1) {
+      roots.push_back(k.stores[i].expr);
+      which->push_back(i);
+    }
+  return roots;
+}
+
+// Phase p's accumulators take the element named with suffix `sfx`.
+void accumulate(std::ostream& os, const Kernel& k, int p, const std::string& sfx,
+                const std::string& ind, const std::string& guard = "") {
+  for (size_t r = 0; r < k.reductions.size(); ++r) {
+    const kir::Reduction& red = k.reductions[r];
+    if (red.phase != p) continue;
+    const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
+    std::string x = str("e", red.expr, sfx);
+    if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
+    if (red.op == OpId::sum && !is_floating(red.dtype)) x = str("(kiln_u64)(kiln_i64)", x);
+    os << ind << (guard.empty() ? "" : str("if (", guard, ") "))
+       << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x)) << "\n";
+  }
+}
+
+// Phase p's accumulators declared, and after its loop reduced into red<r>.
+void phase_open(std::ostream& os, const Kernel& k, int p, const std::string& ind) {
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    if (k.reductions[r].phase == p)
+      os << ind << acc_type(k.reductions[r]) << " acc" << r << " = "
+         << acc_identity(k.reductions[r]) << ";\n";
+}
+void phase_close(std::ostream& os, const Kernel& k, int p) {
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    if (k.reductions[r].phase == p) {
+      block_reduce(os, k.reductions[r], r);
+      os << "      red" << r << " = " << acc_finish(k.reductions[r], str("acc", r)) << ";\n";
+    }
+}
+
+// One row's work: each phase streams the row from memory (loop_unroll loads in
+// flight per thread), then the final store loop.
+void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an,
+              const int max_unroll) {
+  row_stores(os, k, an, kir::detail::Analysis::kRowStart);
+  for (int p = 0; p < an.num_phases; ++p) {
     os << "    {  // phase " << p << "\n";
-    for (size_t r = 0; r < k.reductions.size(); ++r)
-      if (k.reductions[r].phase == p)
-        os << "      " << acc_type(k.reductions[r]) << " acc" << r << " = "
-           << acc_identity(k.reductions[r]) << ";\n";
-    const std::vector<char> need = kir::detail::needed(k, roots);
+    phase_open(os, k, p, "      ");
+    const std::vector<char> need = kir::detail::needed(k, phase_roots(k, an, p));
     const int unroll = loop_unroll(k, need, max_unroll);
-    auto steps = [&](const std::string& sfx) {
-      for (size_t r = 0; r < k.reductions.size(); ++r) {
-        const kir::Reduction& red = k.reductions[r];
-        if (red.phase != p) continue;
-        const DType xt = k.exprs[static_cast<size_t>(red.expr)].dtype;
-        std::string x = str("e", red.expr, sfx);
-        if (xt != red.dtype) x = rounded(red.dtype, op_expr(OpId::cast, xt, red.dtype, x, "", ""));
-        if (red.op == OpId::sum && !is_floating(red.dtype)) x = str("(kiln_u64)(kiln_i64)", x);
-        os << "        " << acc_combine(red, str("acc", r), str("(", acc_type(red), ")", x))
-           << "\n";
-      }
-    };
     // kUnroll elements a block apart per step, loaded before any is used, and
     // accumulated in the order the plain loop would: results do not change.
     os << "      kiln_i64 j = threadIdx.x;\n"
@@ -227,27 +259,18 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
                Part::kLoads);
     for (int l = 0; l < unroll; ++l) {
       eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
-      steps(str("_", l));
+      accumulate(os, k, p, str("_", l), "        ");
     }
     os << "      }\n      for (; j < inner; j += blockDim.x) {\n";
     eval_row(os, k, need, "j", "        ");
-    steps("");
+    accumulate(os, k, p, "", "        ");
     os << "      }\n";
-    for (size_t r = 0; r < k.reductions.size(); ++r)
-      if (k.reductions[r].phase == p) {
-        block_reduce(os, k.reductions[r], r);
-        os << "      red" << r << " = " << acc_finish(k.reductions[r], str("acc", r)) << ";\n";
-      }
+    phase_close(os, k, p);
     os << "    }\n";
-    row_stores(p);
+    row_stores(os, k, an, p);
   }
-  std::vector<int> roots;
   std::vector<size_t> which;
-  for (size_t i = 0; i < k.stores.size(); ++i)
-    if (an.store_after[i] == -1) {
-      roots.push_back(k.stores[i].expr);
-      which.push_back(i);
-    }
+  const std::vector<int> roots = phase_roots(k, an, -1, &which);
   if (!which.empty()) {
     const std::vector<char> need = kir::detail::needed(k, roots);
     const int unroll = loop_unroll(k, need, max_unroll);
@@ -267,10 +290,55 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
   }
 }
 
+// One row held in registers (rows of at most held * blockDim.x elements):
+// thread t takes elements t, t + blockDim.x, ..., t + (held - 1) * blockDim.x,
+// the streaming loops' elements in their order (so the sums are the same
+// for the same block size), reads the row from memory once and computes each
+// expression once, keeping it for the later phases (softmax's exp is not
+// recomputed for the division). Slots past the row's end load nothing and
+// add nothing. (Held with 256 threads for every row length, it ran slower on
+// an H200 than streaming: 20-38% of copy bandwidth against 45-69%, from idle
+// slots on short rows and 69+ registers; launch_kernel now fits the block.)
+void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an, int held) {
+  const std::string ind = "      ";
+  for (int l = 0; l < held; ++l)
+    os << ind << "const kiln_i64 j_" << l << " = threadIdx.x + " << l
+       << " * (kiln_i64)blockDim.x;\n"
+       << ind << "const bool in_" << l << " = j_" << l << " < inner;\n";
+  std::vector<char> done(k.exprs.size(), 0);
+  auto compute = [&](const std::vector<int>& roots) {  // what was not computed yet
+    std::vector<char> need = kir::detail::needed(k, roots);
+    for (size_t i = 0; i < need.size(); ++i)
+      if (done[i]) need[i] = 0;
+    for (int l = 0; l < held; ++l)
+      eval_row(os, k, need, str("j_", l), ind, str("_", l), Part::kLoads, str("in_", l));
+    for (int l = 0; l < held; ++l) eval_row(os, k, need, "", ind, str("_", l), Part::kMath);
+    for (size_t i = 0; i < need.size(); ++i) done[i] = done[i] || need[i];
+  };
+  // Thread 0's row stores sit in their own block: their names do not meet the slots'.
+  row_stores(os, k, an, kir::detail::Analysis::kRowStart);
+  for (int p = 0; p < an.num_phases; ++p) {
+    phase_open(os, k, p, ind);
+    compute(phase_roots(k, an, p));
+    for (int l = 0; l < held; ++l) accumulate(os, k, p, str("_", l), ind, str("in_", l));
+    phase_close(os, k, p);
+    row_stores(os, k, an, p);
+  }
+  std::vector<size_t> which;
+  const std::vector<int> roots = phase_roots(k, an, -1, &which);
+  if (which.empty()) return;
+  compute(roots);
+  for (int l = 0; l < held; ++l) {
+    os << ind << "if (in_" << l << ") {\n";
+    emit_stores(os, k, which, str("j_", l), ind + "  ", str("_", l));
+    os << ind << "}\n";
+  }
+}
+
 }  // namespace
 
-std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll) {
-  KILN_ASSERT(max_unroll >= 1, "row kernel unroll ", max_unroll);
+std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll, int held) {
+  KILN_ASSERT(max_unroll >= 1 && held >= 0, "row kernel unroll ", max_unroll, ", held ", held);
   const kir::detail::Analysis an = kir::detail::analyze(k);
   std::ostringstream os;
   os << kernel_head(k, symbol, "rows");
@@ -310,7 +378,13 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   }
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
+  if (held > 0) {
+    os << "    if (inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
+    held_body(os, k, an, held);
+    os << "    } else {\n";
+  }
   row_body(os, k, an, max_unroll);
+  if (held > 0) os << "    }\n";
   os << (summed.empty() ? "" : "  }\n") << "  }\n}\n";
   return os.str();
 }

@@ -167,8 +167,19 @@ void after_launch(const std::string& kernel) {
              static_cast<int>(r), ")");
 }
 
+int64_t row_threads(const kir::Kernel& k, int64_t inner, int held) {
+  if (!k.reassoc) return 1;  // sums in index order
+  if (held > 0 && inner <= held * kMaxHeldThreads)
+    return std::max<int64_t>(32, (inner + held * 32 - 1) / (held * 32) * 32);
+  // About 32 elements per thread, 64 to 256 threads: on an H200 rows of 1024
+  // ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
+  int64_t threads = 64;
+  while (threads < 256 && threads * 32 < inner) threads *= 2;
+  return threads;
+}
+
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                   const int64_t* sizes, CUstream stream, int64_t parts) {
+                   const int64_t* sizes, CUstream stream, int64_t parts, int held) {
   KILN_CHECK(ptrs.size() == k.args.size(), "[cuda] kernel '", k.name, "' takes ", k.args.size(),
              " buffers, got ", ptrs.size());
   const int64_t n = kir::work_items(k, sizes);
@@ -194,13 +205,8 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
     threads = std::min<int64_t>(256, (inner + 31) / 32 * 32);
     blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
   } else if (k.has_reductions()) {
-    // One block per row; a reassoc = false kernel sums in index order with one
-    // thread. About 32 elements per thread, 64 to 256 threads: on an H200 rows
-    // of 1024 ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
-    const int64_t inner = sizes[k.rank - 1];
-    threads = 64;
-    while (threads < 256 && threads * 32 < inner) threads *= 2;
-    if (!k.reassoc) threads = 1;
+    // One block per row (row_threads).
+    threads = row_threads(k, sizes[k.rank - 1], held);
     blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
   } else {
     // Each thread takes 4 elements per grid-stride step (the printer's unroll).

@@ -83,8 +83,20 @@ void after_launch(const std::string& kernel);
 /// Launches printed kernel `fn` of `k` (gpu_printer.h's ABI) over the sizes
 /// `sizes` with device pointers `ptrs` (one per argument) on `stream`. A
 /// kernel with column sums takes `parts` (column_parts(); 0: nothing to run)
-/// and the partials' addresses in place of its column-sum arguments.
+/// and the partials' addresses in place of its column-sum arguments. A row
+/// kernel printed with `held` elements per thread (print_row_kernel) gets a
+/// block fitted to its rows (row_threads).
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
-                   const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1);
+                   const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1,
+                   int held = 0);
+
+/// Threads per block of a row kernel over rows of `inner` elements: 1 for a
+/// reassoc = false kernel; with held > 0 and rows of at most held * kMaxHeldThreads,
+/// the fewest whole warps holding the row; else about 32 elements per thread
+/// (64 to 256 threads).
+int64_t row_threads(const kir::Kernel& k, int64_t inner, int held = 0);
+/// The largest block a held row kernel is launched with (its registers must
+/// fit: 65536 / 512 = 128 per thread).
+constexpr int64_t kMaxHeldThreads = 512;
 
 }  // namespace kiln::cuda
