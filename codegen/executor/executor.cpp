@@ -13,6 +13,8 @@
 //   launch. Sinks block nothing, so waiting never delays another node. An
 //   update in which a computed buffer dies (its gradient, when remat moved it
 //   right after that gradient) is no sink: waiting would keep it alive.
+// The order is passes::unit_steps (fuse_order.cpp) given the groups' kernel
+// ids (FusionPlan::kernel), so the predicted peak follows the same steps.
 // Memory: every buffer is dropped after its last use; a pointwise kernel writes
 // an output over an input buffer that dies at that step when nothing else can
 // see it (not a graph input or output, storage not shared by any other live

@@ -130,7 +130,7 @@ class Executor {
   SlotByValue assign_slots();
   size_t compile_kernels(const SlotByValue& slot_of);
   std::vector<Group> lower_groups(size_t& num_kernels) const;
-  std::vector<std::vector<size_t>> order_units(size_t num_kernels) const;
+  std::vector<std::vector<size_t>> order_units() const;
   void make_steps(const std::vector<std::vector<size_t>>& order, const SlotByValue& slot_of);
   void fold_gemm_epilogues(const SlotByValue& slot_of);
   void plan_last_uses(const SlotByValue& slot_of);

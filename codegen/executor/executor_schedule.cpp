@@ -8,9 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <iostream>
-#include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "executor/column_sums.h"
 #include "executor/gemm_epilogue.h"
@@ -200,132 +198,10 @@ size_t Executor::compile_kernels(const SlotByValue& slot_of) {
 
 // The units (groups first, then one per unfused node) in steps: a topological
 // order of the unit graph, same-kernel units batched, sinks waiting for their
-// kernel's other instances (see the top of executor.cpp).
-std::vector<std::vector<size_t>> Executor::order_units(size_t num_kernels) const {
-  const ir::Graph& g = *graph_;
-  const auto nodes = g.nodes();
-  const size_t ng = groups_.size();
-  auto unit_of = [&](const ir::Node* n) {
-    const size_t p = g.position(n);
-    const int gi = plan_.group_of[p];
-    return gi >= 0 ? static_cast<size_t>(gi) : ng + p;
-  };
-  const size_t nu = ng + nodes.size();
-  std::vector<size_t> first_pos(nu, 0);
-  std::vector<char> live(nu, 0);
-  for (size_t p = 0; p < nodes.size(); ++p) {
-    const size_t u = unit_of(nodes[p]);
-    if (!live[u]) first_pos[u] = p;
-    live[u] = 1;
-  }
-  std::vector<std::vector<size_t>> succ(nu);
-  std::vector<int> indeg(nu, 0);
-  auto depend = [&](size_t from, size_t to) {
-    // The edges into one unit are added one after another, so a repeated edge
-    // is always the last one added (no scan of a hub's successor list).
-    if (from == to) return;
-    auto& s = succ[from];
-    if (!s.empty() && s.back() == to) return;
-    s.push_back(to);
-    ++indeg[to];
-  };
-  for (size_t gi = 0; gi < ng; ++gi)
-    for (size_t a = 0; a < groups_[gi].lowered.num_inputs; ++a) {
-      const ir::Value* v = groups_[gi].lowered.args[a];
-      if (v->producer) depend(unit_of(v->producer), gi);
-    }
-  for (size_t p = 0; p < nodes.size(); ++p) {
-    if (plan_.group_of[p] >= 0) continue;
-    for (const ir::Value* v : nodes[p]->inputs)
-      if (v->producer) depend(unit_of(v->producer), ng + p);
-  }
-  // Sinks that may wait for the other instances of their kernel (see the top);
-  // not one that frees a computed buffer (an update whose gradient dies in
-  // it, placed early by remat to lower the peak: waiting would keep them all).
-  std::unordered_set<const ir::Value*> gradients, outputs(g.outputs().begin(), g.outputs().end());
-  for (size_t o = 0; o < g.outputs().size(); ++o)
-    if (g.is_gradient_output(o)) gradients.insert(g.outputs()[o]);
-  std::vector<char> sink(ng, 0);
-  std::vector<int> remaining(num_kernels, 0);
-  for (size_t gi = 0; gi < ng; ++gi) {
-    const Group& grp = groups_[gi];
-    ++remaining[grp.kernel_id];
-    // Each loop stops at its first answer: an optimizer's shared scalars
-    // (learning rate, bias corrections) have a user per parameter.
-    auto only_here = [&](const ir::Value* v) {
-      return std::all_of(v->users.begin(), v->users.end(),
-                         [&](const ir::Node* u) { return unit_of(u) == gi; });
-    };
-    bool s = opts_.horizontal;
-    for (size_t a = grp.lowered.num_inputs; s && a < grp.lowered.args.size(); ++a) {
-      const ir::Value* v = grp.lowered.args[a];
-      s = only_here(v) && !gradients.count(v);
-    }
-    for (size_t a = 0; s && a < grp.lowered.num_inputs; ++a) {
-      const ir::Value* v = grp.lowered.args[a];
-      s = !(v->producer && !v->producer->is_constant() && !outputs.count(v) && only_here(v));
-    }
-    sink[gi] = s;
-  }
-  // A kernel with column sums launches alone (its blocks own the partials).
-  auto column_sums = [&](size_t u) {
-    const auto& cs = groups_[u].lowered.column_sum;
-    return std::find(cs.begin(), cs.end(), 1) != cs.end();
-  };
-  // Ready units by first position (unique per unit, so the order is total):
-  // those that may run now, and sinks whose kernel still has instances that
-  // are not ready (`remaining[k]` counts those; it only decreases, so each
-  // sink moves from `waiting` to `avail` at most once). Each step takes the
-  // earliest unit that may run (else the earliest waiting one) and every
-  // ready instance of its kernel: O(units log units) in all.
-  using Entry = std::pair<size_t, size_t>;  // (first position, unit)
-  auto entry = [&](size_t u) { return Entry{first_pos[u], u}; };
-  std::set<Entry> avail, waiting;
-  std::vector<std::set<Entry>> ready_of(num_kernels);
-  auto make_ready = [&](size_t u) {
-    if (u >= ng) {
-      avail.insert(entry(u));
-      return;
-    }
-    const size_t k = groups_[u].kernel_id;
-    ready_of[k].insert(entry(u));
-    if (--remaining[k] == 0)
-      for (const Entry& e : ready_of[k])
-        if (waiting.erase(e)) avail.insert(e);
-    (sink[u] && remaining[k] > 0 ? waiting : avail).insert(entry(u));
-  };
-  for (size_t u = 0; u < nu; ++u)
-    if (live[u] && indeg[u] == 0) make_ready(u);
-  // A recomputation (remat, checkpoint) runs at its own position, never early
-  // with another instance of its kernel: its inputs are ready since the forward.
-  std::vector<char> recomputes(ng, 0);
-  for (size_t gi = 0; gi < ng; ++gi)
-    for (const ir::Node* n : plan_.groups[gi].nodes)
-      recomputes[gi] |= n->attrs.has("recompute") ? 1 : 0;
-  std::vector<std::vector<size_t>> order;  // units per step
-  while (!avail.empty() || !waiting.empty()) {
-    const size_t best = (avail.empty() ? *waiting.begin() : *avail.begin()).second;
-    std::vector<size_t> batch{best};
-    if (best < ng && opts_.horizontal && !column_sums(best))
-      for (const Entry& e : ready_of[groups_[best].kernel_id])
-        if (e.second != best && !recomputes[e.second]) batch.push_back(e.second);
-    std::sort(batch.begin(), batch.end(),
-              [&](size_t a, size_t b) { return first_pos[a] < first_pos[b]; });
-    for (size_t u : batch) {
-      avail.erase(entry(u));
-      waiting.erase(entry(u));
-      if (u < ng) ready_of[groups_[u].kernel_id].erase(entry(u));
-    }
-    for (size_t u : batch)
-      for (size_t s : succ[u])
-        if (--indeg[s] == 0) make_ready(s);
-    order.push_back(std::move(batch));
-  }
-  size_t scheduled = 0;
-  for (const auto& units : order) scheduled += units.size();
-  KILN_ASSERT(scheduled == static_cast<size_t>(std::count(live.begin(), live.end(), 1)),
-              "executor: the fusion groups form a cycle");
-  return order;
+// kernel's other instances (see the top of executor.cpp): passes::unit_steps,
+// which the predicted peak follows too, given the kernel ids (plan_.kernel).
+std::vector<std::vector<size_t>> Executor::order_units() const {
+  return passes::unit_steps(*graph_, plan_);
 }
 
 // One step per batch of units, with the slots it reads and writes; matmuls
@@ -545,8 +421,12 @@ void Executor::precompute_static_shapes(const SlotByValue& slot_of) {
 
 void Executor::build_schedule() {
   const SlotByValue slot_of = assign_slots();
-  const size_t num_kernels = compile_kernels(slot_of);
-  make_steps(order_units(num_kernels), slot_of);
+  compile_kernels(slot_of);
+  // Batching (opts_.horizontal) runs ready instances of one kernel together.
+  plan_.kernel.clear();
+  if (opts_.horizontal)
+    for (const Group& grp : groups_) plan_.kernel.push_back(static_cast<int>(grp.kernel_id));
+  make_steps(order_units(), slot_of);
   plan_last_uses(slot_of);
   precompute_static_shapes(slot_of);
 }

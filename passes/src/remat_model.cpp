@@ -21,7 +21,6 @@
 #include <climits>
 #include <cstdio>
 #include <optional>
-#include <set>
 
 #include "kiln/error.h"
 #include "kiln/ir/layout.h"
@@ -544,41 +543,12 @@ int64_t fused_peak(const ir::Graph& g, const FusionPlan& plan, std::span<const S
     const int gi = plan.group_of[p];
     return gi >= 0 ? static_cast<size_t>(gi) : ng + p;
   };
-  // The executor's order: a unit runs when its producers have, earliest first position first.
-  const size_t nu = ng + n;
-  std::vector<size_t> first(nu, n);
-  std::vector<std::vector<size_t>> succ(nu);
-  std::vector<int> indeg(nu, 0);
-  auto depend = [&](const Value* v, size_t u) {
-    if (!v->producer) return;
-    const size_t w = unit(pos(v->producer));
-    if (w == u) return;
-    succ[w].push_back(u);
-    ++indeg[u];
-  };
-  // A group waits for what its kernel reads (FusionGroup::inputs), not for
-  // the scalar constants it has inlined, which may come later in the order:
-  // the executor's dependencies (a later constant's wait moved a group after
-  // an unfused node in the model only, 8 bytes of RematCompiled's program 37).
-  for (size_t p = 0; p < n; ++p) {
-    const size_t u = unit(p);
-    first[u] = std::min(first[u], p);
-    if (plan.group_of[p] < 0)
-      for (const Value* v : nodes[p]->inputs) depend(v, u);
-  }
-  for (size_t gi = 0; gi < ng; ++gi)
-    for (const Value* v : plan.groups[gi].inputs) depend(v, gi);
-  std::set<std::pair<size_t, size_t>> ready;
-  for (size_t u = 0; u < nu; ++u)
-    if (first[u] < n && indeg[u] == 0) ready.insert({first[u], u});
-  std::vector<int> step(nu, 0);
+  // The executor's order (unit_steps, fuse_order.cpp): a unit's step.
+  std::vector<int> step(ng + n, 0);
   int t = 0;
-  while (!ready.empty()) {
-    const size_t u = ready.begin()->second;
-    ready.erase(ready.begin());
-    step[u] = t++;
-    for (size_t w : succ[u])
-      if (--indeg[w] == 0) ready.insert({first[w], w});
+  for (const std::vector<size_t>& units : unit_steps(g, plan)) {
+    for (size_t u : units) step[u] = t;
+    ++t;
   }
   // Buffers: materialized values (group outputs, unfused nodes' outputs) from
   // their unit's step to the last step reading them (or one of their views).

@@ -59,7 +59,22 @@ struct FusionPlan {
   std::vector<FusionGroup> groups;
   /// Per node position (ir::Graph::position): its group, or -1.
   std::vector<int> group_of;
+  /// Per group: the compiled kernel it runs (groups with one id share it),
+  /// set by the executor that batches ready instances of a kernel into one
+  /// launch; empty: each group runs alone (see unit_steps).
+  std::vector<int> kernel;
 };
+
+/// The steps `plan` runs in, as the executor schedules it (codegen/executor/
+/// executor.cpp, top) and the fused peak model (remat.h) follows: units are
+/// the groups (unit gi) and the unfused nodes (unit groups.size() + position),
+/// in a topological order that takes the ready unit of earliest first
+/// position; with kernel ids, each step also takes the other ready instances
+/// of its kernel (not recomputations, nor a kernel with column sums), and a
+/// sink (an instance whose outputs are only graph outputs, no gradients, that
+/// frees no computed buffer: an optimizer update) waits while other instances
+/// of its kernel are not ready. Each step's units in position order.
+std::vector<std::vector<size_t>> unit_steps(const ir::Graph& g, const FusionPlan& plan);
 
 /// Partitions `g`'s nodes into fusion groups (see fuse.cpp for the rules).
 /// Every group is convex and the groups form a DAG, so they can be scheduled.
