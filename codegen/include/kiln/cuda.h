@@ -137,9 +137,12 @@ void record_stream(const Tensor& t, const Stream& s);
 /// shapes captures its launches on its second run and replays them from then
 /// on; KILN_CUDA_GRAPHS=0 turns this off).
 struct GraphStats {
-  int64_t captures = 0;       ///< graphs captured (again when a plan's inputs or outputs moved)
-  int64_t replays = 0;        ///< compiled calls served by replaying a captured graph
-  int64_t fallbacks = 0;      ///< plans left on the plain launch path (why: last_fallback)
+  int64_t captures = 0;   ///< graphs captured (again when a plan's inputs or outputs moved)
+  int64_t replays = 0;    ///< compiled calls served by replaying a captured graph
+  int64_t fallbacks = 0;  ///< plans left on the plain launch path (why: last_fallback)
+  /// Outputs of a replay still held by the caller when the next replay was
+  /// due, moved out of the graph's memory first (one device copy each).
+  int64_t outputs_moved = 0;
   std::string last_fallback;  ///< why the last such plan cannot run from a graph
 };
 /// This process's GraphStats so far.

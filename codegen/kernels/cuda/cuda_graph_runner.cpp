@@ -9,9 +9,12 @@
 //   they are: a replay checks they are still the same tensors;
 // - other device inputs (a batch) are copied into buffers of the pool before
 //   each replay, CPU scalar inputs (a learning rate) uploaded into them;
-// - outputs in the pool are copied out after each replay (a later replay
-//   overwrites the pool), outputs in the caller's memory (a parameter updated
-//   in place, a .grad) are returned as views of it.
+// - outputs in the pool are returned where the graph wrote them, no copy; a
+//   later replay writes there again, so one the caller still holds then is
+//   moved out first (its storage gets a copy in memory of its own: every view
+//   of it sees the same values, and a result that was dropped costs nothing);
+//   outputs in the caller's memory (a parameter updated in place, a .grad)
+//   are returned as views of it.
 // Inputs or destinations that moved capture again (three times at most). What
 // cannot be captured runs plainly for good: graphs with random draws or
 // collectives, dynamic shapes, and anything that fails during the capture (a
@@ -59,7 +62,7 @@ bool same_view(const Tensor& a, const Tensor& b) {
 }
 
 enum class InputKind { kStatic, kCopied, kHostScalar };
-enum class OutputKind { kAsIs, kCallerView, kCopyOut };
+enum class OutputKind { kAsIs, kCallerView, kInPool };
 
 struct CudaGraphState final : detail::DeviceGraphState {
   bool disabled = false;
@@ -76,6 +79,9 @@ struct CudaGraphState final : detail::DeviceGraphState {
   std::vector<InputKind> input_kind;
   std::vector<Tensor> inputs;  // static: the caller's tensor; else the pool's buffer
   std::vector<Tensor> dests;
+  // Where the graph reads static inputs and writes destinations: a storage
+  // can move (another plan's output the caller held, move_held_outputs).
+  std::vector<const void*> input_at, dest_at;
   std::vector<Tensor> outs;
   std::vector<OutputKind> out_kind;
   RunStats stats;
@@ -99,6 +105,8 @@ struct CudaGraphState final : detail::DeviceGraphState {
     last_stream.reset();
     inputs.clear();
     dests.clear();
+    input_at.clear();
+    dest_at.clear();
     outs.clear();
     keep.clear();
   }
@@ -157,7 +165,7 @@ bool matches(const CudaGraphState& st, const RunArgs& args) {
     const Tensor& c = st.inputs[i];
     switch (st.input_kind[i]) {
       case InputKind::kStatic:
-        if (!same_view(t, c)) return false;
+        if (!same_view(t, c) || t.data_ptr() != st.input_at[i]) return false;
         break;
       case InputKind::kCopied:
         if (!t.device().is_cuda() || t.shape() != c.shape() || t.dtype() != c.dtype() ||
@@ -172,7 +180,9 @@ bool matches(const CudaGraphState& st, const RunArgs& args) {
     }
   }
   for (size_t i = 0; i < args.dests.size(); ++i)
-    if (!same_view(args.dests[i], st.dests[i])) return false;
+    if (!same_view(args.dests[i], st.dests[i]) ||
+        (args.dests[i].defined() && args.dests[i].data_ptr() != st.dest_at[i]))
+      return false;
   return true;
 }
 
@@ -204,6 +214,10 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
     }
   }
   st.dests.assign(args.dests.begin(), args.dests.end());
+  st.input_at.clear();
+  st.dest_at.clear();
+  for (const Tensor& t : st.inputs) st.input_at.push_back(t.defined() ? t.data_ptr() : nullptr);
+  for (const Tensor& t : st.dests) st.dest_at.push_back(t.defined() ? t.data_ptr() : nullptr);
   RunArgs a = args;
   a.inputs = st.inputs;
   a.on_ready = nullptr;  // called after each replay instead
@@ -233,7 +247,7 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
   st.out_kind.clear();
   for (const Tensor& o : outs) {
     const StorageImpl* so = storage_of(o);
-    OutputKind k = OutputKind::kCopyOut;
+    OutputKind k = OutputKind::kInPool;
     if (!o.defined() || o.device().is_cpu()) k = OutputKind::kAsIs;
     for (size_t i = 0; i < st.inputs.size(); ++i)
       if (storage_of(st.inputs[i]) == so) {
@@ -251,6 +265,35 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
   ++g_stats.captures;
 }
 
+// Gives the caller's hold on each in-pool output its own memory before a
+// replay writes the pool again: a held storage swaps its pool block for a
+// copy in a new block, and the graph's outputs move to a storage object of
+// their own at the pool's (fixed) address. Returns how many moved.
+int64_t move_held_outputs(CudaGraphState& st, CUstream s) {
+  int64_t moved = 0;
+  for (size_t o = 0; o < st.outs.size(); ++o) {
+    if (st.out_kind[o] != OutputKind::kInPool) continue;
+    const std::shared_ptr<StorageImpl> held = st.outs[o].impl()->storage;
+    long own = 1;  // `held` itself
+    for (const Tensor& t : st.outs)
+      if (t.defined() && t.impl()->storage == held) ++own;
+    if (held.use_count() <= own) continue;  // nobody else holds it
+    Tensor fresh = make_tensor({static_cast<int64_t>(held->nbytes)}, DType::u8, held->device);
+    StorageImpl& f = *fresh.impl()->storage;
+    if (held->nbytes > 0)
+      check(driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(f.data),
+                                       reinterpret_cast<CUdeviceptr>(held->data), held->nbytes, s),
+            "cuMemcpyDtoDAsync");
+    std::swap(held->data, f.data);
+    std::swap(held->allocator, f.allocator);
+    std::swap(held->deleter, f.deleter);
+    for (Tensor& t : st.outs)
+      if (t.defined() && t.impl()->storage == held) t.impl()->storage = fresh.impl()->storage;
+    ++moved;
+  }
+  return moved;
+}
+
 std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
   NoGradGuard no_grad;
   use_device(st.device);
@@ -261,6 +304,7 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
     check(driver().cuStreamSynchronize(st.last_stream->handle), "cuStreamSynchronize");
   const CUstream s = stream->handle;
   st.last_stream = std::move(stream);
+  const int64_t moved = move_held_outputs(st, s);
   for (size_t i = 0; i < st.inputs.size(); ++i)
     if (st.input_kind[i] != InputKind::kStatic) {
       Tensor b = st.inputs[i];
@@ -276,10 +320,8 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
         result.push_back(t);
         break;
       case OutputKind::kCallerView:  // a new handle on the caller's memory
+      case OutputKind::kInPool:      // or on the graph's, until the next replay moves it
         result.push_back(as_strided(t, t.shape(), t.strides(), t.offset()));
-        break;
-      case OutputKind::kCopyOut:
-        result.push_back(t.clone());
         break;
     }
   }
@@ -288,6 +330,7 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
   if (args.stats) *args.stats = st.stats;
   std::lock_guard<std::mutex> lock(g_stats_mu);
   ++g_stats.replays;
+  g_stats.outputs_moved += moved;
   return result;
 }
 

@@ -218,5 +218,43 @@ TEST_F(CudaGraphs, WhatCannotBeCapturedRunsPlainWithItsReason) {
   EXPECT_NE(why.find("random"), std::string::npos) << why;
 }
 
+// A replay returns its outputs where the graph wrote them (no copy); a result
+// the caller still holds at the next replay keeps its values (and its views
+// theirs): it is moved out first, and only then.
+TEST_F(CudaGraphs, HeldOutputsKeepTheirValuesAndDroppedOnesCostNoCopy) {
+  Tensor a = from_vector<float>({1, 2, 3, 4}, {4}).cuda();
+  auto f = compile([](const Tensor& x) { return x * 2 + 1; }, {.warmup = 0});
+  (void)f(a);  // plain
+  const cuda::GraphStats before = cuda::graph_stats();
+  Tensor y1 = f(a);  // captured, replayed
+  const Tensor y1_tail = y1.narrow(0, 2, 2);
+  a.copy_(from_vector<float>({10, 20, 30, 40}, {4}).cuda());
+  const Tensor y2 = f(a);
+  EXPECT_EQ(values(y1), std::vector<float>({3, 5, 7, 9}));
+  EXPECT_EQ(values(y1_tail), std::vector<float>({7, 9}));
+  EXPECT_EQ(values(y2), std::vector<float>({21, 41, 61, 81}));
+  EXPECT_EQ(cuda::graph_stats().outputs_moved, before.outputs_moved + 1);  // y1
+  EXPECT_NE(y1.data_ptr(), y2.data_ptr());
+  for (int i = 0; i < 3; ++i) (void)f(a);  // dropped results: nothing to move
+  EXPECT_EQ(cuda::graph_stats().outputs_moved, before.outputs_moved + 2);  // y2, once
+  EXPECT_EQ(cuda::graph_stats().replays, before.replays + 5);
+}
+
+// Another plan's graph that reads such an output in place sees the moved
+// values, not what the first graph wrote at the old address since.
+TEST_F(CudaGraphs, AGraphReadingAMovedOutputCapturesAgain) {
+  Tensor x = from_vector<float>({1, 2}, {2}).cuda();
+  auto g = compile([](const Tensor& t) { return t * 3; }, {.warmup = 0});
+  auto h = compile([](const Tensor& t) { return t + 1; }, {.warmup = 0});
+  (void)g(x);
+  const Tensor a = g(x);  // in g's graph memory
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(values(h(a)), std::vector<float>({4, 7}));
+  x.copy_(from_vector<float>({5, 6}, {2}).cuda());
+  const Tensor b = g(x);  // moves `a` out of g's memory, writes b there
+  EXPECT_EQ(values(b), std::vector<float>({15, 18}));
+  EXPECT_EQ(values(h(a)), std::vector<float>({4, 7}));
+  EXPECT_EQ(values(h(b)), std::vector<float>({16, 19}));
+}
+
 }  // namespace
 }  // namespace kiln
