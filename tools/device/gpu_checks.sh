@@ -9,7 +9,8 @@
 # in parallel), backtraces (cuda-gdb's stack of the harness and of the tests
 # KILN_GPU_BT_FILTERS names), nccl (nccl_tests), ddp (ddp_bench, one
 # rank, eager and compiled), examples (gpt, resnet, the DDP example over
-# kilnrun), probe (cuda_probe), harness (cuda_harness). No step: all of them.
+# kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
+# of the harness's compiled steps, launches synchronized). No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -113,14 +114,26 @@ step_examples() {
 }
 step_probe() {
   run cuda_probe.txt 90 "cuda_probe 16M" "$work/bin/cuda_probe" --n 16777216 --reps 30
-  run cuda_probe.txt 90 "cuda_probe 256M" "$work/bin/cuda_probe" --n 268435456 --reps 10
+}
+step_probe_large() {
+  # Over 90 s on an H100 (2026-11-27): the host interpreter checks 256M elements.
+  run cuda_probe.txt 240 "cuda_probe 256M" "$work/bin/cuda_probe" --n 268435456 --reps 10
+}
+step_profile() {
+  # Where the compiled MLP and transformer steps spend their time: every
+  # launch synchronized (KILN_CUDA_SYNC=1, which also keeps CUDA graphs off),
+  # so the Chrome traces' kernel spans are device times plus a synchronization.
+  for part in mlp transformer; do
+    KILN_CUDA_SYNC=1 KILN_PROFILE="$out/profile_$part.json" run profile.txt 60 "profile $part" \
+      "$work/bin/cuda_harness" --reps 2 --only $part
+  done
 }
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests nccl ddp examples probe harness)
+[ ${#steps[@]} -gt 0 ] || steps=(tests nccl ddp examples probe harness profile)
 for s in "${steps[@]}"; do
   if [ $((SECONDS - start)) -ge "$deadline" ]; then
     echo "$s skipped: past the ${deadline} s deadline" | tee -a "$out/summary.txt"
