@@ -233,7 +233,8 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
       }
     };
     const CUfunction f4 = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
-    const double t = median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs); });
+    const double t =
+        median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs, nullptr, -1, 0); });
     std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
                 row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
     for (int u : unrolls) {

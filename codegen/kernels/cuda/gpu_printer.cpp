@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <span>
@@ -448,6 +449,16 @@ bool device_math_uses_libm() {
   return libm;
 }
 
+int row_held() {
+  static const int held = [] {
+    const std::string v = env::get("KILN_CUDA_ROW_HELD");
+    const int h = v.empty() ? 0 : std::atoi(v.c_str());
+    KILN_CHECK(h >= 0 && h <= 64, "KILN_CUDA_ROW_HELD=", v, ": expected 0 to 64");
+    return h;
+  }();
+  return held;
+}
+
 namespace {
 
 std::atomic<int64_t> g_narrow_index_limit{2147483647};
@@ -501,7 +512,7 @@ std::string detail::print_row_variant(const Kernel& kernel, const std::string& s
 
 std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
   if (kernel.has_reductions())
-    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, 0);
+    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, row_held());
   // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
   const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
   kir::verify(k);

@@ -38,6 +38,10 @@ namespace kiln::cuda {
 /// (KILN_CUDA_LIBM=1) instead of kiln's expansions (the default).
 bool device_math_uses_libm();
 
+/// Elements per thread printed row kernels hold in registers (KILN_CUDA_ROW_HELD;
+/// 0, the default: they stream; see print_row_kernel in gpu_printer_internal.h).
+int row_held();
+
 /// The CUDA prelude (for NVRTC): printed once at the top of every program.
 std::string cuda_prelude();
 /// The OpenCL C prelude: the same printed kernels compile on the emulated

@@ -206,7 +206,7 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
     blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
   } else if (k.has_reductions()) {
     // One block per row (row_threads).
-    threads = row_threads(k, sizes[k.rank - 1], held);
+    threads = row_threads(k, sizes[k.rank - 1], held < 0 ? row_held() : held);
     blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
   } else {
     // Each thread takes 4 elements per grid-stride step (the printer's unroll).

@@ -84,11 +84,12 @@ void after_launch(const std::string& kernel);
 /// `sizes` with device pointers `ptrs` (one per argument) on `stream`. A
 /// kernel with column sums takes `parts` (column_parts(); 0: nothing to run)
 /// and the partials' addresses in place of its column-sum arguments. A row
-/// kernel printed with `held` elements per thread (print_row_kernel) gets a
-/// block fitted to its rows (row_threads).
+/// kernel printed with `held` elements per thread (print_row_kernel; -1: as
+/// print_kernel prints it, row_held()) gets a block fitted to its rows
+/// (row_threads).
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1,
-                   int held = 0);
+                   int held = -1);
 
 /// Threads per block of a row kernel over rows of `inner` elements: 1 for a
 /// reassoc = false kernel; with held > 0 and rows of at most held * kMaxHeldThreads,

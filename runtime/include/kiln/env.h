@@ -64,6 +64,10 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_LIBM", "0",
      "1 prints the CUDA kernels' transcendentals (exp, log, tanh, erf, pow, ...) as calls of "
      "the device's libm instead of kiln's expansions (bit-equal to the CPU; the default)"},
+    {"KILN_CUDA_ROW_HELD", "0",
+     "N > 0: CUDA row kernels (softmax, layer_norm, ...) hold rows of at most N x 512 elements "
+     "in registers, N per thread, on a block fitted to the row, instead of streaming each "
+     "phase over the row (an experiment; results as the default's, up to a reordered sum)"},
     {"KILN_PROFILE", "",
      "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
      "directory gets rank<N>.json, or trace.json outside a process group)"},
