@@ -8,6 +8,7 @@
 
 #include "codegen/cuda/golden.h"
 #include "codegen/cuda/row_kernels.h"
+#include "codegen/cuda/run_kernel.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/gpu_printer_internal.h"
@@ -18,36 +19,24 @@ namespace kiln::cuda {
 namespace {
 
 // Runs printed kernel `name` of `k` over `sizes` with the inputs of `ref` on
-// `blocks` x `threads` (outputs start as garbage); returns every buffer.
+// `blocks` x `threads`; returns every buffer.
 std::vector<kir::testing::Buffer> run_rows(const Module& mod, const std::string& name,
                                            const kir::Kernel& k,
                                            const std::vector<kir::testing::Buffer>& ref,
                                            const std::vector<int64_t>& sizes, unsigned blocks,
                                            unsigned threads) {
-  std::vector<DeviceBuffer> dev;
-  std::vector<CUdeviceptr> dptr;
-  for (size_t a = 0; a < ref.size(); ++a) {
-    dev.emplace_back(ref[a].bytes.size());
-    if (!ref[a].bytes.empty()) {
-      std::vector<char> junk(ref[a].bytes.size(), 0x5a);
-      dev.back().upload(k.args[a].is_output ? junk.data() : ref[a].bytes.data(),
-                        ref[a].bytes.size());
-    }
-    dptr.push_back(dev.back().get());
-  }
-  std::vector<long long> scalars = {kir::work_items(k, sizes.data())};
-  for (int64_t s : sizes) scalars.push_back(s);
-  std::vector<void*> params;
-  for (CUdeviceptr& p : dptr) params.push_back(&p);
-  for (long long& s : scalars) params.push_back(&s);
-  check(driver().cuLaunchKernel(mod.function(name), blocks, 1, 1, threads, 1, 1, 0, nullptr,
-                                params.data(), nullptr),
-        "cuLaunchKernel");
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-  std::vector<kir::testing::Buffer> got = ref;
-  for (size_t a = 0; a < ref.size(); ++a)
-    if (k.args[a].is_output) dev[a].download(got[a].bytes.data(), got[a].bytes.size());
-  return got;
+  return testing::run_on_gpu(mod, name, k, ref, sizes,
+                             [&](CUfunction fn, const std::vector<CUdeviceptr>& ptrs) {
+                               std::vector<CUdeviceptr> dptr = ptrs;
+                               std::vector<long long> scalars = {kir::work_items(k, sizes.data())};
+                               for (int64_t s : sizes) scalars.push_back(s);
+                               std::vector<void*> params;
+                               for (CUdeviceptr& p : dptr) params.push_back(&p);
+                               for (long long& s : scalars) params.push_back(&s);
+                               check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0,
+                                                             nullptr, params.data(), nullptr),
+                                     "cuLaunchKernel");
+                             });
 }
 
 bool same_bits(const kir::testing::Buffer& a, const kir::testing::Buffer& b) {
@@ -69,13 +58,6 @@ TEST(CudaHeldRows, EqualTheStreamingKernelAndTheInterpreter) {
   const std::vector<char> image = compile_for_device(source, "held_rows.cu", 0);
   Module mod(image.data());
   std::mt19937 rng(17);
-  auto uniform = [](DType t, std::mt19937& g) {
-    if (t == DType::b8) return static_cast<double>(g() % 7 == 0);
-    if (!is_floating(t))
-      return static_cast<double>(static_cast<int>(g() % 200) - (t == DType::u8 ? 0 : 100));
-    if (g() % 97 == 0) return std::nan("");
-    return std::uniform_real_distribution<double>(-3, 3)(g);
-  };
   int held_launches = 0;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const kir::Kernel& k = kernels[i].k;
@@ -87,7 +69,7 @@ TEST(CudaHeldRows, EqualTheStreamingKernelAndTheInterpreter) {
       if (k.rank == 3) sizes = {shape[0], 3, shape[1]};
       if (k.name == "layer_norm" && sizes.back() != 53) continue;  // its 1/N is baked in
       const int64_t inner = sizes.back(), rows = kir::work_items(k, sizes.data());
-      auto ref = kir::testing::make_buffers(k, sizes, rng, uniform);
+      auto ref = kir::testing::make_buffers(k, sizes, rng, testing::row_value);
       auto ptrs = kir::testing::pointers(ref);
       kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
       const auto threads = static_cast<unsigned>(row_threads(k, inner, kHeld));

@@ -7,6 +7,7 @@
 
 #include "codegen/cuda/op_kernels.h"
 #include "codegen/cuda/row_kernels.h"
+#include "codegen/cuda/run_kernel.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/module.h"
@@ -94,30 +95,7 @@ bool defined_cast(DType from, DType to, double v) {
   return v > lo - 1 && v < hi + 1;
 }
 
-// Runs `k` on the GPU over `sizes` with the inputs of `ref` (outputs start as
-// garbage) and returns every buffer as the GPU left it.
-std::vector<kir::testing::Buffer> run_on_gpu(const Module& mod, const std::string& name,
-                                             const kir::Kernel& k,
-                                             const std::vector<kir::testing::Buffer>& ref,
-                                             const std::vector<int64_t>& sizes) {
-  std::vector<DeviceBuffer> dev;
-  std::vector<CUdeviceptr> dptr;
-  for (size_t a = 0; a < ref.size(); ++a) {
-    dev.emplace_back(ref[a].bytes.size());
-    if (!ref[a].bytes.empty()) {
-      std::vector<char> junk(ref[a].bytes.size(), 0x5a);
-      dev.back().upload(k.args[a].is_output ? junk.data() : ref[a].bytes.data(),
-                        ref[a].bytes.size());
-    }
-    dptr.push_back(dev.back().get());
-  }
-  launch_kernel(mod.function(name), k, dptr, sizes.data());
-  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-  std::vector<kir::testing::Buffer> got = ref;
-  for (size_t a = 0; a < ref.size(); ++a)
-    if (k.args[a].is_output) dev[a].download(got[a].bytes.data(), got[a].bytes.size());
-  return got;
-}
+using testing::run_on_gpu;
 
 TEST(CudaLaunch, EveryOpKernelMatchesTheInterpreter) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
@@ -218,13 +196,6 @@ TEST(CudaLaunch, RowKernelsMatchTheInterpreter) {
   const std::vector<char> image = compile_for_device(source, "row_kernels.cu", 0);
   Module mod(image.data());
   std::mt19937 rng(11);
-  auto uniform = [](DType t, std::mt19937& g) {
-    if (t == DType::b8) return static_cast<double>(g() % 7 == 0);
-    if (!is_floating(t))
-      return static_cast<double>(static_cast<int>(g() % 200) - (t == DType::u8 ? 0 : 100));
-    if (g() % 97 == 0) return std::nan("");
-    return std::uniform_real_distribution<double>(-3, 3)(g);
-  };
   for (size_t i = 0; i < kernels.size(); ++i) {
     const kir::Kernel& k = kernels[i].k;
     for (const std::vector<int64_t>& shape :
@@ -232,7 +203,7 @@ TEST(CudaLaunch, RowKernelsMatchTheInterpreter) {
       std::vector<int64_t> sizes = shape;
       if (k.rank == 3) sizes = {shape[0], 3, shape[1]};
       if (k.name == "layer_norm" && sizes.back() != 53) continue;  // its 1/N is baked in
-      auto ref = kir::testing::make_buffers(k, sizes, rng, uniform);
+      auto ref = kir::testing::make_buffers(k, sizes, rng, testing::row_value);
       auto ptrs = kir::testing::pointers(ref);
       kir::interpret(k, 0, kir::work_items(k, sizes.data()), ptrs.data(), sizes.data());
       const auto got = run_on_gpu(mod, "r" + std::to_string(i), k, ref, sizes);

@@ -3,6 +3,8 @@
 // NaN, an index-order (reassoc = false) sum, and a rank-3 broadcast case.
 #pragma once
 
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,16 @@ inline kir::Kernel layer_norm_kernel(int64_t inner) {
   b.store(b.out(f, {true, true}), b.op(OpId::mul, f, b.op(OpId::mul, f, d, rstd), w));
   b.store(b.out(f, {true, false}), rstd);
   return b.k;
+}
+
+/// An input value for the row kernels: in [-3, 3] with a NaN now and then,
+/// small integers, bools mostly false.
+inline double row_value(DType t, std::mt19937& g) {
+  if (t == DType::b8) return static_cast<double>(g() % 7 == 0);
+  if (!is_floating(t))
+    return static_cast<double>(static_cast<int>(g() % 200) - (t == DType::u8 ? 0 : 100));
+  if (g() % 97 == 0) return std::nan("");
+  return std::uniform_real_distribution<double>(-3, 3)(g);
 }
 
 inline std::vector<RowKernel> row_kernels() {
