@@ -10,7 +10,8 @@
 # KILN_GPU_BT_FILTERS names), nccl (nccl_tests), ddp (ddp_bench, one
 # rank, eager and compiled), examples (gpt, resnet, the DDP example over
 # kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
-# of the harness's compiled steps, launches synchronized). No step: all of them.
+# of the harness's compiled steps, launches synchronized), rows_held (the
+# harness's row kernels holding rows in registers). No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -126,6 +127,14 @@ step_profile() {
   for part in mlp transformer; do
     KILN_CUDA_SYNC=1 KILN_PROFILE="$out/profile_$part.json" run profile.txt 60 "profile $part" \
       "$work/bin/cuda_harness" --reps 2 --only $part
+  done
+}
+step_rows_held() {
+  # The compiled row kernels holding rows in registers (KILN_CUDA_ROW_HELD=N),
+  # against the streaming default in the harness step.
+  for n in 8 16 32; do
+    KILN_CUDA_ROW_HELD=$n run cuda_harness.txt 60 "cuda_harness --only rows, KILN_CUDA_ROW_HELD=$n" \
+      "$work/bin/cuda_harness" --reps 15 --only rows
   done
 }
 step_harness() {
