@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <unordered_map>
 
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/nvrtc_lib.h"
@@ -167,14 +168,29 @@ void after_launch(const std::string& kernel) {
              static_cast<int>(r), ")");
 }
 
-int64_t row_threads(const kir::Kernel& k, int64_t inner, int held) {
+int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_threads) {
   if (!k.reassoc) return 1;  // sums in index order
+  // A held kernel on a smaller block than the row needs streams the row.
   if (held > 0 && inner <= held * kMaxHeldThreads)
-    return std::max<int64_t>(32, (inner + held * 32 - 1) / (held * 32) * 32);
+    return std::min(max_threads, std::max<int64_t>(32, (inner + held * 32 - 1) / (held * 32) * 32));
   // About 32 elements per thread, 64 to 256 threads: on an H200 rows of 1024
   // ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
   int64_t threads = 64;
   while (threads < 256 && threads * 32 < inner) threads *= 2;
+  return std::min(threads, max_threads);
+}
+
+int64_t max_block_threads(CUfunction fn) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, int64_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(fn);
+  if (it != known.end()) return it->second;
+  int v = 0;
+  check(driver().cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn),
+        "cuFuncGetAttribute");
+  const int64_t threads = std::max<int64_t>(32, v / 32 * 32);
+  known.emplace(fn, threads);
   return threads;
 }
 
@@ -202,15 +218,16 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
   if (sums && !k.has_reductions()) {
     // One thread per column and part, columns in tiles of `threads`.
     const int64_t inner = sizes[k.rank - 1];
-    threads = std::min<int64_t>(256, (inner + 31) / 32 * 32);
+    threads = std::min<int64_t>({256, (inner + 31) / 32 * 32, max_block_threads(fn)});
     blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
   } else if (k.has_reductions()) {
     // One block per row (row_threads).
-    threads = row_threads(k, sizes[k.rank - 1], held < 0 ? row_held() : held);
+    threads =
+        row_threads(k, sizes[k.rank - 1], held < 0 ? row_held() : held, max_block_threads(fn));
     blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
   } else {
     // Each thread takes 4 elements per grid-stride step (the printer's unroll).
-    threads = 256;
+    threads = std::min<int64_t>(256, max_block_threads(fn));
     blocks = std::min<int64_t>((n + threads * 4 - 1) / (threads * 4), int64_t{1} << 16);
   }
   check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,

@@ -94,8 +94,13 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
 /// Threads per block of a row kernel over rows of `inner` elements: 1 for a
 /// reassoc = false kernel; with held > 0 and rows of at most held * kMaxHeldThreads,
 /// the fewest whole warps holding the row; else about 32 elements per thread
-/// (64 to 256 threads).
-int64_t row_threads(const kir::Kernel& k, int64_t inner, int held = 0);
+/// (64 to 256 threads). Never more than `max_threads` (max_block_threads).
+int64_t row_threads(const kir::Kernel& k, int64_t inner, int held = 0, int64_t max_threads = 1024);
+/// The most threads a block of `fn` can have on its device, in whole warps: a
+/// GPU gives a kernel with many registers per thread fewer than 1024 (a held
+/// row kernel at 158 registers on an H100: a 512-thread launch failed with
+/// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES). Cached per function.
+int64_t max_block_threads(CUfunction fn);
 /// The largest block a held row kernel is launched with (its registers must
 /// fit: 65536 / 512 = 128 per thread).
 constexpr int64_t kMaxHeldThreads = 512;

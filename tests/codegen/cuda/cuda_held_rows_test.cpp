@@ -72,7 +72,11 @@ TEST(CudaHeldRows, EqualTheStreamingKernelAndTheInterpreter) {
       auto ref = kir::testing::make_buffers(k, sizes, rng, testing::row_value);
       auto ptrs = kir::testing::pointers(ref);
       kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
-      const auto threads = static_cast<unsigned>(row_threads(k, inner, kHeld));
+      // At most what both kernels can run (an H100 refused 512 threads of a
+      // held kernel with 158 registers: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
+      const int64_t cap = std::min(max_block_threads(mod.function("h" + std::to_string(i))),
+                                   max_block_threads(mod.function("s" + std::to_string(i))));
+      const auto threads = static_cast<unsigned>(row_threads(k, inner, kHeld, cap));
       if (inner <= kHeld * static_cast<int64_t>(threads)) ++held_launches;
       // One block per row, then two blocks taking several rows each.
       for (const unsigned blocks : {static_cast<unsigned>(rows), 2u}) {
@@ -120,6 +124,9 @@ TEST(CudaHeldRows, LaunchFitsTheBlockToTheRow) {
   kir::Kernel ordered = k;
   ordered.reassoc = false;
   EXPECT_EQ(row_threads(ordered, 1024, 16), 1);
+  // A block capped by the kernel's registers: the row streams.
+  EXPECT_EQ(row_threads(k, 16 * 512, 16, 384), 384);
+  EXPECT_EQ(row_threads(k, 1024, 0, 32), 32);
 }
 
 // The held softmax's text (two slots: readable), and held kernels compile for
