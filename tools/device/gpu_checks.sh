@@ -151,3 +151,9 @@ for s in "${steps[@]}"; do
   "step_$s"
 done
 echo "total $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+# At most 8 files come back from a device call: past that, everything but the
+# summary travels as one archive (2026-11-27 lost its two profiles that way).
+if [ "$(ls "$out" | wc -l)" -gt 8 ]; then
+  (cd "$out" && ls | grep -vx summary.txt | tar -czf logs.tar.gz -T - &&
+    ls | grep -vx -e summary.txt -e logs.tar.gz | xargs rm -f)
+fi
