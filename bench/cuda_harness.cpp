@@ -247,6 +247,12 @@ int main(int argc, char** argv) {
           static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
           tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
     }
+    // Whether the compiled calls replayed CUDA graphs (and why a plan could not).
+    const cuda::GraphStats gs = cuda::graph_stats();
+    std::printf("CUDA graphs: %lld captured, %lld replays, %lld plans plain%s%s\n",
+                static_cast<long long>(gs.captures), static_cast<long long>(gs.replays),
+                static_cast<long long>(gs.fallbacks), gs.fallbacks ? ": last because " : "",
+                gs.last_fallback.c_str());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
     return 1;
