@@ -1,6 +1,7 @@
 // The emulated NCCL (nccl_emulated.h): communicators whose collectives run on
 // a thread of their own through the shared-memory transport, in the order of
-// the streams they were issued on.
+// the streams they were issued on, over the host addresses where the emulated
+// device keeps its buffers (cuda::emulated_host_address).
 #include "nccl_emulated.h"
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/driver.h"
@@ -238,6 +240,28 @@ void copy_if_apart(void* dst, const void* src, size_t n) {
   if (dst != src && n) std::memcpy(dst, src, n);
 }
 
+// The host address where the emulated device keeps the device bytes
+// [p, p + n), which the collectives read and write (device addresses are not
+// host-addressable, as on a GPU).
+ncclResult_t host_span(const void* p, size_t n, std::byte*& out) {
+  if (n == 0) {
+    out = bytes(p);
+    return ncclSuccess;
+  }
+  void* h = cuda::emulated_host_address(reinterpret_cast<CUdeviceptr>(p), n);
+  if (!h)
+    return global_error(ncclInvalidArgument,
+                        "a buffer is not device memory: " + cuda::take_emulated_detail());
+  out = static_cast<std::byte*>(h);
+  return ncclSuccess;
+}
+
+// The communicator's rank and size (0 and 1 for a null one: enqueue refuses it).
+std::pair<int, int> rank_size(ncclComm_t h) {
+  const Comm* c = comm_of(h);
+  return c ? std::pair{c->rank, c->size} : std::pair{0, 1};
+}
+
 // ---------------- the entry points ----------------
 
 ncclResult_t GetVersion(int* v) {
@@ -383,12 +407,15 @@ ncclResult_t AllReduce(const void* send, void* recv, size_t count, ncclDataType_
   DType dt;
   ReduceOp rop;
   if (auto r = check_args(t, dt, &o, &rop)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte *in = nullptr, *out = nullptr;
+  if (auto r = host_span(send, n, in)) return r;
+  if (auto r = host_span(recv, n, out)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
-    const size_t n = count * dtype_size(dt);
-    copy_if_apart(recv, send, n);
+    copy_if_apart(out, in, n);
     if (c.size == 1) return;
     auto sig = detail::make_signature(CollectiveKind::kAllReduce, c.seq++, dt, count, int(rop));
-    c.channel().all_reduce({Span{bytes(recv), n}}, dt, rop, sig, deadline);
+    c.channel().all_reduce({Span{out, n}}, dt, rop, sig, deadline);
   });
 }
 
@@ -396,12 +423,16 @@ ncclResult_t Broadcast(const void* send, void* recv, size_t count, ncclDataType_
                        ncclComm_t h, cudaStream_t s) {
   DType dt;
   if (auto r = check_args(t, dt)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte *in = nullptr, *out = nullptr;
+  if (auto r = host_span(recv, n, out)) return r;
+  if (rank_size(h).first == root)  // only root's sendbuff is read
+    if (auto r = host_span(send, n, in)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
-    const size_t n = count * dtype_size(dt);
-    if (c.rank == root) copy_if_apart(recv, send, n);
+    if (c.rank == root) copy_if_apart(out, in, n);
     if (c.size == 1) return;
     auto sig = detail::make_signature(CollectiveKind::kBroadcast, c.seq++, dt, count, -1, root);
-    c.channel().broadcast(Span{bytes(recv), n}, root, sig, deadline);
+    c.channel().broadcast(Span{out, n}, root, sig, deadline);
   });
 }
 
@@ -410,15 +441,18 @@ ncclResult_t Reduce(const void* send, void* recv, size_t count, ncclDataType_t t
   DType dt;
   ReduceOp rop;
   if (auto r = check_args(t, dt, &o, &rop)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte *in = nullptr, *out = nullptr;
+  if (auto r = host_span(send, n, in)) return r;
+  if (rank_size(h).first == root)  // only root's recvbuff is written (NCCL ignores the others')
+    if (auto r = host_span(recv, n, out)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
-    const size_t n = count * dtype_size(dt);
-    // Only root's recvbuff is written (NCCL ignores the others').
     std::vector<std::byte> scratch;
-    std::byte* data = bytes(recv);
+    std::byte* data = out;
     if (c.rank == root) {
-      copy_if_apart(recv, send, n);
+      copy_if_apart(out, in, n);
     } else {
-      scratch.assign(bytes(send), bytes(send) + n);
+      scratch.assign(in, in + n);
       data = scratch.data();
     }
     if (c.size == 1) return;
@@ -431,13 +465,16 @@ ncclResult_t AllGather(const void* send, void* recv, size_t count, ncclDataType_
                        cudaStream_t s) {
   DType dt;
   if (auto r = check_args(t, dt)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte *in = nullptr, *out = nullptr;
+  if (auto r = host_span(send, n, in)) return r;
+  if (auto r = host_span(recv, n * size_t(rank_size(h).second), out)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
-    const size_t n = count * dtype_size(dt);
-    if (c.size == 1) return copy_if_apart(recv, send, n);
+    if (c.size == 1) return copy_if_apart(out, in, n);
     std::vector<Span> outs;
-    for (int r = 0; r < c.size; ++r) outs.push_back({bytes(recv) + size_t(r) * n, n});
+    for (int r = 0; r < c.size; ++r) outs.push_back({out + size_t(r) * n, n});
     auto sig = detail::make_signature(CollectiveKind::kAllGather, c.seq++, dt, count);
-    c.channel().all_gather(outs, Span{bytes(send), n}, sig, deadline);
+    c.channel().all_gather(outs, Span{in, n}, sig, deadline);
   });
 }
 
@@ -446,13 +483,15 @@ ncclResult_t ReduceScatter(const void* send, void* recv, size_t count, ncclDataT
   DType dt;
   ReduceOp rop;
   if (auto r = check_args(t, dt, &o, &rop)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte *in = nullptr, *out = nullptr;
+  if (auto r = host_span(send, n * size_t(rank_size(h).second), in)) return r;
+  if (auto r = host_span(recv, n, out)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
-    const size_t n = count * dtype_size(dt);
-    if (c.size == 1) return copy_if_apart(recv, send, n);
+    if (c.size == 1) return copy_if_apart(out, in, n);
     auto sig = detail::make_signature(CollectiveKind::kReduceScatter, c.seq++, dt,
                                       count * size_t(c.size), int(rop));
-    c.channel().reduce_scatter(Span{bytes(recv), n}, Span{bytes(send), n * size_t(c.size)}, dt, rop,
-                               sig, deadline);
+    c.channel().reduce_scatter(Span{out, n}, Span{in, n * size_t(c.size)}, dt, rop, sig, deadline);
   });
 }
 
@@ -466,11 +505,13 @@ ncclResult_t Send(const void* send, size_t count, ncclDataType_t t, int peer, nc
                   cudaStream_t s) {
   DType dt;
   if (auto r = check_args(t, dt)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte* in = nullptr;
+  if (auto r = host_span(send, n, in)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point) {
     KILN_CHECK(peer >= 0 && peer < c.size && peer != c.rank, "ncclSend to rank ", peer,
                " of a communicator of ", c.size);
-    const size_t n = count * dtype_size(dt);
-    const auto* from = static_cast<const uint8_t*>(send);
+    const auto* from = reinterpret_cast<const uint8_t*>(in);
     c.store->set(p2p_key(c, c.rank, peer, c.sent[peer]++), Bytes(from, from + n));
   });
 }
@@ -479,10 +520,12 @@ ncclResult_t Recv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm
                   cudaStream_t s) {
   DType dt;
   if (auto r = check_args(t, dt)) return r;
+  const size_t n = count * dtype_size(dt);
+  std::byte* out = nullptr;
+  if (auto r = host_span(recv, n, out)) return r;
   return enqueue(h, s, [=](Comm& c, Clock::time_point deadline) {
     KILN_CHECK(peer >= 0 && peer < c.size && peer != c.rank, "ncclRecv from rank ", peer,
                " of a communicator of ", c.size);
-    const size_t n = count * dtype_size(dt);
     const std::string key = p2p_key(c, peer, c.rank, c.received[peer]++);
     const auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     try {
@@ -495,7 +538,7 @@ ncclResult_t Recv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm
     if (b.size() != n)
       throw detail::MismatchError(
           str("rank ", peer, " sent ", b.size(), " bytes but rank ", c.rank, " receives ", n));
-    std::memcpy(recv, b.data(), n);
+    if (n) std::memcpy(out, b.data(), n);
   });
 }
 

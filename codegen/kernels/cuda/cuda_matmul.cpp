@@ -10,6 +10,7 @@
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/pocl_driver.h"
 #include "kernels/cuda/stream.h"
 #include "kiln/autograd.h"
 #include "kiln/error.h"
@@ -63,8 +64,9 @@ GemmOperand operand(const Tensor& t, Tensor& owner) {
 }
 
 // The emulated device's product as a host function (cuLaunchHostFunc) over
-// contiguous device operands (the emulated device's memory is host memory):
-// the same CPU matmul as outside a capture, so the same bits.
+// contiguous device operands, reached through the host addresses where the
+// emulation keeps them (device addresses are not host-addressable): the same
+// CPU matmul as outside a capture, so the same bits.
 struct HostMatmul {
   void* a;
   void* b;
@@ -103,14 +105,25 @@ Tensor host_product(const Tensor& a, const Tensor& b, GemmEpilogue e, const Tens
   return apply_epilogue(matmul(a.to(acc), b.to(acc)), e, bias, out);
 }
 
+// A host view of the emulated device's contiguous tensor at device address p.
+Tensor emulated_view(void* p, const Dims& shape, DType dtype) {
+  size_t n = dtype_size(dtype);
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  if (n == 0) return make_tensor(shape, dtype);  // K = 0: no bytes, maybe no address
+  void* host = emulated_host_address(reinterpret_cast<CUdeviceptr>(p), n);
+  KILN_CHECK(host, "[matmul] an operand of ", shape, " ", dtype, ": ", take_emulated_detail());
+  return from_blob(host, shape, dtype);
+}
+
 void CUDA_CB run_host_matmul(void* p) {
   const auto* m = static_cast<const HostMatmul*>(p);
   try {
     NoGradGuard no_grad;
-    Tensor o = from_blob(m->out, m->out_shape, m->out_dtype);
-    const Tensor bias = m->bias ? from_blob(m->bias, m->bias_shape, m->out_dtype) : Tensor();
-    o.copy_(host_product(from_blob(m->a, m->a_shape, m->a_dtype),
-                         from_blob(m->b, m->b_shape, m->b_dtype), m->epilogue, bias, o.dtype()));
+    Tensor o = emulated_view(m->out, m->out_shape, m->out_dtype);
+    const Tensor bias = m->bias ? emulated_view(m->bias, m->bias_shape, m->out_dtype) : Tensor();
+    o.copy_(host_product(emulated_view(m->a, m->a_shape, m->a_dtype),
+                         emulated_view(m->b, m->b_shape, m->b_dtype), m->epilogue, bias,
+                         o.dtype()));
   } catch (const std::exception& e) {  // the same product ran before the capture: not expected
     std::fprintf(stderr, "kiln: emulated matmul in a CUDA graph failed: %s\n", e.what());
   }

@@ -1,7 +1,8 @@
 // The emulated CUDA device over PoCL (pocl_driver.h): loading PoCL, the
 // state and helpers its entry points share (pocl_internal.h), and the driver
 // table filled with them. The entry points are in pocl_memory.cpp,
-// pocl_launch.cpp and pocl_streams.cpp.
+// pocl_launch.cpp, pocl_streams.cpp and pocl_graphs.cpp; device addresses in
+// pocl_space.cpp.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -44,6 +45,9 @@ void* emulated_close_gate(CUstream) {
   return nullptr;
 }
 void emulated_open_gate(void*) {}
+void* emulated_host_address(CUdeviceptr, size_t) {
+  return nullptr;
+}
 std::string load_emulated_driver(Driver&) {
   return "kiln was built without the OpenCL headers (Debian: opencl-headers), so the emulated "
          "device is not available";
@@ -75,14 +79,6 @@ bool inside(const std::map<uintptr_t, size_t>& m, uintptr_t p, size_t n) {
   if (it == m.begin()) return false;
   --it;
   return p >= it->first && p - it->first <= it->second && n <= it->second - (p - it->first);
-}
-
-CUresult check_device_range(CUdeviceptr p, size_t n, const char* what) {
-  std::lock_guard<std::mutex> lock(g->mu);
-  if (inside(g->allocs, static_cast<uintptr_t>(p), n)) return CUDA_SUCCESS;
-  return fail(CUDA_ERROR_INVALID_VALUE,
-              str("emulated device: ", what, " touches ", n, " bytes at ",
-                  reinterpret_cast<void*>(p), ", outside every device allocation"));
 }
 
 Stream* stream_of(CUstream s) {
@@ -238,6 +234,7 @@ std::string open_pocl(Emu& e) {
   e.local_mem = local;
   e.l2 = cache;
   e.units = static_cast<int>(std::max<cl_uint>(units, 1));
+  if (std::string why = reserve_device_space(e); !why.empty()) return why;
   cl_int err = CL_SUCCESS;
   e.ctx = e.cl.clCreateContext(nullptr, 1, &e.dev, nullptr, nullptr, &err);
   if (err != CL_SUCCESS) return str("clCreateContext failed (OpenCL error ", err, ")");

@@ -4,8 +4,11 @@
 // allocator, copy, module and launch code as a real GPU. libOpenCL.so.1 is
 // opened with dlopen, never linked.
 //
-// What each entry point becomes: device memory is shared virtual memory
-// (CUdeviceptr = the SVM address; offsets inside a block are valid pointers);
+// What each entry point becomes: device memory is shared virtual memory, but
+// a CUdeviceptr is not its SVM address: device addresses lie in a reserved
+// PROT_NONE range (pocl_space.cpp), so a host dereference of one faults as on
+// a GPU instead of reading the bytes (offsets inside a block are valid device
+// pointers, translated where the emulation touches the memory);
 // streams are in-order queues (the null stream one of them, with the legacy
 // stream's implicit ordering against blocking streams); events are markers;
 // modules are OpenCL C source text (the printer's kernels after
@@ -39,6 +42,13 @@ std::string load_emulated_driver(Driver& d);
 void* emulated_close_gate(CUstream stream);
 /// Lets the work behind `gate` run; every gate must be opened exactly once.
 void emulated_open_gate(void* gate);
+
+/// Emulated device only: the host address where the emulation keeps device
+/// bytes [p, p + n), for the emulation's own host-side work (the emulated
+/// NCCL's collectives, the emulated GEMM's host function); nullptr when the
+/// range is not inside one live device allocation (take_emulated_detail says
+/// why). Device addresses are not host-addressable themselves.
+void* emulated_host_address(CUdeviceptr p, size_t n);
 
 /// What the emulated device last reported on this thread beyond a CUresult (a
 /// kernel's build log, an out-of-bounds pointer), then cleared; "" if nothing.

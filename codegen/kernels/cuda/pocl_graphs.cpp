@@ -2,14 +2,14 @@
 // records its kernel launches, copies, host functions and event records
 // instead of running them; cuStreamEndCapture turns the record into a graph
 // and cuGraphLaunch replays it in order on a stream, each device pointer
-// checked again. The capture rules are CUDA's: while a thread captures in a
-// mode other than relaxed, its allocations, frees, synchronous copies and
-// synchronizations fail with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
-// invalidate the capture; so do a synchronization with (or query of) the
-// capturing stream from any thread, and uses of an event recorded in a
-// capture still running. Not emulated: captures spanning several streams
-// (fork/join through events), graphs launched inside a capture, and the
-// legacy stream's implicit synchronization with a capturing blocking stream.
+// translated (and so checked) again. The capture rules are CUDA's: while a
+// thread captures in a mode other than relaxed, its allocations, frees,
+// synchronous copies and synchronizations fail with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture; so do a synchronization with
+// (or query of) the capturing stream from any thread, and uses of an event recorded in a capture
+// still running. Not emulated: captures spanning several streams (fork/join through events), graphs
+// launched inside a capture, and the legacy stream's implicit synchronization with a capturing
+// blocking stream.
 #include <algorithm>
 #include <atomic>
 
@@ -63,16 +63,22 @@ CUresult replay(const CaptureOp& op, CUstream s) {
       for (const std::vector<char>& a : op.args) params.push_back(const_cast<char*>(a.data()));
       return launch_now(op.f, op.grid, op.block, params.data(), s);
     }
-    case CaptureOp::Kind::kCopy:
+    case CaptureOp::Kind::kCopy: {
+      void* dst = op.dst;
+      const void* src = op.src;
       if (op.dst_device)
-        if (CUresult r = check_device_range(reinterpret_cast<CUdeviceptr>(op.dst), op.n,
-                                            "a copy of a CUDA graph"))
+        if (CUresult r = to_host(reinterpret_cast<CUdeviceptr>(op.dst), op.n,
+                                 "a copy of a CUDA graph", &dst))
           return r;
-      if (op.src_device)
-        if (CUresult r = check_device_range(reinterpret_cast<CUdeviceptr>(op.src), op.n,
-                                            "a copy of a CUDA graph"))
+      if (op.src_device) {
+        void* h = nullptr;
+        if (CUresult r =
+                to_host(reinterpret_cast<CUdeviceptr>(op.src), op.n, "a copy of a CUDA graph", &h))
           return r;
-      return emu::copy(op.dst, op.src, op.n, s, false);
+        src = h;
+      }
+      return emu::copy(dst, src, op.n, s, false);
+    }
     case CaptureOp::Kind::kHostFn:
       return enqueue_host_fn(s, op.fn, op.user);
     case CaptureOp::Kind::kEventRecord:

@@ -1,8 +1,9 @@
 // Internal: the emulated CUDA device's shared state (pocl_driver.h), used by
 // its entry points, which are split by family: pocl_memory.cpp (device,
 // context, memory, copies), pocl_launch.cpp (modules, launches),
-// pocl_streams.cpp (streams, events); pocl_driver.cpp loads PoCL and fills
-// the driver table. Each emu::cuXxx has the signature of the table's member of
+// pocl_streams.cpp (streams, events), pocl_graphs.cpp (captures, graphs);
+// pocl_space.cpp hands out device addresses; pocl_driver.cpp loads PoCL and
+// fills the driver table. Each emu::cuXxx has the signature of the table's member of
 // the same name (cuda.h's macros map some to their _v2 names, as they do the
 // members).
 #pragma once
@@ -71,7 +72,7 @@ struct CaptureOp {
   Function* f = nullptr;  // kernel: the function, grid and block, each
   unsigned grid[3] = {}, block[3] = {};
   std::vector<std::vector<char>> args;  // parameter's bytes, copied at capture
-  void* dst = nullptr;                  // copy: n bytes; the device side(s) checked at replay
+  void* dst = nullptr;                  // copy: n bytes; device sides translated at replay
   const void* src = nullptr;
   size_t n = 0;
   bool dst_device = false, src_device = false;
@@ -121,6 +122,13 @@ struct Mod {
   std::mutex mu;
 };
 
+// A device allocation: its bytes live in an SVM block (what kernels and
+// PoCL's copies address), its CUdeviceptr in the reserved device range.
+struct Block {
+  size_t size = 0;
+  char* svm = nullptr;
+};
+
 struct Emu {
   Cl cl;
   cl_device_id dev = nullptr;
@@ -129,9 +137,16 @@ struct Emu {
   std::string name;
   size_t total = 0, local_mem = 0, l2 = 0;
   int units = 1;
-  std::mutex mu;  // the maps below
-  std::map<uintptr_t, size_t> allocs, pinned;
+  std::mutex mu;                      // the maps below
+  std::map<uintptr_t, Block> allocs;  // by device address
+  std::map<uintptr_t, size_t> pinned;
   size_t allocated = 0;
+  // Device addresses are handed out inside a PROT_NONE reservation (never
+  // the SVM addresses themselves), so a host dereference of one faults as it
+  // would on a GPU (pocl_space.cpp).
+  uintptr_t space = 0;
+  size_t space_size = 0;
+  std::map<uintptr_t, size_t> space_free;  // its free ranges: start -> bytes
   std::set<Stream*> streams;
 };
 
@@ -148,8 +163,19 @@ extern thread_local CUcontext t_current;
 CUresult fail(CUresult r, const std::string& detail);
 /// Whether [p, p + n) lies inside one entry of `m` (a base -> size map).
 bool inside(const std::map<uintptr_t, size_t>& m, uintptr_t p, size_t n);
-/// CUDA_ERROR_INVALID_VALUE (with a detail) unless [p, p + n) is device memory.
-CUresult check_device_range(CUdeviceptr p, size_t n, const char* what);
+
+// ---- the device address space (pocl_space.cpp) ----
+/// Reserves the range device addresses are handed out from; "" or why not.
+std::string reserve_device_space(Emu& e);
+/// A device address for `bytes` bytes (g->mu held); 0 when the range is full.
+uintptr_t take_device_range(size_t bytes);
+/// Returns [p, p + bytes) from take_device_range (g->mu held).
+void give_device_range(uintptr_t p, size_t bytes);
+/// The SVM address behind device range [p, p + n) in *host; else
+/// CUDA_ERROR_INVALID_VALUE with a detail naming `what` (p is in no live
+/// allocation). Every place the emulation touches device memory goes
+/// through here: device addresses themselves are not host-addressable.
+CUresult to_host(CUdeviceptr p, size_t n, const char* what, void** host);
 /// The Stream behind a handle (the null/legacy/per-thread handles: the null stream).
 Stream* stream_of(CUstream s);
 /// The queue to enqueue on for `s`, ordered as CUDA's legacy null stream orders it.

@@ -144,9 +144,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigne
   std::copy(grid, grid + 3, op.grid);
   std::copy(block, block + 3, op.block);
   for (size_t i = 0; i < f->args.size(); ++i) {
+    void* h = nullptr;
     if (f->args[i].pointer)
       if (const CUdeviceptr p = *static_cast<CUdeviceptr*>(params[i]))
-        if (CUresult r = check_device_range(p, 0, "a kernel argument")) return r;
+        if (CUresult r = to_host(p, 0, "a kernel argument", &h)) return r;
     const auto* b = static_cast<const char*>(params[i]);
     op.args.emplace_back(b, b + f->args[i].size);
   }
@@ -166,9 +167,10 @@ CUresult launch_now(Function* f, const unsigned grid[3], const unsigned block[3]
       const CUdeviceptr p = *static_cast<CUdeviceptr*>(params[i]);
       if (p == 0) {
         e = g->cl.clSetKernelArg(f->k, idx, sizeof(cl_mem), nullptr);
-      } else {
-        if (CUresult r = check_device_range(p, 0, "a kernel argument")) return r;
-        e = g->cl.clSetKernelArgSVMPointer(f->k, idx, reinterpret_cast<void*>(p));
+      } else {  // the kernel addresses the SVM block
+        void* h = nullptr;
+        if (CUresult r = to_host(p, 0, "a kernel argument", &h)) return r;
+        e = g->cl.clSetKernelArgSVMPointer(f->k, idx, h);
       }
     } else {
       e = g->cl.clSetKernelArg(f->k, idx, f->args[i].size, params[i]);

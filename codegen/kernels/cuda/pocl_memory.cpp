@@ -113,13 +113,19 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr* p, size_t bytes) {
   void* m = g->cl.clSVMAlloc(g->ctx, CL_MEM_READ_WRITE, bytes, 128);  // PoCL's largest
   if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lock(g->mu);
-  g->allocs[reinterpret_cast<uintptr_t>(m)] = bytes;
+  const uintptr_t d = take_device_range(bytes);
+  if (d == 0) {
+    g->cl.clSVMFree(g->ctx, m);
+    return fail(CUDA_ERROR_OUT_OF_MEMORY, "emulated device: its address range is full");
+  }
+  g->allocs[d] = Block{bytes, static_cast<char*>(m)};
   g->allocated += bytes;
-  *p = reinterpret_cast<CUdeviceptr>(m);
+  *p = static_cast<CUdeviceptr>(d);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
   if (CUresult r = unsafe_call("cuMemFree")) return r;
+  void* svm = nullptr;
   {
     std::lock_guard<std::mutex> lock(g->mu);
     auto it = g->allocs.find(static_cast<uintptr_t>(p));
@@ -127,12 +133,14 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr p) {
       return fail(CUDA_ERROR_INVALID_VALUE,
                   "emulated device: cuMemFree of a pointer that is not "
                   "the start of a device allocation");
-    g->allocated -= it->second;
+    g->allocated -= it->second.size;
+    svm = it->second.svm;
+    give_device_range(it->first, it->second.size);
     g->allocs.erase(it);
   }
   // Work queued on the block may still run: CUDA's free waits for it too.
   const CUresult r = finish_all();
-  g->cl.clSVMFree(g->ctx, reinterpret_cast<void*>(p));
+  g->cl.clSVMFree(g->ctx, svm);
   return r;
 }
 CUresult CUDAAPI cuMemGetInfo(size_t* free_b, size_t* total_b) {
@@ -155,13 +163,40 @@ CUresult copy(void* dst, const void* src, size_t n, CUstream s, bool blocking) {
                                             src, n, 0, nullptr, &ev);
   return enqueued(s, e, ev, "clEnqueueSVMMemcpy");
 }
-// An asynchronous copy on `s`, or recorded when `s` captures: the host side
-// must then be pinned (kiln stages host data through pinned memory there).
+// The host (SVM) addresses of a copy's device sides, in place.
+CUresult copy_sides(void*& dst, bool dst_device, const void*& src, bool src_device, size_t n,
+                    const char* what) {
+  void* h = nullptr;
+  if (dst_device) {
+    if (CUresult r = to_host(reinterpret_cast<CUdeviceptr>(dst), n, what, &h)) return r;
+    dst = h;
+  }
+  if (src_device) {
+    if (CUresult r = to_host(reinterpret_cast<CUdeviceptr>(src), n, what, &h)) return r;
+    src = h;
+  }
+  return CUDA_SUCCESS;
+}
+// A synchronous copy on the null stream (`wait`: waited for).
+CUresult copy_sync(void* dst, bool dst_device, const void* src, bool src_device, size_t n,
+                   bool wait, const char* what) {
+  if (CUresult r = copy_sides(dst, dst_device, src, src_device, n, what)) return r;
+  return copy(dst, src, n, nullptr, wait);
+}
+// An asynchronous copy on `s`, or recorded when `s` captures (device sides
+// as device addresses, translated at each replay): the host side must then be
+// pinned (kiln stages host data through pinned memory there).
 CUresult copy_async(void* dst, bool dst_device, const void* src, bool src_device, size_t n,
                     CUstream s, const char* what) {
   const void* host = !dst_device ? dst : (!src_device ? src : nullptr);
   const bool pinned_host = host && pinned(host, n);
-  if (!capturing(s)) return copy(dst, src, n, s, host && !pinned_host);
+  if (!capturing(s)) {
+    if (CUresult r = copy_sides(dst, dst_device, src, src_device, n, what)) return r;
+    return copy(dst, src, n, s, host && !pinned_host);
+  }
+  void* d = dst;  // checked now, translated again at each replay
+  const void* from = src;
+  if (CUresult r = copy_sides(d, dst_device, from, src_device, n, what)) return r;
   if (host && !pinned_host)  // a host read (or pageable upload): the capture ends invalid
     return sync_with(s, str(what, " with pageable host memory").c_str());
   CaptureOp op;
@@ -174,44 +209,38 @@ CUresult copy_async(void* dst, bool dst_device, const void* src, bool src_device
   record_op(s, std::move(op));
   return CUDA_SUCCESS;
 }
+void* dev(CUdeviceptr p) {
+  return reinterpret_cast<void*>(p);
+}
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr d, const void* h, size_t n) {
   if (CUresult r = unsafe_call("cuMemcpyHtoD (synchronous)")) return r;
-  if (CUresult r = check_device_range(d, n, "cuMemcpyHtoD")) return r;
-  return copy(reinterpret_cast<void*>(d), h, n, nullptr, true);
+  return copy_sync(dev(d), true, h, false, n, true, "cuMemcpyHtoD");
 }
 CUresult CUDAAPI cuMemcpyDtoH(void* h, CUdeviceptr d, size_t n) {
   if (CUresult r = unsafe_call("cuMemcpyDtoH (a host read)")) return r;
-  if (CUresult r = check_device_range(d, n, "cuMemcpyDtoH")) return r;
-  return copy(h, reinterpret_cast<const void*>(d), n, nullptr, true);
+  return copy_sync(h, false, dev(d), true, n, true, "cuMemcpyDtoH");
 }
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) {
   if (CUresult r = unsafe_call("cuMemcpyDtoD (synchronous)")) return r;
-  if (CUresult r = check_device_range(d, n, "cuMemcpyDtoD")) return r;
-  if (CUresult r = check_device_range(s, n, "cuMemcpyDtoD")) return r;
-  return copy(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, nullptr, false);
+  return copy_sync(dev(d), true, dev(s), true, n, false, "cuMemcpyDtoD");
 }
 // Async copies from pageable memory complete before returning, as CUDA's do.
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr d, const void* h, size_t n, CUstream s) {
-  if (CUresult r = check_device_range(d, n, "cuMemcpyHtoDAsync")) return r;
-  return copy_async(reinterpret_cast<void*>(d), true, h, false, n, s, "cuMemcpyHtoDAsync");
+  return copy_async(dev(d), true, h, false, n, s, "cuMemcpyHtoDAsync");
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void* h, CUdeviceptr d, size_t n, CUstream s) {
-  if (CUresult r = check_device_range(d, n, "cuMemcpyDtoHAsync")) return r;
-  return copy_async(h, false, reinterpret_cast<const void*>(d), true, n, s, "cuMemcpyDtoHAsync");
+  return copy_async(h, false, dev(d), true, n, s, "cuMemcpyDtoHAsync");
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s) {
-  if (CUresult r = check_device_range(d, n, "cuMemcpyDtoDAsync")) return r;
-  if (CUresult r = check_device_range(src, n, "cuMemcpyDtoDAsync")) return r;
-  return copy_async(reinterpret_cast<void*>(d), true, reinterpret_cast<const void*>(src), true, n,
-                    s, "cuMemcpyDtoDAsync");
+  return copy_async(dev(d), true, dev(src), true, n, s, "cuMemcpyDtoDAsync");
 }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
   if (CUresult r = unsafe_call("cuMemsetD8 (synchronous)")) return r;
   if (n == 0) return CUDA_SUCCESS;
-  if (CUresult r = check_device_range(d, n, "cuMemsetD8")) return r;
+  void* h = nullptr;
+  if (CUresult r = to_host(d, n, "cuMemsetD8", &h)) return r;
   cl_event ev = nullptr;
-  const cl_int e = g->cl.clEnqueueSVMMemFill(enqueue_point(nullptr), reinterpret_cast<void*>(d), &v,
-                                             1, n, 0, nullptr, &ev);
+  const cl_int e = g->cl.clEnqueueSVMMemFill(enqueue_point(nullptr), h, &v, 1, n, 0, nullptr, &ev);
   return enqueued(nullptr, e, ev, "clEnqueueSVMMemFill");
 }
 CUresult CUDAAPI cuMemHostAlloc(void** p, size_t bytes, unsigned) {

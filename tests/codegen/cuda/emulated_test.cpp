@@ -1,7 +1,11 @@
 // Conversions and driver behaviour on whichever device runs the tests (a GPU,
 // else the emulated one), and what only the emulated device promises: device
-// pointers checked against live allocations, OpenCL build logs in errors,
-// streams and events ordering work across in-order queues.
+// pointers checked against live allocations and not host-addressable, OpenCL
+// build logs in errors, streams and events ordering work across in-order
+// queues.
+#include <errno.h>
+#include <unistd.h>
+
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -12,6 +16,7 @@
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/module.h"
+#include "kernels/cuda/pocl_driver.h"
 
 namespace kiln::cuda {
 namespace {
@@ -169,6 +174,59 @@ TEST_F(EmulatedDevice, PointersInsideABlockWorkAndOthersAreRefused) {
         << e.what();
   }
   EXPECT_EQ(driver().cuMemFree(b.get() + 8), CUDA_ERROR_INVALID_VALUE);
+}
+
+// Whether the host can read n bytes at p, asked of the kernel (write() to a
+// pipe fails with EFAULT where it cannot) instead of by faulting.
+bool host_readable(const void* p, size_t n) {
+  int fd[2];
+  if (pipe(fd) != 0) throw std::runtime_error("pipe failed");
+  const ssize_t w = write(fd[1], p, n);
+  const int err = errno;
+  close(fd[0]);
+  close(fd[1]);
+  if (w < 0 && err != EFAULT) throw std::runtime_error("write to a pipe failed");
+  return w == static_cast<ssize_t>(n);
+}
+
+// As on a GPU, a host read of device memory is a bug: on the emulated device
+// it faults too (device addresses lie in a reserved PROT_NONE range), where
+// the SVM address behind them would just work and hide it (the compiled
+// graphs' host reads of device constants, 4151c72, crashed only on an H100).
+// Copies, kernels, host functions, GEMMs and graphs reach the bytes through
+// the emulation's translation: the rest of the suite covers them.
+TEST_F(EmulatedDevice, DeviceMemoryIsNotHostAddressable) {
+  std::vector<char> host(4096);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<char>(i * 3);
+  DeviceBuffer b(host.size());
+  b.upload(host.data(), host.size());
+  const auto at = [&](size_t off) { return reinterpret_cast<const char*>(b.get() + off); };
+  EXPECT_FALSE(host_readable(at(0), 16));
+  EXPECT_FALSE(host_readable(at(1000), 1));
+  const Tensor t = arange(0, 64, 1, DType::f32).cuda();
+  EXPECT_FALSE(host_readable(t.data_ptr(), 4));
+  EXPECT_FALSE(host_readable(t.narrow(0, 10, 4).data_ptr(), 4));  // views: interior pointers
+  EXPECT_EQ(t.narrow(0, 10, 4).cpu().sum().item<float>(), 10 + 11 + 12 + 13);
+  // Pinned host memory stays host memory.
+  void* pinned = nullptr;
+  check(driver().cuMemHostAlloc(&pinned, 64, 0), "cuMemHostAlloc");
+  EXPECT_TRUE(host_readable(pinned, 64));
+  check(driver().cuMemFreeHost(pinned), "cuMemFreeHost");
+  // The emulation's own host-side code (emulated NCCL, GEMM) translates.
+  const void* h = emulated_host_address(b.get() + 100, 50);
+  ASSERT_NE(h, nullptr) << take_emulated_detail();
+  EXPECT_NE(h, static_cast<const void*>(at(100)));
+  EXPECT_EQ(std::memcmp(h, host.data() + 100, 50), 0);
+  EXPECT_EQ(emulated_host_address(b.get() + 4000, 200), nullptr);
+  EXPECT_NE(take_emulated_detail().find("outside every device allocation"), std::string::npos);
+  // A plain dereference faults ("threadsafe": PoCL's threads run here).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        volatile const char* p = at(8);
+        std::printf("%d\n", *p);
+      },
+      "");
 }
 
 TEST_F(EmulatedDevice, BuildErrorsShowTheLog) {
