@@ -65,6 +65,157 @@ void row(const char* name, double eager, double compiled, double bytes, double c
       name, eager, compiled, eager / compiled, gbs, 100 * copy_ms / compiled);
 }
 
+// GELU, softmax and layer_norm over x (16M f32), eager against compiled.
+void rows(int reps, const Tensor& x, double bytes, double copy_ms) {
+  auto gelu_c = compile([](const Tensor& t) { return gelu_tanh(t); });
+  auto [ge, gc] = paired(
+      reps, [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); });
+  row("GELU (tanh) 16M", ge, gc, bytes, copy_ms);
+
+  const Tensor xs = x.reshape({x.numel() / 1024, 1024});
+  auto sm_c = compile([](const Tensor& t) { return softmax(t, -1); });
+  auto [se, sc] = paired(
+      reps, [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); });
+  row("softmax [16384, 1024]", se, sc, bytes, copy_ms);
+
+  const Tensor w = randn({1024}).cuda(), b = randn({1024}).cuda();
+  auto ln = [](const Tensor& t, const Tensor& w, const Tensor& b) {
+    return layer_norm(t, {t.size(-1)}, w, b);
+  };
+  auto ln_c = compile(ln);
+  auto [le, lc] = paired(
+      reps, [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); });
+  row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
+}
+
+// The MLP step against its cuBLAS floor.
+void mlp(int reps, bool small, Device dev) {
+  // MLP step: 1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096.
+  const int64_t B = small ? 64 : 4096, D = small ? 32 : 1024, H = 4 * D;
+  auto model = std::make_shared<nn::Sequential>();
+  model->push_back(std::make_shared<nn::Linear>(D, H));
+  model->push_back(std::make_shared<nn::GELU>());
+  model->push_back(std::make_shared<nn::Linear>(H, D));
+  model->to(dev);
+  optim::SGD opt(model->parameters(), {.lr = 1e-3});
+  const Tensor in = randn({B, D}).cuda(), target = randn({B, D}).cuda();
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = mse_loss(model->forward(in), target);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  auto step_c = compile(step);
+  auto [me, mc] = paired(
+      reps, [&] { (void)step(); }, [&] { (void)step_c(); });
+  // The floor: the step's five products (two forward; dW2, dh, dW1 backward).
+  const Tensor h = randn({B, H}).cuda(), g = randn({B, D}).cuda(), w2 = randn({D, H}).cuda();
+  const Tensor w1 = randn({H, D}).cuda(), dh = randn({B, H}).cuda();
+  const double floor_ms = paired(
+                              reps,
+                              [&] {
+                                (void)matmul(in, w1.t());
+                                (void)matmul(h, w2.t());
+                                (void)matmul(g.t(), h);
+                                (void)matmul(g, w2);
+                                (void)matmul(dh.t(), in);
+                              },
+                              [] {})
+                              .first;
+  std::printf(
+      "MLP step (4096x1024 -> 4096 -> 1024, f32) eager %.3f ms  compiled %.3f ms  cuBLAS floor "
+      "%.3f ms  -> eager %.2fx, compiled %.2fx of the floor (traces %d)\n",
+      me, mc, floor_ms, me / floor_ms, mc / floor_ms, step_c.stats().traces);
+}
+
+// The transformer step against its cuBLAS floor.
+void transformer(int reps, bool small, Device dev) {
+  // Transformer step: token + position embeddings, pre-norm encoder layers,
+  // a vocabulary head, cross-entropy, AdamW (the harness's CPU workload, larger).
+  const int64_t V = small ? 50 : 1000, L = small ? 16 : 256, E = small ? 32 : 512;
+  const int64_t NB = small ? 4 : 32, layers = 2;
+  manual_seed(1);
+  auto tok = std::make_shared<nn::Embedding>(V, E);
+  auto pos = std::make_shared<nn::Embedding>(L, E);
+  nn::TransformerEncoderLayerOptions lo;
+  lo.dim_feedforward = 4 * E;
+  lo.dropout = 0.0;
+  lo.norm_first = true;
+  lo.activation = "gelu";
+  auto enc = std::make_shared<nn::TransformerEncoder>(
+      std::make_shared<nn::TransformerEncoderLayer>(E, E / 64 > 0 ? E / 64 : 2, lo), layers,
+      std::make_shared<nn::LayerNorm>(E));
+  auto head = std::make_shared<nn::Linear>(E, V);
+  std::vector<Tensor> params;
+  for (nn::Module* m :
+       std::initializer_list<nn::Module*>{tok.get(), pos.get(), enc.get(), head.get()}) {
+    m->to(dev);
+    for (const Tensor& p : m->parameters()) params.push_back(p);
+  }
+  optim::AdamW adamw(params, {.lr = 1e-4});
+  const Tensor tokens = randint(0, V, {NB, L}).cuda(), labels = randint(0, V, {NB * L}).cuda();
+  const Tensor positions = arange(L).cuda();
+  auto tstep = [&] {
+    adamw.zero_grad();
+    const Tensor h = (*enc)((*tok)(tokens) + (*pos)(positions));
+    Tensor loss = cross_entropy((*head)(h).reshape({NB * L, V}), labels);
+    loss.backward();
+    adamw.step();
+    return loss;
+  };
+  auto tstep_c = compile(tstep);
+  auto [te, tc] = paired(
+      reps, [&] { (void)tstep(); }, [&] { (void)tstep_c(); });
+  // The floor: every product of the step alone. Forward per layer: the QKV
+  // projection, the heads' scores and weighted values, the output projection
+  // and the feed-forward pair; then the vocabulary head. Backward: each
+  // forward product C = A B gives dA = dC B^T and dB = A^T dC.
+  const int64_t T = NB * L, heads = E / 64 > 0 ? E / 64 : 2, hd = E / heads;
+  struct Product {
+    int64_t batch, m, k, n;
+  };
+  std::vector<Product> products;
+  for (int64_t l = 0; l < layers; ++l) {
+    products.push_back({1, T, E, 3 * E});
+    products.push_back({NB * heads, L, hd, L});
+    products.push_back({NB * heads, L, L, hd});
+    products.push_back({1, T, E, E});
+    products.push_back({1, T, E, 4 * E});
+    products.push_back({1, T, 4 * E, E});
+  }
+  products.push_back({1, T, E, V});
+  struct Operands {
+    Tensor a, b, dc;
+  };
+  std::vector<Operands> operands;
+  auto shape = [](int64_t batch, int64_t r, int64_t c) {
+    return batch == 1 ? std::vector<int64_t>{r, c} : std::vector<int64_t>{batch, r, c};
+  };
+  for (const Product& p : products)
+    operands.push_back({randn(shape(p.batch, p.m, p.k)).cuda(),
+                        randn(shape(p.batch, p.k, p.n)).cuda(),
+                        randn(shape(p.batch, p.m, p.n)).cuda()});
+  const double tfloor_ms = paired(
+                               reps,
+                               [&] {
+                                 for (const Operands& o : operands) {
+                                   (void)matmul(o.a, o.b);
+                                   (void)matmul(o.dc, o.b.transpose(-2, -1));
+                                   (void)matmul(o.a.transpose(-2, -1), o.dc);
+                                 }
+                               },
+                               [] {})
+                               .first;
+  std::printf(
+      "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
+      "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)  cuBLAS floor %.3f ms "
+      "(%zu products) -> eager %.2fx, compiled %.2fx of the floor\n",
+      static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
+      static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
+      tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,151 +253,9 @@ int main(int argc, char** argv) {
             .first;
     std::printf("cuMemcpyDtoD 16M f32 %.3f ms (%.0f GB/s)\n", copy_ms, bytes / copy_ms / 1e6);
 
-    if (want("rows")) {
-      auto gelu_c = compile([](const Tensor& t) { return gelu_tanh(t); });
-      auto [ge, gc] = paired(
-          reps, [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); });
-      row("GELU (tanh) 16M", ge, gc, bytes, copy_ms);
-
-      const Tensor xs = x.reshape({n / 1024, 1024});
-      auto sm_c = compile([](const Tensor& t) { return softmax(t, -1); });
-      auto [se, sc] = paired(
-          reps, [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); });
-      row("softmax [16384, 1024]", se, sc, bytes, copy_ms);
-
-      const Tensor w = randn({1024}).cuda(), b = randn({1024}).cuda();
-      auto ln = [](const Tensor& t, const Tensor& w, const Tensor& b) {
-        return layer_norm(t, {t.size(-1)}, w, b);
-      };
-      auto ln_c = compile(ln);
-      auto [le, lc] = paired(
-          reps, [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); });
-      row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
-    }
-    if (want("mlp")) {
-      // MLP step: 1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096.
-      const int64_t B = small ? 64 : 4096, D = small ? 32 : 1024, H = 4 * D;
-      auto model = std::make_shared<nn::Sequential>();
-      model->push_back(std::make_shared<nn::Linear>(D, H));
-      model->push_back(std::make_shared<nn::GELU>());
-      model->push_back(std::make_shared<nn::Linear>(H, D));
-      model->to(dev);
-      optim::SGD opt(model->parameters(), {.lr = 1e-3});
-      const Tensor in = randn({B, D}).cuda(), target = randn({B, D}).cuda();
-      auto step = [&] {
-        opt.zero_grad();
-        Tensor loss = mse_loss(model->forward(in), target);
-        loss.backward();
-        opt.step();
-        return loss;
-      };
-      auto step_c = compile(step);
-      auto [me, mc] = paired(
-          reps, [&] { (void)step(); }, [&] { (void)step_c(); });
-      // The floor: the step's five products (two forward; dW2, dh, dW1 backward).
-      const Tensor h = randn({B, H}).cuda(), g = randn({B, D}).cuda(), w2 = randn({D, H}).cuda();
-      const Tensor w1 = randn({H, D}).cuda(), dh = randn({B, H}).cuda();
-      const double floor_ms = paired(
-                                  reps,
-                                  [&] {
-                                    (void)matmul(in, w1.t());
-                                    (void)matmul(h, w2.t());
-                                    (void)matmul(g.t(), h);
-                                    (void)matmul(g, w2);
-                                    (void)matmul(dh.t(), in);
-                                  },
-                                  [] {})
-                                  .first;
-      std::printf(
-          "MLP step (4096x1024 -> 4096 -> 1024, f32) eager %.3f ms  compiled %.3f ms  cuBLAS floor "
-          "%.3f ms  -> eager %.2fx, compiled %.2fx of the floor (traces %d)\n",
-          me, mc, floor_ms, me / floor_ms, mc / floor_ms, step_c.stats().traces);
-    }
-    if (want("transformer")) {
-      // Transformer step: token + position embeddings, pre-norm encoder layers,
-      // a vocabulary head, cross-entropy, AdamW (the harness's CPU workload, larger).
-      const int64_t V = small ? 50 : 1000, L = small ? 16 : 256, E = small ? 32 : 512;
-      const int64_t NB = small ? 4 : 32, layers = 2;
-      manual_seed(1);
-      auto tok = std::make_shared<nn::Embedding>(V, E);
-      auto pos = std::make_shared<nn::Embedding>(L, E);
-      nn::TransformerEncoderLayerOptions lo;
-      lo.dim_feedforward = 4 * E;
-      lo.dropout = 0.0;
-      lo.norm_first = true;
-      lo.activation = "gelu";
-      auto enc = std::make_shared<nn::TransformerEncoder>(
-          std::make_shared<nn::TransformerEncoderLayer>(E, E / 64 > 0 ? E / 64 : 2, lo), layers,
-          std::make_shared<nn::LayerNorm>(E));
-      auto head = std::make_shared<nn::Linear>(E, V);
-      std::vector<Tensor> params;
-      for (nn::Module* m :
-           std::initializer_list<nn::Module*>{tok.get(), pos.get(), enc.get(), head.get()}) {
-        m->to(dev);
-        for (const Tensor& p : m->parameters()) params.push_back(p);
-      }
-      optim::AdamW adamw(params, {.lr = 1e-4});
-      const Tensor tokens = randint(0, V, {NB, L}).cuda(), labels = randint(0, V, {NB * L}).cuda();
-      const Tensor positions = arange(L).cuda();
-      auto tstep = [&] {
-        adamw.zero_grad();
-        const Tensor h = (*enc)((*tok)(tokens) + (*pos)(positions));
-        Tensor loss = cross_entropy((*head)(h).reshape({NB * L, V}), labels);
-        loss.backward();
-        adamw.step();
-        return loss;
-      };
-      auto tstep_c = compile(tstep);
-      auto [te, tc] = paired(
-          reps, [&] { (void)tstep(); }, [&] { (void)tstep_c(); });
-      // The floor: every product of the step alone. Forward per layer: the QKV
-      // projection, the heads' scores and weighted values, the output projection
-      // and the feed-forward pair; then the vocabulary head. Backward: each
-      // forward product C = A B gives dA = dC B^T and dB = A^T dC.
-      const int64_t T = NB * L, heads = E / 64 > 0 ? E / 64 : 2, hd = E / heads;
-      struct Product {
-        int64_t batch, m, k, n;
-      };
-      std::vector<Product> products;
-      for (int64_t l = 0; l < layers; ++l) {
-        products.push_back({1, T, E, 3 * E});
-        products.push_back({NB * heads, L, hd, L});
-        products.push_back({NB * heads, L, L, hd});
-        products.push_back({1, T, E, E});
-        products.push_back({1, T, E, 4 * E});
-        products.push_back({1, T, 4 * E, E});
-      }
-      products.push_back({1, T, E, V});
-      struct Operands {
-        Tensor a, b, dc;
-      };
-      std::vector<Operands> operands;
-      auto shape = [](int64_t batch, int64_t r, int64_t c) {
-        return batch == 1 ? std::vector<int64_t>{r, c} : std::vector<int64_t>{batch, r, c};
-      };
-      for (const Product& p : products)
-        operands.push_back({randn(shape(p.batch, p.m, p.k)).cuda(),
-                            randn(shape(p.batch, p.k, p.n)).cuda(),
-                            randn(shape(p.batch, p.m, p.n)).cuda()});
-      const double tfloor_ms = paired(
-                                   reps,
-                                   [&] {
-                                     for (const Operands& o : operands) {
-                                       (void)matmul(o.a, o.b);
-                                       (void)matmul(o.dc, o.b.transpose(-2, -1));
-                                       (void)matmul(o.a.transpose(-2, -1), o.dc);
-                                     }
-                                   },
-                                   [] {})
-                                   .first;
-      std::printf(
-          "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
-          "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)  cuBLAS floor %.3f ms "
-          "(%zu products) -> eager %.2fx, compiled %.2fx of the floor\n",
-          static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
-          static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
-          tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
-    }
+    if (want("rows")) rows(reps, x, bytes, copy_ms);
+    if (want("mlp")) mlp(reps, small, dev);
+    if (want("transformer")) transformer(reps, small, dev);
     // Whether the compiled calls replayed CUDA graphs (and why a plan could not).
     const cuda::GraphStats gs = cuda::graph_stats();
     std::printf("CUDA graphs: %lld captured, %lld replays, %lld plans plain%s%s\n",

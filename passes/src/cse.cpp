@@ -125,7 +125,7 @@ bool make_key(const ir::Node* n, std::string& key, KeyScratch& scratch, const Ke
     put_value_meta(key, n->output());
     put_attrs(key, n->attrs, scratch.items);
     put_sym_attrs(key, n->sym_attrs);
-    Tensor c = t.cpu().contiguous();  // a device constant's bytes through the host
+    Tensor c = t.cpu().contiguous();            // a device constant's bytes through the host
     put(key, static_cast<uint8_t>(c.dtype()));  // the data's own dtype, in case it differs
     key.append(static_cast<const char*>(c.data_ptr()),
                static_cast<size_t>(c.numel()) * c.element_size());
