@@ -22,7 +22,10 @@ int device_count();
 /// built without the CUDA toolkit.
 std::string unavailable_reason();
 /// Waits until all work queued on CUDA device `device`, on every stream, has
-/// finished (kiln::Error when CUDA is unavailable).
+/// finished (kiln::Error when CUDA is unavailable). As every wait of the host
+/// for the device (copies to the host, Stream/Event::synchronize), it then
+/// raises kiln::Error for an out-of-range index a kernel met since the last
+/// wait (indexing ops check their indices on the device, not at the launch).
 void synchronize(int device = 0);
 /// Whether f32 matmuls on CUDA may use TF32 tensor cores (10-bit mantissa
 /// operands; PyTorch's torch.backends.cuda.matmul.allow_tf32). Off by default.
@@ -63,7 +66,8 @@ class Stream {
   void wait(const Stream& other) const;
   /// True when all work queued on this stream has finished.
   bool query() const;
-  /// Waits on the host until all work queued on this stream has finished.
+  /// Waits on the host until all work queued on this stream has finished;
+  /// then as cuda::synchronize, raises a bad index a kernel met.
   void synchronize() const;
   bool operator==(const Stream& o) const { return id() == o.id() && device() == o.device(); }
   bool operator!=(const Stream& o) const { return !(*this == o); }
@@ -114,7 +118,8 @@ class Event {
   void wait(const Stream& s) const;
   /// True when the recorded work has finished (or the event was never recorded).
   bool query() const;
-  /// Waits on the host until the recorded work has finished.
+  /// Waits on the host until the recorded work has finished; then as
+  /// cuda::synchronize, raises a bad index a kernel met.
   void synchronize() const;
   /// Milliseconds from this event to `end`; both recorded with enable_timing
   /// and complete, else kiln::Error.

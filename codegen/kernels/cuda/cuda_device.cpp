@@ -19,6 +19,7 @@
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_graphs.h"
+#include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -84,6 +85,7 @@ class CudaRuntime final : public DeviceRuntime {
   void synchronize(int index) override {
     use_device(index);
     check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+    check_device_errors(index, "cuda::synchronize");
   }
 
   void copy(const Tensor& dst, const Tensor& src) override;
@@ -127,11 +129,14 @@ void upload(CUdeviceptr d, const Tensor& host, size_t bytes, int device) {
   if (host.is_pinned()) check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
 }
 
-// Device -> host on the current stream, complete when this returns.
+// Device -> host on the current stream, complete when this returns: the
+// host's synchronization every read of a device value goes through, where
+// the kernels' recorded errors surface (device_errors.h).
 void download(void* h, CUdeviceptr d, size_t bytes, int device) {
   const CUstream s = current_cu_stream(device);
   check(driver().cuMemcpyDtoHAsync(h, d, bytes, s), "cuMemcpyDtoHAsync");
   check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
+  check_device_errors(device, "a copy to the host");
 }
 
 void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {

@@ -1,13 +1,13 @@
 // Indexing on CUDA tensors (device_ops.h): the printer's gather and
-// scatter_add kernels over strided operands, indices checked on the device.
+// scatter_add kernels over strided operands, indices checked on the device
+// and bad ones reported at the host's next synchronization (device_errors.h).
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/device_ops.h"
-#include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
-#include "kernels/cuda/module.h"
-#include "kernels/cuda/stream.h"
+#include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/tensor.h"
@@ -34,26 +34,15 @@ void fill(long long* a, const Dims& v) {
   for (size_t d = 0; d < v.size(); ++d) a[d] = v[d];
 }
 
-// Launches `sym` of `source` over `count` items with `params` (err is the 4th),
-// then reads the error word: an out-of-range index becomes a kiln::Error.
-void launch_checked(const std::string& source, const std::string& sym, const Tensor& out,
-                    std::vector<void*>& params, long long count, const Tensor& err, const char* op,
-                    int64_t dim, int64_t bound) {
-  const CUfunction fn = cached_kernel(out.device().index, source, sym);
-  const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
-                                current_cu_stream(out.device().index), params.data(), nullptr),
-        "cuLaunchKernel (indexing)");
-  after_launch(sym);
-  const std::vector<int64_t> e = err.to_vector<int64_t>();
-  KILN_CHECK(e[0] == 0, "[", op, "] index ", e[1], " is out of bounds for dimension ", dim,
-             " with size ", bound);
-}
-
-Tensor error_word(Device d) {
-  Tensor e = make_tensor({2}, DType::i64, d);
-  e.zero_();
-  return e;
+// Launches `sym` of `source` over `count` items with `params` (the error
+// record and tag are the 4th and 5th). No host read: a bad index is found at
+// the host's next synchronization (device_errors.h), or right away with
+// KILN_CUDA_SYNC=1 (which synchronizes after every launch anyway).
+void launch_checked(const std::string& source, const std::string& sym, int device,
+                    std::vector<void*>& params, long long count) {
+  launch_printed(source, sym, device, count, params);
+  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
+  if (sync) check_device_errors(device, kAtLaunch);
 }
 
 // out = x gathered through an index with strides `idx_strides` over out's shape.
@@ -72,13 +61,13 @@ void gather_impl(const Tensor& x0, int64_t dim, const Tensor& index, const Dims&
   fill(g.idx, idx_strides);
   const std::string sym =
       str("kiln_gather_", dtype_name(x.dtype()), "_", dtype_name(index.dtype()));
-  const Tensor err = error_word(out.device());
-  CUdeviceptr po = addr(out), px = addr(x), pi = addr(index), pe = addr(err);
-  int r = rank, d = static_cast<int>(dim);
+  const int device = out.device().index;
   long long bound = x.shape()[static_cast<size_t>(dim)];
-  std::vector<void*> params = {&po, &px, &pi, &pe, &n, &r, &d, &bound, &g};
-  launch_checked(print_gather(x.dtype(), index.dtype(), sym), sym, out, params, n, err, op, dim,
-                 bound);
+  ErrorSlot slot = index_error_slot(device, op, dim, bound);
+  CUdeviceptr po = addr(out), px = addr(x), pi = addr(index);
+  int r = rank, d = static_cast<int>(dim);
+  std::vector<void*> params = {&po, &px, &pi, &slot.record, &slot.tag, &n, &r, &d, &bound, &g};
+  launch_checked(print_gather(x.dtype(), index.dtype(), sym), sym, device, params, n);
 }
 
 }  // namespace
@@ -136,13 +125,14 @@ void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const
   long long lines = idx.numel() / len;
   const std::string sym =
       str("kiln_scatter_add_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
-  const Tensor err = error_word(out.device());
-  CUdeviceptr po = addr(out), ps = addr(s), pi = addr(idx), pe = addr(err);
-  int r = rank, dd = static_cast<int>(d);
+  const int device = out.device().index;
   long long bound = out.shape()[static_cast<size_t>(d)];
-  std::vector<void*> params = {&po, &ps, &pi, &pe, &lines, &r, &dd, &bound, &len, &g};
-  launch_checked(print_scatter_add(out.dtype(), idx.dtype(), sym), sym, out, params, lines, err,
-                 "scatter_add", d, bound);
+  ErrorSlot slot = index_error_slot(device, "scatter_add", d, bound);
+  CUdeviceptr po = addr(out), ps = addr(s), pi = addr(idx);
+  int r = rank, dd = static_cast<int>(d);
+  std::vector<void*> params = {&po, &ps, &pi,    &slot.record, &slot.tag, &lines,
+                               &r,  &dd, &bound, &len,         &g};
+  launch_checked(print_scatter_add(out.dtype(), idx.dtype(), sym), sym, device, params, lines);
 }
 
 }  // namespace kiln::cuda

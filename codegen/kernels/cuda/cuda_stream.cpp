@@ -1,11 +1,12 @@
 // Streams and events (kiln/cuda.h, stream.h) over the driver table: the real
 // driver's cuStream*/cuEvent*, or the emulated device's in-order queues and
 // markers (pocl_driver.h). Current streams are per thread and per device, as
-// PyTorch's.
+// PyTorch's. The host's waits raise the errors kernels recorded (device_errors.h).
 #include <atomic>
 #include <mutex>
 #include <vector>
 
+#include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/stream.h"
 #include "kiln/error.h"
@@ -126,6 +127,7 @@ bool Stream::query() const {
 void Stream::synchronize() const {
   use_device(impl_->device);
   check(driver().cuStreamSynchronize(impl_->handle), "cuStreamSynchronize");
+  check_device_errors(impl_->device, "Stream::synchronize");
 }
 
 Stream default_stream(int device) {
@@ -195,7 +197,9 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
-  if (impl_->ev) check(driver().cuEventSynchronize(impl_->ev), "cuEventSynchronize");
+  if (!impl_->ev) return;
+  check(driver().cuEventSynchronize(impl_->ev), "cuEventSynchronize");
+  check_device_errors(impl_->device, "Event::synchronize");
 }
 
 float Event::elapsed_time(const Event& end) const {

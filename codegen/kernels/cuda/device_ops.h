@@ -1,9 +1,10 @@
 // Internal: eager CUDA ops beyond the kernel IR's (the device runtime,
 // cuda_device.cpp, dispatches to them): indexing through the printer's
 // gather/scatter kernels (cuda_index.cpp), convolution and pooling from the
-// device's own ops (cuda_conv.cpp, cuda_pool.cpp). Each checks its indices on the device and raises
-// kiln::Error naming the op and the offending index (one small device-to-host
-// read per call).
+// device's own ops (cuda_conv.cpp, cuda_pool.cpp). Indices are checked on the
+// device; a bad one raises kiln::Error naming the op and the offending index
+// at the host's next synchronization with the device (device_errors.h), with
+// no host read at the launch.
 #pragma once
 
 #include <cuda.h>

@@ -81,15 +81,17 @@ struct KilnIndexGeom {
 };
 
 /// out = x gathered along `dim` (torch.gather; index_select with the index
-/// broadcast): parameters (out, x, idx, err, n, rank, dim, bound, KilnIndexGeom g)
-/// over the n elements of out; an index outside [0, bound) is skipped and
-/// recorded in err[0] = 1, err[1] = the index.
+/// broadcast): parameters (out, x, idx, err, tag, n, rank, dim, bound,
+/// KilnIndexGeom g) over the n elements of out; an index outside [0, bound) is
+/// skipped and, if the error record `err` (device_errors.h) is still clear,
+/// recorded there with `tag`.
 std::string print_gather(DType t, DType index_t, const std::string& symbol);
 /// out[.., idx[.., k, ..], ..] += src[.., k, ..] along `dim` (torch.scatter_add
-/// into a copy of its input): parameters (out, src, idx, err, lines, rank, dim,
-/// bound, len, KilnIndexGeom g over the index's shape); each thread adds one
-/// line of the index in order, so results do not depend on scheduling (lines
-/// never share an output element) and no atomics are needed.
+/// into a copy of its input): parameters (out, src, idx, err, tag, lines, rank,
+/// dim, bound, len, KilnIndexGeom g over the index's shape), bad indices as
+/// print_gather's; each thread adds one line of the index in order, so results
+/// do not depend on scheduling (lines never share an output element) and the
+/// sums need no atomics.
 std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
 
 /// cumsum (cumprod with `product`) of x of dtype t along contiguous lines:

@@ -1,6 +1,7 @@
 // The GPU printer's indexing kernels (gpu_printer.h): gather (also
 // index_select) and scatter_add over strided operands of rank <= 8, with the
-// out-of-range index recorded for the host instead of a fault.
+// out-of-range index skipped and recorded in the device's error record
+// (device_errors.h) instead of a fault.
 #include <sstream>
 
 #include "kernels/cuda/gpu_printer.h"
@@ -12,11 +13,20 @@ using namespace detail;
 
 namespace {
 
+// The kernel's error helper and signature. `err` is the device's error record
+// (device_errors.h): the first bad index of any launch claims it with its
+// launch's `tag` (a compare-and-swap on the int at byte 0), then stores the
+// value at byte 8; later ones leave it as it is.
 std::string head(const std::string& symbol, DType t, DType index_t, const char* data,
                  const char* count) {
-  return str("KILN_KERNEL void ", symbol, "(KILN_GLOBAL ", storage_type(t),
-             "* out, KILN_GLOBAL const ", storage_type(t), "* ", data, ", KILN_GLOBAL const ",
-             storage_type(index_t), "* idx, KILN_GLOBAL kiln_i64* err, kiln_i64 ", count,
+  return str("KILN_FN void ", symbol, "_bad(KILN_GLOBAL int* err, int tag, kiln_i64 v) {\n",
+             "#ifdef __OPENCL_VERSION__\n",
+             "  if (atomic_cmpxchg((volatile KILN_GLOBAL int*)err, 0, tag) == 0)\n", "#else\n",
+             "  if (atomicCAS(err, 0, tag) == 0)\n", "#endif\n",
+             "    *(KILN_GLOBAL kiln_i64*)(err + 2) = v;\n", "}\n", "KILN_KERNEL void ", symbol,
+             "(KILN_GLOBAL ", storage_type(t), "* out, KILN_GLOBAL const ", storage_type(t), "* ",
+             data, ", KILN_GLOBAL const ", storage_type(index_t),
+             "* idx, KILN_GLOBAL int* err, int tag, kiln_i64 ", count,
              ", int rank, int dim, kiln_i64 bound, ");
 }
 
@@ -36,7 +46,7 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol) {
      << "      if (d != dim) xo += c * g.x[d];\n"
      << "    }\n"
      << "    const kiln_i64 v = (kiln_i64)idx[io];\n"
-     << "    if (v < 0 || v >= bound) { err[0] = 1; err[1] = v; continue; }\n"
+     << "    if (v < 0 || v >= bound) { " << symbol << "_bad(err, tag, v); continue; }\n"
      << "    out[oo] = x[xo + v * g.x[dim]];\n"
      << "  }\n}\n";
   return os.str();
@@ -62,7 +72,7 @@ std::string print_scatter_add(DType t, DType index_t, const std::string& symbol)
      << "    }\n"
      << "    for (kiln_i64 k = 0; k < len; ++k) {\n"
      << "      const kiln_i64 v = (kiln_i64)idx[io + k * g.idx[dim]];\n"
-     << "      if (v < 0 || v >= bound) { err[0] = 1; err[1] = v; continue; }\n"
+     << "      if (v < 0 || v >= bound) { " << symbol << "_bad(err, tag, v); continue; }\n"
      << "      const kiln_i64 o = oo + v * g.out[dim];\n"
      << "      out[o] = " << store_value(t, sum) << ";\n"
      << "    }\n  }\n}\n";

@@ -190,19 +190,21 @@ TEST_F(CudaGraphs, AShapeChangeReplans) {
   EXPECT_GE(f.stats().traces, 2);
 }
 
-// What cannot be captured runs plainly, with its reason: a host read during
-// the capture (index_select checks its indices on the host), random draws.
+// What cannot be captured runs plainly, with its reason: random draws.
+// Indexing is captured (its bad indices are reported at the next
+// synchronization, device_errors.h): it was the host read that made plans
+// with index_select fall back.
 TEST_F(CudaGraphs, WhatCannotBeCapturedRunsPlainWithItsReason) {
   const Tensor idx = from_vector<int64_t>({2, 0}, {2}).cuda();
   auto g = compile([&](const Tensor& x) { return index_select(x, 0, idx) * 2; }, {.warmup = 0});
+  const cuda::GraphStats before = cuda::graph_stats();
   for (int i = 0; i < 4; ++i) {
     const Tensor x = randn({3, 2});
     EXPECT_EQ(values(g(x.cuda())), (index_select(x, 0, idx.cpu()) * 2).to_vector<float>());
   }
   std::string why = cuda::graph_stats().last_fallback;
-  EXPECT_NE(why.find("capture failed"), std::string::npos) << why;
-  EXPECT_NE(why.find("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"), std::string::npos) << why;
-  EXPECT_NE(why.find("host read"), std::string::npos) << why;
+  EXPECT_EQ(cuda::graph_stats().fallbacks, before.fallbacks) << why;
+  EXPECT_EQ(cuda::graph_stats().replays, before.replays + 3);
 
   auto r = compile([](const Tensor& x) { return dropout(x, 0.5, true); }, {.warmup = 0});
   std::vector<float> first;

@@ -1,11 +1,14 @@
 // Indexing on CUDA tensors (gather, index_select, scatter_add, and what is
 // built on them: embedding, cross_entropy) against the CPU, gradients
-// included, and the out-of-range index as a clear error. Runs on a GPU or on
-// the emulated device.
+// included, and the out-of-range index as a clear error at the next
+// synchronization. Runs on a GPU or on the emulated device.
 #include <cmath>
 
 #include "codegen/cuda/cuda_test_util.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/nvrtc_lib.h"
 #include "kiln/cuda.h"
+#include "kiln/env.h"
 
 namespace kiln {
 namespace {
@@ -53,23 +56,89 @@ TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
                scatter_add(bf, 0, idx, src.to(DType::bf16)), "bf16");
 }
 
-TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrors) {
-  const Tensor x = randn({5, 3}).cuda();
+// The message `f` raised (kiln::Error), or "" when it raised nothing.
+template <class F>
+std::string error_of(F&& f) {
   try {
-    (void)index_select(x, 0, from_vector<int64_t>({1, 7}, {2}).cuda());
-    FAIL() << "expected kiln::Error";
+    f();
   } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("[index_select] index 7 is out of bounds for dimension 0 with size 5"),
+    return e.what();
+  }
+  return "";
+}
+
+bool sync_mode() {
+  return env::get("KILN_CUDA_SYNC") == "1";
+}
+
+// An out-of-range index is skipped by the kernel and reported, with the op,
+// the index, the dim and its size, at the host's next synchronization with
+// the device: a copy to the host, cuda::synchronize, Stream::synchronize,
+// Event::synchronize (with KILN_CUDA_SYNC=1 at the launch itself). The first
+// bad index wins; the report clears it.
+TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrorsAtTheNextSynchronization) {
+  const Tensor x = randn({5, 3}).cuda();
+  const std::string at_launch = "found at the launch (KILN_CUDA_SYNC=1)";
+  // Launches one bad op with `launch`, then synchronizes with `sync`: the error
+  // names `want` and where it was found.
+  auto expect_reported = [&](auto launch, auto sync, const std::string& want,
+                             const std::string& where) {
+    const std::string at = error_of(launch);
+    if (sync_mode()) {
+      EXPECT_NE(at.find(want), std::string::npos) << at;
+      EXPECT_NE(at.find(at_launch), std::string::npos) << at;
+      return;
+    }
+    EXPECT_EQ(at, "") << "a host read at the launch";
+    const std::string m = error_of(sync);
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_NE(m.find("found at the host's next synchronization with the device: " + where),
               std::string::npos)
         << m;
+  };
+  Tensor y;
+  expect_reported(
+      [&] {
+        y = index_select(x, 0, from_vector<int64_t>({1, 7}, {2}).cuda());
+      },
+      [&] { (void)y.cpu(); }, "[index_select] index 7 is out of bounds for dimension 0 with size 5",
+      "a copy to the host");
+  expect_reported(
+      [&] {
+        (void)gather(x, 1, from_vector<int64_t>({-1}, {1, 1}).cuda());
+      },
+      [] { cuda::synchronize(); }, "[gather] index -1 is out of bounds for dimension 1 with size 3",
+      "cuda::synchronize");
+  expect_reported(
+      [&] {
+        (void)scatter_add(x, 0, from_vector<int64_t>({5}, {1, 1}).cuda(), ones({1, 1}).cuda());
+      },
+      [] { cuda::current_stream().synchronize(); },
+      "[scatter_add] index 5 is out of bounds for dimension 0 with size 5", "Stream::synchronize");
+  cuda::Stream side(0);
+  cuda::Event done;
+  const Tensor bad = from_vector<int64_t>({0, 2, 6}, {3}).cuda();
+  cuda::synchronize();  // `bad` uploaded before the side stream reads it
+  expect_reported(
+      [&] {
+        cuda::StreamGuard on(side);
+        (void)index_select(x, 1, bad);
+        done.record(side);
+      },
+      [&] { done.synchronize(); },
+      "[index_select] index 6 is out of bounds for dimension 1 with size 3", "Event::synchronize");
+  if (!sync_mode()) {
+    // Two bad launches: the first is reported, once.
+    (void)index_select(x, 0, from_vector<int64_t>({9}, {1}).cuda());
+    (void)index_select(x, 0, from_vector<int64_t>({11}, {1}).cuda());
+    const std::string m = error_of([] { cuda::synchronize(); });
+    EXPECT_NE(m.find("[index_select] index 9 is out of bounds"), std::string::npos) << m;
+    EXPECT_EQ(error_of([] { cuda::synchronize(); }), "");
   }
-  EXPECT_THROW((void)gather(x, 1, from_vector<int64_t>({-1}, {1, 1}).cuda()), Error);
-  EXPECT_THROW(
-      (void)scatter_add(x, 0, from_vector<int64_t>({5}, {1, 1}).cuda(), ones({1, 1}).cuda()),
-      Error);
-  // The device stays usable after the refusal.
+  // The device stays usable; good indices still read the right rows.
   expect_equal(x * 2, x.cpu() * 2, "after");
+  expect_equal(index_select(x, 0, from_vector<int64_t>({4, 0}, {2}).cuda()),
+               index_select(x.cpu(), 0, from_vector<int64_t>({4, 0}, {2})), "good indices");
 }
 
 TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
@@ -86,6 +155,22 @@ TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
   lg.backward();
   expect_close(lg, lc, 1e-6, "loss");
   expect_close(wg.grad(), wc.grad(), 1e-6, "embedding grad (scatter_add of repeated tokens)");
+}
+
+// The indexing kernels (with their compare-and-swap on the error record) as
+// NVRTC compiles them for a GPU: PTX for sm_90 with the atomic. No driver
+// needed.
+TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
+  if (!cuda::nvrtc_available()) GTEST_SKIP() << "no NVRTC";
+  std::string source = cuda::cuda_prelude();
+  for (DType t : {DType::f32, DType::bf16, DType::b8})
+    for (DType i : {DType::i64, DType::i32}) {
+      source += cuda::print_gather(t, i, str("g_", dtype_name(t), "_", dtype_name(i)));
+      source += cuda::print_scatter_add(t, i, str("s_", dtype_name(t), "_", dtype_name(i)));
+    }
+  const std::string ptx = cuda::nvrtc_compile(source, "index.cu", 90, /*cubin=*/false).ptx;
+  EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
+  EXPECT_NE(ptx.find("atom.global.cas.b32"), std::string::npos) << ptx.substr(0, 2000);
 }
 
 }  // namespace
