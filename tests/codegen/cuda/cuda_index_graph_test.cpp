@@ -19,6 +19,7 @@
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::expect_equal;
 
 class CudaIndexGraphs : public testing::CudaTest<19> {
@@ -31,16 +32,6 @@ class CudaIndexGraphs : public testing::CudaTest<19> {
   }
   void TearDown() override { unsetenv("KILN_CUDA_GRAPHS"); }
 };
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // index_select, gather and scatter_add queued on a capturing stream: the
 // capture succeeds (no host read or synchronization per op), the graph

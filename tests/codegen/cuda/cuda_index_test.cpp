@@ -13,6 +13,7 @@
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::expect_close;
 using testing::expect_equal;
 
@@ -54,17 +55,6 @@ TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
   const Tensor bf = base.to(DType::bf16);
   expect_equal(scatter_add(bf.cuda(), 0, idx.cuda(), src.to(DType::bf16).cuda()),
                scatter_add(bf, 0, idx, src.to(DType::bf16)), "bf16");
-}
-
-// The message `f` raised (kiln::Error), or "" when it raised nothing.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool sync_mode() {

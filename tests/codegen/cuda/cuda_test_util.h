@@ -90,4 +90,16 @@ inline void expect_bits(const Tensor& gpu, const Tensor& cpu, const std::string&
     ASSERT_EQ(x[i], y[i]) << what << " element " << i << ": GPU " << a[i] << ", CPU " << b[i];
 }
 
+/// The message of the kiln::Error `f` throws, or "" when it throws none (a
+/// CUDA error may surface at a later synchronization: say where).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace kiln::testing
