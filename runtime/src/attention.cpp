@@ -4,7 +4,9 @@
 // PyTorch 2.5 (_safe_softmax); earlier versions returned NaN there.
 #include <cmath>
 #include <limits>
+#include <optional>
 
+#include "kiln/autograd.h"
 #include "kiln/functional.h"
 #include "ops/fused_composites.h"
 
@@ -25,11 +27,18 @@ Tensor safe_softmax_last(const Tensor& s) {
   // -inf row's output is 0, so its gradient is too).
   if (s.dim() > 0)
     if (auto y = ops::fused_softmax(s, s.dim() - 1, false, true)) return *y;
-  Tensor m = amax(s, {-1}, true).detach();
-  m = where(eq(m, -kInf), 0.0, m);
-  Tensor e = exp(s - m);
-  Tensor denom = sum(e, {-1}, true);
-  return e / where(eq(denom, 0.0), 1.0, denom);
+  const bool grad = grad_mode_enabled() && s.requires_grad();
+  Tensor y;
+  {
+    std::optional<NoGradGuard> no_grad;  // with a gradient, softmax's own backward
+    if (grad) no_grad.emplace();
+    Tensor m = amax(s, {-1}, true).detach();
+    m = where(eq(m, -kInf), 0.0, m);
+    Tensor e = exp(s - m);
+    Tensor denom = sum(e, {-1}, true);
+    y = e / where(eq(denom, 0.0), 1.0, denom);
+  }
+  return grad ? ops::attach_softmax_backward(s, y, s.dim() - 1, false) : y;
 }
 
 }  // namespace

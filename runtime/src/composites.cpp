@@ -107,10 +107,22 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 // max is detached: the backward is PyTorch's (no pass through amax), cheaper and
 // exact. A row of all -inf gives NaN, as in torch.softmax.
 Tensor ops::softmax_unfused(const Tensor& x, int64_t d, bool log_form) {
-  Tensor shifted = x - amax(x, {d}, true).detach();
-  if (log_form) return shifted - log(sum(exp(shifted), {d}, true));
-  Tensor e = exp(shifted);
-  return e / sum(e, {d}, true);
+  const bool grad = grad_mode_enabled() && x.requires_grad();
+  Tensor y;
+  {
+    // With a gradient: computed without the tape, then softmax's own backward
+    // (attach_softmax_backward), which saves only y.
+    std::optional<NoGradGuard> no_grad;
+    if (grad) no_grad.emplace();
+    Tensor shifted = x - amax(x, {d}, true).detach();
+    if (log_form) {
+      y = shifted - log(sum(exp(shifted), {d}, true));
+    } else {
+      Tensor e = exp(shifted);
+      y = e / sum(e, {d}, true);
+    }
+  }
+  return grad ? ops::attach_softmax_backward(x, y, d, log_form) : y;
 }
 
 // Eager mode runs the composites below as one fused kernel where it can

@@ -76,18 +76,27 @@ std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log, bool
     fused::softmax_fwd<T>(xc.data<T>(), y.data<T>(), rows, n, log, safe && !log);
   });
   if (!needs_grad({&x})) return y;
+  return attach_softmax_backward(x, y, dim, log);
+}
+
+Tensor attach_softmax_backward(const Tensor& x, const Tensor& y, int64_t dim, bool log) {
   const char* name = log ? "LogSoftmaxBackward" : "SoftmaxBackward";
   // The backward reads the output (as PyTorch's softmax does), saved once the
   // output has its history: under create_graph it is differentiated through.
+  // Differentiating the primitives instead would keep exp's values and the
+  // row sums too (a compiled graph saved both for backward).
   auto saved = std::make_shared<SavedTensor>();
-  auto backward = [saved, dim, log, rows, n,
-                   name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+  auto backward = [saved, dim, log, name](const std::vector<Tensor>& g) -> std::vector<Tensor> {
     if (!g[0].defined()) return {Tensor()};
     Tensor out = saved->unpack(nullptr, name);
-    if (grad_mode_enabled()) {  // create_graph: Tensor ops, differentiable in y and g
+    // create_graph, a traced or device tensor, another dim than the last:
+    // Tensor ops (differentiable in y and g); else one fused pass.
+    if (grad_mode_enabled() || dim != out.dim() - 1 || !qualifies(out, {})) {
       if (log) return {g[0] - exp(out) * sum(g[0], {dim}, true)};
       return {out * (g[0] - sum(g[0] * out, {dim}, true))};
     }
+    const int64_t n = out.size(-1);
+    const int64_t rows = n == 0 ? 0 : out.numel() / n;
     Tensor yc = raw(out), gc = raw(cast(g[0], out.dtype()));
     Tensor gx = empty(out.shape(), out.dtype());
     visit_float(out.dtype(), [&](auto tag) {

@@ -14,6 +14,10 @@ namespace kiln::ops {
 /// softmax (log_softmax when `log`) over `dim` (wrapped). `safe`: softmax
 /// whose all -inf rows give zeros (scaled_dot_product_attention's; not with `log`).
 std::optional<Tensor> fused_softmax(const Tensor& x, int64_t dim, bool log, bool safe = false);
+/// Connects y = softmax(x) (log_softmax when `log`) over `dim`, computed without
+/// grad, to the tape with PyTorch's backward, which reads y alone: y (g - sum(g y))
+/// or g - exp(y) sum(g) (one fused pass on CPU f32/f64 rows).
+Tensor attach_softmax_backward(const Tensor& x, const Tensor& y, int64_t dim, bool log);
 /// layer_norm over the trailing `nd` dims; weight and bias may be undefined.
 std::optional<Tensor> fused_layer_norm(const Tensor& x, size_t nd, const Tensor& weight,
                                        const Tensor& bias, double eps);
