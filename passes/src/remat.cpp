@@ -104,6 +104,10 @@
 //    readers' kernels, one computation would be stored longer instead.
 //    bench/remat_bench's MLP at 50%: 14 recomputed matmuls -> 12 (the third
 //    would break the budget).
+// 10. A met budget may leave slack (the tiers cut whole runs of matmuls):
+//    each recomputed matmul, costliest first, reads its forward value instead
+//    while the fused peak stays within the budget (its copy and the chain only
+//    it read are dropped). Matmuls a user's checkpoint region recomputes stay.
 #include "kiln/passes/remat.h"
 
 #include <algorithm>
@@ -115,6 +119,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cse_key.h"
 #include "kiln/env.h"
@@ -416,6 +421,71 @@ bool merge_duplicates(ir::Graph& g, std::vector<std::string>& log, Accept accept
   return merged > 0;
 }
 
+// ---- rule 10: slack under a met budget keeps recomputed matmuls ----
+
+// Each recomputed opaque copy (a matmul a cut recomputes) and the forward
+// value it stands for (CSE's key without the cut id, copies' inputs read as
+// their originals), costliest first. Values a checkpoint region of the user's
+// recomputes are left alone.
+std::vector<std::pair<Node*, Value*>> recomputed_originals(const ir::Graph& g) {
+  std::unordered_map<const Value*, Value*> orig;
+  KeyOptions opt;
+  opt.skip_attr = "recompute";
+  opt.input = [&](const Value* v) -> const Value* {
+    auto it = orig.find(v);
+    return it == orig.end() ? v : it->second;
+  };
+  std::unordered_map<std::string, Node*> forward;
+  std::unordered_set<std::string> checkpointed;
+  std::string key;
+  KeyScratch scratch;
+  std::vector<std::pair<Node*, Value*>> out;
+  for (Node* n : g.nodes()) {
+    if (n->outputs.size() != 1 || n->inputs.empty() || !make_key(n, key, scratch, opt)) continue;
+    if (!is_copy(n)) {
+      if (n->attrs.has("recompute")) checkpointed.insert(key);
+      forward.emplace(key, n);
+      continue;
+    }
+    auto it = forward.find(key);
+    if (it == forward.end()) continue;
+    orig[n->output()] = it->second->output();
+    if (n->info().has(kOpaque) && !checkpointed.count(key))
+      out.emplace_back(n, it->second->output());
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return recompute_cost(*a.first) > recompute_cost(*b.first);
+  });
+  return out;
+}
+
+// Rule 10: the tiers cut whole runs of matmuls, which can leave the fused
+// peak well under the budget; each recomputed matmul, costliest first, reads
+// its forward value instead (its copy and the chain only it read go) while
+// `accept` agrees, tried one at a time on a clone of g.
+template <typename Accept>
+bool keep_recomputed(ir::Graph& g, std::vector<std::string>& log, Accept accept) {
+  int kept = 0;
+  for (size_t skip = 0;;) {
+    std::unique_ptr<ir::Graph> c = g.clone();
+    const auto cands = recomputed_originals(*c);
+    if (cands.size() <= skip) break;
+    const auto [copy, original] = cands[skip];
+    c->replace_all_uses(copy->output(), original);
+    c->erase(copy);
+    dce(*c);
+    if (accept(*c)) {
+      g = std::move(*c);
+      ++kept;
+    } else {
+      ++skip;
+    }
+  }
+  if (kept > 0)
+    log.push_back(str("remat: ", kept, " recomputed matmul(s) kept instead, within the budget"));
+  return kept > 0;
+}
+
 double cost_of(const std::vector<Node*>& nodes) {
   double c = 0;
   for (const Node* n : nodes) c += std::max(0.0, recompute_cost(*n));
@@ -636,6 +706,10 @@ bool remat(ir::Graph& g) {
   if (changed && budget > 0 && merge_duplicates(g, rep.log, [&](const ir::Graph& c) {
         return simulate(c).peak <= start_peak && fused_peak(c) <= std::max(budget, fused);
       }))
+    m = simulate(g);
+  // Rule 10: slack under a met budget keeps recomputed matmuls, costliest first.
+  if (changed && budget > 0 && fused_peak(g) <= budget &&
+      keep_recomputed(g, rep.log, [&](const ir::Graph& c) { return fused_peak(c) <= budget; }))
     m = simulate(g);
   // Rule 0 again after the cuts: a recomputed matmul reads its weight late,
   // after an update moved before it, which then cannot write in place.

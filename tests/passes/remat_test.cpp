@@ -311,6 +311,27 @@ TEST(Remat, BudgetRecomputesTheCheaperMatmuls) {
   EXPECT_EQ(costly, 0) << ::testing::PrintToString(scope.report().log);
 }
 
+TEST(Remat, BudgetSlackKeepsRecomputedMatmuls) {
+  // Rule 10. The tier that meets half the peak cuts whole runs of matmuls and
+  // leaves slack; one recomputed matmul reads its forward value again, and the
+  // budget still holds (5 recomputed instead of 6).
+  auto g = ir::parse(two_matmul_layers_text());
+  const int64_t budget = fused_peak(*g) / 2;
+  RematScope scope({.memory_budget = budget});
+  EXPECT_TRUE(remat(*g));
+  EXPECT_NO_THROW(ir::verify(*g));
+  const RematReport& r = scope.report();
+  EXPECT_TRUE(r.budget_met) << r.peak_after;
+  EXPECT_LE(fused_peak(*g), budget);
+  bool kept = false;
+  for (const std::string& l : r.log) kept = kept || l.find("kept instead") != std::string::npos;
+  EXPECT_TRUE(kept) << ::testing::PrintToString(r.log);
+  int recomputed = 0;
+  for (const ir::Node* n : g->nodes())
+    if (n->is_op(OpId::matmul) && n->attrs.has("recompute")) ++recomputed;
+  EXPECT_EQ(recomputed, 5);
+}
+
 TEST(Remat, UnreachableBudgetReportsTheSmallestPeak) {
   // One byte cannot be met: the report says so and keeps the best peak found.
   auto g = ir::parse(layers_text());
