@@ -104,10 +104,8 @@
 //    readers' kernels, one computation would be stored longer instead.
 //    bench/remat_bench's MLP at 50%: 14 recomputed matmuls -> 12 (the third
 //    would break the budget).
-// 10. A met budget may leave slack (the tiers cut whole runs of matmuls):
-//    each recomputed matmul, costliest first, reads its forward value instead
-//    while the fused peak stays within the budget (its copy and the chain only
-//    it read are dropped). Matmuls a user's checkpoint region recomputes stay.
+// 10. Slack under a met budget (tiers cut whole runs) keeps recomputed matmuls,
+//    costliest first, while the fused peak holds (not those a checkpoint recomputes).
 #include "kiln/passes/remat.h"
 
 #include <algorithm>
@@ -459,10 +457,8 @@ std::vector<std::pair<Node*, Value*>> recomputed_originals(const ir::Graph& g) {
   return out;
 }
 
-// Rule 10: the tiers cut whole runs of matmuls, which can leave the fused
-// peak well under the budget; each recomputed matmul, costliest first, reads
-// its forward value instead (its copy and the chain only it read go) while
-// `accept` agrees, tried one at a time on a clone of g.
+// Rule 10: each recomputed matmul, costliest first, reads its forward value
+// instead (its copy and the chain only it read go) while `accept` agrees.
 template <typename Accept>
 bool keep_recomputed(ir::Graph& g, std::vector<std::string>& log, Accept accept) {
   int kept = 0;
@@ -484,6 +480,19 @@ bool keep_recomputed(ir::Graph& g, std::vector<std::string>& log, Accept accept)
   if (kept > 0)
     log.push_back(str("remat: ", kept, " recomputed matmul(s) kept instead, within the budget"));
   return kept > 0;
+}
+
+// Rules 9 then 10 after a budget's cuts (rule 9 unmet: the fused peak does not grow).
+template <typename Simulate, typename FusedPeak>
+bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log, const Simulate& simulate,
+                       const FusedPeak& fused_peak, int64_t start_peak, int64_t budget,
+                       int64_t fused) {
+  bool changed = merge_duplicates(g, log, [&](const ir::Graph& c) {
+    return simulate(c).peak <= start_peak && fused_peak(c) <= std::max(budget, fused);
+  });
+  if (fused_peak(g) <= budget)
+    changed |= keep_recomputed(g, log, [&](const ir::Graph& c) { return fused_peak(c) <= budget; });
+  return changed;
 }
 
 double cost_of(const std::vector<Node*>& nodes) {
@@ -701,15 +710,8 @@ bool remat(ir::Graph& g) {
       if (!kept) break;
     }
   }
-  // Rule 9: a matmul two cuts recompute runs once while the budget holds
-  // (unmet: the fused peak does not grow).
-  if (changed && budget > 0 && merge_duplicates(g, rep.log, [&](const ir::Graph& c) {
-        return simulate(c).peak <= start_peak && fused_peak(c) <= std::max(budget, fused);
-      }))
-    m = simulate(g);
-  // Rule 10: slack under a met budget keeps recomputed matmuls, costliest first.
-  if (changed && budget > 0 && fused_peak(g) <= budget &&
-      keep_recomputed(g, rep.log, [&](const ir::Graph& c) { return fused_peak(c) <= budget; }))
+  if (changed && budget > 0 &&
+      after_budget_cuts(g, rep.log, simulate, fused_peak, start_peak, budget, fused))
     m = simulate(g);
   // Rule 0 again after the cuts: a recomputed matmul reads its weight late,
   // after an update moved before it, which then cannot write in place.
