@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "common/error_of.h"
 #include "kiln/kiln.h"
 #include "symbolic_recorder.h"
 
@@ -13,16 +14,7 @@ using namespace kiln;
 
 namespace {
 
-// Runs f and returns the kiln::Error message it throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 #define EXPECT_ERROR_HAS(stmt, ...)                                                               \
   do {                                                                                            \

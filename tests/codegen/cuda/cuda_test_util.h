@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
 #include "kiln/cuda.h"
 #include "kiln/kiln.h"
 
@@ -88,18 +89,6 @@ inline void expect_bits(const Tensor& gpu, const Tensor& cpu, const std::string&
   const std::vector<uint64_t> x = bits_of(gpu), y = bits_of(cpu);
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_EQ(x[i], y[i]) << what << " element " << i << ": GPU " << a[i] << ", CPU " << b[i];
-}
-
-/// The message of the kiln::Error `f` throws, or "" when it throws none (a
-/// CUDA error may surface at a later synchronization: say where).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace kiln::testing

@@ -16,7 +16,8 @@ namespace kiln::testing {
 inline void expect_golden(const std::string& file, const std::string& got) {
   // The source tree's path from the build, else relative to the working
   // directory (a bundle run from the repository root on another machine).
-  std::string path = std::string(KILN_GOLDEN_DIR) + "/" + file;
+  // (a path, not string concatenation: GCC 12's -Warray-bounds misreads that.)
+  std::string path = (std::filesystem::path(KILN_GOLDEN_DIR) / file).string();
   if (!std::filesystem::exists(path)) path = "tests/codegen/cuda/golden/" + file;
   std::string want = "(missing)";
   if (std::filesystem::exists(path)) {

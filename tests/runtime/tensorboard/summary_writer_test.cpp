@@ -2,6 +2,7 @@
 // generated messages (field numbers as TensorBoard's); buffering, threads,
 // and each bad input refused with a kiln::Error that names it.
 #include "kiln/tensorboard/summary_writer.h"
+#include "common/error_of.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -36,16 +37,7 @@ std::vector<proto::Event> events_in(const std::string& path) {
   return out;
 }
 
-// The message of the kiln::Error `fn` throws ("" if none).
-template <typename F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 #define EXPECT_ERROR_HAS(stmt, text)                       \
   do {                                                     \
