@@ -324,6 +324,18 @@ Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id
 
 // ---- rule 9: a value two cuts recompute is computed once ----
 
+// CSE's key of a copy without its cut id, each input read as the value `as`
+// maps it to (what it stands for), so copies and originals compare.
+KeyOptions copy_key(const std::unordered_map<const Value*, Value*>& as) {
+  KeyOptions opt;
+  opt.skip_attr = "recompute";
+  opt.input = [&as](const Value* v) -> const Value* {
+    auto it = as.find(v);
+    return it == as.end() ? v : it->second;
+  };
+  return opt;
+}
+
 bool is_copy(const Node* n) {
   return n->attrs.has("recompute") && n->attrs.i("recompute") < 0;
 }
@@ -338,12 +350,7 @@ std::vector<std::vector<std::pair<Node*, Value*>>> duplicate_units(const ir::Gra
   // CSE's key without the cut id, each input read as what it stands for
   // after the merges before it: copies with one key compute the same value.
   std::unordered_map<const Value*, Value*> rep;
-  KeyOptions opt;
-  opt.skip_attr = "recompute";
-  opt.input = [&](const Value* v) -> const Value* {
-    auto it = rep.find(v);
-    return it == rep.end() ? v : it->second;
-  };
+  const KeyOptions opt = copy_key(rep);
   std::unordered_map<std::string, Node*> first;  // key -> the earliest copy
   std::string key;
   KeyScratch scratch;
@@ -427,12 +434,7 @@ bool merge_duplicates(ir::Graph& g, std::vector<std::string>& log, Accept accept
 // recomputes are left alone.
 std::vector<std::pair<Node*, Value*>> recomputed_originals(const ir::Graph& g) {
   std::unordered_map<const Value*, Value*> orig;
-  KeyOptions opt;
-  opt.skip_attr = "recompute";
-  opt.input = [&](const Value* v) -> const Value* {
-    auto it = orig.find(v);
-    return it == orig.end() ? v : it->second;
-  };
+  const KeyOptions opt = copy_key(orig);
   std::unordered_map<std::string, Node*> forward;
   std::unordered_set<std::string> checkpointed;
   std::string key;

@@ -451,10 +451,10 @@ bool device_math_uses_libm() {
 
 int row_held() {
   static const int held = [] {
-    const std::string v = env::get("KILN_CUDA_ROW_HELD");
-    const int h = v.empty() ? 0 : std::atoi(v.c_str());
-    KILN_CHECK(h >= 0 && h <= 64, "KILN_CUDA_ROW_HELD=", v, ": expected 0 to 64");
-    return h;
+    // The registry's parser: "8x" or "abc" is an error, not 8 or 0.
+    const long h = env::get_int("KILN_CUDA_ROW_HELD", 0);
+    KILN_CHECK(h >= 0 && h <= 64, "KILN_CUDA_ROW_HELD=", h, ": expected 0 to 64");
+    return static_cast<int>(h);
   }();
   return held;
 }
