@@ -410,9 +410,17 @@ void Executor::Run::run_node(const Step& step) {
     outs.push_back(shaped(*d, metas[0].shape));
     run_kernel(n, ins_, attrs, outs);
     ++st_.in_place;
+  } else if (!dev_.is_cpu() && info.has(kFactory)) {
+    // Made on the device by its runtime (a fill uploads one element, a draw
+    // runs the CPU's Philox rule there), not on the host and uploaded: an
+    // [8192, 1000] zeros took 4.8 ms that way on an H200's host.
+    std::vector<TensorMeta> metas;
+    info.infer(ins_, attrs, metas);
+    for (const TensorMeta& m : metas) outs.push_back(fresh(m.shape, m.dtype));
+    run_kernel(n, ins_, attrs, outs);
   } else {
     outs = dispatch(n.op, ins_, attrs);
-    // Factories (full, arange, random draws) make their tensors on the CPU.
+    // An op of CPU scalars only (constants) computes on the CPU.
     if (!dev_.is_cpu())
       for (Tensor& o : outs)
         if (o.device() != dev_) o = o.to(dev_);

@@ -153,4 +153,16 @@ struct GraphStats {
 /// This process's GraphStats so far.
 GraphStats graph_stats();
 
+/// Copies between the host and CUDA devices in this process so far (each
+/// upload or download kiln queues, pinned or not; a graph replay's captured
+/// copies are not counted again).
+struct TransferStats {
+  int64_t uploads = 0;         ///< host -> device copies
+  int64_t upload_bytes = 0;    ///< their bytes
+  int64_t downloads = 0;       ///< device -> host copies
+  int64_t download_bytes = 0;  ///< their bytes
+};
+/// This process's TransferStats so far.
+TransferStats transfer_stats();
+
 }  // namespace kiln::cuda

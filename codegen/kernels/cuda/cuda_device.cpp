@@ -73,6 +73,17 @@ CUdeviceptr dptr(const Tensor& t) {
   return reinterpret_cast<CUdeviceptr>(t.data_ptr());
 }
 
+std::atomic<int64_t> g_uploads{0}, g_upload_bytes{0}, g_downloads{0}, g_download_bytes{0};
+
+thread_local int t_uncounted = 0;
+
+void count_transfer(bool up, size_t bytes) {
+  if (t_uncounted > 0) return;
+  (up ? g_uploads : g_downloads).fetch_add(1, std::memory_order_relaxed);
+  (up ? g_upload_bytes : g_download_bytes)
+      .fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+}
+
 // ---------------- the runtime ----------------
 class CudaRuntime final : public DeviceRuntime {
  public:
@@ -116,6 +127,7 @@ bool dense_same(const Tensor& a, const Tensor& b) {
 // the graph runner outside the graph).
 void upload(CUdeviceptr d, const Tensor& host, size_t bytes, int device) {
   const CUstream s = current_cu_stream(device);
+  count_transfer(true, bytes);
   if (capturing_graph()) {
     Allocator& pinned = pinned_host_allocator();
     std::shared_ptr<void> staged(pinned.allocate(bytes),
@@ -129,11 +141,24 @@ void upload(CUdeviceptr d, const Tensor& host, size_t bytes, int device) {
   if (host.is_pinned()) check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
 }
 
+// `src` (as broadcast to `shape`) without its repeats: size 1 in every dim
+// where it broadcasts (missing or of stride 0), a view of the same memory.
+Tensor broadcast_base(const Tensor& src, const Dims& shape) {
+  const Dims st = ops::broadcast_byte_strides(src, shape);
+  Dims base_shape = shape, base_strides = st;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (st[d] == 0) base_shape[d] = 1;
+  const auto es = static_cast<int64_t>(src.element_size());
+  for (int64_t& b : base_strides) b /= es;
+  return as_strided(src, base_shape, base_strides, src.offset());
+}
+
 // Device -> host on the current stream, complete when this returns: the
 // host's synchronization every read of a device value goes through, where
 // the kernels' recorded errors surface (device_errors.h).
 void download(void* h, CUdeviceptr d, size_t bytes, int device) {
   const CUstream s = current_cu_stream(device);
+  count_transfer(false, bytes);
   check(driver().cuMemcpyDtoHAsync(h, d, bytes, s), "cuMemcpyDtoHAsync");
   check(driver().cuStreamSynchronize(s), "cuStreamSynchronize");
   check_device_errors(device, "a copy to the host");
@@ -152,6 +177,14 @@ void CudaRuntime::copy(const Tensor& dst, const Tensor& src) {
   }
   const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
   if (sd.is_cpu()) {  // host -> device: cast/broadcast/compact on the host, then one upload
+    // A broadcast source (a fill's scalar, a bias row) uploads its distinct
+    // elements only; the device broadcasts them.
+    if (Tensor base = broadcast_base(src, dst.shape()); base.numel() < dst.numel()) {
+      Tensor staged = make_tensor(base.shape(), dst.dtype(), dd);
+      copy(staged, base);
+      device_copy(dst, staged);
+      return;
+    }
     Tensor host = src;
     if (!dense_same(dst, src)) {
       host = make_tensor(dst.shape(), dst.dtype());
@@ -194,6 +227,7 @@ void CudaRuntime::copy_non_blocking(const Tensor& dst, const Tensor& src) {
   use_device(device);
   const StreamPtr s = current_stream_impl(device);
   const size_t bytes = static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype());
+  count_transfer(up, bytes);
   if (up) {
     check(driver().cuMemcpyHtoDAsync(dptr(dst), src.data_ptr(), bytes, s->handle),
           "cuMemcpyHtoDAsync");
@@ -368,6 +402,15 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
                          in.size() > 2 ? in[2] : Tensor());
   if (op == OpId::rand_uniform || op == OpId::rand_normal)
     return device_random(op == OpId::rand_normal, attrs, out[0]);
+  if (op == OpId::full) {  // one element uploaded, broadcast by a device copy
+    const Scalar v = attrs.has("ivalue") ? Scalar(attrs.i("ivalue")) : Scalar(attrs.f("value"));
+    return copy(out[0], scalar_tensor(v, out[0].dtype(), "full"));
+  }
+  if (info.has(kFactory)) {  // the others (arange): made on the host, then uploaded
+    std::vector<Tensor> host{make_tensor(out[0].shape(), out[0].dtype())};
+    info.kernel(in, attrs, host);
+    return copy(out[0], host[0]);
+  }
   // Built from fills and strided copies into views of their output
   // (copy_into goes to this runtime's copy): their kernels run as they are.
   if (info.has(kCopies)) return info.kernel(in, attrs, out);
@@ -536,6 +579,17 @@ CUfunction cached_kernel(int device, const std::string& source, const std::strin
 
 void synchronize(int device) {
   device_runtime(Device::cuda(device), "synchronize").synchronize(device);
+}
+
+UncountedTransfers::UncountedTransfers() {
+  ++t_uncounted;
+}
+UncountedTransfers::~UncountedTransfers() {
+  --t_uncounted;
+}
+
+TransferStats transfer_stats() {
+  return {g_uploads.load(), g_upload_bytes.load(), g_downloads.load(), g_download_bytes.load()};
 }
 
 }  // namespace kiln::cuda

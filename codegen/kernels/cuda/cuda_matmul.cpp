@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_graphs.h"
+#include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/pocl_driver.h"
 #include "kernels/cuda/stream.h"
@@ -171,6 +172,7 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out, GemmEp
     // The emulated device has no cuBLASLt: the product runs on the host CPU,
     // in a captured graph as a host function in stream order.
     if (capturing_graph()) return emulated_host_matmul(a0, b0, out, epilogue, bias);
+    UncountedTransfers uncounted;
     Tensor o = out;
     o.copy_(host_product(a0.detach().cpu(), b0.detach().cpu(), epilogue,
                          bias.defined() ? bias.detach().cpu() : Tensor(), out.dtype()));

@@ -87,6 +87,9 @@ void record_stream(const Tensor&, const Stream&) {
   KILN_CHECK(false, "[cuda] ", unavailable_reason());
 }
 
+TransferStats transfer_stats() {
+  return {};
+}
 GraphStats graph_stats() {
   return {};
 }

@@ -24,6 +24,17 @@ class Tensor;
 
 namespace kiln::cuda {
 
+/// While one lives on this thread, host <-> device copies are left out of
+/// transfer_stats(): the emulated device's host GEMM, which a GPU runs in
+/// cuBLASLt without any copy.
+class UncountedTransfers {
+ public:
+  UncountedTransfers();
+  ~UncountedTransfers();
+  UncountedTransfers(const UncountedTransfers&) = delete;
+  UncountedTransfers& operator=(const UncountedTransfers&) = delete;
+};
+
 /// The compiled function `symbol` of `source` (the dialect's prelude added) on
 /// `device`, compiled once per source (the device runtime's cache).
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol);
