@@ -179,6 +179,7 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
   std::vector<double> p_ms, d_ms, ratio;
   autograd::GradDestinationStats dest0{};
   dist::BoundCollectiveStats bound0{};
+  const cuda::GraphStats graphs0 = cuda::graph_stats();
   for (int i = 0; i < warmup + iters; ++i) {
     if (i == warmup) {
       dest0 = autograd::grad_destination_stats();
@@ -216,6 +217,18 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
       static_cast<double>(dest1.copied - dest0.copied) / n,
       static_cast<double>(bound1.in_place - bound0.in_place) / n,
       static_cast<double>(bound1.copied - bound0.copied) / n);
+  // Both plans replay CUDA graphs once captured (the DDP one with its
+  // all-reduces captured), or say why one runs plainly.
+  const cuda::GraphStats graphs1 = cuda::graph_stats();
+  if (compiled)
+    std::printf(
+        "  CUDA graphs (both steps, warm-up included): %lld captured, %lld replays, %lld "
+        "plans plain%s%s\n",
+        static_cast<long long>(graphs1.captures - graphs0.captures),
+        static_cast<long long>(graphs1.replays - graphs0.replays),
+        static_cast<long long>(graphs1.fallbacks - graphs0.fallbacks),
+        graphs1.fallbacks > graphs0.fallbacks ? ": " : "",
+        graphs1.fallbacks > graphs0.fallbacks ? graphs1.last_fallback.c_str() : "");
   int64_t grads = 0;
   for (auto& p : plain.model->parameters()) grads += p.numel();
   for (int64_t n : {grads, emulated ? int64_t{0} : int64_t{64} << 20}) {

@@ -149,15 +149,33 @@ void run_comm(std::shared_ptr<Comm> c) {
   c->cv.notify_all();
 }
 
+ncclResult_t enqueue_now(Comm* c, CUstream s, RunFn run);
+
+// Queues `run` after the work on `stream` so far. On a stream that captures a
+// CUDA graph the call becomes a node of the graph instead: each launch of the
+// graph queues it then, in order with the graph's other work (as real NCCL's
+// captured kernels run with each launch); the graph holds the communicator.
 ncclResult_t enqueue(ncclComm_t h, cudaStream_t stream, RunFn run) {
   Comm* c = comm_of(h);
   if (!c) return global_error(ncclInvalidArgument, "the communicator is null");
+  const auto s = reinterpret_cast<CUstream>(stream);
+  std::shared_ptr<Comm> held = reinterpret_cast<Handle*>(h)->comm;
+  const bool captured = cuda::emulated_record_launch(s, [held, run](CUstream at) {
+    // An aborted or destroyed communicator fails the launch (the graph
+    // runner raises it); real NCCL's behaviour is undefined there.
+    if (ncclResult_t r = enqueue_now(held.get(), at, run))
+      return r == ncclInvalidUsage ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_LAUNCH_FAILED;
+    return CUDA_SUCCESS;
+  });
+  return captured ? ncclSuccess : enqueue_now(c, s, std::move(run));
+}
+
+ncclResult_t enqueue_now(Comm* c, CUstream s, RunFn run) {
   {
     std::lock_guard lock(c->mu);
     if (c->abort || c->stop) return ncclInvalidUsage;
   }
   const auto& d = cuda::driver();
-  const auto s = reinterpret_cast<CUstream>(stream);
   Op op;
   op.run = std::move(run);
   if (d.cuEventCreate(&op.ready, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)

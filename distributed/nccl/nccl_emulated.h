@@ -10,6 +10,10 @@
 // for the event, runs the collective on the device memory (the emulated
 // device's memory is host-addressable), and opens the gate. Calls return at
 // once, as NCCL's do.
+// On a stream capturing a CUDA graph, a call is recorded as a node of the
+// graph instead (emulated_record_launch): each launch of the graph does the
+// above at that point of its work, as a captured NCCL kernel runs with each
+// launch of real NCCL's graphs. Every rank must launch the graph alike.
 //
 // Bootstrap: real NCCL connects its ranks over its own sockets from the unique
 // id; the emulated one connects them over a kiln store the caller lends it

@@ -26,7 +26,9 @@
 // current stream, the group's all_reduce orders its communication stream after
 // that stream with an event, and wait() makes the current stream wait for the
 // completion event before the copies out: no host blocks. Ring slots are
-// reused in stream order (a slot's next copy-in follows its last wait).
+// reused in stream order (a slot's next copy-in follows its last wait). The
+// same calls made while a compiled step is captured into a CUDA graph record
+// that protocol into the graph (process_group_nccl.h), which replays it.
 #include "kiln/distributed/collectives.h"
 
 #include <algorithm>
@@ -38,6 +40,9 @@
 
 #include "kiln/autograd.h"
 #include "kiln/error.h"
+#ifdef KILN_HAVE_NCCL_BACKEND
+#include "kernels/cuda/cuda_graphs.h"
+#endif
 
 namespace kiln::dist {
 namespace {
@@ -85,6 +90,12 @@ class GroupBackend final : public CollectiveBackend {
     KILN_CHECK(pg != nullptr, "[collective_start] process group ", group,
                " does not exist (destroyed, or created in another process)");
     KILN_CHECK(!inputs.empty(), "[collective_start] no tensors given");
+#ifdef KILN_HAVE_NCCL_BACKEND
+    // Before any host-side work, alike on every rank: the capture fails and
+    // the compiled step runs without a graph.
+    KILN_CHECK(!cuda::capturing_graph() || pg->capturable(inputs[0]), "[collective_start] group ",
+               group, " (", pg->backend(), ") cannot run inside a CUDA graph capture");
+#endif
     const DType dt = inputs[0].dtype();
     int64_t total = 0;
     for (const Tensor& t : inputs) {

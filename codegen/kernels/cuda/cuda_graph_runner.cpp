@@ -16,10 +16,18 @@
 //   outputs in the caller's memory (a parameter updated in place, a .grad)
 //   are returned as views of it.
 // Inputs or destinations that moved capture again (three times at most). What
-// cannot be captured runs plainly for good: graphs with random draws or
-// collectives, dynamic shapes, and anything that fails during the capture (a
-// host read of a device value, a synchronization) — the failure's message is
-// graph_stats().last_fallback. KILN_CUDA_GRAPHS=0 turns graphs off.
+// cannot be captured runs plainly for good: graphs with random draws, dynamic
+// shapes, and anything that fails during the capture (a host read of a device
+// value, a synchronization, a collective of a group that cannot be captured)
+// — the failure's message is graph_stats().last_fallback. KILN_CUDA_GRAPHS=0
+// turns graphs off.
+// Collectives (a compiled DDP step's collective_start/collective_wait) are
+// captured when their group's stream work can be (NCCL: the communication
+// stream forks from the capturing stream and joins it again, and the NCCL
+// kernels become graph nodes). A replay then runs those collectives: every
+// rank replays its graph of the same step, so they run in the same order on
+// every rank, as NCCL requires of captured collectives. The group watches each
+// replay (ReplayWatch: a failed group stops the next replay with its error).
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -46,6 +54,7 @@ GraphStats g_stats;
 // This thread's open capture: what the graph must keep alive.
 struct CaptureScope {
   std::vector<std::shared_ptr<void>> keep;
+  std::vector<std::pair<const void*, std::shared_ptr<ReplayWatch>>> watches;  // by owner
 };
 thread_local CaptureScope* t_scope = nullptr;
 
@@ -86,6 +95,7 @@ struct CudaGraphState final : detail::DeviceGraphState {
   std::vector<OutputKind> out_kind;
   RunStats stats;
   std::vector<std::shared_ptr<void>> keep;
+  std::vector<std::shared_ptr<ReplayWatch>> watches;
   StreamPtr last_stream;  // where the last replay ran (held: it may be a user's stream)
 
   ~CudaGraphState() override { drop(); }
@@ -109,6 +119,7 @@ struct CudaGraphState final : detail::DeviceGraphState {
     dest_at.clear();
     outs.clear();
     keep.clear();
+    watches.clear();
   }
 };
 
@@ -128,7 +139,6 @@ std::string uncapturable(const Executor& ex, const RunArgs& args) {
     if (n->info().has(kRandom))
       return str("the plan draws random numbers (", n->info().name,
                  "): a graph would replay the same draw");
-    if (n->info().has(kCollective)) return str("the plan has a collective (", n->info().name, ")");
   }
   return "";
 }
@@ -243,6 +253,7 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
   driver().cuGraphDestroy(graph);
   check(r, "cuGraphInstantiate");
   st.keep = std::move(scope.keep);
+  for (auto& [owner, w] : scope.watches) st.watches.push_back(std::move(w));
   // Where each output lives decides what a replay returns.
   st.out_kind.clear();
   for (const Tensor& o : outs) {
@@ -304,6 +315,7 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
     check(driver().cuStreamSynchronize(st.last_stream->handle), "cuStreamSynchronize");
   const CUstream s = stream->handle;
   st.last_stream = std::move(stream);
+  for (const auto& w : st.watches) w->before_launch();
   const int64_t moved = move_held_outputs(st, s);
   for (size_t i = 0; i < st.inputs.size(); ++i)
     if (st.input_kind[i] != InputKind::kStatic) {
@@ -311,6 +323,7 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
       b.copy_(args.inputs[i]);
     }
   check(driver().cuGraphLaunch(st.exec, s), "cuGraphLaunch");
+  for (const auto& w : st.watches) w->after_launch(s);
   std::vector<Tensor> result;
   result.reserve(st.outs.size());
   for (size_t o = 0; o < st.outs.size(); ++o) {
@@ -391,6 +404,15 @@ bool capturing_graph() {
 void keep_for_graph(std::shared_ptr<void> p) {
   KILN_CHECK(t_scope, "[cuda] keep_for_graph outside a graph capture");
   t_scope->keep.push_back(std::move(p));
+}
+
+ReplayWatch& replay_watch(const void* owner,
+                          const std::function<std::shared_ptr<ReplayWatch>()>& make) {
+  KILN_CHECK(t_scope, "[cuda] replay_watch outside a graph capture");
+  for (auto& [o, w] : t_scope->watches)
+    if (o == owner) return *w;
+  t_scope->watches.emplace_back(owner, make());
+  return *t_scope->watches.back().second;
 }
 
 RelaxedCapture::RelaxedCapture() {

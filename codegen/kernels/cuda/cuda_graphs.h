@@ -5,6 +5,7 @@
 // on purpose during a capture (growing the pool) run in relaxed capture mode.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "kiln/allocator.h"
@@ -18,6 +19,26 @@ bool capturing_graph();
 /// pinned host buffers its copies read, its host functions' payloads).
 /// kiln::Error when this thread is not capturing.
 void keep_for_graph(std::shared_ptr<void> p);
+
+/// What a library whose stream work is captured into a graph (NCCL's
+/// collectives) does around each replay of that graph, since the host-side
+/// bookkeeping it does for work issued outside a graph (watching completion,
+/// failing on an error) cannot run during the capture.
+class ReplayWatch {
+ public:
+  virtual ~ReplayWatch() = default;
+  /// Before each launch of the graph; a kiln::Error stops the replay (and
+  /// reaches the compiled call's caller), e.g. a failed communicator.
+  virtual void before_launch() = 0;
+  /// After each launch, with the CUstream the graph was launched on.
+  virtual void after_launch(void* stream) = 0;
+};
+
+/// The watch `owner` keeps on the graph being captured on this thread: made
+/// by `make` on the owner's first call in this capture, the same object on
+/// later ones. kiln::Error when this thread is not capturing.
+ReplayWatch& replay_watch(const void* owner,
+                          const std::function<std::shared_ptr<ReplayWatch>()>& make);
 
 /// While alive, and this thread captures: its capture-unsafe driver calls are
 /// allowed (CU_STREAM_CAPTURE_MODE_RELAXED), as PyTorch's allocator does

@@ -45,6 +45,9 @@ void* emulated_close_gate(CUstream) {
   return nullptr;
 }
 void emulated_open_gate(void*) {}
+bool emulated_record_launch(CUstream, std::function<CUresult(CUstream)>) {
+  return false;
+}
 void* emulated_host_address(CUdeviceptr, size_t) {
   return nullptr;
 }

@@ -24,6 +24,7 @@
 // scheduling: see the README's "emulated device" notes.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "kernels/cuda/driver.h"
@@ -42,6 +43,13 @@ std::string load_emulated_driver(Driver& d);
 void* emulated_close_gate(CUstream stream);
 /// Lets the work behind `gate` run; every gate must be opened exactly once.
 void emulated_open_gate(void* gate);
+
+/// Emulated device only: when `stream` is capturing a CUDA graph, records
+/// `at_launch` as a node of it and returns true: each launch of the graph calls
+/// it on the host, in order with the graph's other work, with the stream the
+/// graph runs on (a library's stream work captured into a graph, as NCCL's
+/// kernels are). False when `stream` does not capture (do the work now).
+bool emulated_record_launch(CUstream stream, std::function<CUresult(CUstream)> at_launch);
 
 /// Emulated device only: the host address where the emulation keeps device
 /// bytes [p, p + n), for the emulation's own host-side work (the emulated

@@ -7,9 +7,13 @@
 // synchronous copies and synchronizations fail with
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture; so do a synchronization with
 // (or query of) the capturing stream from any thread, and uses of an event recorded in a capture
-// still running. Not emulated: captures spanning several streams (fork/join through events), graphs
-// launched inside a capture, and the legacy stream's implicit synchronization with a capturing
-// blocking stream.
+// still running. A capture spans several streams as CUDA's does: a stream that waits for an event
+// recorded in it joins it (a fork; its later commands are recorded into it), and the capture ends
+// only once every forked stream's newest command was waited for by another of its streams (a
+// join). The graph replays every command in the order recorded, on the one stream it is launched
+// on: a valid order (a command is recorded after everything it waits for), without the streams'
+// concurrency. Not emulated: graphs launched inside a capture, and the legacy stream's implicit
+// synchronization with a capturing blocking stream.
 #include <algorithm>
 #include <atomic>
 
@@ -83,6 +87,8 @@ CUresult replay(const CaptureOp& op, CUstream s) {
       return enqueue_host_fn(s, op.fn, op.user);
     case CaptureOp::Kind::kEventRecord:
       return emu::cuEventRecord(reinterpret_cast<CUevent>(op.ev), s);
+    case CaptureOp::Kind::kAtLaunch:
+      return op.at_launch(s);
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -92,15 +98,61 @@ CUresult replay(const CaptureOp& op, CUstream s) {
 bool capturing(CUstream s) {
   Stream* st = stream_of(s);
   std::lock_guard<std::mutex> lock(st->mu);
-  return st->capture != nullptr;
+  return st->capture != nullptr || st->joined != nullptr;
 }
 
+namespace {
+
+// The id of the capture `st` records into (its own or the one it joined); 0: none.
+uint64_t capture_id(Stream* st) {
+  Stream* origin = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->capture) return st->capture->id;
+    origin = st->joined;
+  }
+  if (!origin) return 0;
+  std::lock_guard<std::mutex> lock(origin->mu);
+  return origin->capture ? origin->capture->id : 0;
+}
+
+// Appends `op` to the capture `st` records into; its index there, or -1
+// when `st` does not capture. `event`: an event record of `op`.
+int64_t append(Stream* st, CaptureOp&& op, Event* event) {
+  Stream* origin = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->capture) {
+      st->capture->ops.push_back(std::move(op));
+      const size_t at = st->capture->ops.size() - 1;
+      if (event) *event = Event{event->ev, event->timing, st->capture->id, st, at};
+      return static_cast<int64_t>(at);
+    }
+    origin = st->joined;
+  }
+  if (!origin) return -1;
+  std::lock_guard<std::mutex> lock(origin->mu);
+  Capture* c = origin->capture.get();
+  if (!c) return -1;  // the capture ended meanwhile
+  c->ops.push_back(std::move(op));
+  const size_t at = c->ops.size() - 1;
+  c->forked[st] = at;
+  c->unjoined.insert(st);
+  if (event) *event = Event{event->ev, event->timing, c->id, st, at};
+  return static_cast<int64_t>(at);
+}
+
+}  // namespace
+
 bool record_op(CUstream s, CaptureOp&& op) {
-  Stream* st = stream_of(s);
-  std::lock_guard<std::mutex> lock(st->mu);
-  if (!st->capture) return false;
-  st->capture->ops.push_back(std::move(op));
-  return true;
+  return append(stream_of(s), std::move(op), nullptr) >= 0;
+}
+
+bool record_event(CUstream s, Event& e) {
+  CaptureOp op;
+  op.kind = CaptureOp::Kind::kEventRecord;
+  op.ev = &e;
+  return append(stream_of(s), std::move(op), &e) >= 0;
 }
 
 CUresult unsafe_call(const char* what) {
@@ -119,13 +171,8 @@ CUresult unsafe_call(const char* what) {
 }
 
 CUresult sync_with(CUstream s, const char* what) {
-  Stream* st = stream_of(s);
-  uint64_t id = 0;
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    if (!st->capture) return CUDA_SUCCESS;
-    id = st->capture->id;
-  }
+  const uint64_t id = capture_id(stream_of(s));
+  if (id == 0) return CUDA_SUCCESS;
   const std::string why = str(what, " on a stream that is capturing a CUDA graph (a host read or ",
                               "a synchronization during the capture)");
   {
@@ -147,19 +194,35 @@ CUresult event_usable(const Event& e, const char* what) {
 
 CUresult wait_in_capture(CUstream s, const Event& e) {
   Stream* st = stream_of(s);
-  uint64_t id = 0;
-  {
-    std::lock_guard<std::mutex> lock(st->mu);
-    id = st->capture ? st->capture->id : 0;
-  }
+  const uint64_t id = capture_id(st);
   if (id == 0 && e.capture == 0) return CUDA_SUCCESS;
-  if (id != 0 && e.capture == id) return CUDA_ERROR_NOT_READY;  // in order already
-  std::lock_guard<std::mutex> lock(g_capture_mu);
-  if (id == 0 && !g_active.count(e.capture)) return CUDA_SUCCESS;  // that capture ended
-  const std::string why =
-      "cuStreamWaitEvent joining captured and uncaptured work (captures over several streams "
-      "are not emulated)";
-  if (id) invalidate(id, why);
+  std::lock_guard<std::mutex> glock(g_capture_mu);
+  auto it = g_active.find(e.capture);
+  if (id != 0 &&
+      e.capture == id) {  // in order already; a wait for a fork's newest command joins it
+    if (it != g_active.end()) {
+      std::lock_guard<std::mutex> lock(it->second->mu);
+      Capture* c = it->second->capture.get();
+      if (c && e.on != st) {
+        auto f = c->forked.find(e.on);
+        if (f != c->forked.end() && f->second == e.op) c->unjoined.erase(e.on);
+      }
+    }
+    return CUDA_ERROR_NOT_READY;
+  }
+  if (id == 0 && it == g_active.end()) return CUDA_SUCCESS;  // that capture ended
+  if (id == 0) {  // a fork: `s` records into that capture until it ends
+    Stream* origin = it->second;
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->joined = origin;
+    }
+    std::lock_guard<std::mutex> lock(origin->mu);
+    if (origin->capture) origin->capture->forked.emplace(st, 0);
+    return CUDA_ERROR_NOT_READY;
+  }
+  const std::string why = "cuStreamWaitEvent joining the work of two captures";
+  invalidate(id, why);
   return fail(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "emulated device: " + why);
 }
 
@@ -224,10 +287,19 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* graph) {
                   "emulated device: the capture must end on the thread that began it");
     c = std::move(st->capture);
     forget(*c);
+    for (const auto& [forked, last] : c->forked) {
+      std::lock_guard<std::mutex> flock(forked->mu);
+      forked->joined = nullptr;
+    }
   }
   if (!c->invalidated.empty())
     return fail(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                 "emulated device: the capture was invalidated: " + c->invalidated);
+  if (!c->unjoined.empty())
+    return fail(CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+                str("emulated device: ", c->unjoined.size(),
+                    " stream(s) forked into the capture were not joined back (the capturing "
+                    "stream must wait for an event recorded after their last work)"));
   *graph = reinterpret_cast<CUgraph>(new Graph{std::move(c->ops)});
   return CUDA_SUCCESS;
 }
@@ -235,7 +307,13 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* graph) {
 CUresult CUDAAPI cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   Stream* st = stream_of(s);
-  std::lock_guard<std::mutex> lock(st->mu);
+  std::unique_lock<std::mutex> lock(st->mu);
+  if (!st->capture && st->joined) {  // forked into another stream's capture: its state
+    Stream* origin = st->joined;
+    lock.unlock();
+    st = origin;
+    lock = std::unique_lock<std::mutex>(st->mu);
+  }
   *status = !st->capture                       ? CU_STREAM_CAPTURE_STATUS_NONE
             : st->capture->invalidated.empty() ? CU_STREAM_CAPTURE_STATUS_ACTIVE
                                                : CU_STREAM_CAPTURE_STATUS_INVALIDATED;
@@ -277,4 +355,15 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
 
 }  // namespace emu
 }  // namespace kiln::cuda::pocl
+
+namespace kiln::cuda {
+
+bool emulated_record_launch(CUstream stream, std::function<CUresult(CUstream)> at_launch) {
+  pocl::CaptureOp op;
+  op.kind = pocl::CaptureOp::Kind::kAtLaunch;
+  op.at_launch = std::move(at_launch);
+  return pocl::record_op(stream, std::move(op));
+}
+
+}  // namespace kiln::cuda
 #endif

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,11 +65,12 @@ constexpr size_t kMaxBlock = 1024;
 
 struct Function;
 struct Event;
+struct Stream;
 
 // One command recorded by a capture (pocl_graphs.cpp), replayed in order by
 // every launch of the graph.
 struct CaptureOp {
-  enum class Kind { kKernel, kCopy, kHostFn, kEventRecord } kind = Kind::kKernel;
+  enum class Kind { kKernel, kCopy, kHostFn, kEventRecord, kAtLaunch } kind = Kind::kKernel;
   Function* f = nullptr;  // kernel: the function, grid and block, each
   unsigned grid[3] = {}, block[3] = {};
   std::vector<std::vector<char>> args;  // parameter's bytes, copied at capture
@@ -79,6 +81,9 @@ struct CaptureOp {
   CUhostFn fn = nullptr;  // host function
   void* user = nullptr;
   Event* ev = nullptr;  // event record
+  // Called on the host by each launch of the graph, with the stream it runs
+  // on (a library's work captured as a node: emulated_record_launch).
+  std::function<CUresult(CUstream)> at_launch;
 };
 
 // A stream's capture sequence (cuStreamBeginCapture .. cuStreamEndCapture).
@@ -88,6 +93,12 @@ struct Capture {
   std::thread::id thread;
   std::vector<CaptureOp> ops;
   std::string invalidated;  // why, once a prohibited call ended it ("" = valid)
+  // Streams that joined it by waiting for an event recorded in it (a fork),
+  // each with the index in `ops` of its newest command; `unjoined`: those
+  // whose newest command no other stream of the capture waited for yet (the
+  // join CUDA requires before the capture ends).
+  std::map<Stream*, size_t> forked;
+  std::set<Stream*> unjoined;
 };
 
 struct Stream {
@@ -96,12 +107,15 @@ struct Stream {
   std::mutex mu;                     // guards last and capture
   cl_event last = nullptr;           // the newest command: done means the stream is idle
   std::unique_ptr<Capture> capture;  // while capturing
+  Stream* joined = nullptr;          // while forked into another stream's capture: that stream
 };
 
 struct Event {
   cl_event ev = nullptr;
   bool timing = true;
   uint64_t capture = 0;  // the capture it was last recorded in (0: none)
+  Stream* on = nullptr;  // there: the stream and the index of its record in the capture's ops
+  size_t op = 0;
 };
 
 struct ArgKind {
@@ -190,9 +204,12 @@ CUresult cl_fail(cl_int e, const char* what);
 // ---- graph capture (pocl_graphs.cpp) ----
 /// Whether `s` is capturing: then its commands are recorded, not run.
 bool capturing(CUstream s);
-/// Records `op` in the capture of `s`; false when `s` is not capturing
-/// (enqueue it then).
+/// Records `op` in the capture of `s` (its own, or the one it was forked
+/// into); false when `s` is not capturing (enqueue it then).
 bool record_op(CUstream s, CaptureOp&& op);
+/// Records event `e` in the capture of `s` (replayed by each launch); false
+/// when `s` is not capturing.
+bool record_event(CUstream s, Event& e);
 /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and every capture of this thread
 /// invalidated) for a call CUDA forbids while this thread captures in a
 /// non-relaxed mode: allocations, frees, synchronous copies, synchronizations.
@@ -203,10 +220,12 @@ CUresult sync_with(CUstream s, const char* what);
 /// CUDA_ERROR_CAPTURED_EVENT while `e` was last recorded in a capture still running.
 CUresult event_usable(const Event& e, const char* what);
 /// cuStreamWaitEvent's rules in a capture: CUDA_ERROR_NOT_READY when `s`
-/// captures and `e` was recorded earlier in the same capture (stream order
-/// covers it: nothing to do), an isolation error when the wait would join
-/// captured and uncaptured work (fork/join captures are not emulated),
-/// CUDA_SUCCESS when neither side captures.
+/// captures and `e` was recorded earlier in the same capture (the graph's
+/// commands replay in the order they were recorded: nothing to do; a wait for
+/// a forked stream's newest command joins it back), or when `s` does not
+/// capture and `e` was recorded in a running capture (a fork: `s` joins that
+/// capture until it ends); an isolation error when `s` and `e` belong to two
+/// captures; CUDA_SUCCESS when neither side captures.
 CUresult wait_in_capture(CUstream s, const Event& e);
 /// Queues host function fn(user) on `s` in stream order (a native kernel).
 CUresult enqueue_host_fn(CUstream s, CUhostFn fn, void* user);

@@ -62,19 +62,10 @@ CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned flags) {
 CUresult CUDAAPI cuEventRecord(CUevent ev, CUstream s) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  if (capturing(s)) {  // recorded when the graph runs; until the capture ends, not usable
-    CaptureOp op;
-    op.kind = CaptureOp::Kind::kEventRecord;
-    op.ev = e;
-    std::lock_guard<std::mutex> lock(stream_of(s)->mu);
-    const Capture* c = stream_of(s)->capture.get();
-    e->capture = c ? c->id : 0;
-    if (c) {
-      stream_of(s)->capture->ops.push_back(std::move(op));
-      return CUDA_SUCCESS;
-    }
-  }
+  // In a capture: recorded when the graph runs; until the capture ends, not usable.
+  if (record_event(s, *e)) return CUDA_SUCCESS;
   e->capture = 0;
+  e->on = nullptr;
   cl_event m = nullptr;
   cl_command_queue q = enqueue_point(s);
   const cl_int r = g->cl.clEnqueueMarkerWithWaitList(q, 0, nullptr, &m);

@@ -60,6 +60,9 @@ class AutoGroup final : public ProcessGroup {
   WorkPtr recv(Tensor t, int src, int tag) override {
     return part("recv", t).recv(std::move(t), src, tag);
   }
+  bool capturable(const Tensor& t) const override {
+    return t.defined() && t.device().is_cuda() && nccl_ && nccl_->capturable(t);
+  }
   /// CPU memory (the Gloo part's; shared memory on one host).
   Tensor make_comm_buffer(int64_t numel, DType dtype) override {
     return gloo_->make_comm_buffer(numel, dtype);

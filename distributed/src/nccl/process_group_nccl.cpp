@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
 #include "kiln/autograd.h"
 #include "kiln/env.h"
@@ -16,12 +17,18 @@ namespace kiln::dist::nccl_backend {
 namespace {
 
 // The Work of an NCCL collective: a WorkImpl that the watchdog completes, and
-// the completion event that wait() orders the caller's stream after.
+// the completion event that wait() orders the caller's stream after. A
+// captured one's wait joins the communication stream back into the capture
+// while it runs; after, the graph's replays order its work themselves.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<WorkImpl> impl, cuda::Event done, int device)
-      : impl_(std::move(impl)), done_(std::move(done)), device_(device) {}
+  NcclWork(std::shared_ptr<WorkImpl> impl, cuda::Event done, int device, bool captured = false)
+      : impl_(std::move(impl)), done_(std::move(done)), device_(device), captured_(captured) {}
   void wait(detail::Millis timeout) override {
+    if (captured_) {
+      if (cuda::capturing_graph()) cuda::current_stream(device_).wait(done_);
+      return;
+    }
     if (timeout.count() >= 0 || impl_->is_completed()) {
       impl_->wait(timeout);  // blocks the host; throws if it failed
       if (timeout.count() < 0) return;
@@ -38,6 +45,32 @@ class NcclWork final : public Work {
   std::shared_ptr<WorkImpl> impl_;
   cuda::Event done_;
   int device_;
+  bool captured_;
+};
+
+// A group's watch on the replays of a graph that holds its collectives.
+class NcclReplayWatch final : public cuda::ReplayWatch {
+ public:
+  explicit NcclReplayWatch(std::shared_ptr<NcclGroup::Link> link) : link_(std::move(link)) {}
+  void add(const std::string& collective) {
+    what_ += what_.empty() ? "a replayed CUDA graph's collectives: " : ", ";
+    what_ += collective;
+  }
+  void before_launch() override {
+    std::lock_guard lock(link_->mu);
+    KILN_CHECK(link_->group, "[nccl] ", what_, ": their process group was destroyed");
+    if (std::string b = link_->group->broken(); !b.empty())
+      throw Error(
+          kiln::str("[nccl] ", what_, ": the group is unusable after an earlier failure: ", b));
+  }
+  void after_launch(void* stream) override {
+    std::lock_guard lock(link_->mu);
+    if (link_->group) link_->group->watch_replay(stream, what_);
+  }
+
+ private:
+  std::shared_ptr<NcclGroup::Link> link_;
+  std::string what_;
 };
 
 using detail::tensor_op;
@@ -145,10 +178,15 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, int rank, int size, int devic
                           last ? last : ""));
   }
   stream_ = std::make_unique<cuda::Stream>(device, -1);  // high priority
+  link_->group = this;
   watchdog_ = std::thread([this] { watchdog(); });
 }
 
 NcclGroup::~NcclGroup() {
+  {
+    std::lock_guard lock(link_->mu);
+    link_->group = nullptr;
+  }
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -209,6 +247,7 @@ WorkPtr NcclGroup::enqueue(CollectiveInfo info, std::vector<Tensor> results,
     work->mark_failed(work->failure("the group is unusable after an earlier failure: " + b));
     return std::make_shared<NcclWork>(work, done, device_);
   }
+  if (cuda::capturing_graph()) return enqueue_captured(std::move(work), std::move(keep), launch);
   // After the work queued on the caller's stream so far (the inputs' kernels).
   cuda::Event ready;
   ready.record(cuda::current_stream(device_));
@@ -231,6 +270,57 @@ WorkPtr NcclGroup::enqueue(CollectiveInfo info, std::vector<Tensor> results,
   }
   cv_.notify_all();
   return std::make_shared<NcclWork>(work, done, device_);
+}
+
+WorkPtr NcclGroup::enqueue_captured(std::shared_ptr<WorkImpl> work, std::vector<Tensor> keep,
+                                    const Launch& launch) {
+  // The events and tensors live as long as the graph (the emulated device
+  // replays its event records; real CUDA turns them into edges).
+  struct Held {
+    cuda::Event ready, done;
+    std::vector<Tensor> keep;
+  };
+  auto held = std::make_shared<Held>();
+  held->ready.record(cuda::current_stream(device_));
+  stream_->wait(held->ready);  // forks the communication stream into the capture
+  ncclResult_t r = ncclSuccess;
+  {
+    cuda::StreamGuard on_comm(*stream_);
+    r = launch(static_cast<cudaStream_t>(stream_->handle()), keep);
+  }
+  // The capture fails (the step runs plainly); the group stays usable.
+  if (r != ncclSuccess)
+    throw Error(work->failure(
+        kiln::str("NCCL refused it while a CUDA graph was captured: ", nccl_error(r))));
+  held->done.record(*stream_);
+  held->keep = std::move(keep);
+  cuda::Event done = held->done;
+  cuda::keep_for_graph(held);
+  auto& watch = static_cast<NcclReplayWatch&>(
+      cuda::replay_watch(this, [&] { return std::make_shared<NcclReplayWatch>(link_); }));
+  watch.add(work->info().str());
+  work->mark_started();
+  work->mark_done();  // recorded; its runs are the replays, watched as a whole
+  return std::make_shared<NcclWork>(work, done, device_, true);
+}
+
+void NcclGroup::watch_replay(void* stream, const std::string& what) {
+  CollectiveInfo info;
+  info.op = "graph replay";
+  info.detail = what;
+  auto work = std::make_shared<WorkImpl>(std::move(info), where_, std::vector<Tensor>{},
+                                         opts_.timeout, log_, log_->add(what));
+  // The graph runner launches on the current stream.
+  const cuda::Stream current = cuda::current_stream(device_);
+  KILN_CHECK(current.handle() == stream, "[nccl] a graph was replayed on another stream than ",
+             "the current one");
+  cuda::Event done;
+  done.record(current);
+  {
+    std::lock_guard lock(mu_);
+    pending_.push_back(Pending{work, done, {}, Clock::now()});
+  }
+  cv_.notify_all();
 }
 
 void NcclGroup::break_group(const std::string& why, const std::shared_ptr<WorkImpl>& first) {

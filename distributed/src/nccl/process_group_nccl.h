@@ -20,6 +20,18 @@
 // error). A failed peer fails its collective on every rank: the emulated NCCL
 // notices a peer that exited or left, real NCCL reports ncclRemoteError or
 // hangs until the watchdog's timeout.
+//
+// CUDA graphs. A collective issued while this thread captures a compiled step
+// into a CUDA graph (kernels/cuda/cuda_graphs.h) follows the same protocol,
+// captured: the communication stream forks from the capturing stream at the
+// ready event and joins it at Work::wait(), the NCCL call becomes graph nodes,
+// and nothing host-side waits for it (no watchdog entry, no record_stream: the
+// graph keeps its tensors and events). Its Work completes at once: what runs
+// later are the graph's replays, and those the group watches (ReplayWatch):
+// before a replay a failed group raises its error instead; after one, the
+// watchdog polls an event recorded behind it like any collective, so a peer
+// that fails during a replay times the replay out, aborts the communicator
+// and fails the next replay (or collective) with a kiln::Error.
 #pragma once
 
 #include <condition_variable>
@@ -75,6 +87,20 @@ class NcclGroup final : public ProcessGroup {
   WorkPtr recv(Tensor t, int src, int tag) override;
   /// Zeros on the group's device (NCCL reads device memory in place).
   Tensor make_comm_buffer(int64_t numel, DType dtype) override;
+  /// CUDA tensors: NCCL calls can be captured into a CUDA graph.
+  bool capturable(const Tensor& t) const override { return t.defined() && t.device().is_cuda(); }
+
+  /// Watches a replay of a graph holding this group's collectives (`what`),
+  /// just launched on CUstream `stream`: the watchdog completes or times it out.
+  void watch_replay(void* stream, const std::string& what);
+  /// "" or why the group is unusable (its first failure).
+  std::string broken() const;
+
+  /// What a replay watch of a destroyed group finds: the group while it lives.
+  struct Link {
+    std::mutex mu;
+    NcclGroup* group = nullptr;
+  };
 
  private:
   // Launches one NCCL call on the communication stream (after the caller's
@@ -86,7 +112,9 @@ class NcclGroup final : public ProcessGroup {
                   const Launch& launch, bool ordered = true);
   void check_tensor(const char* op, const Tensor& t, const char* name = "tensor") const;
   void check_root(const char* op, int root) const;
-  std::string broken() const;
+  // enqueue() while this thread captures a CUDA graph.
+  WorkPtr enqueue_captured(std::shared_ptr<WorkImpl> work, std::vector<Tensor> keep,
+                           const Launch& launch);
   // Fails every pending collective with `why`, aborts the communicator.
   void break_group(const std::string& why, const std::shared_ptr<WorkImpl>& first);
   void watchdog();
@@ -111,6 +139,7 @@ class NcclGroup final : public ProcessGroup {
   std::string broken_;
   bool aborted_ = false, stop_ = false;
   std::thread watchdog_;
+  std::shared_ptr<Link> link_ = std::make_shared<Link>();
 };
 
 }  // namespace kiln::dist::nccl_backend

@@ -16,6 +16,7 @@
 #include "distributed/nccl/nccl_store_group.h"
 #include "distributed/store_ranks.h"
 #include "kiln/compile.h"
+#include "kiln/cuda.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/process_group.h"
@@ -59,6 +60,8 @@ struct Outcome {
   autograd::GradDestinationStats dest;
   BoundCollectiveStats bound;
   int compiled_calls = 0;
+  int64_t replays = 0;  // of them, replays of a captured CUDA graph (the capturing run's too)
+  int64_t captures = 0;
   int64_t plan_in_place = 0;  // the last plan run's outputs written into destinations
 };
 
@@ -114,6 +117,7 @@ std::string train(ProcessGroup& pg, const std::vector<Batch>& data, Mode mode, b
       {.enabled = mode == Mode::kWholeStep, .name = "nccl_buckets_whole_step"});
   const auto dest0 = autograd::grad_destination_stats();
   const auto bound0 = bound_collective_stats();
+  const cuda::GraphStats graphs0 = cuda::graph_stats();
   const int64_t b = data[0].x.size(0) / 2;
   for (const Batch& bt : data) {
     Tensor x = bt.x.narrow(0, rank * b, b).contiguous().to(Device::cuda(0));
@@ -133,6 +137,8 @@ std::string train(ProcessGroup& pg, const std::vector<Batch>& data, Mode mode, b
   const auto bound1 = bound_collective_stats();
   out.dest = {dest1.computed_in_place - dest0.computed_in_place, dest1.copied - dest0.copied};
   out.bound = {bound1.in_place - bound0.in_place, bound1.copied - bound0.copied};
+  out.replays = cuda::graph_stats().replays - graphs0.replays;
+  out.captures = cuda::graph_stats().captures - graphs0.captures;
   out.compiled_calls =
       mode == Mode::kWholeStep ? whole.stats().compiled_calls : fwd_bwd.stats().compiled_calls;
   out.plan_in_place = fwd_bwd.stats().last_in_place;
@@ -191,8 +197,11 @@ std::string compare_rank(int rank, uint64_t port, Mode mode) {
       return str(what, ": the plan wrote ", in.plan_in_place,
                  " outputs into destinations with the gradients computed in the buckets, ",
                  copied.plan_in_place, " with them copied in; expected 2 more");
-  const int64_t calls =
-      mode == Mode::kCompiledTraced || mode == Mode::kWholeStep ? in.compiled_calls : 0;
+  // Counted where the plan runs its collective_start on the host: its plain
+  // and capturing runs, not the replays (which repeat the captured work).
+  const int64_t calls = mode == Mode::kCompiledTraced || mode == Mode::kWholeStep
+                            ? in.compiled_calls - in.replays + in.captures
+                            : 0;
   if (in.bound.in_place != 2 * calls || in.bound.copied != 2 * calls)
     return str(what, ": the bound all-reduces found ", in.bound.in_place,
                " gradients in their buckets and copied ", in.bound.copied, "; expected ", 2 * calls,

@@ -10,6 +10,7 @@
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/module.h"
 #include "kiln/compile.h"
+#include "kiln/cuda.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/process_group.h"
 #include "nccl_lib.h"
@@ -135,7 +136,8 @@ TEST(Nccl, OneRankGroupAndDdpStepsOnTheGpu) {
 
 // On a GPU: the whole DDP step compiled (the bucket all-reduces as
 // collective_start/collective_wait nodes on the device) over a one-rank NCCL
-// group, four steps against the CPU.
+// group, four steps against the CPU; from the third step on, the plan replays
+// a CUDA graph with the NCCL all-reduces captured in it.
 TEST(Nccl, OneRankCompiledDdpStepOnTheGpu) {
   if (!cuda::is_available() || cuda::driver().emulated)
     GTEST_SKIP() << "no CUDA GPU: " << cuda::unavailable_reason();
@@ -154,8 +156,13 @@ TEST(Nccl, OneRankCompiledDdpStepOnTheGpu) {
           return loss;
         },
         {.name = "gpu_ddp_step"});
+    const cuda::GraphStats before = cuda::graph_stats();
     for (int i = 0; i < 4; ++i) step(in, t);
+    const cuda::GraphStats after = cuda::graph_stats();
     EXPECT_GE(step.stats().compiled_calls, 1);
+    EXPECT_EQ(after.captures - before.captures, 1);
+    EXPECT_EQ(after.replays - before.replays, 2);  // steps 3 (the capture's) and 4
+    EXPECT_EQ(after.fallbacks - before.fallbacks, 0) << after.last_fallback;
   });
 }
 

@@ -126,6 +126,15 @@ class ProcessGroup {
   /// all_reduce a given range of it on every rank alike. DDP's buckets use it.
   virtual Tensor make_comm_buffer(int64_t numel, DType dtype);
 
+  /// Whether this group's collectives on `t` may be issued while this thread
+  /// captures a CUDA graph (a compiled step replayed from a graph): they then
+  /// become part of the graph and run with each replay. True for NCCL on CUDA
+  /// tensors; other groups refuse (the compiled step runs without a graph).
+  virtual bool capturable(const Tensor& t) const {
+    (void)t;
+    return false;
+  }
+
   virtual const ProcessGroupOptions& options() const = 0;
 };
 
