@@ -88,27 +88,53 @@ void rows(int reps, const Tensor& x, double bytes, double copy_ms) {
   row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
 }
 
-// The MLP step against its cuBLAS floor.
-void mlp(int reps, bool small, Device dev) {
-  // MLP step: 1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096.
-  const int64_t B = small ? 64 : 4096, D = small ? 32 : 1024, H = 4 * D;
-  auto model = std::make_shared<nn::Sequential>();
-  model->push_back(std::make_shared<nn::Linear>(D, H));
-  model->push_back(std::make_shared<nn::GELU>());
-  model->push_back(std::make_shared<nn::Linear>(H, D));
-  model->to(dev);
-  optim::SGD opt(model->parameters(), {.lr = 1e-3});
-  const Tensor in = randn({B, D}).cuda(), target = randn({B, D}).cuda();
-  auto step = [&] {
-    opt.zero_grad();
+// The graph stats' line for one workload: what its compiled calls replayed
+// (and why a plan could not), counted since `before`.
+void graph_line(const char* what, const cuda::GraphStats& before) {
+  const cuda::GraphStats gs = cuda::graph_stats();
+  const bool plain = gs.fallbacks > before.fallbacks;
+  std::printf("  %s CUDA graphs: %lld captured, %lld replays, %lld plans plain%s%s\n", what,
+              static_cast<long long>(gs.captures - before.captures),
+              static_cast<long long>(gs.replays - before.replays),
+              static_cast<long long>(gs.fallbacks - before.fallbacks),
+              plain ? ": last because " : "", plain ? gs.last_fallback.c_str() : "");
+}
+
+// One MLP (1024 -> 4096 -> 1024 with GELU, MSE, SGD; batch 4096) and its
+// step; eager and compiled steps each train their own copy (the same start),
+// so one's steps never move the other's tensors.
+struct Mlp {
+  std::shared_ptr<nn::Sequential> model = std::make_shared<nn::Sequential>();
+  std::unique_ptr<optim::SGD> opt;
+  Tensor in, target;
+  Mlp(int64_t B, int64_t D, int64_t H, Device dev) {
+    manual_seed(2);
+    model->push_back(std::make_shared<nn::Linear>(D, H));
+    model->push_back(std::make_shared<nn::GELU>());
+    model->push_back(std::make_shared<nn::Linear>(H, D));
+    model->to(dev);
+    opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3});
+    in = randn({B, D}).cuda();
+    target = randn({B, D}).cuda();
+  }
+  Tensor step() {
+    opt->zero_grad();
     Tensor loss = mse_loss(model->forward(in), target);
     loss.backward();
-    opt.step();
+    opt->step();
     return loss;
-  };
-  auto step_c = compile(step);
+  }
+};
+
+// The MLP step against its cuBLAS floor.
+void mlp(int reps, bool small, Device dev) {
+  const int64_t B = small ? 64 : 4096, D = small ? 32 : 1024, H = 4 * D;
+  const cuda::GraphStats before = cuda::graph_stats();
+  Mlp eager(B, D, H, dev), traced(B, D, H, dev);
+  auto step_c = compile([&] { return traced.step(); });
   auto [me, mc] = paired(
-      reps, [&] { (void)step(); }, [&] { (void)step_c(); });
+      reps, [&] { (void)eager.step(); }, [&] { (void)step_c(); });
+  const Tensor& in = eager.in;
   // The floor: the step's five products (two forward; dW2, dh, dW1 backward).
   const Tensor h = randn({B, H}).cuda(), g = randn({B, D}).cuda(), w2 = randn({D, H}).cuda();
   const Tensor w1 = randn({H, D}).cuda(), dh = randn({B, H}).cuda();
@@ -127,46 +153,63 @@ void mlp(int reps, bool small, Device dev) {
       "MLP step (4096x1024 -> 4096 -> 1024, f32) eager %.3f ms  compiled %.3f ms  cuBLAS floor "
       "%.3f ms  -> eager %.2fx, compiled %.2fx of the floor (traces %d)\n",
       me, mc, floor_ms, me / floor_ms, mc / floor_ms, step_c.stats().traces);
+  graph_line("MLP step", before);
 }
+
+// A transformer (token + position embeddings, pre-norm encoder layers, a
+// vocabulary head, cross-entropy, AdamW: the harness's CPU workload, larger)
+// and its step; eager and compiled steps each train their own copy.
+struct Transformer {
+  std::shared_ptr<nn::Embedding> tok, pos;
+  std::shared_ptr<nn::TransformerEncoder> enc;
+  std::shared_ptr<nn::Linear> head;
+  std::unique_ptr<optim::AdamW> adamw;
+  Tensor tokens, labels, positions;
+  int64_t rows, vocab;
+  Transformer(int64_t V, int64_t L, int64_t E, int64_t NB, int64_t layers, Device dev)
+      : rows(NB * L), vocab(V) {
+    manual_seed(1);
+    tok = std::make_shared<nn::Embedding>(V, E);
+    pos = std::make_shared<nn::Embedding>(L, E);
+    nn::TransformerEncoderLayerOptions lo;
+    lo.dim_feedforward = 4 * E;
+    lo.dropout = 0.0;
+    lo.norm_first = true;
+    lo.activation = "gelu";
+    enc = std::make_shared<nn::TransformerEncoder>(
+        std::make_shared<nn::TransformerEncoderLayer>(E, E / 64 > 0 ? E / 64 : 2, lo), layers,
+        std::make_shared<nn::LayerNorm>(E));
+    head = std::make_shared<nn::Linear>(E, V);
+    std::vector<Tensor> params;
+    for (nn::Module* m :
+         std::initializer_list<nn::Module*>{tok.get(), pos.get(), enc.get(), head.get()}) {
+      m->to(dev);
+      for (const Tensor& p : m->parameters()) params.push_back(p);
+    }
+    adamw = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-4});
+    tokens = randint(0, V, {NB, L}).cuda();
+    labels = randint(0, V, {NB * L}).cuda();
+    positions = arange(L).cuda();
+  }
+  Tensor step() {
+    adamw->zero_grad();
+    const Tensor h = (*enc)((*tok)(tokens) + (*pos)(positions));
+    Tensor loss = cross_entropy((*head)(h).reshape({rows, vocab}), labels);
+    loss.backward();
+    adamw->step();
+    return loss;
+  }
+};
 
 // The transformer step against its cuBLAS floor.
 void transformer(int reps, bool small, Device dev) {
-  // Transformer step: token + position embeddings, pre-norm encoder layers,
-  // a vocabulary head, cross-entropy, AdamW (the harness's CPU workload, larger).
   const int64_t V = small ? 50 : 1000, L = small ? 16 : 256, E = small ? 32 : 512;
   const int64_t NB = small ? 4 : 32, layers = 2;
-  manual_seed(1);
-  auto tok = std::make_shared<nn::Embedding>(V, E);
-  auto pos = std::make_shared<nn::Embedding>(L, E);
-  nn::TransformerEncoderLayerOptions lo;
-  lo.dim_feedforward = 4 * E;
-  lo.dropout = 0.0;
-  lo.norm_first = true;
-  lo.activation = "gelu";
-  auto enc = std::make_shared<nn::TransformerEncoder>(
-      std::make_shared<nn::TransformerEncoderLayer>(E, E / 64 > 0 ? E / 64 : 2, lo), layers,
-      std::make_shared<nn::LayerNorm>(E));
-  auto head = std::make_shared<nn::Linear>(E, V);
-  std::vector<Tensor> params;
-  for (nn::Module* m :
-       std::initializer_list<nn::Module*>{tok.get(), pos.get(), enc.get(), head.get()}) {
-    m->to(dev);
-    for (const Tensor& p : m->parameters()) params.push_back(p);
-  }
-  optim::AdamW adamw(params, {.lr = 1e-4});
-  const Tensor tokens = randint(0, V, {NB, L}).cuda(), labels = randint(0, V, {NB * L}).cuda();
-  const Tensor positions = arange(L).cuda();
-  auto tstep = [&] {
-    adamw.zero_grad();
-    const Tensor h = (*enc)((*tok)(tokens) + (*pos)(positions));
-    Tensor loss = cross_entropy((*head)(h).reshape({NB * L, V}), labels);
-    loss.backward();
-    adamw.step();
-    return loss;
-  };
-  auto tstep_c = compile(tstep);
+  const cuda::GraphStats before = cuda::graph_stats();
+  Transformer eager(V, L, E, NB, layers, dev), traced(V, L, E, NB, layers, dev);
+  auto tstep_c = compile([&] { return traced.step(); });
   auto [te, tc] = paired(
-      reps, [&] { (void)tstep(); }, [&] { (void)tstep_c(); });
+      reps, [&] { (void)eager.step(); }, [&] { (void)tstep_c(); });
   // The floor: every product of the step alone. Forward per layer: the QKV
   // projection, the heads' scores and weighted values, the output projection
   // and the feed-forward pair; then the vocabulary head. Backward: each
@@ -214,6 +257,7 @@ void transformer(int reps, bool small, Device dev) {
       static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
       static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
       tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
+  graph_line("transformer step", before);
 }
 
 }  // namespace
