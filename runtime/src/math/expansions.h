@@ -157,6 +157,7 @@ KILN_MATH_INLINE typename B::F exp_poly(B& b, typename B::F r) {
                            4.9999994040e-1f, 1.0f, 1.0f});
 }
 
+/// {n, p(r)} of exp(xc) = 2^n p(r) below (xc already clamped); then
 /// exp(x) = 2^n p(r), n = rint(x / ln2), r = x - n ln2 (ln2 in an exact high
 /// part and a low part, with fma), |r| <= ln2/2. p is our own minimax fit of
 /// e^r with p(0) = p'(0) = 1 (degree 6, relative error 3e-9; under 1 ulp in
@@ -167,12 +168,15 @@ KILN_MATH_INLINE typename B::F exp_poly(B& b, typename B::F r) {
 /// multiplication by a normal power of two, so subnormal results are rounded
 /// once and 2^128 becomes +inf.
 template <class B>
-KILN_MATH_INLINE typename B::F exp_f32(B& b, typename B::F x) {
-  const auto xc = clamp(b, x, -104.0, 89.0);
+KILN_MATH_INLINE std::pair<typename B::F, typename B::F> exp_reduce(B& b, typename B::F xc) {
   const auto n = b.rint(b.mul(xc, double{1.44269504088896341f}));
   auto r = b.fma(n, double{-0.693359375f}, xc);
   r = b.fma(n, double{2.12194440e-4f}, r);
-  const auto p = exp_poly(b, r);
+  return {n, exp_poly(b, r)};
+}
+template <class B>
+KILN_MATH_INLINE typename B::F exp_f32(B& b, typename B::F x) {
+  const auto [n, p] = exp_reduce(b, clamp(b, x, -104.0, 89.0));
   const auto y = scale_pow2(b, p, n);
   return b.sel(isnan(b, x), x, y);
 }
@@ -227,10 +231,17 @@ KILN_MATH_INLINE typename B::F log_f32(B& b, typename B::F x0) {
 
 /// tanh: x + x^3 P(x^2) (Cephes) for |x| <= 0.625, else 1 - 2 / (e^(2|x|) + 1)
 /// with the sign of x; ±0 keeps its sign, NaN goes through the small path.
+/// e^(2|x|) is exp_f32's value for 2|x| <= 20, where its scaling is one
+/// exponent addition (2^n p is normal, n in [0, 29]); 2|x| is clamped to 20,
+/// where 2 / (e^20 + 1) < 2^-27 already rounds 1 - q to 1, as every larger
+/// |x| does. Same bits as with exp_f32 for every f32 (checked exhaustively),
+/// in about six operations fewer: GPUs run GELU's tanh instruction-bound.
 template <class B>
 KILN_MATH_INLINE typename B::F tanh_f32(B& b, typename B::F x) {
   const auto a = fabs(b, x);
-  const auto ex = exp_f32(b, b.add(a, a));
+  const auto a2 = b.add(a, a);
+  const auto [n, pn] = exp_reduce(b, b.sel(b.lt(a2, 20.0), a2, 20.0));  // NaN: 20 (not selected)
+  const auto ex = b.from_bits(b.add(b.bits(pn), b.shl(b.to_i32(n), 23)));
   const auto q = b.div(b.like(x, 2.0), b.add(ex, 1.0));
   const auto big = copysign(b, b.sub(b.like(x, 1.0), q), x);
   const auto z = b.mul(x, x);
