@@ -2,6 +2,7 @@
 // expression, every value in its compute type (float for f16/bf16).
 #include "kernels/cuda/gpu_printer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -310,6 +311,30 @@ std::string store_value(DType t, const std::string& v) {
   return v;
 }
 
+std::string issue_loads(const std::vector<Loaded>& values, const std::string& indent) {
+  // At most 16 operands per statement (inline asm's operand limit is 30 in
+  // GCC's dialect); consecutive volatile asm statements keep their order.
+  constexpr size_t kPerStatement = 16;
+  std::ostringstream os;
+  size_t in_statement = 0;
+  for (const Loaded& v : values) {
+    const char* c = v.dtype == DType::f64                          ? "d"
+                    : v.dtype == DType::i64                        ? "l"
+                    : v.dtype == DType::i32                        ? "r"
+                    : v.dtype == DType::u8 || v.dtype == DType::b8 ? nullptr
+                                                                   : "f";
+    if (!c) continue;
+    os << (in_statement == 0 ? str(indent, "KILN_ISSUE(") : std::string(", ")) << "\"+" << c
+       << "\"(" << v.name << ")";
+    if (++in_statement == kPerStatement) {
+      os << ");\n";
+      in_statement = 0;
+    }
+  }
+  if (in_statement) os << ");\n";
+  return os.str();
+}
+
 std::string grid_loop(const std::string& count) {
   return str("  for (kiln_i64 i = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; i < ", count,
              ";\n       i += (kiln_i64)gridDim.x * blockDim.x) {\n");
@@ -381,6 +406,7 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
                    const std::string& indent, const IndexNames& names) {
   const std::string I = names.type, S = names.size;
   std::ostringstream ld, mt, st;
+  std::vector<Loaded> loaded;
   std::vector<std::string> offset(k.args.size(), idx);
   std::vector<char> summed(k.args.size(), 0);  // column sums: no offset, a register
   for (const kir::Store& s : k.stores)
@@ -408,8 +434,13 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
     auto v = [&](int j) { return j < 0 ? std::string() : str("e", j, sfx); };
     const std::string decl = str(indent, "const ", compute_type(e.dtype), " e", i, sfx, " = ");
     switch (e.kind) {
-      case ExprKind::kLoad:
-        ld << decl << load(e.dtype, str("p", e.arg), offset[static_cast<size_t>(e.arg)]) << ";\n";
+      case ExprKind::kLoad:  // not const: issue_loads may hold it
+        ld << indent << compute_type(e.dtype) << " e" << i << sfx << " = "
+           << (names.vector_lane.empty()
+                   ? load(e.dtype, str("p", e.arg), offset[static_cast<size_t>(e.arg)])
+                   : str("v", e.arg, names.vector_lane))
+           << ";\n";
+        loaded.push_back({str("e", i, sfx), e.dtype});
         break;
       case ExprKind::kConst:
         mt << decl << constant(e) << ";\n";
@@ -435,11 +466,15 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
       st << indent << "acc" << s.arg << " = acc" << s.arg << " + e" << s.expr << sfx << ";\n";
       continue;
     }
+    if (!names.vector_lane.empty()) {
+      st << indent << "w" << s.arg << names.vector_lane << " = e" << s.expr << sfx << ";\n";
+      continue;
+    }
     st << indent << "p" << s.arg << "[" << offset[static_cast<size_t>(s.arg)]
        << "] = " << store_value(k.args[static_cast<size_t>(s.arg)].dtype, str("e", s.expr, sfx))
        << ";\n";
   }
-  return {ld.str(), mt.str(), st.str()};
+  return {ld.str(), mt.str(), st.str(), loaded};
 }
 
 }  // namespace detail
@@ -463,32 +498,125 @@ namespace {
 
 std::atomic<int64_t> g_narrow_index_limit{2147483647};
 
+// The loads of `lanes`, held (issue_loads), their arithmetic, their stores.
+std::string lanes_text(const std::vector<LaneText>& lanes, const std::string& ind) {
+  std::ostringstream os;
+  std::vector<Loaded> loaded;
+  for (const LaneText& t : lanes) {
+    os << t.loads;
+    loaded.insert(loaded.end(), t.loaded.begin(), t.loaded.end());
+  }
+  os << issue_loads(loaded, ind);
+  for (const LaneText& t : lanes) os << t.math;
+  for (const LaneText& t : lanes) os << t.stores;
+  return os.str();
+}
+
 // The grid-stride loop of a pointwise kernel over `count` elements with index
-// type and size names `names`: kUnroll elements a stride apart per iteration
-// (each thread has kUnroll independent, coalesced loads in flight; one 4-byte
-// load per thread leaves an H200 at ~45% of its bandwidth), then the remainder.
+// type and size names `names`: `per` elements a stride apart per iteration
+// (each thread has `per` independent, coalesced loads in flight; one 4-byte
+// load per thread leaves an H200 at ~45% of its bandwidth), then the
+// remainder. The loop starts at element `first` + the thread's index.
 std::string pointwise_loop(const Kernel& k, const IndexNames& names, const std::string& count,
-                           const std::string& ind) {
-  constexpr int kUnroll = 4;
+                           const std::string& ind, int per, const std::string& first = "") {
   const std::string I = names.type;
   std::ostringstream os;
   os << ind << "const " << I << " stride = (" << I << ")gridDim.x * blockDim.x;\n"
-     << ind << I << " i = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n"
-     << ind << "for (; i + " << kUnroll - 1 << " * stride < " << count << "; i += " << kUnroll
-     << " * stride) {\n";
+     << ind << I << " i = " << first << "(" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
   const std::string body = ind + "  ";
-  std::vector<LaneText> lanes;
-  for (int l = 0; l < kUnroll; ++l)
-    lanes.push_back(lane_text(k, l == 0 ? std::string("i") : str("(i + ", l, " * stride)"),
-                              str("_", l), body, names));
-  for (const LaneText& t : lanes) os << t.loads;
-  for (const LaneText& t : lanes) os << t.math;
-  for (const LaneText& t : lanes) os << t.stores;
+  if (per > 1) {
+    std::vector<LaneText> lanes;
+    for (int l = 0; l < per; ++l)
+      lanes.push_back(lane_text(k, l == 0 ? std::string("i") : str("(i + ", l, " * stride)"),
+                                str("_", l), body, names));
+    os << ind << "for (; i + " << per - 1 << " * stride < " << count << "; i += " << per
+       << " * stride) {\n"
+       << lanes_text(lanes, body) << ind << "}\n";
+  }
   const LaneText tail = lane_text(k, "i", "", body, names);
-  os << ind << "}\n"
-     << ind << "for (; i < " << count << "; i += stride) {\n"
+  os << ind << "for (; i < " << count << "; i += stride) {\n"
      << tail.loads << tail.math << tail.stores << ind << "}\n";
   return os.str();
+}
+
+// Whether a kernel can take float4 loads and stores: every argument dense
+// f32 (no coordinates, no column sums).
+bool vectorizable(const Kernel& k) {
+  for (const kir::Arg& a : k.args) {
+    if (a.dtype != DType::f32) return false;
+    for (bool dense : a.dense)
+      if (!dense) return false;
+  }
+  return !has_column_sums(k);
+}
+
+// One step of `groups` float4s a stride apart (stride in float4s; q the
+// first): the loads into v<arg>_<g>, the lanes as components, the stores
+// from w<arg>_<g>.
+std::string vector_step(const Kernel& k, const IndexNames& names, int groups,
+                        const std::string& ind) {
+  std::vector<char> loaded(k.args.size(), 0), stored(k.args.size(), 0);
+  for (const Expr& e : k.exprs)
+    if (e.kind == ExprKind::kLoad) loaded[static_cast<size_t>(e.arg)] = 1;
+  for (const kir::Store& s : k.stores) stored[static_cast<size_t>(s.arg)] = 1;
+  std::ostringstream os;
+  auto at = [](int g) { return g == 0 ? std::string("q") : str("(q + ", g, " * stride)"); };
+  for (int g = 0; g < groups; ++g)
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (loaded[a])
+        os << ind << "const float4 v" << a << "_" << g << " = ((KILN_GLOBAL const float4*)p" << a
+           << ")[" << at(g) << "];\n";
+  for (int g = 0; g < groups; ++g)
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (stored[a]) os << ind << "float4 w" << a << "_" << g << ";\n";
+  std::vector<LaneText> lanes;
+  for (int g = 0; g < groups; ++g)
+    for (int c = 0; c < 4; ++c) {
+      IndexNames vn = names;
+      vn.vector_lane = str("_", g, ".", "xyzw"[c]);
+      lanes.push_back(lane_text(k, "", str("_", g, "_", c), ind, vn));
+    }
+  os << lanes_text(lanes, ind);
+  for (int g = 0; g < groups; ++g)
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (stored[a])
+        os << ind << "((KILN_GLOBAL float4*)p" << a << ")[" << at(g) << "] = w" << a << "_" << g
+           << ";\n";
+  return os.str();
+}
+
+// A vectorizable kernel's loops over `count` elements: where every pointer is
+// 16-byte aligned, float4 steps (per / 4 a stride apart, then single ones),
+// and the last count % 4 elements one per thread; else pointwise_loop.
+std::string vector_loops(const Kernel& k, const IndexNames& names, const std::string& count,
+                         const std::string& ind, int per) {
+  const std::string I = names.type, in = ind + "  ", body = ind + "    ";
+  const int groups = std::max(1, per / 4);
+  std::ostringstream os;
+  os << ind << "if (((0";
+  for (size_t a = 0; a < k.args.size(); ++a) os << " | (kiln_u64)p" << a;
+  os << ") & 15) == 0) {\n"
+     << in << "const " << I << " n4 = " << count << " / 4;\n"
+     << in << "const " << I << " stride = (" << I << ")gridDim.x * blockDim.x;\n"
+     << in << I << " q = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
+  if (groups > 1)
+    os << in << "for (; q + " << groups - 1 << " * stride < n4; q += " << groups << " * stride) {\n"
+       << vector_step(k, names, groups, body) << in << "}\n";
+  os << in << "for (; q < n4; q += stride) {\n"
+     << vector_step(k, names, 1, body) << in << "}\n"
+     << in << "{\n"
+     << pointwise_loop(k, names, count, body, 1, "n4 * 4 + ") << in << "}\n"
+     << ind << "} else {\n"
+     << pointwise_loop(k, names, count, in, per) << ind << "}\n";
+  return os.str();
+}
+
+// The loops of a pointwise kernel without column sums over n elements, with
+// index names `names` (kiln_i64 / unsigned).
+std::string pointwise_loops(const Kernel& k, const IndexNames& names, const std::string& count,
+                            const std::string& ind, const PointwiseOptions& o) {
+  if (o.vector && vectorizable(k)) return vector_loops(k, names, count, ind, o.per_thread);
+  return pointwise_loop(k, names, count, ind, o.per_thread);
 }
 
 }  // namespace
@@ -502,19 +630,25 @@ void set_narrow_index_limit(int64_t limit) {
 }
 
 std::string detail::print_row_variant(const Kernel& kernel, const std::string& symbol,
-                                      int max_unroll, int held) {
-  // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
-  const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
+                                      int max_unroll, int held, bool libm) {
+  // Transcendentals as kiln's expansions (the CPU's bits), unless libm.
+  const Kernel k = libm ? kernel : kir::expand_math(kernel);
   kir::verify(k);
   KILN_CHECK(k.has_reductions(), "[cuda] kernel '", k.name, "' has no row reductions");
   return tables_for(k) + detail::print_row_kernel(k, symbol, max_unroll, held);
 }
 
-std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
-  if (kernel.has_reductions())
-    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, row_held());
-  // Transcendentals as kiln's expansions (the CPU's bits), unless KILN_CUDA_LIBM=1.
-  const Kernel k = device_math_uses_libm() ? kernel : kir::expand_math(kernel);
+PointwiseOptions detail::default_pointwise() {
+  PointwiseOptions o;
+  o.libm = device_math_uses_libm();
+  return o;
+}
+
+std::string detail::print_pointwise_variant(const Kernel& kernel, const std::string& symbol,
+                                            const PointwiseOptions& o) {
+  KILN_ASSERT(o.per_thread >= 1, "pointwise kernel with ", o.per_thread, " elements per thread");
+  // Transcendentals as kiln's expansions (the CPU's bits), unless libm.
+  const Kernel k = o.libm ? kernel : kir::expand_math(kernel);
   kir::verify(k);
   if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);
   std::ostringstream os;
@@ -522,23 +656,30 @@ std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
   // element is loaded before it is stored, by the same thread.
   os << kernel_head(k, symbol, "n");
-  // Kernels without coordinates (every argument dense) would gain little (no
-  // division) for the cost of compiling a second loop: 64-bit only, as are
-  // kernels printed while the test hook says never.
-  if (narrow_index_limit() < 0 || !has_coordinates(k))
-    return os.str() + pointwise_loop(k, {"kiln_i64", "s"}, "n", "  ") + "}\n";
+  // Kernels without coordinates (every argument dense) gain less (no
+  // division) for the cost of compiling a second loop: 64-bit only unless
+  // narrow_dense, as are kernels printed while the test hook says never.
+  if (narrow_index_limit() < 0 || !(has_coordinates(k) || o.narrow_dense))
+    return os.str() + pointwise_loops(k, {"kiln_i64", "s", ""}, "n", "  ", o) + "}\n";
   // Else 32-bit indices (unsigned: no 64-bit division for coordinates) where
   // every offset fits, picked at each launch by n (each argument's offsets
   // are below n; the launch's grid, at most 2^16 blocks of 256, keeps
-  // i + 4 stride below 2^32); 64-bit ones otherwise.
+  // i + per_thread stride below 2^32); 64-bit ones otherwise.
   os << "  if (n <= " << narrow_index_limit() << ") {\n"
      << "    const unsigned n32 = (unsigned)n";
   for (int d = 1; d < k.rank; ++d) os << ", z" << d << " = (unsigned)s" << d;
   os << ";\n"
-     << pointwise_loop(k, {"unsigned", "z"}, "n32", "    ") << "  } else {\n"
-     << pointwise_loop(k, {"kiln_i64", "s"}, "n", "    ") << "  }\n";
+     << pointwise_loops(k, {"unsigned", "z", ""}, "n32", "    ", o) << "  } else {\n"
+     << pointwise_loops(k, {"kiln_i64", "s", ""}, "n", "    ", o) << "  }\n";
   os << "}\n";
   return os.str();
+}
+
+std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
+  if (kernel.has_reductions())
+    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, row_held(),
+                                     device_math_uses_libm());
+  return detail::print_pointwise_variant(kernel, symbol, detail::default_pointwise());
 }
 
 }  // namespace kiln::cuda

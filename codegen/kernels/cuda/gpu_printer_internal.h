@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/kernel_ir.h"
 
@@ -32,6 +33,16 @@ std::string rounded(DType t, const std::string& v);
 std::string load(DType t, const std::string& p, const std::string& off);
 /// A compute-type value converted for storing as dtype t.
 std::string store_value(DType t, const std::string& v);
+/// A loaded value's name and dtype (what issue_loads holds).
+struct Loaded {
+  std::string name;
+  DType dtype;
+};
+/// KILN_ISSUE statements over `values` (the loads of an unrolled loop's lanes,
+/// declared non-const): on CUDA every load is issued before the statements
+/// after them (the prelude's KILN_ISSUE); 8-bit values are left out (no asm
+/// constraint); "" if nothing is held.
+std::string issue_loads(const std::vector<Loaded>& values, const std::string& indent);
 /// The head of a grid-stride loop of i (kiln_i64) over [0, count).
 std::string grid_loop(const std::string& count);
 
@@ -47,18 +58,40 @@ std::string kernel_head(const kir::Kernel& k, const std::string& symbol, const c
 /// acc<arg>.
 struct LaneText {
   std::string loads, math, stores;
+  std::vector<Loaded> loaded;  ///< the values `loads` declares
 };
 /// The C type of a lane's index arithmetic and the prefix of the sizes' names
 /// (s0, s1, ...: the kernel's parameters).
 struct IndexNames {
   const char* type = "kiln_i64";
   const char* size = "s";
+  /// Non-empty in a vector loop (print_pointwise_variant): the lane is
+  /// component `vector_lane` (e.g. "_1.y") of the float4 registers v<arg>
+  /// (loaded) and w<arg> (stored) instead of an element of memory.
+  std::string vector_lane;
 };
 /// Whether a pointwise kernel's lanes compute coordinates (an argument, other
 /// than a column sum, broadcast along some dim).
 bool has_coordinates(const kir::Kernel& k);
 LaneText lane_text(const kir::Kernel& k, const std::string& idx, const std::string& sfx,
                    const std::string& indent, const IndexNames& names = {});
+
+/// How print_pointwise_variant prints a pointwise kernel (print_kernel's
+/// choices by default).
+struct PointwiseOptions {
+  bool libm = false;   ///< transcendentals as device libm calls (KILN_CUDA_LIBM=1)
+  int per_thread = 4;  ///< elements per thread per loop step (4 for launch_kernel's grid)
+  /// Kernels of dense f32 arguments only: float4 loads and stores where every
+  /// pointer is 16-byte aligned (per_thread / 4 of them per step).
+  bool vector = false;
+  bool narrow_dense = false;  ///< 32-bit indices for dense kernels too (n permitting)
+};
+/// The options print_kernel prints pointwise kernels with.
+PointwiseOptions default_pointwise();
+/// print_kernel for a kernel without row reductions, with `o`'s choices
+/// (benchmarks' and tests' variants; launch_kernel's grid assumes per_thread 4).
+std::string print_pointwise_variant(const kir::Kernel& k, const std::string& symbol,
+                                    const PointwiseOptions& o);
 
 /// A pointwise kernel with column sums (print_kernel's third form).
 std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol);
@@ -74,8 +107,9 @@ constexpr int kRowUnroll = 16;
 std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
                              int max_unroll = kRowUnroll, int held = 0);
 /// print_kernel for a kernel with row reductions, with the unroll and held
-/// options of print_row_kernel (benchmarks' and tests' variants).
+/// options of print_row_kernel (benchmarks' and tests' variants); libm:
+/// transcendentals as device libm calls, as KILN_CUDA_LIBM=1 prints them.
 std::string print_row_variant(const kir::Kernel& k, const std::string& symbol, int max_unroll,
-                              int held);
+                              int held, bool libm = false);
 
 }  // namespace kiln::cuda::detail

@@ -83,18 +83,22 @@ enum class Part { kAll, kLoads, kMath };
 
 // The needed expressions at inner index `j` (row offsets b<a> in scope), named
 // with suffix `sfx`. With `guard`, loads read only where it holds (else 0):
-// held rows' slots past the row's end.
+// held rows' slots past the row's end. Loads are declared non-const and
+// added to `loaded` (for issue_loads).
 void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
               const std::string& j, const std::string& ind, const std::string& sfx = "",
-              Part part = Part::kAll, const std::string& guard = "") {
+              Part part = Part::kAll, const std::string& guard = "",
+              std::vector<Loaded>* loaded = nullptr) {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!need[i]) continue;
     const Expr& e = k.exprs[i];
     if (part != Part::kAll && (e.kind == ExprKind::kLoad) != (part == Part::kLoads)) continue;
-    os << ind << "const " << compute_type(e.dtype) << " e" << i << sfx << " = ";
+    os << ind << (e.kind == ExprKind::kLoad ? "" : "const ") << compute_type(e.dtype) << " e" << i
+       << sfx << " = ";
     switch (e.kind) {
       case ExprKind::kLoad: {
+        if (loaded) loaded->push_back({str("e", i, sfx), e.dtype});
         const auto a = static_cast<size_t>(e.arg);
         const std::string off =
             k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
@@ -254,9 +258,11 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
     os << "      kiln_i64 j = threadIdx.x;\n"
        << "      for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
        << " * (kiln_i64)blockDim.x) {\n";
+    std::vector<Loaded> loaded;
     for (int l = 0; l < unroll; ++l)
       eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "        ", str("_", l),
-               Part::kLoads);
+               Part::kLoads, "", &loaded);
+    os << issue_loads(loaded, "        ");
     for (int l = 0; l < unroll; ++l) {
       eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
       accumulate(os, k, p, str("_", l), "        ");
@@ -277,9 +283,11 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
     os << "    kiln_i64 j = threadIdx.x;\n"
        << "    for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
        << " * (kiln_i64)blockDim.x) {\n";
+    std::vector<Loaded> loaded;
     for (int l = 0; l < unroll; ++l)
       eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l),
-               Part::kLoads);
+               Part::kLoads, "", &loaded);
+    os << issue_loads(loaded, "      ");
     for (int l = 0; l < unroll; ++l) eval_row(os, k, need, "", "      ", str("_", l), Part::kMath);
     for (int l = 0; l < unroll; ++l)
       emit_stores(os, k, which, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l));
@@ -310,8 +318,10 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
     std::vector<char> need = kir::detail::needed(k, roots);
     for (size_t i = 0; i < need.size(); ++i)
       if (done[i]) need[i] = 0;
+    std::vector<Loaded> loaded;
     for (int l = 0; l < held; ++l)
-      eval_row(os, k, need, str("j_", l), ind, str("_", l), Part::kLoads, str("in_", l));
+      eval_row(os, k, need, str("j_", l), ind, str("_", l), Part::kLoads, str("in_", l), &loaded);
+    os << issue_loads(loaded, ind);
     for (int l = 0; l < held; ++l) eval_row(os, k, need, "", ind, str("_", l), Part::kMath);
     for (size_t i = 0; i < need.size(); ++i) done[i] = done[i] || need[i];
   };

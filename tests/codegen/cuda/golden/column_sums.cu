@@ -10,8 +10,8 @@ KILN_KERNEL void kiln_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL const floa
       const kiln_i64 end = rows * (part + 1) / parts;
       for (kiln_i64 row = rows * part / parts; row < end; ++row) {
         const kiln_i64 i = row * inner + j;
-        const float e0 = p0[i];
-        const float e1 = p1[i];
+        float e0 = p0[i];
+        float e1 = p1[i];
         const float e2 = (0x0p+0f);
         const bool e3 = (e0 > e2);
         const float e4 = (0x0p+0f);
@@ -44,22 +44,23 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
       double acc0 = (double)0;
       kiln_i64 j = threadIdx.x;
       for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
-        const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-        const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-        const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-        const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
-        const float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
-        const float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
-        const float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
-        const float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
-        const float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
-        const float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
-        const float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
-        const float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
-        const float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
-        const float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
-        const float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
-        const float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+        float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+        float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+        float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+        float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+        float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+        float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+        float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+        float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+        float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+        float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+        float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
         acc0 = acc0 + (double)e0_0;
         acc0 = acc0 + (double)e0_1;
         acc0 = acc0 + (double)e0_2;
@@ -78,7 +79,7 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
         acc0 = acc0 + (double)e0_15;
       }
       for (; j < inner; j += blockDim.x) {
-        const float e0 = p0[b0 * inner + j];
+        float e0 = p0[b0 * inner + j];
         acc0 = acc0 + (double)e0;
       }
       for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {
@@ -94,22 +95,23 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
     }
     kiln_i64 j = threadIdx.x;
     for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
-      const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-      const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-      const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-      const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
-      const float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
-      const float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
-      const float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
-      const float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
-      const float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
-      const float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
-      const float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
-      const float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
-      const float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
-      const float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
-      const float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
-      const float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+      float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+      float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+      float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+      float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+      float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+      float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+      float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+      float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+      float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+      float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+      float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+      float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+      float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+      float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+      float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+      float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+      KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
       const float e1_0 = red0;
       const float e2_0 = (float)(e0_0 - e1_0);
       const double e3_0 = (double)e2_0;
@@ -192,7 +194,7 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
       q2[(j + 15 * (kiln_i64)blockDim.x)] = q2[(j + 15 * (kiln_i64)blockDim.x)] + e3_15;
     }
     for (; j < inner; j += blockDim.x) {
-      const float e0 = p0[b0 * inner + j];
+      float e0 = p0[b0 * inner + j];
       const float e1 = red0;
       const float e2 = (float)(e0 - e1);
       const double e3 = (double)e2;

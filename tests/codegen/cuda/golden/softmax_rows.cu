@@ -15,22 +15,23 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       float acc0 = __int_as_float(0xff800000);
       kiln_i64 j = threadIdx.x;
       for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
-        const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-        const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-        const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-        const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
-        const float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
-        const float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
-        const float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
-        const float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
-        const float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
-        const float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
-        const float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
-        const float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
-        const float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
-        const float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
-        const float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
-        const float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+        float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+        float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+        float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+        float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+        float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+        float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+        float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+        float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+        float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+        float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+        float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
         acc0 = (((float)e0_0 > acc0) || ((float)e0_0 != (float)e0_0)) ? (float)e0_0 : acc0;
         acc0 = (((float)e0_1 > acc0) || ((float)e0_1 != (float)e0_1)) ? (float)e0_1 : acc0;
         acc0 = (((float)e0_2 > acc0) || ((float)e0_2 != (float)e0_2)) ? (float)e0_2 : acc0;
@@ -49,7 +50,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
         acc0 = (((float)e0_15 > acc0) || ((float)e0_15 != (float)e0_15)) ? (float)e0_15 : acc0;
       }
       for (; j < inner; j += blockDim.x) {
-        const float e0 = p0[b0 * inner + j];
+        float e0 = p0[b0 * inner + j];
         acc0 = (((float)e0 > acc0) || ((float)e0 != (float)e0)) ? (float)e0 : acc0;
       }
       for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {
@@ -67,22 +68,23 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       double acc1 = (double)0;
       kiln_i64 j = threadIdx.x;
       for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
-        const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-        const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-        const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-        const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
-        const float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
-        const float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
-        const float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
-        const float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
-        const float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
-        const float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
-        const float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
-        const float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
-        const float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
-        const float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
-        const float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
-        const float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+        float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+        float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+        float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+        float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+        float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+        float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+        float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+        float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+        float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+        float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+        float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
         const float e1_0 = red0;
         const float e2_0 = (float)(e0_0 - e1_0);
         const float e3_0 = (-0x1.ap+6f);
@@ -853,7 +855,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
         acc1 = acc1 + (double)e47_15;
       }
       for (; j < inner; j += blockDim.x) {
-        const float e0 = p0[b0 * inner + j];
+        float e0 = p0[b0 * inner + j];
         const float e1 = red0;
         const float e2 = (float)(e0 - e1);
         const float e3 = (-0x1.ap+6f);
@@ -993,22 +995,23 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
     }
     kiln_i64 j = threadIdx.x;
     for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
-      const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-      const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-      const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-      const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
-      const float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
-      const float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
-      const float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
-      const float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
-      const float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
-      const float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
-      const float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
-      const float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
-      const float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
-      const float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
-      const float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
-      const float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+      float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+      float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+      float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+      float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+      float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+      float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+      float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+      float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+      float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+      float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+      float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+      float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+      float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+      float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+      float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+      float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+      KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
       const float e1_0 = red0;
       const float e2_0 = (float)(e0_0 - e1_0);
       const float e3_0 = (-0x1.ap+6f);
@@ -1811,7 +1814,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       p1[b1 * inner + (j + 15 * (kiln_i64)blockDim.x)] = e49_15;
     }
     for (; j < inner; j += blockDim.x) {
-      const float e0 = p0[b0 * inner + j];
+      float e0 = p0[b0 * inner + j];
       const float e1 = red0;
       const float e2 = (float)(e0 - e1);
       const float e3 = (-0x1.ap+6f);

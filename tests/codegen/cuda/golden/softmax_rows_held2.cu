@@ -17,8 +17,9 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       const kiln_i64 j_1 = threadIdx.x + 1 * (kiln_i64)blockDim.x;
       const bool in_1 = j_1 < inner;
       float acc0 = __int_as_float(0xff800000);
-      const float e0_0 = (in_0 ? p0[b0 * inner + j_0] : (float)0);
-      const float e0_1 = (in_1 ? p0[b0 * inner + j_1] : (float)0);
+      float e0_0 = (in_0 ? p0[b0 * inner + j_0] : (float)0);
+      float e0_1 = (in_1 ? p0[b0 * inner + j_1] : (float)0);
+      KILN_ISSUE("+f"(e0_0), "+f"(e0_1));
       if (in_0) acc0 = (((float)e0_0 > acc0) || ((float)e0_0 != (float)e0_0)) ? (float)e0_0 : acc0;
       if (in_1) acc0 = (((float)e0_1 > acc0) || ((float)e0_1 != (float)e0_1)) ? (float)e0_1 : acc0;
       for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {
@@ -230,17 +231,18 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       float acc0 = __int_as_float(0xff800000);
       kiln_i64 j = threadIdx.x;
       for (; j + 3 * (kiln_i64)blockDim.x < inner; j += 4 * (kiln_i64)blockDim.x) {
-        const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-        const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-        const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-        const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3));
         acc0 = (((float)e0_0 > acc0) || ((float)e0_0 != (float)e0_0)) ? (float)e0_0 : acc0;
         acc0 = (((float)e0_1 > acc0) || ((float)e0_1 != (float)e0_1)) ? (float)e0_1 : acc0;
         acc0 = (((float)e0_2 > acc0) || ((float)e0_2 != (float)e0_2)) ? (float)e0_2 : acc0;
         acc0 = (((float)e0_3 > acc0) || ((float)e0_3 != (float)e0_3)) ? (float)e0_3 : acc0;
       }
       for (; j < inner; j += blockDim.x) {
-        const float e0 = p0[b0 * inner + j];
+        float e0 = p0[b0 * inner + j];
         acc0 = (((float)e0 > acc0) || ((float)e0 != (float)e0)) ? (float)e0 : acc0;
       }
       for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {
@@ -258,10 +260,11 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       double acc1 = (double)0;
       kiln_i64 j = threadIdx.x;
       for (; j + 3 * (kiln_i64)blockDim.x < inner; j += 4 * (kiln_i64)blockDim.x) {
-        const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-        const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-        const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-        const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3));
         const float e1_0 = red0;
         const float e2_0 = (float)(e0_0 - e1_0);
         const float e3_0 = (-0x1.ap+6f);
@@ -456,7 +459,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
         acc1 = acc1 + (double)e47_3;
       }
       for (; j < inner; j += blockDim.x) {
-        const float e0 = p0[b0 * inner + j];
+        float e0 = p0[b0 * inner + j];
         const float e1 = red0;
         const float e2 = (float)(e0 - e1);
         const float e3 = (-0x1.ap+6f);
@@ -596,10 +599,11 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
     }
     kiln_i64 j = threadIdx.x;
     for (; j + 3 * (kiln_i64)blockDim.x < inner; j += 4 * (kiln_i64)blockDim.x) {
-      const float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
-      const float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
-      const float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
-      const float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+      float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+      float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+      float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+      float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+      KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3));
       const float e1_0 = red0;
       const float e2_0 = (float)(e0_0 - e1_0);
       const float e3_0 = (-0x1.ap+6f);
@@ -802,7 +806,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
       p1[b1 * inner + (j + 3 * (kiln_i64)blockDim.x)] = e49_3;
     }
     for (; j < inner; j += blockDim.x) {
-      const float e0 = p0[b0 * inner + j];
+      float e0 = p0[b0 * inner + j];
       const float e1 = red0;
       const float e2 = (float)(e0 - e1);
       const float e3 = (-0x1.ap+6f);
