@@ -92,13 +92,16 @@ void count_grad_destination(bool computed_in_place) {
 }
 
 bool claim_destination_slow(const OpInfo& info, const TensorMeta& meta, Device dev, Tensor& out) {
-  // Only the kernels that produce a weight's gradient whole: a claim by any
+  // Only the kernels that produce a weight's gradient whole (GEMM, conv), and
+  // a reduction that a derivative rule says computes a given input's gradient
+  // (a bias's sum over the batch, under DestinationsFor): a claim by any
   // other op is undone by the engine (a copy), so keep the candidates few.
   // Any device: the CPU's kernels and a device runtime's (CUDA: cuBLASLt, the
   // conv kernels) write a contiguous output at any offset of its storage. A
   // device kernel built from nested ops cannot take a claimed destination
   // twice; one that takes another leaf's is undone by the engine as above.
-  if (!info.has(kOpaque) || info.has(kCollective)) return false;
+  if (info.has(kCollective)) return false;
+  if (!info.has(kOpaque) && !(info.has(kReduction) && t_destination_input >= 0)) return false;
   int64_t numel = 1;
   for (int64_t d : meta.shape) numel *= d;
   for (PendingDestination& p : *t_pending_destinations) {

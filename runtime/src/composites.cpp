@@ -256,7 +256,10 @@ std::optional<Tensor> device_linear(const Tensor& x, const Tensor& weight, const
       autograd::DestinationsFor only_x(0);
       gi[0] = matmul(g[0], ws);
     }
-    if (gb_needed) gi[2] = sum_to(g[0], bshape);
+    if (gb_needed) {  // the sum over the batch may write the bias's destination
+      autograd::DestinationsFor only_b(2);
+      gi[2] = sum_to(g[0], bshape);
+    }
     return gi;
   };
   return attach_function("LinearBackward", {x, weight, bias}, {y}, std::move(backward))[0];
