@@ -1,9 +1,13 @@
 // What the CUDA layer does on a real GPU (plain executable; run by
 // tools/device/gpu_checks.sh on a lent machine): the device's facts, the
 // bandwidth of a printed copy kernel and of cuMemcpyDtoD, and printed GELU
-// (tanh form) over 16M f32 against that bandwidth. Kernels come from the kernel
-// IR through the GPU printer and NVRTC, exactly as compiled graphs will.
+// (tanh form) over 16M f32 against that bandwidth, with its print variants
+// (libm, elements per thread, float4, 32-bit indices, without KILN_ISSUE), and
+// the row kernels' sweeps. Kernels come from the kernel IR through the GPU
+// printer and NVRTC, exactly as compiled graphs will.
 //   cuda_probe [--n N] [--reps R]
+//   cuda_probe --dump DIR   (no GPU: the kernels' source and sm_90 cubin, for
+//                            cuobjdump -sass)
 // Times are medians of R launches measured with CUDA events.
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +22,7 @@
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/gpu_printer_internal.h"
 #include "kernels/cuda/module.h"
+#include "kernels/cuda/nvrtc_lib.h"
 #include "kernels/kernel_ir.h"
 #include "kiln/kiln.h"
 
@@ -146,6 +151,137 @@ double median_ms(int reps, const std::function<void()>& run) {
   return t[t.size() / 2];
 }
 
+// The largest |got - want| over `want`'s elements of the output buffer.
+double worst_of(const DeviceBuffer& out, const std::vector<float>& want) {
+  std::vector<float> got(want.size());
+  check(driver().cuMemcpyDtoH(got.data(), out.get(), got.size() * 4), "cuMemcpyDtoH");
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
+  return worst;
+}
+
+// Without KILN_ISSUE (the loads then go where NVVM puts them, as printed at
+// 2db58a3). Printed last in a program: it redefines the prelude's macro.
+const char* kNoIssue = "#undef KILN_ISSUE\n#define KILN_ISSUE(...)\n";
+
+// Printed GELU variants beside print_kernel's (kernel kv<i>): what the issue-19
+// runs compare. Variants without KILN_ISSUE come last.
+struct Variant {
+  const char* label;
+  cuda::detail::PointwiseOptions o;
+  bool no_issue = false;
+};
+std::vector<Variant> gelu_variants() {
+  auto opt = [](bool libm, int per, bool vec, bool narrow) {
+    cuda::detail::PointwiseOptions o;
+    o.libm = libm;
+    o.per_thread = per;
+    o.vector = vec;
+    o.narrow_dense = narrow;
+    return o;
+  };
+  return {{"libm (KILN_CUDA_LIBM=1)", opt(true, 4, false, false)},
+          {"libm, float4", opt(true, 4, true, false)},
+          {"8 per thread", opt(false, 8, false, false)},
+          {"32-bit index", opt(false, 4, false, true)},
+          {"float4", opt(false, 4, true, false)},
+          {"float4, 32-bit index", opt(false, 4, true, true)},
+          {"2 float4 per thread", opt(false, 8, true, false)},
+          {"2 float4, 32-bit index", opt(false, 8, true, true)},
+          {"without KILN_ISSUE", opt(false, 4, false, false), true}};
+}
+
+std::string variants_source(const kir::Kernel& gelu, const std::string& prelude) {
+  std::string src = prelude;
+  const std::vector<Variant> vs = gelu_variants();
+  bool issue = true;
+  for (size_t i = 0; i < vs.size(); ++i) {
+    if (vs[i].no_issue && issue) src += kNoIssue;
+    issue = issue && !vs[i].no_issue;
+    KILN_CHECK(issue || vs[i].no_issue, "variants without KILN_ISSUE come last");
+    src += cuda::detail::print_pointwise_variant(gelu, str("kv", i), vs[i].o);
+  }
+  return src;
+}
+
+// Each variant on the probe's buffers: time, share of the copy's speed, and
+// the largest difference from the interpreter's `ref`. Launched as
+// launch_kernel launches pointwise kernels (256 threads), with per_thread
+// elements per thread.
+void gelu_variant_lines(const kir::Kernel& gelu, int64_t n, int reps, double t_memcpy,
+                        const DeviceBuffer& in, const DeviceBuffer& out,
+                        const std::vector<float>& ref) {
+  const std::vector<Variant> vs = gelu_variants();
+  const std::vector<char> image =
+      compile_for_device(variants_source(gelu, device_prelude()), "probe_variants.cu", 0);
+  Module mod(image.data());
+  const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;
+  for (size_t v = 0; v < vs.size(); ++v) {
+    const CUfunction fn = mod.function(str("kv", v));
+    CUdeviceptr a = in.get(), b = out.get();
+    long long nn = n, s0 = n;
+    void* params[4] = {&a, &b, &nn, &s0};
+    const long long threads = 256, per = vs[v].o.per_thread;
+    const auto blocks = static_cast<unsigned>(
+        std::min<long long>((n + threads * per - 1) / (threads * per), 1 << 16));
+    check(driver().cuMemsetD8(out.get(), 0, static_cast<size_t>(n) * 4), "cuMemsetD8");
+    const double t = median_ms(reps, [&] {
+      check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr),
+            "cuLaunchKernel");
+    });
+    const double worst = worst_of(out, ref);
+    std::printf(
+        "    GELU %-24s %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
+        "interpreter| %.3g\n",
+        vs[v].label, t, gb / t * 1e3, 100 * t_memcpy / t, worst);
+  }
+}
+
+// A row kernel of the probe: its name, kernel, symbol prefix, row length and buffers.
+struct Row {
+  const char* name;
+  const kir::Kernel* k;
+  const char* symbol;
+  int64_t inner;
+  std::vector<CUdeviceptr> ptrs;
+};
+
+// The same launch of `row`'s kernel printed without KILN_ISSUE (2db58a3's
+// print) and, for softmax, with libm's expf: share of the copy, and the
+// largest difference of the first 64 rows from the interpreter's (and the
+// default kernel `f`'s).
+void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_memcpy,
+                       const DeviceBuffer& in, const DeviceBuffer& out, const Module& row_mod,
+                       CUfunction f) {
+  const int64_t n = rs[0] * rs[1];
+  const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;
+  std::vector<float> ref(static_cast<size_t>(std::min<int64_t>(rs[0], 64) * row.inner));
+  std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(row.inner), 1.0f),
+      bias(static_cast<size_t>(row.inner), 0.0f);
+  in.download(x.data(), static_cast<size_t>(n) * 4);
+  std::vector<void*> hp = {x.data()};
+  if (row.ptrs.size() == 4) {  // layer_norm: weight 1, bias 0 (as uploaded)
+    hp.push_back(w.data());
+    hp.push_back(bias.data());
+  }
+  hp.push_back(ref.data());
+  kir::interpret(*row.k, 0, static_cast<int64_t>(ref.size()) / row.inner, hp.data(), rs);
+  for (const char* sfx : {"_noissue", "_libm"}) {
+    if (!std::strcmp(sfx, "_libm") && std::strcmp(row.name, "softmax")) continue;
+    const CUfunction fv = row_mod.function(str(row.symbol, sfx));
+    const double tv =
+        median_ms(reps, [&] { launch_kernel(fv, *row.k, row.ptrs, rs, nullptr, -1, 0); });
+    std::printf(
+        "    %-18s %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); first 64 rows: max "
+        "|gpu - interpreter| %.3g\n",
+        sfx[1] == 'n' ? "without KILN_ISSUE" : "libm (expf)", tv, gb / tv * 1e3,
+        100 * t_memcpy / tv, worst_of(out, ref));
+  }
+  launch_kernel(f, *row.k, row.ptrs, rs, nullptr, -1, 0);
+  std::printf("    default: first 64 rows: max |gpu - interpreter| %.3g\n", worst_of(out, ref));
+}
+
 // Row kernels: the launch's own choice, then a sweep of elements per thread
 // per loop step (the printer's unroll), of rows held in registers, and of
 // block sizes (any multiple of 32). Percentages are of cuMemcpyDtoD's time.
@@ -154,6 +290,12 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;  // read + write
   const std::vector<CUdeviceptr> p = {in.get(), out.get()};
   DeviceBuffer wb(static_cast<size_t>(n) * 4), bb(static_cast<size_t>(n) * 4);
+  {  // layer_norm's weight 1 and bias 0 (what the interpreter's reference takes)
+    std::vector<float> v(static_cast<size_t>(n), 1.0f);
+    wb.upload(v.data(), v.size() * 4);
+    std::fill(v.begin(), v.end(), 0.0f);
+    bb.upload(v.data(), v.size() * 4);
+  }
   const kir::Kernel ln1k = layer_norm_kernel(1024), ln4k = layer_norm_kernel(4096);
   const int unrolls[3] = {4, 8, 16};
   const int helds[3] = {8, 16, 32};  // rows held in registers (print_row_kernel's held)
@@ -166,15 +308,14 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
     row_src += cuda::detail::print_row_variant(softmax, str("ksm_h", h), 4, h) +
                cuda::detail::print_row_variant(ln1k, str("kln1k_h", h), 4, h) +
                cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h);
+  const int ru = cuda::detail::kRowUnroll;
+  row_src += cuda::detail::print_row_variant(softmax, "ksm_libm", ru, 0, true);
+  row_src += std::string(kNoIssue) +
+             cuda::detail::print_row_variant(softmax, "ksm_noissue", ru, 0) +
+             cuda::detail::print_row_variant(ln1k, "kln1k_noissue", ru, 0) +
+             cuda::detail::print_row_variant(ln4k, "kln4k_noissue", ru, 0);
   const std::vector<char> row_image = compile_for_device(row_src, "probe_rows.cu", 0);
   Module row_mod(row_image.data());
-  struct Row {
-    const char* name;
-    const kir::Kernel* k;
-    const char* symbol;
-    int64_t inner;
-    std::vector<CUdeviceptr> ptrs;
-  };
   const std::vector<CUdeviceptr> ln_ptrs = {in.get(), wb.get(), bb.get(), out.get()};
   const Row rows[4] = {{"softmax", &softmax, "ksm", 1024, p},
                        {"softmax", &softmax, "ksm", 4096, p},
@@ -237,6 +378,7 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
         median_ms(reps, [&] { launch_kernel(f4, *row.k, row.ptrs, rs, nullptr, -1, 0); });
     std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
                 row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
+    row_variant_lines(row, rs, reps, t_memcpy, in, out, row_mod, f4);
     for (int u : unrolls) {
       std::printf("    unroll %2d", u);
       for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
@@ -259,6 +401,31 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   }
 }
 
+// --dump DIR (no GPU needed): the probe's kernels as CUDA C and sm_90 cubins
+// (with ptxas's register report) for reading their machine code (cuobjdump -sass).
+int dump(const std::string& dir) {
+  const kir::Kernel gelu = gelu_kernel(), softmax = softmax_kernel();
+  const kir::Kernel ln = layer_norm_kernel(1024);
+  // The variants last: the ones without KILN_ISSUE redefine it for what follows.
+  const std::string src = cuda_prelude() + print_kernel(gelu, "kgelu") +
+                          print_kernel(softmax, "ksoftmax") + print_kernel(ln, "klayer_norm") +
+                          variants_source(gelu, "") + print_kernel(softmax, "ksoftmax_noissue") +
+                          print_kernel(ln, "klayer_norm_noissue");
+  const NvrtcOutput out = nvrtc_compile(src, "probe.cu", 90, true, {"--ptxas-options=-v"});
+  auto write = [&](const std::string& name, const char* data, size_t size) {
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+    KILN_CHECK(f, "cannot write ", dir, "/", name);
+    std::fwrite(data, 1, size, f);
+    std::fclose(f);
+  };
+  write("probe.cu", src.data(), src.size());
+  write("probe.cubin", out.cubin.data(), out.cubin.size());
+  const std::string ptx = nvrtc_compile(src, "probe.cu", 90, false).ptx;
+  write("probe.ptx", ptx.data(), ptx.size());
+  std::printf("%s", out.log.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +435,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--n")) n = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
   }
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!std::strcmp(argv[i], "--dump")) return dump(argv[i + 1]);
   if (!is_available()) {
     std::printf("no CUDA device: %s\n", unavailable_reason().c_str());
     return 0;
@@ -318,6 +487,7 @@ int main(int argc, char** argv) {
         "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
         "interpreter| %.3g\n",
         t_gelu, gb / t_gelu * 1e3, 100 * t_memcpy / t_gelu, worst);
+    gelu_variant_lines(gelu, n, reps, t_memcpy, in, out, ref);
     row_kernels(softmax, n, reps, t_memcpy, in, out);
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
     if (cublaslt_unavailable_reason().empty()) {
