@@ -106,6 +106,48 @@ void device_arg_extreme(bool is_max, const Tensor& x0, int64_t dim, bool keepdim
   o.copy_(first);
 }
 
+namespace {
+
+// Index lengths from which an index that varies along `dim` only is added
+// by sorted runs (scatter_sorted): below, a thread per line loops over it.
+constexpr int64_t kSortedScatterMin = 64;
+
+// Whether idx's value depends on its `dim` coordinate only.
+bool varies_along_dim_only(const Tensor& idx, int64_t d) {
+  for (int64_t e = 0; e < idx.dim(); ++e)
+    if (e != d && idx.size(e) > 1 && idx.stride(e) != 0) return false;
+  return true;
+}
+
+// scatter_add's sorted form (print_scatter_add_sorted): the entries' keys
+// sorted on the device, then one thread per run of equal indices and line.
+// An embedding's backward ([8192] rows into [1000, 512]) had 512 threads
+// adding 8192 entries each: 2.6 ms on an H200.
+void scatter_sorted(const Tensor& out, const Tensor& s, const Tensor& idx, int64_t d,
+                    const KilnIndexGeom& geom, long long lines, long long len) {
+  const int device = out.device().index;
+  Tensor keys = make_tensor({len}, DType::i64, out.device());
+  CUdeviceptr pk = addr(keys), pi = addr(idx);
+  long long stride = idx.stride(d), n = len;
+  std::vector<void*> kp = {&pk, &pi, &stride, &n};
+  const std::string ksym = str("kiln_scatter_keys_", dtype_name(idx.dtype()));
+  launch_printed(print_scatter_keys(idx.dtype(), ksym), ksym, device, len, kp);
+  const Tensor perm = argsort(keys);
+  const std::string sym =
+      str("kiln_scatter_add_sorted_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
+  long long bound = out.shape()[static_cast<size_t>(d)], total = len * lines;
+  ErrorSlot slot = index_error_slot(device, "scatter_add", d, bound);
+  CUdeviceptr po = addr(out), ps = addr(s), pp = addr(perm);
+  int r = static_cast<int>(idx.dim()), dd = static_cast<int>(d);
+  KilnIndexGeom g = geom;
+  std::vector<void*> params = {&po, &ps,    &pi, &slot.record, &slot.tag, &total, &r,
+                               &dd, &bound, &pp, &lines,       &len,      &g};
+  launch_checked(print_scatter_add_sorted(out.dtype(), idx.dtype(), sym), sym, device, params,
+                 total);
+}
+
+}  // namespace
+
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
                         const Tensor& out0) {
   Tensor o = out0;
@@ -123,6 +165,8 @@ void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const
   fill(g.idx, idx.strides());
   long long len = idx.shape()[static_cast<size_t>(d)];
   long long lines = idx.numel() / len;
+  if (len >= kSortedScatterMin && varies_along_dim_only(idx, d))
+    return scatter_sorted(out, s, idx, d, g, lines, len);
   const std::string sym =
       str("kiln_scatter_add_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
   const int device = out.device().index;

@@ -93,6 +93,17 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol);
 /// do not depend on scheduling (lines never share an output element) and the
 /// sums need no atomics.
 std::string print_scatter_add(DType t, DType index_t, const std::string& symbol);
+/// Sort keys of a scatter_add index read along `dim` (stride `stride`):
+/// keys[k] = idx[k] * len + k (parameters keys, idx, stride, len), unique, so
+/// sorting them orders the entries by index value, then by k.
+std::string print_scatter_keys(DType index_t, const std::string& symbol);
+/// print_scatter_add for an index whose value depends on its `dim` coordinate
+/// only (an embedding's backward: one row index broadcast over the columns):
+/// parameters (out, src, idx, err, tag, total = len * lines, rank, dim, bound,
+/// perm, lines, len, g), `perm` the argsort of print_scatter_keys's keys. One
+/// thread per run of equal indices and line adds the run in ascending k: the
+/// CPU's order, so the same bits, with len * lines threads instead of lines.
+std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& symbol);
 
 /// cumsum (cumprod with `product`) of x of dtype t along contiguous lines:
 /// parameters (out, x, lines, len, reverse); one thread per line, in the CPU

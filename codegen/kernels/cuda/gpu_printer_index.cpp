@@ -79,4 +79,44 @@ std::string print_scatter_add(DType t, DType index_t, const std::string& symbol)
   return os.str();
 }
 
+std::string print_scatter_keys(DType index_t, const std::string& symbol) {
+  return str("KILN_KERNEL void ", symbol, "(KILN_GLOBAL kiln_i64* keys, KILN_GLOBAL const ",
+             storage_type(index_t), "* idx, kiln_i64 stride, kiln_i64 len) {\n", grid_loop("len"),
+             "    keys[i] = (kiln_i64)idx[i * stride] * len + i;\n  }\n}\n");
+}
+
+std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& symbol) {
+  std::ostringstream os;
+  const std::string cur = load(t, "out", "o"), add = load(t, "src", "so + k * g.x[dim]");
+  const std::string sum = t == DType::b8 ? str("(", cur, " || ", add, ")")
+                                         : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
+  // Item i: sorted position j = i / lines and line i % lines. Only the first
+  // position of each run of equal indices works: it adds the run's entries
+  // (ascending k, as the keys sort them) into its line's output element.
+  os << head(symbol, t, index_t, "src", "total")
+     << "KILN_GLOBAL const kiln_i64* perm, kiln_i64 lines, kiln_i64 len, KilnIndexGeom g) {\n"
+     << grid_loop("total") << "    const kiln_i64 j = i / lines, line = i % lines;\n"
+     << "    const kiln_i64 s = g.idx[dim];\n"
+     << "    const kiln_i64 v = (kiln_i64)idx[perm[j] * s];\n"
+     << "    if (j > 0 && (kiln_i64)idx[perm[j - 1] * s] == v) continue;\n"
+     << "    if (v < 0 || v >= bound) {\n"
+     << "      if (line == 0) " << symbol << "_bad(err, tag, v);\n"
+     << "      continue;\n    }\n"
+     << "    kiln_i64 r = line, oo = 0, so = 0;\n"
+     << "    for (int d = rank - 1; d >= 0; --d) {\n"
+     << "      if (d == dim) continue;\n"
+     << "      const kiln_i64 c = r % g.size[d];\n"
+     << "      r /= g.size[d];\n"
+     << "      oo += c * g.out[d];\n"
+     << "      so += c * g.x[d];\n"
+     << "    }\n"
+     << "    const kiln_i64 o = oo + v * g.out[dim];\n"
+     << "    for (kiln_i64 m = j; m < len; ++m) {\n"
+     << "      const kiln_i64 k = perm[m];\n"
+     << "      if ((kiln_i64)idx[k * s] != v) break;\n"
+     << "      out[o] = " << store_value(t, sum) << ";\n"
+     << "    }\n  }\n}\n";
+  return os.str();
+}
+
 }  // namespace kiln::cuda

@@ -57,6 +57,42 @@ TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
                scatter_add(bf, 0, idx, src.to(DType::bf16)), "bf16");
 }
 
+// An embedding's backward: one row index per entry, broadcast over the
+// columns, long enough for the sorted form (runs of equal indices added in
+// ascending k): the CPU's bits for f32, f16, bf16 and i64, with the index as
+// an expanded view (stride 0), as a dense copy of it, as i32, and along dim 1.
+TEST_F(CudaIndex, ScatterAddOfABroadcastRowIndexMatchesTheCpuBitForBit) {
+  const int64_t rows = 37, n = 700, cols = 19;
+  const Tensor tokens = randint(0, rows, {n});
+  const Tensor src = randn({n, cols}) * 100;
+  const Tensor expanded = tokens.reshape({n, 1}).expand({n, cols});
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i64}) {
+    const Tensor base = (randn({rows, cols}) * 10).to(t), s = src.to(t);
+    const Tensor want = scatter_add(base, 0, expanded, s);
+    const Tensor on_device = tokens.cuda().reshape({n, 1}).expand({n, cols});  // stride 0
+    expect_equal(scatter_add(base.cuda(), 0, on_device, s.cuda()), want, str(t, " expanded index"));
+    expect_equal(scatter_add(base.cuda(), 0, expanded.contiguous().cuda(), s.cuda()), want,
+                 str(t, " dense index (per-line form)"));
+    expect_equal(scatter_add(base.cuda(), 0, expanded.to(DType::i32).cuda(), s.cuda()), want,
+                 str(t, " i32 index"));
+  }
+  const Tensor base_t = randn({cols, rows});
+  const Tensor idx_t = tokens.reshape({1, n}).expand({cols, n});
+  expect_equal(scatter_add(base_t.cuda(), 1, tokens.cuda().reshape({1, n}).expand({cols, n}),
+                           src.t().contiguous().cuda()),
+               scatter_add(base_t, 1, idx_t, src.t().contiguous()), "dim 1");
+  // A 1-D index (one line).
+  const Tensor v = randn({rows});
+  expect_equal(scatter_add(v.cuda(), 0, tokens.cuda(), src.select(1, 0).contiguous().cuda()),
+               scatter_add(v, 0, tokens, src.select(1, 0).contiguous()), "1-D");
+  // index_select's backward through autograd.
+  const Tensor w = randn({rows, cols}).requires_grad_();
+  const Tensor wc = w.detach().cuda().requires_grad_();
+  index_select(w, 0, tokens).mul(src).sum().backward();
+  index_select(wc, 0, tokens.cuda()).mul(src.cuda()).sum().backward();
+  expect_equal(wc.grad(), w.grad(), "index_select backward");
+}
+
 bool sync_mode() {
   return env::get("KILN_CUDA_SYNC") == "1";
 }
@@ -105,6 +141,15 @@ TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrorsAtTheNextSynchronization) {
       },
       [] { cuda::current_stream().synchronize(); },
       "[scatter_add] index 5 is out of bounds for dimension 0 with size 5", "Stream::synchronize");
+  std::vector<int64_t> rows(100, 3);
+  rows[60] = 9;  // long enough for the sorted form
+  const Tensor many = from_vector<int64_t>(rows, {100, 1}).cuda().expand({100, 3});
+  expect_reported(
+      [&] {
+        (void)scatter_add(x, 0, many, ones({100, 3}).cuda());
+      },
+      [] { cuda::synchronize(); },
+      "[scatter_add] index 9 is out of bounds for dimension 0 with size 5", "cuda::synchronize");
   cuda::Stream side(0);
   cuda::Event done;
   const Tensor bad = from_vector<int64_t>({0, 2, 6}, {3}).cuda();
@@ -157,6 +202,8 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
     for (DType i : {DType::i64, DType::i32}) {
       source += cuda::print_gather(t, i, str("g_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add(t, i, str("s_", dtype_name(t), "_", dtype_name(i)));
+      source += cuda::print_scatter_add_sorted(t, i, str("ss_", dtype_name(t), "_", dtype_name(i)));
+      if (t == DType::f32) source += cuda::print_scatter_keys(i, str("k_", dtype_name(i)));
     }
   const std::string ptx = cuda::nvrtc_compile(source, "index.cu", 90, /*cubin=*/false).ptx;
   EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
