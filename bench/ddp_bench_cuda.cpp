@@ -206,7 +206,9 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
       compiled ? "compiled" : "eager", ddp.num_buckets(), iters, median(p_ms), median(d_ms),
       median(ratio));
   // How the DDP step's gradients reached the buckets (the plain step sets no
-  // destinations): a plan's outputs written into them are not counted.
+  // destinations): a plan's outputs written into them are not counted, and a
+  // traced all-reduce is counted where the plan runs on the host (plainly, or
+  // capturing a CUDA graph), not in the graph's replays.
   const auto dest1 = autograd::grad_destination_stats();
   const auto bound1 = dist::bound_collective_stats();
   const double n = iters;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -68,6 +69,10 @@ struct Comm {
   bool stop = false, abort = false, exited = false;
   ncclResult_t error = ncclSuccess;
   std::string message;
+
+  // Captured calls of this communicator that live CUDA graphs hold: real
+  // NCCL's ncclCommDestroy and ncclCommAbort wait until those are destroyed.
+  std::atomic<int> graphs{0};
 
   // The thread's own state.
   uint64_t seq = 0;
@@ -159,11 +164,17 @@ ncclResult_t enqueue(ncclComm_t h, cudaStream_t stream, RunFn run) {
   Comm* c = comm_of(h);
   if (!c) return global_error(ncclInvalidArgument, "the communicator is null");
   const auto s = reinterpret_cast<CUstream>(stream);
-  std::shared_ptr<Comm> held = reinterpret_cast<Handle*>(h)->comm;
+  // Counts the graph as holding the communicator while it lives.
+  struct GraphRef {
+    std::shared_ptr<Comm> comm;
+    explicit GraphRef(std::shared_ptr<Comm> c) : comm(std::move(c)) { ++comm->graphs; }
+    ~GraphRef() { --comm->graphs; }
+  };
+  auto held = std::make_shared<GraphRef>(reinterpret_cast<Handle*>(h)->comm);
   const bool captured = cuda::emulated_record_launch(s, [held, run](CUstream at) {
     // An aborted or destroyed communicator fails the launch (the graph
     // runner raises it); real NCCL's behaviour is undefined there.
-    if (ncclResult_t r = enqueue_now(held.get(), at, run))
+    if (ncclResult_t r = enqueue_now(held->comm.get(), at, run))
       return r == ncclInvalidUsage ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_LAUNCH_FAILED;
     return CUDA_SUCCESS;
   });
@@ -341,6 +352,21 @@ ncclResult_t finish(ncclComm_t h, bool abort) {
   auto* handle = reinterpret_cast<Handle*>(h);
   if (!handle) return ncclInvalidArgument;
   Comm& c = *handle->comm;
+  // Real NCCL waits, without bound, until every CUDA graph holding the
+  // communicator's work is destroyed; here 5 s, then an error.
+  ncclResult_t result = ncclSuccess;
+  for (auto until = Clock::now() + Millis(5000); c.graphs.load() > 0;) {
+    if (Clock::now() > until) {
+      std::lock_guard lock(c.mu);
+      c.message = str(abort ? "ncclCommAbort" : "ncclCommDestroy", ": ", c.graphs.load(),
+                      " captured call(s) of this communicator are held by live CUDA graphs "
+                      "(real NCCL waits until those are destroyed: a hang)");
+      std::fprintf(stderr, "[emulated nccl] %s\n", c.message.c_str());
+      result = ncclInvalidUsage;
+      break;
+    }
+    std::this_thread::sleep_for(Millis(10));
+  }
   {
     std::unique_lock lock(c.mu);
     c.stop = true;
@@ -352,12 +378,12 @@ ncclResult_t finish(ncclComm_t h, bool abort) {
     if (!c.exited) {
       handle->thread.detach();  // holds its Comm; ends at its op's deadline
       delete handle;
-      return ncclSuccess;
+      return result;
     }
   }
   handle->thread.join();
   delete handle;
-  return ncclSuccess;
+  return result;
 }
 
 ncclResult_t CommDestroy(ncclComm_t h) {

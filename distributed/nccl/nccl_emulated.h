@@ -13,7 +13,10 @@
 // On a stream capturing a CUDA graph, a call is recorded as a node of the
 // graph instead (emulated_record_launch): each launch of the graph does the
 // above at that point of its work, as a captured NCCL kernel runs with each
-// launch of real NCCL's graphs. Every rank must launch the graph alike.
+// launch of real NCCL's graphs. Every rank must launch the graph alike. As
+// real NCCL's, ncclCommDestroy and ncclCommAbort wait until the graphs
+// holding such calls are destroyed (real NCCL forever; here 5 s, then an
+// error on stderr and from the call).
 //
 // Bootstrap: real NCCL connects its ranks over its own sockets from the unique
 // id; the emulated one connects them over a kiln store the caller lends it

@@ -73,6 +73,15 @@ bool same_view(const Tensor& a, const Tensor& b) {
 enum class InputKind { kStatic, kCopied, kHostScalar };
 enum class OutputKind { kAsIs, kCallerView, kInPool };
 
+// The instantiated graph, shared with the release functions its replay
+// watches hold (ReplayWatch::release may destroy it from another thread).
+struct ExecBox {
+  std::mutex mu;
+  CUgraphExec exec = nullptr;  // null once released
+  int device = 0;
+  std::string released;  // why a library released it ("": it did not)
+};
+
 struct CudaGraphState final : detail::DeviceGraphState {
   bool disabled = false;
   bool checked = false;  // the graph's nodes were checked for capture
@@ -84,7 +93,7 @@ struct CudaGraphState final : detail::DeviceGraphState {
   int device = 0;
   std::shared_ptr<Allocator> pool;
   std::unique_ptr<Stream> stream;
-  CUgraphExec exec = nullptr;
+  std::shared_ptr<ExecBox> box;  // the captured graph (null: none)
   std::vector<InputKind> input_kind;
   std::vector<Tensor> inputs;  // static: the caller's tensor; else the pool's buffer
   std::vector<Tensor> dests;
@@ -101,16 +110,21 @@ struct CudaGraphState final : detail::DeviceGraphState {
   ~CudaGraphState() override { drop(); }
   // Forgets the graph (the pool stays for the next capture).
   void drop() {
-    if (exec) {
+    if (box) {
+      CUgraphExec exec = nullptr;
+      {  // not held while synchronizing: a release may be what lets a replay end
+        std::lock_guard<std::mutex> lock(box->mu);
+        std::swap(exec, box->exec);
+      }
       try {
         use_device(device);
-        // A replay may still run: it reads the staged host data and host
-        // functions' payloads freed below.
+        // A replay (of a released graph too) may still run: it reads the
+        // staged host data and host functions' payloads freed below.
         driver().cuCtxSynchronize();
-        driver().cuGraphExecDestroy(exec);
+        if (exec) driver().cuGraphExecDestroy(exec);
       } catch (const Error&) {  // the driver is gone (exit): nothing to free
       }
-      exec = nullptr;
+      box.reset();
     }
     last_stream.reset();
     inputs.clear();
@@ -196,7 +210,24 @@ bool matches(const CudaGraphState& st, const RunArgs& args) {
   return true;
 }
 
-// Runs `plain` into a new graph (st.exec) with the pool's buffers for the
+// What ReplayWatch::release does to the graph in `b`.
+std::function<void(const std::string&)> releaser(const std::shared_ptr<ExecBox>& b) {
+  return [weak = std::weak_ptr<ExecBox>(b)](const std::string& why) {
+    const std::shared_ptr<ExecBox> box = weak.lock();
+    if (!box) return;
+    std::lock_guard<std::mutex> lock(box->mu);
+    if (!box->exec) return;
+    try {
+      use_device(box->device);
+      driver().cuGraphExecDestroy(box->exec);  // freed once a replay in flight ends
+    } catch (const Error&) {
+    }
+    box->exec = nullptr;
+    box->released = why;
+  };
+}
+
+// Runs `plain` into a new graph (st.box) with the pool's buffers for the
 // inputs that are copied. Throws kiln::Error when the capture failed.
 void capture(CudaGraphState& st, Device device, const RunArgs& args,
              const detail::PlainRun& plain) {
@@ -249,11 +280,18 @@ void capture(CudaGraphState& st, Device device, const RunArgs& args,
   }
   t_scope = nullptr;
   check(driver().cuStreamEndCapture(s, &graph), "cuStreamEndCapture");
-  const CUresult r = driver().cuGraphInstantiateWithFlags(&st.exec, graph, 0);
+  CUgraphExec exec = nullptr;
+  const CUresult r = driver().cuGraphInstantiateWithFlags(&exec, graph, 0);
   driver().cuGraphDestroy(graph);
   check(r, "cuGraphInstantiate");
+  st.box = std::make_shared<ExecBox>();
+  st.box->exec = exec;
+  st.box->device = st.device;
   st.keep = std::move(scope.keep);
-  for (auto& [owner, w] : scope.watches) st.watches.push_back(std::move(w));
+  for (auto& [owner, w] : scope.watches) {
+    w->set_release(releaser(st.box));
+    st.watches.push_back(std::move(w));
+  }
   // Where each output lives decides what a replay returns.
   st.out_kind.clear();
   for (const Tensor& o : outs) {
@@ -322,7 +360,12 @@ std::vector<Tensor> replay(CudaGraphState& st, const RunArgs& args) {
       Tensor b = st.inputs[i];
       b.copy_(args.inputs[i]);
     }
-  check(driver().cuGraphLaunch(st.exec, s), "cuGraphLaunch");
+  {
+    std::lock_guard<std::mutex> lock(st.box->mu);
+    KILN_CHECK(st.box->exec,
+               "[cuda] a compiled plan's CUDA graph was released: ", st.box->released);
+    check(driver().cuGraphLaunch(st.box->exec, s), "cuGraphLaunch");
+  }
   for (const auto& w : st.watches) w->after_launch(s);
   std::vector<Tensor> result;
   result.reserve(st.outs.size());
@@ -366,7 +409,16 @@ class CudaGraphRunner final : public detail::DeviceGraphRunner {
         return std::nullopt;
       }
     }
-    if (st.exec) {
+    if (st.box) {
+      std::string released;
+      {
+        std::lock_guard<std::mutex> box_lock(st.box->mu);
+        released = st.box->released;
+      }
+      if (!released.empty()) {
+        disable(st, released);
+        return std::nullopt;
+      }
       if (matches(st, args)) return replay(st, args);
       st.drop();  // inputs or destinations moved: capture again
       if (st.captures >= kMaxCaptures) {
@@ -413,6 +465,20 @@ ReplayWatch& replay_watch(const void* owner,
     if (o == owner) return *w;
   t_scope->watches.emplace_back(owner, make());
   return *t_scope->watches.back().second;
+}
+
+void ReplayWatch::release(const std::string& why) {
+  std::function<void(const std::string&)> f;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    f = release_;
+  }
+  if (f) f(why);
+}
+
+void ReplayWatch::set_release(std::function<void(const std::string&)> f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_ = std::move(f);
 }
 
 RelaxedCapture::RelaxedCapture() {

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "kiln/allocator.h"
 
@@ -32,6 +34,20 @@ class ReplayWatch {
   virtual void before_launch() = 0;
   /// After each launch, with the CUstream the graph was launched on.
   virtual void after_launch(void* stream) = 0;
+
+  /// Destroys the graph (a replay in flight still finishes; the host does not
+  /// wait) and makes its plan run without a graph from then on, `why` its
+  /// graph_stats().last_fallback. A library calls it before freeing what the
+  /// graph's nodes use: ncclCommDestroy and ncclCommAbort wait until every
+  /// graph holding the communicator's work is destroyed. Any thread; once the
+  /// graph is gone (or before the runner set it up), nothing.
+  void release(const std::string& why);
+  /// The graph runner's side of release() (set once the graph is made).
+  void set_release(std::function<void(const std::string&)> f);
+
+ private:
+  std::mutex mu_;
+  std::function<void(const std::string&)> release_;
 };
 
 /// The watch `owner` keeps on the graph being captured on this thread: made

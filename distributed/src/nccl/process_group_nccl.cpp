@@ -5,7 +5,6 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
 #include "kiln/autograd.h"
 #include "kiln/env.h"
@@ -198,7 +197,10 @@ NcclGroup::~NcclGroup() {
     std::lock_guard lock(mu_);
     aborted = aborted_;
   }
-  if (!aborted) lib_->ncclCommDestroy(comm_);  // runs the queued collectives first
+  if (!aborted) {
+    release_graphs("the NCCL process group of the graph's collectives was destroyed");
+    lib_->ncclCommDestroy(comm_);  // runs the queued collectives first
+  }
   std::deque<Pending> left;
   {
     std::lock_guard lock(mu_);
@@ -296,9 +298,17 @@ WorkPtr NcclGroup::enqueue_captured(std::shared_ptr<WorkImpl> work, std::vector<
   held->keep = std::move(keep);
   cuda::Event done = held->done;
   cuda::keep_for_graph(held);
-  auto& watch = static_cast<NcclReplayWatch&>(
-      cuda::replay_watch(this, [&] { return std::make_shared<NcclReplayWatch>(link_); }));
+  std::shared_ptr<NcclReplayWatch> made;  // this capture's first collective of the group
+  auto& watch = static_cast<NcclReplayWatch&>(cuda::replay_watch(this, [&] {
+    made = std::make_shared<NcclReplayWatch>(link_);
+    return made;
+  }));
   watch.add(work->info().str());
+  if (made) {
+    std::lock_guard lock(mu_);
+    std::erase_if(watches_, [](const auto& w) { return w.expired(); });
+    watches_.push_back(made);
+  }
   work->mark_started();
   work->mark_done();  // recorded; its runs are the replays, watched as a whole
   return std::make_shared<NcclWork>(work, done, device_, true);
@@ -323,6 +333,17 @@ void NcclGroup::watch_replay(void* stream, const std::string& what) {
   cv_.notify_all();
 }
 
+void NcclGroup::release_graphs(const std::string& why) {
+  std::vector<std::shared_ptr<cuda::ReplayWatch>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& w : watches_)
+      if (auto l = w.lock()) live.push_back(std::move(l));
+    watches_.clear();
+  }
+  for (const auto& w : live) w->release(why);
+}
+
 void NcclGroup::break_group(const std::string& why, const std::shared_ptr<WorkImpl>& first) {
   std::deque<Pending> failed;
   bool abort = false;
@@ -335,7 +356,10 @@ void NcclGroup::break_group(const std::string& why, const std::shared_ptr<WorkIm
   }
   detail::print_log(*log_, where_, "a collective failed: " + why);
   // Before the Works fail: the emulated abort lets the streams behind them run.
-  if (abort) lib_->ncclCommAbort(comm_);
+  if (abort) {
+    release_graphs("the NCCL group of the graph's collectives failed: " + why);
+    lib_->ncclCommAbort(comm_);
+  }
   if (first) first->mark_failed(why);
   for (Pending& p : failed)
     if (p.work != first)

@@ -31,7 +31,10 @@
 // before a replay a failed group raises its error instead; after one, the
 // watchdog polls an event recorded behind it like any collective, so a peer
 // that fails during a replay times the replay out, aborts the communicator
-// and fails the next replay (or collective) with a kiln::Error.
+// and fails the next replay (or collective) with a kiln::Error. NCCL's
+// ncclCommDestroy and ncclCommAbort wait until every graph holding the
+// communicator's work is destroyed, so the group releases those graphs first
+// (ReplayWatch::release: their plans run without a graph from then on).
 #pragma once
 
 #include <condition_variable>
@@ -43,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/cuda_graphs.h"
 #include "kiln/cuda.h"
 #include "kiln/distributed/process_group.h"
 #include "nccl_lib.h"
@@ -112,6 +116,9 @@ class NcclGroup final : public ProcessGroup {
                   const Launch& launch, bool ordered = true);
   void check_tensor(const char* op, const Tensor& t, const char* name = "tensor") const;
   void check_root(const char* op, int root) const;
+  // Destroys the CUDA graphs that hold this group's collectives (before the
+  // communicator goes: NCCL waits for them), `why` their plans' reason.
+  void release_graphs(const std::string& why);
   // enqueue() while this thread captures a CUDA graph.
   WorkPtr enqueue_captured(std::shared_ptr<WorkImpl> work, std::vector<Tensor> keep,
                            const Launch& launch);
@@ -140,6 +147,7 @@ class NcclGroup final : public ProcessGroup {
   bool aborted_ = false, stop_ = false;
   std::thread watchdog_;
   std::shared_ptr<Link> link_ = std::make_shared<Link>();
+  std::vector<std::weak_ptr<cuda::ReplayWatch>> watches_;  // (mu_) of the graphs holding our work
 };
 
 }  // namespace kiln::dist::nccl_backend

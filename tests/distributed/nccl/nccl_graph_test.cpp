@@ -2,7 +2,8 @@
 // captured, on the emulated device (2 forked ranks): the step's plan is
 // captured and replayed (graph stats), and trains as the same step without
 // graphs and as one process; a rank that dies during a replayed step fails
-// the other rank's next step with a kiln::Error within the group's timeout.
+// the other rank's next step with a kiln::Error within the group's timeout;
+// destroying the group releases the graphs that hold its collectives.
 #include <unistd.h>
 #include <chrono>
 #include <cstdlib>
@@ -178,6 +179,48 @@ std::string dying_rank(int rank, uint64_t port) {
 TEST(NcclGraphs, RankDyingDuringAReplayedStepFailsThePeer) {
   auto status = testing::run_store_ranks(
       2, [&](int rank, uint64_t port) { return dying_rank(rank, port); }, 120s);
+  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+}
+
+// A group destroyed while a compiled step's graph still holds its all-reduces
+// (the step outlives it): the group releases the graph first, since NCCL's
+// ncclCommDestroy waits until such graphs are destroyed (the emulated NCCL
+// waits 5 s, then fails).
+std::string destroy_rank(int rank, uint64_t port) {
+  auto pg = group(rank, port, 30s, "destroy");
+  auto m = testing::make_mlp(1, {6, 8, 3});
+  m->to(Device::cuda(0));
+  auto ddp = std::make_unique<DistributedDataParallel>(
+      m, DDPOptions{.first_bucket_mb = 1e-4, .process_group = pg});
+  optim::SGD opt(m->parameters(), {.lr = 0.1});
+  auto step = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy((*ddp)(x), y);
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {.name = "nccl_destroyed_step"});
+  auto data = testing::make_batches(1, 2, 6, 3);
+  Tensor x = data[0].x.to(Device::cuda(0)), y = data[0].y.to(Device::cuda(0));
+  for (int i = 0; i < 3; ++i) step(x, y);
+  cuda::synchronize();
+  if (cuda::graph_stats().replays < 1) return "no step was replayed";
+  const auto t0 = std::chrono::steady_clock::now();
+  ddp.reset();
+  pg.reset();  // the last holder: the group is destroyed, the step's plan still holds its graph
+  const auto took = std::chrono::steady_clock::now() - t0;
+  if (took > 2500ms)
+    return str("destroying the group took ",
+               std::chrono::duration_cast<std::chrono::milliseconds>(took).count(),
+               " ms: it waited for the graph");
+  return "";
+}
+
+TEST(NcclGraphs, DestroyingTheGroupReleasesItsGraphs) {
+  auto status = testing::run_store_ranks(
+      2, [&](int rank, uint64_t port) { return destroy_rank(rank, port); }, 120s);
   EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
 }
 
