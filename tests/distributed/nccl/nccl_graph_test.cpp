@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,43 +42,75 @@ std::shared_ptr<ProcessGroup> group(int rank, uint64_t port, std::chrono::millis
   return make_nccl_group(store, rank, 2, rank, po, prefix);
 }
 
+std::shared_ptr<nn::Sequential> on_device(std::shared_ptr<nn::Sequential> m) {
+  m->to(Device::cuda(0));
+  return m;
+}
+
+// A rank's model on the device (seed `seed`), DDP over `pg` with several
+// buckets, SGD, and the whole step compiled: zero_grad, forward, backward
+// with the bucket all-reduces as collective nodes, the update.
+struct DdpStep {
+  using Body = std::function<Tensor(const Tensor&, const Tensor&)>;
+  DdpStep(std::shared_ptr<ProcessGroup> pg, uint64_t seed, double momentum, const std::string& name)
+      : m(on_device(testing::make_mlp(seed, {6, 8, 3}))),
+        ddp(std::make_unique<DistributedDataParallel>(
+            m, DDPOptions{.first_bucket_mb = 1e-4, .process_group = pg})),
+        opt(m->parameters(), {.lr = 0.1, .momentum = momentum}),
+        step(compile(Body([this](const Tensor& x, const Tensor& y) {
+                       opt.zero_grad();
+                       Tensor loss = cross_entropy((*ddp)(x), y);
+                       loss.backward();
+                       opt.step();
+                       return loss;
+                     }),
+                     {.name = name})) {}
+  std::shared_ptr<nn::Sequential> m;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  optim::SGD opt;
+  Compiled<Body> step;
+};
+
+// Runs body(rank, port) on 2 forked ranks; both must return "".
+void expect_two_ranks(std::string (*body)(int, uint64_t), std::chrono::seconds limit) {
+  auto status = testing::run_store_ranks(2, body, limit);
+  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+}
+
 // Rank pg->rank()'s parameters after training on its share of `data` with
-// the whole DDP step compiled (zero_grad, forward, backward with the bucket
-// all-reduces as collective nodes, SGD); `stats`: the graph runner's counts
-// over the run.
+// the compiled DDP step; `stats`: the graph runner's counts over the run.
 std::string train(std::shared_ptr<ProcessGroup> pg, const std::vector<Batch>& data,
                   const std::string& name, std::vector<Tensor>& params, cuda::GraphStats& stats) {
   const int rank = pg->rank();
-  auto m = testing::make_mlp(uint64_t(rank) + 1, {6, 8, 3});
-  m->to(Device::cuda(0));
-  DistributedDataParallel ddp(m, {.first_bucket_mb = 1e-4, .process_group = pg});
-  if (ddp.num_buckets() < 2) return str("expected several buckets; got ", ddp.num_buckets());
-  optim::SGD opt(m->parameters(), {.lr = 0.1, .momentum = 0.9});
-  auto step = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        opt.zero_grad();
-        Tensor loss = cross_entropy(ddp(x), y);
-        loss.backward();
-        opt.step();
-        return loss;
-      },
-      {.name = name});
+  DdpStep s(pg, uint64_t(rank) + 1, 0.9, name);
+  if (s.ddp->num_buckets() < 2) return str("expected several buckets; got ", s.ddp->num_buckets());
   const cuda::GraphStats before = cuda::graph_stats();
   const int64_t b = data[0].x.size(0) / 2;
   for (const Batch& bt : data)
-    step(bt.x.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)),
-         bt.y.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)));
+    s.step(bt.x.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)),
+           bt.y.narrow(0, rank * b, b).contiguous().to(Device::cuda(0)));
   cuda::synchronize();
   const cuda::GraphStats after = cuda::graph_stats();
   stats.captures = after.captures - before.captures;
   stats.replays = after.replays - before.replays;
   stats.fallbacks = after.fallbacks - before.fallbacks;
   stats.last_fallback = after.last_fallback;
-  if (step.stats().compiled_calls != int64_t(data.size()) - 1)  // the first call traces it
-    return str("the plan ran ", step.stats().compiled_calls, " times of ", data.size());
+  if (s.step.stats().compiled_calls != int64_t(data.size()) - 1)  // the first call traces it
+    return str("the plan ran ", s.step.stats().compiled_calls, " times of ", data.size());
   params.clear();
-  for (const Tensor& p : m->parameters()) params.push_back(p.to(Device::cpu()));
+  for (const Tensor& p : s.m->parameters()) params.push_back(p.to(Device::cpu()));
   return "";
+}
+
+// Three steps of `s` (traced, plain, captured and replayed) on one batch,
+// which x and y get; "" once a step was replayed.
+std::string three_steps(DdpStep& s, Tensor& x, Tensor& y) {
+  auto data = testing::make_batches(1, 2, 6, 3);
+  x = data[0].x.to(Device::cuda(0));
+  y = data[0].y.to(Device::cuda(0));
+  for (int i = 0; i < 3; ++i) s.step(x, y);
+  cuda::synchronize();
+  return cuda::graph_stats().replays < 1 ? "no step was replayed" : "";
 }
 
 std::string same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
@@ -120,37 +153,19 @@ std::string graph_rank(int rank, uint64_t port) {
 }
 
 TEST(NcclGraphs, CompiledDdpStepReplaysItsCollectivesFromAGraph) {
-  auto status = testing::run_store_ranks(
-      2, [&](int rank, uint64_t port) { return graph_rank(rank, port); }, 180s);
-  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+  expect_two_ranks(graph_rank, 180s);
 }
 
-// Both ranks run three steps (traced, plain, captured and replayed); rank 1's process
-// then ends while rank 0 replays its fourth step, whose all-reduces wait for
+// Both ranks run three steps (traced, plain, captured and replayed); rank
+// 1's process then ends while rank 0 replays its fourth step, whose all-reduces wait for
 // rank 1: one of rank 0's next steps raises a kiln::Error naming the replayed
 // graph's collectives and the failure, within the group's timeout.
 constexpr auto kTimeout = 8s;
 
 std::string dying_rank(int rank, uint64_t port) {
-  auto pg = group(rank, port, kTimeout, "dying");
-  auto m = testing::make_mlp(1, {6, 8, 3});
-  m->to(Device::cuda(0));
-  DistributedDataParallel ddp(m, {.first_bucket_mb = 1e-4, .process_group = pg});
-  optim::SGD opt(m->parameters(), {.lr = 0.1});
-  auto step = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        opt.zero_grad();
-        Tensor loss = cross_entropy(ddp(x), y);
-        loss.backward();
-        opt.step();
-        return loss;
-      },
-      {.name = "nccl_dying_step"});
-  auto data = testing::make_batches(1, 2, 6, 3);
-  Tensor x = data[0].x.to(Device::cuda(0)), y = data[0].y.to(Device::cuda(0));
-  for (int i = 0; i < 3; ++i) step(x, y);
-  cuda::synchronize();
-  if (cuda::graph_stats().replays < 1) return "no step was replayed";
+  DdpStep s(group(rank, port, kTimeout, "dying"), 1, 0.0, "nccl_dying_step");
+  Tensor x, y;
+  if (auto why = three_steps(s, x, y); !why.empty()) return why;
   if (rank == 1) {
     std::this_thread::sleep_for(300ms);  // rank 0 is inside its fourth step's all-reduce
     ::_exit(0);
@@ -158,7 +173,7 @@ std::string dying_rank(int rank, uint64_t port) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     for (int i = 0; i < 1000; ++i) {
-      step(x, y);
+      s.step(x, y);
       cuda::synchronize();
       if (std::chrono::steady_clock::now() - t0 > kTimeout + 10s)
         return str("no error after ", i + 1, " steps");
@@ -177,9 +192,7 @@ std::string dying_rank(int rank, uint64_t port) {
 }
 
 TEST(NcclGraphs, RankDyingDuringAReplayedStepFailsThePeer) {
-  auto status = testing::run_store_ranks(
-      2, [&](int rank, uint64_t port) { return dying_rank(rank, port); }, 120s);
-  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+  expect_two_ranks(dying_rank, 120s);
 }
 
 // A group destroyed while a compiled step's graph still holds its all-reduces
@@ -188,27 +201,11 @@ TEST(NcclGraphs, RankDyingDuringAReplayedStepFailsThePeer) {
 // waits 5 s, then fails).
 std::string destroy_rank(int rank, uint64_t port) {
   auto pg = group(rank, port, 30s, "destroy");
-  auto m = testing::make_mlp(1, {6, 8, 3});
-  m->to(Device::cuda(0));
-  auto ddp = std::make_unique<DistributedDataParallel>(
-      m, DDPOptions{.first_bucket_mb = 1e-4, .process_group = pg});
-  optim::SGD opt(m->parameters(), {.lr = 0.1});
-  auto step = compile(
-      [&](const Tensor& x, const Tensor& y) {
-        opt.zero_grad();
-        Tensor loss = cross_entropy((*ddp)(x), y);
-        loss.backward();
-        opt.step();
-        return loss;
-      },
-      {.name = "nccl_destroyed_step"});
-  auto data = testing::make_batches(1, 2, 6, 3);
-  Tensor x = data[0].x.to(Device::cuda(0)), y = data[0].y.to(Device::cuda(0));
-  for (int i = 0; i < 3; ++i) step(x, y);
-  cuda::synchronize();
-  if (cuda::graph_stats().replays < 1) return "no step was replayed";
+  DdpStep s(pg, 1, 0.0, "nccl_destroyed_step");
+  Tensor x, y;
+  if (auto why = three_steps(s, x, y); !why.empty()) return why;
   const auto t0 = std::chrono::steady_clock::now();
-  ddp.reset();
+  s.ddp.reset();
   pg.reset();  // the last holder: the group is destroyed, the step's plan still holds its graph
   const auto took = std::chrono::steady_clock::now() - t0;
   if (took > 2500ms)
@@ -219,9 +216,7 @@ std::string destroy_rank(int rank, uint64_t port) {
 }
 
 TEST(NcclGraphs, DestroyingTheGroupReleasesItsGraphs) {
-  auto status = testing::run_store_ranks(
-      2, [&](int rank, uint64_t port) { return destroy_rank(rank, port); }, 120s);
-  EXPECT_EQ(status, std::vector<int>(2, 0)) << "see the ranks' stderr (-1: timed out)";
+  expect_two_ranks(destroy_rank, 120s);
 }
 
 }  // namespace
