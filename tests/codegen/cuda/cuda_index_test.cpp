@@ -192,9 +192,9 @@ TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
   expect_close(wg.grad(), wc.grad(), 1e-6, "embedding grad (scatter_add of repeated tokens)");
 }
 
-// The indexing kernels (with their compare-and-swap on the error record) as
-// NVRTC compiles them for a GPU: PTX for sm_90 with the atomic. No driver
-// needed.
+// The indexing kernels (with their compare-and-swap on the error record) and
+// the strided copies (32- and 64-bit loops) as NVRTC compiles them for a GPU:
+// PTX for sm_90 with the atomic. No driver needed.
 TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
   if (!cuda::nvrtc_available()) GTEST_SKIP() << "no NVRTC";
   std::string source = cuda::cuda_prelude();
@@ -205,6 +205,8 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
       source += cuda::print_scatter_add_sorted(t, i, str("ss_", dtype_name(t), "_", dtype_name(i)));
       if (t == DType::f32) source += cuda::print_scatter_keys(i, str("k_", dtype_name(i)));
     }
+  source += cuda::print_strided_copy(DType::f32, DType::bf16, "c_f32_bf16");
+  source += cuda::print_strided_copy(DType::i64, DType::i64, "c_i64");
   const std::string ptx = cuda::nvrtc_compile(source, "index.cu", 90, /*cubin=*/false).ptx;
   EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
   EXPECT_NE(ptx.find("atom.global.cas.b32"), std::string::npos) << ptx.substr(0, 2000);
