@@ -61,10 +61,11 @@
 //    the two, which made planning quadratic in depth. Merges within the span
 //    are unaffected.
 // 11. A recomputed node (attribute `recompute`: passes/src/remat.cpp, or a
-//    kiln::checkpoint region's replay) joins no group holding an unmarked node
-//    before it: it would be computed, and stored, where the original was, which
-//    undoes the recomputation; nor one begun by another recomputation where it
-//    would be made early (detail::LateCopies). Its chain and later readers fuse.
+//    kiln::checkpoint region's replay) joins no group of the forward's nodes:
+//    it would be computed, and stored, where the original was, which undoes
+//    the recomputation; nor one begun by another recomputation where it would
+//    be made early (detail::LateCopies). Its chain, the backward's nodes just
+//    before it and its later readers fuse.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>

@@ -7,6 +7,10 @@
 //    the whole backward is done; kept if the predicted peak drops (under a
 //    budget: does not grow). The executor runs such an update when it is
 //    ready instead of batching it with the others (executor_schedule.cpp).
+//    After a budget's cuts it runs again, first with its rule 2b (each
+//    gradient's own part, dW's matmul and the operand recomputed for it, right
+//    after its inputs instead of after the backward's dX: the transformer's
+//    8 MiB GELU copy and dX were alive together), kept if the fused peak drops.
 // 1. Memory model (predicted_peak_bytes): the graph runs node by node in its
 //    order; a node's output buffer lives from the node to its last reader
 //    (graph outputs to the end). Views (kView ops) share their source's buffer
@@ -106,6 +110,12 @@
 //    would break the budget).
 // 10. Slack under a met budget (tiers cut whole runs) keeps recomputed matmuls,
 //    costliest first, while the fused peak holds (not those a checkpoint recomputes).
+// 11. Under a budget, a copy whose forward value is kept anyway (a result, a
+//    value another cut saved, or one read after the copy) reads that value
+//    where neither peak grows: one cut saved a transformer block's
+//    pre-activation z and another recomputed z from the matmul before the bias,
+//    so both 8 MiB values lived through the backward. Rules 11 and 10 alternate
+//    while rule 10 keeps a matmul. Rules 9 to 11: remat_keep.cpp.
 #include "kiln/passes/remat.h"
 
 #include <algorithm>
@@ -113,13 +123,10 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
-#include <set>
 #include <span>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
-#include "cse_key.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/passes/dce.h"
@@ -127,6 +134,7 @@
 #include "remat_internal.h"
 
 namespace kiln::passes {
+namespace detail {}
 namespace {
 
 using ir::Node;
@@ -322,181 +330,6 @@ Cut just_enough(ir::Graph& g, const Model& m, int gap, const Tier& t, int64_t id
   return lo > 0 ? find_cut(g, m, gap, t, lo) : full;
 }
 
-// ---- rule 9: a value two cuts recompute is computed once ----
-
-// CSE's key of a copy without its cut id, each input read as the value `as`
-// maps it to (what it stands for), so copies and originals compare.
-KeyOptions copy_key(const std::unordered_map<const Value*, Value*>& as) {
-  KeyOptions opt;
-  opt.skip_attr = "recompute";
-  opt.input = [&as](const Value* v) -> const Value* {
-    auto it = as.find(v);
-    return it == as.end() ? v : it->second;
-  };
-  return opt;
-}
-
-bool is_copy(const Node* n) {
-  return n->attrs.has("recompute") && n->attrs.i("recompute") < 0;
-}
-
-// Copies of later cuts that compute what an earlier copy already does (a
-// matmul a second cut recomputes from the same saved value, bench/remat_bench's
-// MLP at 50%: 3 of 14), as units: each opaque duplicate and the duplicates it
-// reads, joined where one reads another; every pair is (duplicate, the earlier
-// value it becomes). Elementwise duplicates alone stay: they fuse into their
-// readers' kernels, and one computation would be stored longer instead.
-std::vector<std::vector<std::pair<Node*, Value*>>> duplicate_units(const ir::Graph& g) {
-  // CSE's key without the cut id, each input read as what it stands for
-  // after the merges before it: copies with one key compute the same value.
-  std::unordered_map<const Value*, Value*> rep;
-  const KeyOptions opt = copy_key(rep);
-  std::unordered_map<std::string, Node*> first;  // key -> the earliest copy
-  std::string key;
-  KeyScratch scratch;
-  std::vector<Node*> dups;
-  for (Node* n : g.nodes()) {
-    if (!is_copy(n) || n->outputs.size() != 1 || n->inputs.empty()) continue;
-    if (!make_key(n, key, scratch, opt)) continue;
-    auto [it, fresh] = first.emplace(key, n);
-    if (fresh) continue;
-    rep[n->output()] = it->second->output();
-    dups.push_back(n);
-  }
-  // Kept: opaque duplicates and the duplicates they read (latest first), in
-  // units joined by data edges (union-find over dups).
-  std::unordered_map<const Node*, size_t> index;
-  for (size_t k = 0; k < dups.size(); ++k) index[dups[k]] = k;
-  std::vector<char> keep(dups.size(), 0);
-  std::vector<size_t> parent(dups.size());
-  for (size_t k = 0; k < dups.size(); ++k) parent[k] = k;
-  auto find = [&](size_t k) {
-    while (parent[k] != k) k = parent[k] = parent[parent[k]];
-    return k;
-  };
-  for (size_t k = dups.size(); k-- > 0;) {
-    const Node* n = dups[k];
-    keep[k] = keep[k] || n->info().has(kOpaque);
-    if (!keep[k]) continue;
-    for (const Value* u : n->inputs) {
-      auto it = u->producer ? index.find(u->producer) : index.end();
-      if (it == index.end()) continue;
-      keep[it->second] = 1;
-      parent[find(it->second)] = find(k);
-    }
-  }
-  std::vector<std::vector<std::pair<Node*, Value*>>> units;
-  std::unordered_map<size_t, size_t> unit_of;  // root -> unit, in order of first member
-  for (size_t k = 0; k < dups.size(); ++k) {
-    if (!keep[k]) continue;
-    auto [it, fresh] = unit_of.emplace(find(k), units.size());
-    if (fresh) units.emplace_back();
-    units[it->second].emplace_back(dups[k], rep.at(dups[k]->output()));
-  }
-  return units;
-}
-
-// Rule 9: merges the units `accept` agrees to, all at once if it does, else one
-// at a time (each tried on a clone of g, kept by moving it into g).
-template <typename Accept>
-bool merge_duplicates(ir::Graph& g, std::vector<std::string>& log, Accept accept) {
-  auto merge = [](ir::Graph& c, const std::vector<std::pair<Node*, Value*>>& unit) {
-    for (const auto& [dup, keep] : unit) c.replace_all_uses(dup->output(), keep);
-    for (auto it = unit.rbegin(); it != unit.rend(); ++it) c.erase(it->first);
-    dce(c);
-  };
-  int merged = 0;
-  for (size_t skip = 0, all = 1;; all = 0) {
-    std::unique_ptr<ir::Graph> c = g.clone();
-    const auto units = duplicate_units(*c);
-    if (units.size() <= skip) break;
-    size_t n = 0;
-    for (size_t k = all ? 0 : skip; k < (all ? units.size() : skip + 1); ++k, ++n)
-      merge(*c, units[k]);
-    if (accept(*c)) {
-      g = std::move(*c);
-      merged += static_cast<int>(n);
-      if (all) break;
-    } else if (!all) {
-      ++skip;
-    }
-  }
-  if (merged > 0)
-    log.push_back(str("remat: ", merged, " matmul chain(s) two cuts recomputed now run once"));
-  return merged > 0;
-}
-
-// ---- rule 10: slack under a met budget keeps recomputed matmuls ----
-
-// Each recomputed opaque copy (a matmul a cut recomputes) and the forward
-// value it stands for (CSE's key without the cut id, copies' inputs read as
-// their originals), costliest first. Values a checkpoint region of the user's
-// recomputes are left alone.
-std::vector<std::pair<Node*, Value*>> recomputed_originals(const ir::Graph& g) {
-  std::unordered_map<const Value*, Value*> orig;
-  const KeyOptions opt = copy_key(orig);
-  std::unordered_map<std::string, Node*> forward;
-  std::unordered_set<std::string> checkpointed;
-  std::string key;
-  KeyScratch scratch;
-  std::vector<std::pair<Node*, Value*>> out;
-  for (Node* n : g.nodes()) {
-    if (n->outputs.size() != 1 || n->inputs.empty() || !make_key(n, key, scratch, opt)) continue;
-    if (!is_copy(n)) {
-      if (n->attrs.has("recompute")) checkpointed.insert(key);
-      forward.emplace(key, n);
-      continue;
-    }
-    auto it = forward.find(key);
-    if (it == forward.end()) continue;
-    orig[n->output()] = it->second->output();
-    if (n->info().has(kOpaque) && !checkpointed.count(key))
-      out.emplace_back(n, it->second->output());
-  }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return recompute_cost(*a.first) > recompute_cost(*b.first);
-  });
-  return out;
-}
-
-// Rule 10: each recomputed matmul, costliest first, reads its forward value
-// instead (its copy and the chain only it read go) while `accept` agrees.
-template <typename Accept>
-bool keep_recomputed(ir::Graph& g, std::vector<std::string>& log, Accept accept) {
-  int kept = 0;
-  for (size_t skip = 0;;) {
-    std::unique_ptr<ir::Graph> c = g.clone();
-    const auto cands = recomputed_originals(*c);
-    if (cands.size() <= skip) break;
-    const auto [copy, original] = cands[skip];
-    c->replace_all_uses(copy->output(), original);
-    c->erase(copy);
-    dce(*c);
-    if (accept(*c)) {
-      g = std::move(*c);
-      ++kept;
-    } else {
-      ++skip;
-    }
-  }
-  if (kept > 0)
-    log.push_back(str("remat: ", kept, " recomputed matmul(s) kept instead, within the budget"));
-  return kept > 0;
-}
-
-// Rules 9 then 10 after a budget's cuts (rule 9 unmet: the fused peak does not grow).
-template <typename Simulate, typename FusedPeak>
-bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log, const Simulate& simulate,
-                       const FusedPeak& fused_peak, int64_t start_peak, int64_t budget,
-                       int64_t fused) {
-  bool changed = merge_duplicates(g, log, [&](const ir::Graph& c) {
-    return simulate(c).peak <= start_peak && fused_peak(c) <= std::max(budget, fused);
-  });
-  if (fused_peak(g) <= budget)
-    changed |= keep_recomputed(g, log, [&](const ir::Graph& c) { return fused_peak(c) <= budget; });
-  return changed;
-}
-
 double cost_of(const std::vector<Node*>& nodes) {
   double c = 0;
   for (const Node* n : nodes) c += std::max(0.0, recompute_cost(*n));
@@ -588,6 +421,37 @@ void debug_log(const ir::Graph& g, const RematReport& rep, size_t first_log, boo
   std::string comp;
   detail::fused_peak(g, plan_fusion(g), writes, &comp);
   std::fprintf(stderr, "[kiln] %s\n", comp.c_str());
+}
+
+// After a budget's cuts: rule 0 again with its rule 2b (each gradient's own
+// part right after its inputs, not after the backward's dX), kept if the fused
+// peak drops; rules 9 to 11 (remat_keep.cpp); rule 0 once more, as before (a
+// recomputed matmul reads its weight late, after an update moved before it,
+// which then could not write in place), kept if the fused peak stays within
+// max(budget, its own).
+template <typename FusedPeak>
+void after_cuts(ir::Graph& g, std::span<const StateWrite> writes, std::vector<std::string>& log,
+                const FusedPeak& fused_peak, int64_t start_peak, int64_t budget) {
+  auto node_peak = [&](const ir::Graph& x) { return detail::simulate(x, writes).peak; };
+  // Rule 0 on a clone of g, kept if `keep(fused peak before, after)`.
+  auto reorder = [&](bool early, const char* what, auto keep) {
+    std::unique_ptr<ir::Graph> c = g.clone();
+    const int64_t peak = node_peak(g), was = fused_peak(g);
+    std::function<bool(std::vector<Node*>)> no_higher = [&](std::vector<Node*> order) {
+      return detail::simulate(*c, writes, std::move(order)).peak <= peak;
+    };
+    if (!detail::schedule_updates(*c, writes, early ? nullptr : no_higher, early)) return false;
+    const int64_t now = fused_peak(*c);
+    if (!keep(was, now)) return false;
+    log.push_back(str("remat: ", what, "; fused peak ", mib(was), " -> ", mib(now)));
+    g = std::move(*c);
+    return true;
+  };
+  const bool early = reorder(true, "gradients moved to their inputs",
+                             [](int64_t was, int64_t now) { return now < was; });
+  detail::after_budget_cuts(g, log, node_peak, fused_peak, start_peak, budget);
+  reorder(early, "updates moved after the recomputations reading their inputs",
+          [&](int64_t was, int64_t now) { return now <= std::max(was, budget); });
 }
 
 }  // namespace
@@ -712,18 +576,9 @@ bool remat(ir::Graph& g) {
       if (!kept) break;
     }
   }
-  if (changed && budget > 0 &&
-      after_budget_cuts(g, rep.log, simulate, fused_peak, start_peak, budget, fused))
+  if (budget > 0 && rep.splits > splits_before) {  // the cuts ran
+    after_cuts(g, writes, rep.log, fused_peak, start_peak, budget);
     m = simulate(g);
-  // Rule 0 again after the cuts: a recomputed matmul reads its weight late,
-  // after an update moved before it, which then cannot write in place.
-  if (changed && budget > 0 && detail::schedule_updates(g, writes, accept(true))) {
-    const int64_t was = m.peak;
-    m = simulate(g);
-    rep.log.push_back(
-        str("remat: updates moved after the recomputations reading their inputs; "
-            "predicted peak ",
-            mib(was), " -> ", mib(m.peak)));
   }
   if (changed) {
     const int64_t was = predicted_peak_bytes(*original, plan_fusion(*original), writes);

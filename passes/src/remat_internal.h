@@ -69,9 +69,12 @@ std::vector<int> write_targets(const ir::Graph& g, std::span<const StateWrite> w
 
 /// Rule 0 (remat_schedule.cpp): each parameter's update moves to just after
 /// its gradient is complete, if `accept` (given the proposed order) agrees;
-/// returns true if g changed.
+/// with `early_gradients`, each gradient's own part (dW's matmul, operands
+/// recomputed for it) right after its inputs instead (rule 2b there).
+/// Returns true if g changed.
 bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
-                      const std::function<bool(std::vector<ir::Node*>)>& accept);
+                      const std::function<bool(std::vector<ir::Node*>)>& accept,
+                      bool early_gradients = false);
 
 /// What the buffers alive at m's peak are (gradients, other graph outputs,
 /// values read after the peak, the working set), one line.
@@ -90,15 +93,18 @@ int64_t fused_peak(const ir::Graph& g, const FusionPlan& plan, std::span<const S
                    std::string* composition);
 
 /// Fusion's rule 11 (fuse.cpp) for recomputed nodes (attribute `recompute`).
-/// A group begun by an unmarked node admits none: it would be made, and
-/// stored, where the original was. A group begun by one recomputation admits
-/// a node of another only if that node reads no member made before an opaque
-/// node (matmul, conv) that neither reads the group nor feeds it: else the
-/// later cut's copy would be made, and stored, with the earlier cut's, layers
-/// before its readers (bench/remat_bench's MLP at 25%: one kernel wrote 3
-/// GELUs that 3 cuts recomputed later; measured 3.5 MiB, 1.8 with the rule).
-/// A matmul the group reads or feeds (directly or through views) runs before
-/// or after it anyway.
+/// A node x of a recomputation joins a group begun by an unmarked node only
+/// if it reads no unmarked member (a forward node: x would be made, and
+/// stored, where the original was) and no opaque node (matmul, conv) that
+/// neither reads the group nor feeds it lies between the group's first node
+/// and x: the backward's own nodes just before x may hold it (GELU's
+/// derivative: 2 x 8 MiB more at bench/remat_bench's transformer 50% peak
+/// when they did not). In a group begun by another recomputation, no such
+/// opaque node may lie between x and a member x reads (else the later cut's
+/// copy would be made, and stored, with the earlier cut's, layers before its readers:
+/// bench/remat_bench's MLP at 25%: one kernel wrote 3 GELUs that 3 cuts
+/// recomputed later; measured 3.5 MiB, 1.8 with the rule). A matmul the group
+/// reads or feeds (directly or through views) runs before or after it anyway.
 class LateCopies {
  public:
   explicit LateCopies(const ir::Graph& g);
@@ -109,6 +115,17 @@ class LateCopies {
   const ir::Graph& g_;
   std::vector<const ir::Node*> opaque_;  // opaque nodes, in order
 };
+
+/// Rules 9 to 11 of remat.cpp after a budget's cuts (remat_keep.cpp): copies
+/// two cuts made of one value merge (rule 9: the fused peak within
+/// max(budget, its own), `node_peak` within `start_peak`); copies whose forward
+/// value a cut keeps anyway read it (rule 11: neither peak grows); under a met
+/// budget, recomputed matmuls read their forward values while the fused peak
+/// stays within it (rule 10). Log lines for what changed; true if g changed.
+bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
+                       const std::function<int64_t(const ir::Graph&)>& node_peak,
+                       const std::function<int64_t(const ir::Graph&)>& fused_peak,
+                       int64_t start_peak, int64_t budget);
 
 /// Rule 3's max flow (Dinic) and min cut.
 class FlowNet {

@@ -285,27 +285,45 @@ LateCopies::LateCopies(const ir::Graph& g) : g_(g) {
 
 bool LateCopies::allows(const std::vector<const Node*>& cand) const {
   auto marked = [](const Node* x) { return x->attrs.has("recompute"); };
-  if (cand.empty()) return true;
-  if (!marked(cand.front())) return std::none_of(cand.begin() + 1, cand.end(), marked);
+  if (cand.empty() || std::none_of(cand.begin(), cand.end(), marked)) return true;
   auto at = [&](const Node* x) { return g_.position(x); };
   auto before = [&](const Node* a, const Node* b) { return at(a) < at(b); };
   auto member = [&](const Node* x) {
     return x && std::binary_search(cand.begin(), cand.end(), x, before);
   };
+  // Whether an opaque node between a and x neither reads the group nor feeds
+  // it: a group holding both would make x's value that far before its use.
+  auto apart = [&](const Node* a, const Node* x) {
+    auto o = std::upper_bound(opaque_.begin(), opaque_.end(), a, before);
+    for (; o != opaque_.end() && at(*o) < at(x); ++o) {
+      const Node* m = *o;
+      const bool reads = std::any_of(m->inputs.begin(), m->inputs.end(),
+                                     [&](const Value* w) { return member(source(w)->producer); });
+      if (!reads && !feeds(m->output(), member)) return true;
+    }
+    return false;
+  };
+  if (!marked(cand.front())) {  // the backward's own nodes may hold its copies, the forward's not
+    for (const Node* x : cand) {
+      if (!marked(x)) continue;
+      // A copy reads forward values and copies only: an unmarked member it
+      // reads is a forward node, whose kernel would make x. One that reads
+      // graph inputs only stays in a kernel of its own.
+      bool made = false;
+      for (const Value* u : x->inputs) {
+        if (member(u->producer) && !marked(u->producer)) return false;
+        made = made || (u->producer && !u->producer->is_constant());
+      }
+      if (!made) return false;
+      if (apart(cand.front(), x)) return false;
+    }
+    return true;
+  }
   const int64_t first = cand.front()->attrs.i("recompute");
   for (const Node* x : cand) {
     if (!marked(x) || x->attrs.i("recompute") == first) continue;
-    for (const Value* u : x->inputs) {
-      if (!member(u->producer)) continue;
-      // The opaque nodes between u's producer and x.
-      auto o = std::upper_bound(opaque_.begin(), opaque_.end(), u->producer, before);
-      for (; o != opaque_.end() && at(*o) < at(x); ++o) {
-        const Node* m = *o;
-        const bool reads = std::any_of(m->inputs.begin(), m->inputs.end(),
-                                       [&](const Value* w) { return member(source(w)->producer); });
-        if (!reads && !feeds(m->output(), member)) return false;
-      }
-    }
+    for (const Value* u : x->inputs)
+      if (member(u->producer) && apart(u->producer, x)) return false;
   }
   return true;
 }

@@ -55,7 +55,8 @@ void move_before(ir::Graph& g, Node* n, Node* before) {
 }  // namespace
 
 bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
-                      const std::function<bool(std::vector<ir::Node*>)>& accept) {
+                      const std::function<bool(std::vector<ir::Node*>)>& accept,
+                      bool early_gradients) {
   if (writes.empty()) return false;
   const std::vector<Node*> nodes = g.nodes();
   const int ids = g.value_id_bound();
@@ -137,24 +138,53 @@ bool schedule_updates(ir::Graph& g, std::span<const StateWrite> writes,
         if (const int w = written_by[static_cast<size_t>(x)]; w >= 0) raise(family_root(up, w), p);
     }
   }
+  // Rule 2b: the family's gradient part (nodes that write no state and read
+  // no input a family writes, nor a member that does: dW's matmul and the
+  // operands recomputed for it) goes after its own latest outside producer
+  // instead, so the backward's dX, which the anchor waits for, does not hold
+  // its output while dW's operands are made.
+  std::vector<char> early(nodes.size(), 0);
+  std::vector<int> early_anchor(up.size(), -1);
+  for (size_t p = 0; p < nodes.size(); ++p) {
+    const int f = fam[p];
+    if (f < 0) continue;
+    bool e = true;
+    for (const Value* v : nodes[p]->outputs) e = e && into[static_cast<size_t>(v->id())] < 0;
+    int a = -1;
+    for (const Value* in : nodes[p]->inputs) {
+      if (const int x = origin[static_cast<size_t>(in->id())]; x >= 0)
+        e = e && written_by[static_cast<size_t>(x)] < 0;
+      if (!in->producer) continue;
+      const size_t q = g.position(in->producer);
+      if (fam[q] == f)
+        e = e && early[q];
+      else
+        a = std::max(a, static_cast<int>(q));
+    }
+    early[p] = e;
+    if (e) early_anchor[static_cast<size_t>(f)] = std::max(early_anchor[static_cast<size_t>(f)], a);
+  }
   // The new order: the nodes outside families as they were, each family's
-  // nodes (in their order) just after its anchor; a family with no anchor
-  // (it reads graph inputs only) stays where it is.
-  std::vector<std::vector<size_t>> members(up.size());
-  std::vector<std::vector<int>> at(nodes.size());  // anchor position -> families, first first
+  // nodes (in their order) just after its anchor, its gradient part just
+  // after its own; a family with no anchor (it reads graph inputs only)
+  // stays where it is.
+  std::vector<std::vector<size_t>> members(2 * up.size());  // 2f: gradient part, 2f + 1: rest
+  std::vector<std::vector<size_t>> at(nodes.size());        // position -> parts, first first
   for (size_t p = 0; p < nodes.size(); ++p) {
     const int f = fam[p];
     if (f < 0 || anchor[static_cast<size_t>(f)] < 0) continue;
-    if (members[static_cast<size_t>(f)].empty())
-      at[static_cast<size_t>(anchor[static_cast<size_t>(f)])].push_back(f);
-    members[static_cast<size_t>(f)].push_back(p);
+    const int ea = early_anchor[static_cast<size_t>(f)];
+    const bool split =
+        early_gradients && early[p] && ea >= 0 && ea < anchor[static_cast<size_t>(f)];
+    const size_t part = 2 * static_cast<size_t>(f) + (split ? 0 : 1);
+    if (members[part].empty())
+      at[static_cast<size_t>(split ? ea : anchor[static_cast<size_t>(f)])].push_back(part);
+    members[part].push_back(p);
   }
   std::vector<size_t> order;
   for (size_t p = 0; p < nodes.size(); ++p) {
     if (fam[p] < 0 || anchor[static_cast<size_t>(fam[p])] < 0) order.push_back(p);
-    for (int f : at[p])
-      order.insert(order.end(), members[static_cast<size_t>(f)].begin(),
-                   members[static_cast<size_t>(f)].end());
+    for (size_t part : at[p]) order.insert(order.end(), members[part].begin(), members[part].end());
   }
   bool same = true;
   for (size_t k = 0; k < order.size() && same; ++k) same = order[k] == k;
