@@ -174,12 +174,9 @@ int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_t
   if (held > 0 && inner <= held * kMaxHeldThreads)
     return std::min(max_threads, std::max<int64_t>(32, (inner + held * 32 - 1) / (held * 32) * 32));
   // About 32 elements per thread, 64 to 256 threads: on an H200 rows of 1024
-  // ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md). A kernel
-  // with column sums runs one block per part (at most 1024 blocks, not one
-  // per row): about 2 elements per thread keep the device occupied.
-  const int64_t per_thread = has_column_sums(k) ? 2 : 32;
+  // ran best with 64 and rows of 4096 with 128 (bench/RESULTS.md).
   int64_t threads = 64;
-  while (threads < 256 && threads * per_thread < inner) threads *= 2;
+  while (threads < 256 && threads * 32 < inner) threads *= 2;
   return std::min(threads, max_threads);
 }
 
