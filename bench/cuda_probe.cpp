@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -174,12 +173,13 @@ struct Variant {
   bool no_issue = false;
 };
 std::vector<Variant> gelu_variants() {
-  auto opt = [](bool libm, int per, bool vec, bool narrow) {
+  auto opt = [](bool libm, int per, bool vec, bool narrow, bool fast_div = false) {
     cuda::detail::PointwiseOptions o;
     o.libm = libm;
     o.per_thread = per;
     o.vector = vec;
     o.narrow_dense = narrow;
+    o.fast_division = fast_div;
     return o;
   };
   return {{"libm (KILN_CUDA_LIBM=1)", opt(true, 4, false, false)},
@@ -190,6 +190,9 @@ std::vector<Variant> gelu_variants() {
           {"float4, 32-bit index", opt(false, 4, true, true)},
           {"2 float4 per thread", opt(false, 8, true, false)},
           {"2 float4, 32-bit index", opt(false, 8, true, true)},
+          {"fast division", opt(false, 4, false, false, true)},
+          {"fast division, float4", opt(false, 4, true, false, true)},
+          {"fast div., float4, 32-bit", opt(false, 4, true, true, true)},
           {"without KILN_ISSUE", opt(false, 4, false, false), true}};
 }
 
@@ -283,22 +286,11 @@ void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_mem
   std::printf("    default: first 64 rows: max |gpu - interpreter| %.3g\n", worst_of(out, ref));
 }
 
-// An experiment for issue 19 (real GPUs only): f32 division without div.rn's
-// slow path. ptxas expands div.rn.f32 as MUFU.RCP, two Newton steps and a
-// correction, then FCHK and a branch to a slow path for operands near the
-// exponent range's ends; tanh's 2/(e+1) (e+1 in [4.49, 4.86e8]) never takes
-// it. kiln_fdiv_fast is the fast path alone (the same five fma after the
-// reciprocal), so where FCHK passes it gives div.rn's bits.
-const char* kFastDiv = R"(
-KILN_FN float kiln_fdiv_fast(float n, float d) {
-  float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  const float e = fmaf(-d, r, 1.0f);
-  r = fmaf(r, e, r);
-  const float q0 = fmaf(n, r, 0.0f);
-  return fmaf(r, fmaf(-d, q0, n), q0);
-}
-// Bits of 2/d by div.rn and by kiln_fdiv_fast for every f32 d in [lo, lo + count),
-// and of n/d for `count` pseudo-random pairs with exponents in [-60, 60]: mismatches.
+// Whether kiln_fdiv_fast (the prelude's division without div.rn's slow path,
+// for tanh's 2/(e+1): PointwiseOptions::fast_division) gives div.rn's bits:
+// 2/d for every f32 d in [4, 5e8] (e+1 is in [4.49, 4.86e8]) and x/y for
+// pseudo-random pairs with exponents in [-60, 60]; mismatches in bad[0], bad[1].
+const char* kDivCheck = R"(
 KILN_KERNEL void kdivcheck(unsigned lo, unsigned count, unsigned long long* bad) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
     const float d = __uint_as_float(lo + i);
@@ -313,60 +305,30 @@ KILN_KERNEL void kdivcheck(unsigned lo, unsigned count, unsigned long long* bad)
 }
 )";
 
-// The GELU kernel (default print as kfd, float4 as kfd_f4) with its division
-// as kiln_fdiv_fast, and kdivcheck: a CUDA program.
-std::string fast_division_source(const kir::Kernel& gelu) {
-  const std::regex div(R"(\((e[0-9_]+) / (e[0-9_]+)\))");
-  cuda::detail::PointwiseOptions f4;
-  f4.vector = true;
-  return cuda_prelude() + kFastDiv +
-         std::regex_replace(
-             print_kernel(gelu, "kfd") + cuda::detail::print_pointwise_variant(gelu, "kfd_f4", f4),
-             div, "kiln_fdiv_fast($1, $2)");
-}
-
-// The GELU kernel (default print, and float4) with its division as
-// kiln_fdiv_fast, and the exhaustive check: lines after the variants'.
-void fast_division_lines(const kir::Kernel& gelu, int64_t n, int reps, double t_memcpy,
-                         const DeviceBuffer& in, const DeviceBuffer& out,
-                         const std::vector<float>& ref) {
-  if (device_prelude().find("(CUDA)") == std::string::npos) return;  // inline PTX: GPUs only
+// The line of kDivCheck's counts (real GPUs only: the emulated device's
+// kiln_fdiv_fast is a plain division).
+void fast_division_check() {
+  if (device_prelude().find("(CUDA)") == std::string::npos) return;
   const std::vector<char> image =
-      compile_for_device(fast_division_source(gelu), "probe_fastdiv.cu", 0);
+      compile_for_device(cuda_prelude() + kDivCheck, "probe_divcheck.cu", 0);
   Module mod(image.data());
-  const double gb = 2.0 * static_cast<double>(n) * 4 / 1e9;
-  CUdeviceptr a = in.get(), b = out.get();
-  long long nn = n, s0 = n;
-  void* params[4] = {&a, &b, &nn, &s0};
-  const auto blocks = static_cast<unsigned>(std::min<long long>((n + 1023) / 1024, 1 << 16));
-  for (const char* sym : {"kfd", "kfd_f4"}) {
-    const CUfunction fn = mod.function(sym);
-    const double t = median_ms(reps, [&] {
-      check(driver().cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr),
-            "cuLaunchKernel");
-    });
-    std::printf(
-        "    GELU fast division%-7s %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
-        "interpreter| %.3g\n",
-        sym[3] ? ", float4" : "", t, gb / t * 1e3, 100 * t_memcpy / t, worst_of(out, ref));
-  }
   DeviceBuffer bad(16);
   check(driver().cuMemsetD8(bad.get(), 0, 16), "cuMemsetD8");
-  uint32_t lo = 0, hi = 0;
   const float flo = 4.0f, fhi = 5.0e8f;
+  unsigned lo = 0, hi = 0;
   std::memcpy(&lo, &flo, 4);
   std::memcpy(&hi, &fhi, 4);
-  unsigned ulo = lo, count = hi - lo;
+  unsigned count = hi - lo;
   CUdeviceptr pb = bad.get();
-  void* cp[3] = {&ulo, &count, &pb};
+  void* cp[3] = {&lo, &count, &pb};
   check(driver().cuLaunchKernel(mod.function("kdivcheck"), 4096, 1, 1, 256, 1, 1, 0, nullptr, cp,
                                 nullptr),
         "cuLaunchKernel");
   unsigned long long got[2] = {0, 0};
   bad.download(got, 16);
   std::printf(
-      "    fast division vs div.rn: 2/d for every f32 d in [4, 5e8]: %llu of %u differ; "
-      "x/y, %u random pairs, exponents in [-60, 60]: %llu differ\n",
+      "    fast division vs div.rn: 2/d for every f32 d in [4, 5e8]: %llu of %u differ; x/y, %u "
+      "pseudo-random pairs, exponents in [-60, 60]: %llu differ\n",
       got[0], count, count, got[1]);
 }
 
@@ -495,7 +457,7 @@ int dump(const std::string& dir) {
   const kir::Kernel gelu = gelu_kernel(), softmax = softmax_kernel();
   const kir::Kernel ln = layer_norm_kernel(1024);
   // The variants last: the ones without KILN_ISSUE redefine it for what follows.
-  const std::string src = cuda_prelude() + print_kernel(gelu, "kgelu") +
+  const std::string src = cuda_prelude() + kDivCheck + print_kernel(gelu, "kgelu") +
                           print_kernel(softmax, "ksoftmax") + print_kernel(ln, "klayer_norm") +
                           variants_source(gelu, "") + print_kernel(softmax, "ksoftmax_noissue") +
                           print_kernel(ln, "klayer_norm_noissue");
@@ -507,10 +469,6 @@ int dump(const std::string& dir) {
     std::fclose(f);
   };
   write("probe.cu", src.data(), src.size());
-  const std::string fd = fast_division_source(gelu);
-  const NvrtcOutput fdo = nvrtc_compile(fd, "fastdiv.cu", 90, true, {"--ptxas-options=-v"});
-  write("fastdiv.cu", fd.data(), fd.size());
-  write("fastdiv.cubin", fdo.cubin.data(), fdo.cubin.size());
   write("probe.cubin", out.cubin.data(), out.cubin.size());
   const std::string ptx = nvrtc_compile(src, "probe.cu", 90, false).ptx;
   write("probe.ptx", ptx.data(), ptx.size());
@@ -580,7 +538,7 @@ int main(int argc, char** argv) {
         "interpreter| %.3g\n",
         t_gelu, gb / t_gelu * 1e3, 100 * t_memcpy / t_gelu, worst);
     gelu_variant_lines(gelu, n, reps, t_memcpy, in, out, ref);
-    fast_division_lines(gelu, n, reps, t_memcpy, in, out, ref);
+    fast_division_check();
     row_kernels(softmax, n, reps, t_memcpy, in, out);
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
     if (cublaslt_unavailable_reason().empty()) {

@@ -79,6 +79,12 @@ class B {
   KIR_BINARY(mul, OpId::mul)
   KIR_BINARY(div, OpId::div)
 #undef KIR_BINARY
+  std::vector<int> normal_divs;  // indices of div_normal's divisions
+  F div_normal(F a, F b) {
+    const F q = div(a, b);
+    normal_divs.push_back(q.i);
+    return q;
+  }
 #define KIR_COMPARE(name, o)   \
   template <DType T>           \
   M name(X<T> a, X<T> b) {     \
@@ -232,7 +238,14 @@ B::F expand_f32(B& b, OpId op, B::F x, B::F y) {
   return {};
 }
 
-std::vector<Expr> build(OpId op, DType t) {
+// One expansion: its expressions and, per expression, whether it is a
+// div_normal division.
+struct Expansion {
+  std::vector<Expr> exprs;
+  std::vector<char> normal_div;
+};
+
+Expansion build(OpId op, DType t) {
   B b;
   const int arity = op == OpId::pow ? 2 : 1;
   int in[2] = {-1, -1};
@@ -244,7 +257,9 @@ std::vector<Expr> build(OpId op, DType t) {
     const B::F r = expand_f32(b, op, {in[0]}, {in[1]});
     b.push(Expr::make_op(OpId::cast, t, r.i));
   }
-  return b.ex;
+  std::vector<char> normal(b.ex.size(), 0);
+  for (int i : b.normal_divs) normal[static_cast<size_t>(i)] = 1;
+  return {b.ex, normal};
 }
 
 constexpr int dtype_slot(DType t) {
@@ -257,10 +272,12 @@ bool has_math_expansion(OpId op, DType t) {
   return expandable_op(op) && (t == DType::f32 || t == DType::f16 || t == DType::bf16);
 }
 
-const std::vector<Expr>& math_expansion(OpId op, DType t) {
+namespace {
+
+const Expansion& expansion(OpId op, DType t) {
   KILN_ASSERT(has_math_expansion(op, t), "no math expansion for ", op_name(op), " in ", t);
   static const auto table = [] {
-    std::vector<std::array<std::vector<Expr>, 3>> all(static_cast<size_t>(kNumOps));
+    std::vector<std::array<Expansion, 3>> all(static_cast<size_t>(kNumOps));
     for (int o = 0; o < kNumOps; ++o) {
       const auto op = static_cast<OpId>(o);
       if (!expandable_op(op)) continue;
@@ -272,9 +289,20 @@ const std::vector<Expr>& math_expansion(OpId op, DType t) {
   return table[static_cast<size_t>(op)][static_cast<size_t>(dtype_slot(t))];
 }
 
-Kernel expand_math(const Kernel& k) {
+}  // namespace
+
+const std::vector<Expr>& math_expansion(OpId op, DType t) {
+  return expansion(op, t).exprs;
+}
+
+const std::vector<char>& normal_divisions(OpId op, DType t) {
+  return expansion(op, t).normal_div;
+}
+
+Kernel expand_math(const Kernel& k, std::vector<char>* normal_div) {
   Kernel out = k;
   out.exprs.clear();
+  if (normal_div) normal_div->clear();
   std::vector<int> map(k.exprs.size(), -1);
   auto remap = [](Expr e, const std::vector<int>& m) {
     if (e.kind == ExprKind::kOp || e.kind == ExprKind::kPrim) {
@@ -289,10 +317,12 @@ Kernel expand_math(const Kernel& k) {
         e.kind == ExprKind::kOp && e.a >= 0 ? k.exprs[static_cast<size_t>(e.a)].dtype : e.dtype;
     if (e.kind != ExprKind::kOp || !has_math_expansion(e.op, in)) {
       out.exprs.push_back(remap(e, map));
+      if (normal_div) normal_div->push_back(0);
       map[i] = static_cast<int>(out.exprs.size()) - 1;
       continue;
     }
     const std::vector<Expr>& f = math_expansion(e.op, in);
+    const std::vector<char>& nd = normal_divisions(e.op, in);
     std::vector<int> fm(f.size(), -1);
     const int operands[2] = {e.a, e.b};
     for (size_t j = 0; j < f.size(); ++j) {
@@ -301,6 +331,7 @@ Kernel expand_math(const Kernel& k) {
         continue;
       }
       out.exprs.push_back(remap(f[j], fm));
+      if (normal_div) normal_div->push_back(nd[j]);
       fm[j] = static_cast<int>(out.exprs.size()) - 1;
     }
     map[i] = fm.back();

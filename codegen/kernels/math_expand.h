@@ -31,11 +31,19 @@ bool has_math_expansion(OpId op, DType t);
 /// entries); the last one is the result, of dtype `t`. Built once, immutable.
 const std::vector<Expr>& math_expansion(OpId op, DType t);
 
+/// Whether entry i of math_expansion(op, t) is a division whose operands and
+/// quotient stay normal and far from the exponent range's ends (the builder's
+/// div_normal: tanh's 2 / (e^(2|x|) + 1)): a GPU's correctly rounded division
+/// needs no slow path there. One flag per entry.
+const std::vector<char>& normal_divisions(OpId op, DType t);
+
 /// `k` with every expandable op replaced by its expansion spliced in place
 /// (same args, reductions and stores; expression indices renumbered). The
 /// result verifies and computes what `k` does, bit for bit; backends without
-/// their own rule for an op (the GPU printer) print this kernel instead.
-Kernel expand_math(const Kernel& k);
+/// their own rule for an op (the GPU printer) print this kernel instead. With
+/// `normal_div`, (*normal_div)[i] says whether expression i of the result is
+/// such a division (normal_divisions).
+Kernel expand_math(const Kernel& k, std::vector<char>* normal_div = nullptr);
 
 /// Constant table `id` read by Prim::kTable (0: bits of 2/pi for sin/cos).
 std::span<const int32_t> math_table(int id);

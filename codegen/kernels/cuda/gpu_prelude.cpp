@@ -26,6 +26,17 @@ typedef unsigned long long kiln_u64;
 // has a branch, and ptxas hoists no load across it), the loads of a thread
 // are one in flight at a time (an H200 ran GELU at 64% of copy that way).
 #define KILN_ISSUE(...) asm volatile("" : __VA_ARGS__)
+// n / d where n, d and the quotient are normal and far from the exponent
+// range's ends (kir::normal_divisions): div.rn.f32's fast path alone (the
+// reciprocal, then the same five fma), without its FCHK and the branch to its
+// slow path, which such operands never take: the same correctly rounded bits.
+KILN_FN float kiln_fdiv_fast(float n, float d) {
+  float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  const float e = fmaf(-d, r, 1.0f);
+  r = fmaf(r, e, r);
+  const float q0 = fmaf(n, r, 0.0f);
+  return fmaf(r, fmaf(-d, q0, n), q0);
+}
 KILN_FN float kiln_f16_to_f32(unsigned short h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
@@ -78,6 +89,7 @@ typedef ulong kiln_u64;
 #define ldexpf(x, e) ldexp(x, e)
 #define KILN_SHUFFLE_SCRATCH __local kiln_u64 kiln_shfl[1024]
 #define KILN_ISSUE(...)
+KILN_FN float kiln_fdiv_fast(float n, float d) { return n / d; }
 #define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))
 #define KILN_SHUFFLE(T, TO_BITS, FROM_BITS)                                              \
   __attribute__((overloadable)) T kiln_shfl_xor(__local kiln_u64* s, T v, int off) {     \

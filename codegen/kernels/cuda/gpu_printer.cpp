@@ -461,7 +461,11 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
       case ExprKind::kOp: {
         const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
                                              : k.exprs[static_cast<size_t>(e.a)].dtype;
-        mt << decl << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c))) << ";\n";
+        const bool fast = names.fast_div && (*names.fast_div)[i] && e.op == OpId::div;
+        mt << decl
+           << (fast ? str("kiln_fdiv_fast(", v(e.a), ", ", v(e.b), ")")
+                    : rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c))))
+           << ";\n";
         break;
       }
       case ExprKind::kPrim: {
@@ -661,9 +665,17 @@ std::string detail::print_pointwise_variant(const Kernel& kernel, const std::str
                                             const PointwiseOptions& o) {
   KILN_ASSERT(o.per_thread >= 1, "pointwise kernel with ", o.per_thread, " elements per thread");
   // Transcendentals as kiln's expansions (the CPU's bits), unless libm.
-  const Kernel k = o.libm ? kernel : kir::expand_math(kernel);
+  std::vector<char> normal_div;
+  const Kernel k = o.libm ? kernel : kir::expand_math(kernel, &normal_div);
   kir::verify(k);
   if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);
+  auto names = [&](const char* type, const char* size) {
+    IndexNames n;
+    n.type = type;
+    n.size = size;
+    if (o.fast_division && !normal_div.empty()) n.fast_div = &normal_div;
+    return n;
+  };
   std::ostringstream os;
   os << tables_for(k);
   // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
@@ -673,7 +685,7 @@ std::string detail::print_pointwise_variant(const Kernel& kernel, const std::str
   // division) for the cost of compiling a second loop: 64-bit only unless
   // narrow_dense, as are kernels printed while the test hook says never.
   if (narrow_index_limit() < 0 || !(has_coordinates(k) || o.narrow_dense))
-    return os.str() + pointwise_loops(k, {"kiln_i64", "s", ""}, "n", "  ", o) + "}\n";
+    return os.str() + pointwise_loops(k, names("kiln_i64", "s"), "n", "  ", o) + "}\n";
   // Else 32-bit indices (unsigned: no 64-bit division for coordinates) where
   // every offset fits, picked at each launch by n (each argument's offsets
   // are below n; the launch's grid, at most 2^16 blocks of 256, keeps
@@ -682,8 +694,8 @@ std::string detail::print_pointwise_variant(const Kernel& kernel, const std::str
      << "    const unsigned n32 = (unsigned)n";
   for (int d = 1; d < k.rank; ++d) os << ", z" << d << " = (unsigned)s" << d;
   os << ";\n"
-     << pointwise_loops(k, {"unsigned", "z", ""}, "n32", "    ", o) << "  } else {\n"
-     << pointwise_loops(k, {"kiln_i64", "s", ""}, "n", "    ", o) << "  }\n";
+     << pointwise_loops(k, names("unsigned", "z"), "n32", "    ", o) << "  } else {\n"
+     << pointwise_loops(k, names("kiln_i64", "s"), "n", "    ", o) << "  }\n";
   os << "}\n";
   return os.str();
 }

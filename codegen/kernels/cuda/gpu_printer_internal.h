@@ -69,6 +69,9 @@ struct IndexNames {
   /// component `vector_lane` (e.g. "_1.y") of the float4 registers v<arg>
   /// (loaded) and w<arg> (stored) instead of an element of memory.
   std::string vector_lane;
+  /// Per expression: a division printed as the prelude's kiln_fdiv_fast
+  /// (kir::normal_divisions); null: none.
+  const std::vector<char>* fast_div = nullptr;
 };
 /// Whether a pointwise kernel's lanes compute coordinates (an argument, other
 /// than a column sum, broadcast along some dim).
@@ -85,6 +88,9 @@ struct PointwiseOptions {
   /// pointer is 16-byte aligned (per_thread / 4 of them per step).
   bool vector = false;
   bool narrow_dense = false;  ///< 32-bit indices for dense kernels too (n permitting)
+  /// The expansions' normal-range divisions (tanh's) without div.rn's slow
+  /// path (kiln_fdiv_fast: the same bits there).
+  bool fast_division = false;
 };
 /// The options print_kernel prints pointwise kernels with.
 PointwiseOptions default_pointwise();

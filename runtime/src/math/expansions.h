@@ -26,7 +26,10 @@
 // Builder interface: value types F (f32), D (f64), I (i32), L (i64), M (the
 // mask of an i32 comparison; others may have masks of their own width);
 //   add, sub, mul (two values of one type, or a value and a double constant of
-//   its type), div, neg (F, D); fma(a, b, c), fma(a, double, c) (F, D);
+//   its type), div, neg (F, D); div_normal(a, b) (F): a / b where a, b and the
+//   quotient are normal and far from the exponent range's ends (the same
+//   correctly rounded quotient; a GPU may skip its division's slow path);
+//   fma(a, b, c), fma(a, double, c) (F, D);
 //   lt, gt, ge, eq, ne (value, value or double) -> M; ne(M, M) (xor);
 //   sel(M, x, y) with x or y possibly a double constant; land, lor, lnot (M);
 //   rint (F, D: to nearest, ties to even), trunc (F); bits (F -> I, D -> L),
@@ -242,7 +245,7 @@ KILN_MATH_INLINE typename B::F tanh_f32(B& b, typename B::F x) {
   const auto a2 = b.add(a, a);
   const auto [n, pn] = exp_reduce(b, b.sel(b.lt(a2, 20.0), a2, 20.0));  // NaN: 20 (not selected)
   const auto ex = b.from_bits(b.add(b.bits(pn), b.shl(b.to_i32(n), 23)));
-  const auto q = b.div(b.like(x, 2.0), b.add(ex, 1.0));
+  const auto q = b.div_normal(b.like(x, 2.0), b.add(ex, 1.0));  // selected: e + 1 in [4.49, 4.86e8]
   const auto big = copysign(b, b.sub(b.like(x, 1.0), q), x);
   const auto z = b.mul(x, x);
   const auto p = horner(b, z,

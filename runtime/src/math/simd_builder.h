@@ -120,6 +120,10 @@ class Simd {
   V div(V a, V b) {
     return a / b;
   }
+  template <class V>
+  V div_normal(V a, V b) {
+    return a / b;
+  }
   template <detail::NotF64 V>
   V add(V a, double v) {
     return add(a, splat<V>(v));

@@ -15,6 +15,7 @@
 #include "kernels/cuda/gpu_printer_internal.h"
 #include "kernels/cuda/module.h"
 #include "kernels/cuda/nvrtc_lib.h"
+#include "kernels/math_expand.h"
 
 namespace kiln::cuda {
 namespace {
@@ -52,6 +53,7 @@ std::vector<detail::PointwiseOptions> cases() {
         o.per_thread = per;
         o.vector = vec;
         o.narrow_dense = narrow;
+        o.fast_division = per == 4;
         out.push_back(o);
       }
   return out;
@@ -59,7 +61,7 @@ std::vector<detail::PointwiseOptions> cases() {
 
 std::string describe(const detail::PointwiseOptions& o) {
   return str(o.per_thread, " per thread", o.vector ? ", float4" : "",
-             o.narrow_dense ? ", 32-bit" : "");
+             o.narrow_dense ? ", 32-bit" : "", o.fast_division ? ", fast division" : "");
 }
 
 // Runs symbol `name` over n elements of `in` (one buffer per input) with every
@@ -157,6 +159,38 @@ TEST(GpuPrinterPointwise, FloatFourOnlyForDenseF32) {
           c.op(OpId::add, DType::f32, c.load(c.in(DType::f32, {true, true})),
                c.load(c.in(DType::f32, {false, true}))));
   EXPECT_EQ(detail::print_pointwise_variant(c.k, "k", o).find("float4"), std::string::npos);
+}
+
+std::string kernel_ptx(const std::string& ptx, const std::string& name);
+int count(const std::string& text, const std::string& what);
+
+// Exactly tanh's 2 / (e + 1) is marked a normal-range division (f32, and in
+// f16/bf16's float expansion); printed with fast_division it is the
+// prelude's kiln_fdiv_fast, and GELU's sm_90 PTX has no div.rn left.
+TEST(GpuPrinterPointwise, FastDivisionIsTanhsOnly) {
+  for (int o = 0; o < kNumOps; ++o)
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      const auto op = static_cast<OpId>(o);
+      if (!kir::has_math_expansion(op, t)) continue;
+      const std::vector<kir::Expr>& f = kir::math_expansion(op, t);
+      const std::vector<char>& nd = kir::normal_divisions(op, t);
+      ASSERT_EQ(nd.size(), f.size()) << op_name(op);
+      int marked = 0;
+      for (size_t i = 0; i < f.size(); ++i)
+        if (nd[i]) {
+          ++marked;
+          EXPECT_TRUE(f[i].kind == kir::ExprKind::kOp && f[i].op == OpId::div) << op_name(op);
+        }
+      EXPECT_EQ(marked, op == OpId::tanh ? 1 : 0) << op_name(op) << " " << dtype_name(t);
+    }
+  detail::PointwiseOptions o;
+  o.fast_division = true;
+  const std::string src = detail::print_pointwise_variant(gelu_kernel(), "kgelu", o);
+  EXPECT_EQ(count(src, "kiln_fdiv_fast("), 5) << src;  // 4 unrolled lanes and the remainder
+  if (!nvrtc_available()) return;
+  const std::string ptx = nvrtc_compile(cuda_prelude() + src, "fast.cu", 90, false).ptx;
+  EXPECT_EQ(count(kernel_ptx(ptx, "kgelu"), "div.rn.f32"), 0);
+  EXPECT_GE(count(kernel_ptx(ptx, "kgelu"), "rcp.approx.ftz.f32"), 5);
 }
 
 // The PTX text of kernel `name` in `ptx`.
