@@ -30,6 +30,24 @@ std::string head(const std::string& symbol, DType t, DType index_t, const char* 
              ", int rank, int dim, kiln_i64 bound, ");
 }
 
+// out[o] plus src's entry k of the line at `so`: the kernel IR's add
+// (wrapping integers, f16/bf16 rounded); bool adds as or.
+std::string scatter_sum(DType t) {
+  const std::string cur = load(t, "out", "o"), add = load(t, "src", "so + k * g.x[dim]");
+  return t == DType::b8 ? str("(", cur, " || ", add, ")")
+                        : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
+}
+
+// The offsets of line `line` (the index's coordinates other than `dim`): oo
+// into out, so into src, and io into idx when `with_idx`.
+std::string line_offsets(const char* line, bool with_idx) {
+  return str("    kiln_i64 r = ", line, ", oo = 0, so = 0", with_idx ? ", io = 0" : "", ";\n",
+             "    for (int d = rank - 1; d >= 0; --d) {\n", "      if (d == dim) continue;\n",
+             "      const kiln_i64 c = r % g.size[d];\n", "      r /= g.size[d];\n",
+             "      oo += c * g.out[d];\n", "      so += c * g.x[d];\n",
+             with_idx ? "      io += c * g.idx[d];\n" : "", "    }\n");
+}
+
 }  // namespace
 
 std::string print_gather(DType t, DType index_t, const std::string& symbol) {
@@ -54,27 +72,15 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol) {
 
 std::string print_scatter_add(DType t, DType index_t, const std::string& symbol) {
   std::ostringstream os;
-  const std::string cur = load(t, "out", "o"), add = load(t, "src", "so + k * g.x[dim]");
-  // The kernel IR's add (wrapping integers, f16/bf16 rounded); bool adds as or.
-  const std::string sum = t == DType::b8 ? str("(", cur, " || ", add, ")")
-                                         : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
   // Line i: the index's coordinates other than `dim`; its entries along `dim`
   // are added in order.
   os << head(symbol, t, index_t, "src", "lines") << "kiln_i64 len, KilnIndexGeom g) {\n"
-     << grid_loop("lines") << "    kiln_i64 r = i, oo = 0, so = 0, io = 0;\n"
-     << "    for (int d = rank - 1; d >= 0; --d) {\n"
-     << "      if (d == dim) continue;\n"
-     << "      const kiln_i64 c = r % g.size[d];\n"
-     << "      r /= g.size[d];\n"
-     << "      oo += c * g.out[d];\n"
-     << "      so += c * g.x[d];\n"
-     << "      io += c * g.idx[d];\n"
-     << "    }\n"
+     << grid_loop("lines") << line_offsets("i", true)
      << "    for (kiln_i64 k = 0; k < len; ++k) {\n"
      << "      const kiln_i64 v = (kiln_i64)idx[io + k * g.idx[dim]];\n"
      << "      if (v < 0 || v >= bound) { " << symbol << "_bad(err, tag, v); continue; }\n"
      << "      const kiln_i64 o = oo + v * g.out[dim];\n"
-     << "      out[o] = " << store_value(t, sum) << ";\n"
+     << "      out[o] = " << store_value(t, scatter_sum(t)) << ";\n"
      << "    }\n  }\n}\n";
   return os.str();
 }
@@ -87,9 +93,6 @@ std::string print_scatter_keys(DType index_t, const std::string& symbol) {
 
 std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& symbol) {
   std::ostringstream os;
-  const std::string cur = load(t, "out", "o"), add = load(t, "src", "so + k * g.x[dim]");
-  const std::string sum = t == DType::b8 ? str("(", cur, " || ", add, ")")
-                                         : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
   // Item i: sorted position j = i / lines and line i % lines. Only the first
   // position of each run of equal indices works: it adds the run's entries
   // (ascending k, as the keys sort them) into its line's output element.
@@ -102,19 +105,11 @@ std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& 
      << "    if (v < 0 || v >= bound) {\n"
      << "      if (line == 0) " << symbol << "_bad(err, tag, v);\n"
      << "      continue;\n    }\n"
-     << "    kiln_i64 r = line, oo = 0, so = 0;\n"
-     << "    for (int d = rank - 1; d >= 0; --d) {\n"
-     << "      if (d == dim) continue;\n"
-     << "      const kiln_i64 c = r % g.size[d];\n"
-     << "      r /= g.size[d];\n"
-     << "      oo += c * g.out[d];\n"
-     << "      so += c * g.x[d];\n"
-     << "    }\n"
-     << "    const kiln_i64 o = oo + v * g.out[dim];\n"
+     << line_offsets("line", false) << "    const kiln_i64 o = oo + v * g.out[dim];\n"
      << "    for (kiln_i64 m = j; m < len; ++m) {\n"
      << "      const kiln_i64 k = perm[m];\n"
      << "      if ((kiln_i64)idx[k * s] != v) break;\n"
-     << "      out[o] = " << store_value(t, sum) << ";\n"
+     << "      out[o] = " << store_value(t, scatter_sum(t)) << ";\n"
      << "    }\n  }\n}\n";
   return os.str();
 }

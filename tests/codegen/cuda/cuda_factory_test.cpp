@@ -69,59 +69,55 @@ TEST_F(CudaFactories, BroadcastHostSourcesUploadTheirDistinctElements) {
   expect_equal(view, col.expand({41, 20}), "column into a strided view");
 }
 
-// An embedding + vocabulary head + cross_entropy + SGD step: its zeros
-// (scatter_add's base in cross_entropy's and the embedding's backward) were
-// made on the host and uploaded at every call of the compiled step.
-TEST_F(CudaFactories, CompiledFactoryNodesRunOnTheDevice) {
-  constexpr int64_t kVocab = 300, kTokens = 64, kDim = 16;
-  for (const char* graphs : {"0", "1"}) {
-    setenv("KILN_CUDA_GRAPHS", graphs, 1);
+// An embedding, a vocabulary head, cross_entropy and SGD on the device, from
+// one seed.
+struct TokenModel {
+  static constexpr int64_t kVocab = 300, kDim = 16;
+  std::shared_ptr<nn::Embedding> emb;
+  std::shared_ptr<nn::Linear> head;
+  std::unique_ptr<optim::SGD> opt;
+  TokenModel() {
     manual_seed(3);
-    auto emb = std::make_shared<nn::Embedding>(kVocab, kDim);
-    auto head = std::make_shared<nn::Linear>(kDim, kVocab);
+    emb = std::make_shared<nn::Embedding>(kVocab, kDim);
+    head = std::make_shared<nn::Linear>(kDim, kVocab);
     emb->to(Device::cuda());
     head->to(Device::cuda());
     std::vector<Tensor> params = emb->parameters();
     for (const Tensor& p : head->parameters()) params.push_back(p);
-    optim::SGD opt(params, optim::SGDOptions{.lr = 0.1});
-    auto body = [&](const Tensor& tokens, const Tensor& labels) {
-      opt.zero_grad();
-      Tensor loss = cross_entropy((*head)((*emb)(tokens)), labels);
-      loss.backward();
-      opt.step();
-      return loss;
-    };
-    auto step = compile(body);
-    const Tensor tokens = randint(0, kVocab, {kTokens}).cuda();
-    const Tensor labels = randint(0, kVocab, {kTokens}).cuda();
-    std::vector<float> losses;
+    opt = std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1});
+  }
+  Tensor step(const Tensor& tokens, const Tensor& labels) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy((*head)((*emb)(tokens)), labels);
+    loss.backward();
+    opt->step();
+    return loss;
+  }
+};
+
+// The model's compiled step: its zeros (scatter_add's base in cross_entropy's
+// and the embedding's backward) were made on the host and uploaded at every
+// call.
+TEST_F(CudaFactories, CompiledFactoryNodesRunOnTheDevice) {
+  constexpr int64_t kTokens = 64;
+  for (const char* graphs : {"0", "1"}) {
+    setenv("KILN_CUDA_GRAPHS", graphs, 1);
+    TokenModel traced, eager;
+    auto step = compile([&](const Tensor& t, const Tensor& l) { return traced.step(t, l); });
+    const Tensor tokens = randint(0, TokenModel::kVocab, {kTokens}).cuda();
+    const Tensor labels = randint(0, TokenModel::kVocab, {kTokens}).cuda();
     for (int call = 0; call < 5; ++call) {
       const cuda::TransferStats before = cuda::transfer_stats();
-      losses.push_back(step(tokens, labels).cpu().item<float>());
+      const float loss = step(tokens, labels).cpu().item<float>();
       // Past the trace (call 0): a few scalars (the learning rate, ...) at
       // most, never a [64, 300] zeros (76.8 kB) or [300, 16] (19.2 kB).
       if (call > 0) {
         EXPECT_LT(uploaded_since(before), 4096) << "graphs " << graphs << " call " << call;
       }
-    }
-    // The same step eagerly, from the same start.
-    manual_seed(3);
-    auto emb2 = std::make_shared<nn::Embedding>(kVocab, kDim);
-    auto head2 = std::make_shared<nn::Linear>(kDim, kVocab);
-    emb2->to(Device::cuda());
-    head2->to(Device::cuda());
-    std::vector<Tensor> params2 = emb2->parameters();
-    for (const Tensor& p : head2->parameters()) params2.push_back(p);
-    optim::SGD opt2(params2, optim::SGDOptions{.lr = 0.1});
-    for (int call = 0; call < 5; ++call) {
-      opt2.zero_grad();
-      Tensor loss = cross_entropy((*head2)((*emb2)(tokens)), labels);
-      loss.backward();
-      opt2.step();
-      EXPECT_NEAR(losses[static_cast<size_t>(call)], loss.cpu().item<float>(), 1e-5)
+      EXPECT_NEAR(loss, eager.step(tokens, labels).cpu().item<float>(), 1e-5)
           << "graphs " << graphs << " call " << call;
     }
-    EXPECT_TRUE(allclose(emb->weight.cpu(), emb2->weight.cpu(), 1e-5, 1e-6)) << graphs;
+    EXPECT_TRUE(allclose(traced.emb->weight.cpu(), eager.emb->weight.cpu(), 1e-5, 1e-6)) << graphs;
   }
 }
 
