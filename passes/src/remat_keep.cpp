@@ -211,7 +211,7 @@ bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
   // Rules 11 and 10 in turn: a matmul rule 10 keeps may leave a copy reading
   // a value that another cut saves, and what rule 11 frees rule 10 may spend.
   int read = 0, kept = 0;
-  for (bool more = true; more;) {
+  for (int round = 0;; ++round) {
     // Rule 11: no growth of either peak (the node-order one within the graph's own).
     const int r = read_originals(g, Copies::kKept, [&](const ir::Graph& c) {
       const int64_t f = fused_peak(c);
@@ -219,15 +219,17 @@ bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
       now = f;
       return true;
     });
-    const int k = now > budget ? 0 : read_originals(g, Copies::kOpaque, [&](const ir::Graph& c) {
+    read += r;
+    // Rule 10 again only for what rule 11 freed (each trial plans fusion).
+    if ((round > 0 && r == 0) || now > budget) break;
+    const int k = read_originals(g, Copies::kOpaque, [&](const ir::Graph& c) {
       const int64_t f = fused_peak(c);
       if (f > budget) return false;
       now = f;
       return true;
     });
-    read += r;
     kept += k;
-    more = k > 0;
+    if (k == 0) break;
   }
   if (read > 0)
     log.push_back(str("remat: ", read, " copies read the forward value another cut keeps"));
