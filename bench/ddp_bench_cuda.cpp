@@ -13,17 +13,25 @@
 // bucket's all-reduce starts at max(ready, previous bucket's end). Times are
 // relative to backward's end on the compute stream (the last bucket's ready:
 // its gradient is the last one backward computes).
+//
+// With --ranks 1 the same wrapper, over the group of one, also gives eager
+// backward's timeline on the device: each bucket's ready event against one
+// recorded as backward starts, in device time (elapsed_time), and the line
+// ddp_overlap_model takes ("model input: --ready ... --end ...") to model
+// the overlap on 8 GPUs.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "ddp_timeline.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
 #include "kiln/distributed/collectives.h"
@@ -50,7 +58,8 @@ double median(std::vector<double> v) {
 struct Issued {
   Clock::time_point enqueued;  // host: when DDP (or the compiled plan) issued it
   int64_t numel = 0;
-  cuda::Event ready;  // recorded on the compute stream at issue
+  double bytes = 0;
+  cuda::Event ready{/*enable_timing=*/true};  // recorded on the compute stream at issue
   dist::WorkPtr work;
   Clock::time_point ready_at{}, done_at{};  // set by the poller
 };
@@ -72,6 +81,7 @@ class ScheduleGroup final : public dist::ProcessGroup {
     auto e = std::make_shared<Issued>();
     e->enqueued = Clock::now();
     e->numel = t.numel();
+    e->bytes = static_cast<double>(t.numel()) * static_cast<double>(t.element_size());
     e->ready.record(cuda::current_stream(0));
     e->work = in_->all_reduce(t, op);
     std::lock_guard<std::mutex> lock(mu_);
@@ -99,9 +109,13 @@ class ScheduleGroup final : public dist::ProcessGroup {
   }
   const dist::ProcessGroupOptions& options() const override { return in_->options(); }
 
-  /// The entries issued since the last take (all complete once the device is synchronized).
+  /// The entries issued since the last take (all complete once the device is synchronized;
+  /// kiln::Error if one is still not complete after 60 s).
   std::vector<std::shared_ptr<Issued>> take() {
+    const auto give_up = Clock::now() + std::chrono::seconds(60);
     for (;;) {  // the poller notes completions within ~50 us
+      KILN_CHECK(Clock::now() < give_up,
+                 "[ddp_bench] an all-reduce not complete 60 s after the device synchronized");
       {
         std::lock_guard<std::mutex> lock(mu_);
         bool all = true;
@@ -135,6 +149,60 @@ class ScheduleGroup final : public dist::ProcessGroup {
   std::atomic<bool> stop_{false};
   std::thread poller_;
 };
+
+// Eager DDP's backward on the device in a one-rank group (wrapped as the
+// 2-rank schedule is): each bucket's ready time from backward's start, in
+// device time, medians of `iters` synchronized steps. The compiled step is
+// left out: one plan runs forward and backward (no place for the start
+// event) and replays one CUDA graph, in which DDP's group is not called per
+// bucket, so no ready event is recorded (and capturing one would change the
+// graph).
+void one_rank_timeline(int iters, int warmup, double bucket_cap_mb, double first_bucket_mb) {
+  auto pg = std::make_shared<ScheduleGroup>(dist::default_group());
+  MlpStep step(/*fused=*/false);
+  const Device dev = Device::cuda(0);
+  step.model->to(dev);
+  step.opt = std::make_unique<optim::SGD>(step.model->parameters(),
+                                          optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  const Tensor x = step.x.to(dev), y = step.y.to(dev);
+  dist::DistributedDataParallel ddp(
+      step.model,
+      {.bucket_cap_mb = bucket_cap_mb, .first_bucket_mb = first_bucket_mb, .process_group = pg});
+  const size_t nb = ddp.num_buckets();
+  std::vector<std::vector<double>> ready(nb);
+  std::vector<double> bytes(nb), end;
+  for (int i = 0; i < warmup + iters; ++i) {
+    step.opt->zero_grad();
+    Tensor loss = cross_entropy(ddp(x), y);
+    cuda::Event start(/*enable_timing=*/true);
+    start.record(cuda::current_stream(0));
+    loss.backward();
+    step.opt->step();
+    cuda::synchronize(0);
+    auto issued = pg->take();
+    KILN_CHECK(issued.size() == nb, "[ddp_bench] ", issued.size(),
+               " all-reduces in a one-rank step, DDP has ", nb, " buckets");
+    if (i < warmup) continue;
+    for (size_t b = 0; b < nb; ++b) {
+      ready[b].push_back(start.elapsed_time(issued[b]->ready));
+      bytes[b] = issued[b]->bytes;
+    }
+    end.push_back(ready[nb - 1].back());
+  }
+  std::vector<bench::ReadyBucket> timeline;
+  const double end_ms = median(end);
+  std::printf(
+      "  eager backward's timeline on the device (DDP's group wrapped; device time from an event "
+      "recorded as backward starts; medians of %d steps): compute ends (the last bucket ready) "
+      "%.4f ms after backward's start\n",
+      iters, end_ms);
+  for (size_t b = 0; b < nb; ++b) {
+    timeline.push_back({median(ready[b]), bytes[b]});
+    std::printf("    bucket %zu (%.0f bytes): ready %+.4f ms relative to backward's end\n", b,
+                bytes[b], timeline[b].ready_ms - end_ms);
+  }
+  std::printf("  model input: %s\n", bench::format_model_input(timeline, end_ms).c_str());
+}
 
 // --device cuda --ranks 1: the one-rank DDP step (an NCCL group of one)
 // against the plain single-GPU step, alternating which runs first, and a
@@ -250,6 +318,19 @@ int ddp_cuda_one_rank(int iters, int warmup, double bucket_cap_mb, double first_
         "  one-rank all-reduce of %.1f MB: %.3f ms, algbw %.1f GB/s (busbw = algbw * 2(n-1)/n "
         "= 0 for n = 1: nothing crosses a link)\n",
         bytes / 1e6, m, bytes / (m * 1e6));
+  }
+  std::fflush(stdout);  // the figures above stand whatever the timeline does
+  if (compiled) {
+    std::printf(
+        "  backward timeline: not measured for the compiled step (one plan runs forward and "
+        "backward, no event between them, and replays one CUDA graph: DDP's group is not called "
+        "per bucket, no ready events); run without --compile\n");
+  } else {
+    try {
+      one_rank_timeline(iters, warmup, bucket_cap_mb, first_bucket_mb);
+    } catch (const std::exception& e) {
+      std::printf("  backward timeline failed: %s\n", e.what());
+    }
   }
   std::fflush(stdout);
   dist::destroy_process_group();

@@ -6,8 +6,9 @@
 // gradient) and its size. By default it is measured here: bench/mlp_step.h's
 // MLP (784-1024-1024-10, batch 128) under DDP in a one-rank group on the CPU,
 // medians over --iters backward passes; --ready "MS:BYTES,..." --end MS takes
-// a timeline measured elsewhere instead (e.g. ddp_bench --device cuda on the
-// emulated device).
+// a timeline measured elsewhere instead: ddp_bench --device cuda --ranks 1
+// prints one measured on the GPU as "model input: --ready ... --end ..."
+// (ms from backward's start on the compute stream; bench/ddp_timeline.h).
 //
 // Model: one communication stream runs the buckets in order, bucket b
 // starting at max(ready_b, end_{b-1}) and taking
@@ -35,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp_timeline.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/thread_pool.h"
 #include "mlp_step.h"
@@ -44,14 +46,11 @@ namespace {
 using namespace kiln;
 using Clock = std::chrono::steady_clock;
 
-struct Bucket {
-  double ready_ms = 0;  // from the start of backward
-  double bytes = 0;
-};
+using bench::ReadyBucket;
 
 struct Timeline {
-  std::vector<Bucket> buckets;  // in launch order
-  double end_ms = 0;            // backward's own compute ends
+  std::vector<ReadyBucket> buckets;  // in launch order
+  double end_ms = 0;                 // backward's own compute ends
 };
 
 double median(std::vector<double> v) {
@@ -93,26 +92,13 @@ Timeline measure(int iters, double cap_mb, double first_mb) {
   return t;
 }
 
-// "MS:BYTES,MS:BYTES,..." (ready time from the start of backward, bucket bytes).
-std::vector<Bucket> parse_ready(const std::string& s) {
-  std::vector<Bucket> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t colon = item.find(':');
-    if (colon == std::string::npos) continue;
-    out.push_back({std::atof(item.substr(0, colon).c_str()), std::atof(item.c_str() + colon + 1)});
-  }
-  return out;
-}
-
 // Prints the modelled schedule of `t` with its times multiplied by `scale`.
 void simulate(const Timeline& t, double scale, int ranks, double busbw_gbps, double alpha_us) {
   const double factor = 2.0 * (ranks - 1) / ranks;
   double prev_end = 0, comm = 0;
   std::printf("  backward scaled x%g: compute ends at %.3f ms\n", scale, t.end_ms * scale);
   for (size_t b = 0; b < t.buckets.size(); ++b) {
-    const Bucket& k = t.buckets[b];
+    const ReadyBucket& k = t.buckets[b];
     const double ready = k.ready_ms * scale;
     const double dur = alpha_us * 1e-3 + k.bytes * factor / (busbw_gbps * 1e9) * 1e3;
     const double start = std::max(ready, prev_end);
@@ -126,9 +112,7 @@ void simulate(const Timeline& t, double scale, int ranks, double busbw_gbps, dou
               exposed, comm > 0 ? 100.0 * (1.0 - std::min(exposed, comm) / comm) : 100.0);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int iters = 20, ranks = 8;
   double busbw = 450, alpha_us = 15, cap_mb = 25, first_mb = 1, end_ms = -1;
   std::string ready, scales = "1,0.1,0.01,0.002";
@@ -152,7 +136,7 @@ int main(int argc, char** argv) {
     else if (a == "--ready")
       ready = v;
     else if (a == "--end")
-      end_ms = std::atof(v);
+      end_ms = bench::parse_timeline_number(v, "--end");
     else {
       std::fprintf(stderr,
                    "usage: ddp_overlap_model [--iters N] [--ranks N] [--busbw GBPS] "
@@ -170,7 +154,7 @@ int main(int argc, char** argv) {
   if (ready.empty()) {
     t = measure(iters, cap_mb, first_mb);
   } else {
-    t.buckets = parse_ready(ready);
+    t.buckets = bench::parse_ready(ready);
     t.end_ms = end_ms;
   }
   std::printf(
@@ -184,4 +168,15 @@ int main(int argc, char** argv) {
   while (std::getline(in, item, ','))
     if (const double s = std::atof(item.c_str()); s > 0) simulate(t, s, ranks, busbw, alpha_us);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // bad --ready/--end (kiln::Error) among them
+    std::fprintf(stderr, "ddp_overlap_model: %s\n", e.what());
+    return 2;
+  }
 }

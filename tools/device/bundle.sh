@@ -14,8 +14,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 build=build/device
 # The examples gpu_checks.sh runs with --device cuda, kilnrun for the DDP one,
-# and ddp_bench for the one-rank DDP step against the plain GPU step.
-targets=(cuda_tests cuda_probe cuda_harness nccl_tests gpt resnet ddp_fashion_mnist kilnrun ddp_bench)
+# ddp_bench for the one-rank DDP step against the plain GPU step, and
+# ddp_overlap_model for the 8-GPU model fed by its backward timeline.
+targets=(cuda_tests cuda_probe cuda_harness nccl_tests gpt resnet ddp_fashion_mnist kilnrun ddp_bench
+  ddp_overlap_model)
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF \
     $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
@@ -28,7 +30,8 @@ mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/tests/codegen/cuda/cuda_tests" "$build/bench/cuda_probe" "$build/bench/cuda_harness" \
   "$build/tests/distributed/nccl/nccl_tests" "$build/examples/gpt/gpt" \
   "$build/examples/resnet/resnet" "$build/examples/ddp/ddp_fashion_mnist" \
-  "$build/distributed/launcher/kilnrun" "$build/bench/ddp_bench" "$stage/bin/"
+  "$build/distributed/launcher/kilnrun" "$build/bench/ddp_bench" "$build/bench/ddp_overlap_model" \
+  "$stage/bin/"
 # Fashion-MNIST's test set (4.4 MB) for the DDP example there (it stands in
 # for the 26 MB training set too).
 mkdir -p "$stage/data"

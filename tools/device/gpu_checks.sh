@@ -8,8 +8,9 @@
 # Steps: tests (all of cuda_tests), suites (cuda_tests, one process per suite,
 # in parallel), backtraces (cuda-gdb's stack of the harness and of the tests
 # KILN_GPU_BT_FILTERS names), nccl (nccl_tests), ddp (ddp_bench, one
-# rank, eager and compiled), examples (gpt, resnet, the DDP example over
-# kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
+# rank, eager and compiled), ddp_model (eager DDP's backward timeline measured
+# here, fed to ddp_overlap_model: a MODEL of 8 GPUs), examples (gpt, resnet,
+# the DDP example over kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
 # of the harness's compiled steps, launches synchronized), rows_held (the
 # harness's row kernels holding rows in registers). No step: all of them.
 set -uo pipefail
@@ -91,6 +92,26 @@ step_ddp() {
     run ddp_bench.txt 60 "ddp_bench --device cuda --ranks 1 $c" \
       "$work/bin/ddp_bench" --device cuda --ranks 1 --iters 30 $c
   done
+}
+step_ddp_model() {
+  # Issue 20's multi-GPU figure, labelled a MODEL: eager DDP's backward
+  # timeline measured on this GPU (ddp_bench --ranks 1 prints it as "model
+  # input: --ready MS:BYTES,... --end MS", from backward's start in device
+  # time) through ddp_overlap_model: 8 GPUs in one node, ring all-reduce at
+  # NVLink 4's 450 GB/s bus bandwidth each way (H100 and H200 SXM alike);
+  # x0.5: a backward twice as fast (the compiled step's replays hide its timeline).
+  run ddp_model.txt 60 "ddp_bench --device cuda --ranks 1 (timeline)" \
+    "$work/bin/ddp_bench" --device cuda --ranks 1 --iters 30
+  local input
+  input=$(sed -n 's/^ *model input: //p' "$out/ddp_model.txt" | tail -1)
+  if [ -z "$input" ]; then
+    echo "ddp_model: ddp_bench printed no model input" | tee -a "$out/ddp_model.txt" "$out/summary.txt"
+    return
+  fi
+  # $input is "--ready ... --end ...": split into its arguments on purpose.
+  # shellcheck disable=SC2086
+  run ddp_model.txt 30 "ddp_overlap_model --ranks 8" "$work/bin/ddp_overlap_model" $input \
+    --ranks 8 --busbw 450 --scales 1,0.5
 }
 step_examples() {
   # The examples' --device cuda against the CPU, eager and compiled (the
