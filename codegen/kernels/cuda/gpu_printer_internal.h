@@ -79,8 +79,8 @@ bool has_coordinates(const kir::Kernel& k);
 LaneText lane_text(const kir::Kernel& k, const std::string& idx, const std::string& sfx,
                    const std::string& indent, const IndexNames& names = {});
 
-/// How print_pointwise_variant prints a pointwise kernel (print_kernel's
-/// choices by default).
+/// How print_pointwise_variant prints a pointwise kernel (default_pointwise()
+/// holds print_kernel's choices).
 struct PointwiseOptions {
   bool libm = false;   ///< transcendentals as device libm calls (KILN_CUDA_LIBM=1)
   int per_thread = 4;  ///< elements per thread per loop step (4 for launch_kernel's grid)

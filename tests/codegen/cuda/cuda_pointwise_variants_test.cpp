@@ -142,6 +142,14 @@ TEST(CudaPointwiseVariants, EqualTheInterpreterOnEveryPath) {
   EXPECT_GT(vector_runs, 0);
 }
 
+// print_kernel's dense f32 kernels take float4 steps and tanh's division
+// without div.rn's slow path (default_pointwise).
+TEST(GpuPrinterPointwise, DefaultIsFloatFourWithFastDivision) {
+  const std::string src = print_kernel(gelu_kernel(), "k");
+  EXPECT_NE(src.find("((KILN_GLOBAL const float4*)p0)"), std::string::npos) << src;
+  EXPECT_NE(src.find("kiln_fdiv_fast("), std::string::npos) << src;
+}
+
 // Only kernels of dense f32 arguments get float4 loops, behind an alignment test.
 TEST(GpuPrinterPointwise, FloatFourOnlyForDenseF32) {
   detail::PointwiseOptions o;
@@ -208,14 +216,15 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// sm_90 PTX: the unrolled loads of GELU (4 per step) come before its first
-// division (ptxas expands div.rn.f32 with a branch and hoists no load across
-// it), and so do the 16 loads of softmax's normalizing loop before its first
-// division. Without KILN_ISSUE, NVVM put each load next to its use: one
-// before the first division.
+// sm_90 PTX: the unrolled loads of GELU (4 per step, scalar, tanh's division
+// as div.rn) come before its first division (ptxas expands div.rn.f32 with a
+// branch and hoists no load across it), and so do the 16 loads of softmax's
+// normalizing loop before its first division. Without KILN_ISSUE, NVVM put
+// each load next to its use: one before the first division.
 TEST(Nvrtc, UnrolledLoadsComeBeforeTheFirstDivision) {
   if (!nvrtc_available()) GTEST_SKIP() << "no NVRTC";
-  const std::string source = cuda_prelude() + print_kernel(gelu_kernel(), "kgelu") +
+  const std::string source = cuda_prelude() +
+                             detail::print_pointwise_variant(gelu_kernel(), "kgelu", {}) +
                              print_kernel(testing::softmax_kernel(DType::f32), "ksoftmax");
   const std::string ptx = nvrtc_compile(source, "issue.cu", 90, /*cubin=*/false).ptx;
   const std::string gelu = kernel_ptx(ptx, "kgelu");
