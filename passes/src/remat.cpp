@@ -109,7 +109,8 @@
 //    bench/remat_bench's MLP at 50%: 14 recomputed matmuls -> 12 (the third
 //    would break the budget).
 // 10. Slack under a met budget (tiers cut whole runs) keeps recomputed matmuls,
-//    costliest first, while the fused peak holds (not those a checkpoint recomputes).
+//    costliest first, while the fused peak holds (not those a checkpoint recomputes);
+//    under an unmet one, while the smallest peak reached does not grow.
 // 11. Under a budget, a copy whose forward value is kept anyway (a result, a
 //    value another cut saved, or one read after the copy) reads that value
 //    where neither peak grows: one cut saved a transformer block's

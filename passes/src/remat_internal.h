@@ -119,9 +119,10 @@ class LateCopies {
 /// Rules 9 to 11 of remat.cpp after a budget's cuts (remat_keep.cpp): copies
 /// two cuts made of one value merge (rule 9: the fused peak within
 /// max(budget, its own), `node_peak` within `start_peak`); copies whose forward
-/// value a cut keeps anyway read it (rule 11: neither peak grows); under a met
-/// budget, recomputed matmuls read their forward values while the fused peak
-/// stays within it (rule 10). Log lines for what changed; true if g changed.
+/// value a cut keeps anyway read it (rule 11: neither peak grows); recomputed
+/// matmuls read their forward values while the fused peak stays within the
+/// budget, or, unmet, within the floor reached (rule 10). Log lines for what
+/// changed; true if g changed.
 bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
                        const std::function<int64_t(const ir::Graph&)>& node_peak,
                        const std::function<int64_t(const ir::Graph&)>& fused_peak,

@@ -221,10 +221,12 @@ bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
     });
     read += r;
     // Rule 10 again only for what rule 11 freed (each trial plans fusion).
-    if ((round > 0 && r == 0) || now > budget) break;
+    if (round > 0 && r == 0) break;
+    // Within the budget, or, unmet, within the floor reached.
+    const int64_t limit = std::max(budget, now);
     const int k = read_originals(g, Copies::kOpaque, [&](const ir::Graph& c) {
       const int64_t f = fused_peak(c);
-      if (f > budget) return false;
+      if (f > limit) return false;
       now = f;
       return true;
     });
@@ -234,7 +236,8 @@ bool after_budget_cuts(ir::Graph& g, std::vector<std::string>& log,
   if (read > 0)
     log.push_back(str("remat: ", read, " copies read the forward value another cut keeps"));
   if (kept > 0)
-    log.push_back(str("remat: ", kept, " recomputed matmul(s) kept instead, within the budget"));
+    log.push_back(str("remat: ", kept, " recomputed matmul(s) kept instead, within the ",
+                      now > budget ? "floor reached" : "budget"));
   changed |= read + kept > 0;
   return changed;
 }
