@@ -5,6 +5,7 @@
 // aligned or not to 16 bytes, small and full grids, in place. And the loads
 // of an unrolled loop are issued before the first division's branch
 // (KILN_ISSUE): NVVM sank them below it, one load in flight per thread.
+#include <bit>
 #include <random>
 #include <regex>
 
@@ -140,6 +141,53 @@ TEST(CudaPointwiseVariants, EqualTheInterpreterOnEveryPath) {
     }
   }
   EXPECT_GT(vector_runs, 0);
+}
+
+// On a GPU, tanh's division printed without div.rn's slow path (the default)
+// gives div.rn's bits for every input whose quotient tanh selects: every f32
+// x with 0.625 < |x| <= 10 (2|x| is clamped to 20 above), both signs, with
+// every 4099th equal to the interpreter. The emulated device divides plainly.
+TEST(CudaPointwiseVariants, FastDivisionEqualsDivRnOnEveryTanhInput) {
+  if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
+  if (driver().emulated) GTEST_SKIP() << "a real GPU's division (the emulated one is plain)";
+  set_device(0);
+  kir::testing::Builder b(1, "tanh");
+  b.store(b.out(DType::f32, {true}),
+          b.op(OpId::tanh, DType::f32, b.load(b.in(DType::f32, {true}))));
+  detail::PointwiseOptions fast, plain;
+  fast.fast_division = true;
+  const std::string source = device_prelude() +
+                             detail::print_pointwise_variant(b.k, "kfast", fast) +
+                             detail::print_pointwise_variant(b.k, "kplain", plain);
+  const std::vector<char> image = compile_for_device(source, "fast_division.cu", 0);
+  Module mod(image.data());
+  const uint32_t lo = std::bit_cast<uint32_t>(0.625f) + 1, hi = std::bit_cast<uint32_t>(10.0f);
+  const int64_t half = hi - lo + 1, n = 2 * half;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < half; ++i) {
+    x[static_cast<size_t>(i)] = std::bit_cast<float>(lo + static_cast<uint32_t>(i));
+    x[static_cast<size_t>(half + i)] = -x[static_cast<size_t>(i)];
+  }
+  DeviceBuffer in(static_cast<size_t>(n) * 4), out(static_cast<size_t>(n) * 4);
+  in.upload(x.data(), x.size() * 4);
+  const std::vector<CUdeviceptr> ptrs = {in.get(), out.get()};
+  std::vector<float> got[2];
+  for (int v = 0; v < 2; ++v) {
+    launch_kernel(mod.function(v == 0 ? "kfast" : "kplain"), b.k, ptrs, &n);
+    got[v].resize(x.size());
+    out.download(got[v].data(), got[v].size() * 4);
+  }
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    differ += std::bit_cast<uint32_t>(got[0][i]) != std::bit_cast<uint32_t>(got[1][i]);
+  EXPECT_EQ(differ, 0) << "of " << n;
+  for (size_t i = 0; i < x.size(); i += 4099) {
+    float want = 0;
+    void* hp[2] = {&x[i], &want};
+    const int64_t one = 1;
+    kir::interpret(b.k, 0, 1, hp, &one);
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[0][i]), std::bit_cast<uint32_t>(want)) << x[i];
+  }
 }
 
 // print_kernel's dense f32 kernels take float4 steps and tanh's division
