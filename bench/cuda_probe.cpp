@@ -253,7 +253,8 @@ struct Row {
 };
 
 // The same launch of `row`'s kernel printed without KILN_ISSUE (2db58a3's
-// print) and, for softmax, with libm's expf: share of the copy, and the
+// print), with quad loops (float4 rows) and, for softmax, with libm's expf
+// (with and without quads): share of the copy, and the
 // largest difference of the first 64 rows from the interpreter's (and the
 // default kernel `f`'s).
 void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_memcpy,
@@ -272,16 +273,20 @@ void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_mem
   }
   hp.push_back(ref.data());
   kir::interpret(*row.k, 0, static_cast<int64_t>(ref.size()) / row.inner, hp.data(), rs);
-  for (const char* sfx : {"_noissue", "_libm"}) {
-    if (!std::strcmp(sfx, "_libm") && std::strcmp(row.name, "softmax")) continue;
+  const bool softmax = !std::strcmp(row.name, "softmax");
+  for (const char* sfx : {"_noissue", "_libm", "_quad", "_quad_libm"}) {
+    if (std::strstr(sfx, "libm") && !softmax) continue;
+    const char* label = !std::strcmp(sfx, "_noissue") ? "without KILN_ISSUE"
+                        : !std::strcmp(sfx, "_libm")  ? "libm (expf)"
+                        : !std::strcmp(sfx, "_quad")  ? "float4 (quads)"
+                                                      : "float4 + libm";
     const CUfunction fv = row_mod.function(str(row.symbol, sfx));
     const double tv =
         median_ms(reps, [&] { launch_kernel(fv, *row.k, row.ptrs, rs, nullptr, -1, 0); });
     std::printf(
         "    %-18s %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); first 64 rows: max "
         "|gpu - interpreter| %.3g\n",
-        sfx[1] == 'n' ? "without KILN_ISSUE" : "libm (expf)", tv, gb / tv * 1e3,
-        100 * t_memcpy / tv, worst_of(out, ref));
+        label, tv, gb / tv * 1e3, 100 * t_memcpy / tv, worst_of(out, ref));
   }
   launch_kernel(f, *row.k, row.ptrs, rs, nullptr, -1, 0);
   std::printf("    default: first 64 rows: max |gpu - interpreter| %.3g\n", worst_of(out, ref));
@@ -361,6 +366,11 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
                cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h);
   const int ru = cuda::detail::kRowUnroll;
   row_src += cuda::detail::print_row_variant(softmax, "ksm_libm", ru, 0, true);
+  // Quad loops (float4 rows, print_row_kernel's `vector`), with libm for softmax.
+  row_src += cuda::detail::print_row_variant(softmax, "ksm_quad", ru, 0, false, true) +
+             cuda::detail::print_row_variant(softmax, "ksm_quad_libm", ru, 0, true, true) +
+             cuda::detail::print_row_variant(ln1k, "kln1k_quad", ru, 0, false, true) +
+             cuda::detail::print_row_variant(ln4k, "kln4k_quad", ru, 0, false, true);
   row_src += std::string(kNoIssue) +
              cuda::detail::print_row_variant(softmax, "ksm_noissue", ru, 0) +
              cuda::detail::print_row_variant(ln1k, "kln1k_noissue", ru, 0) +
@@ -460,6 +470,10 @@ int dump(const std::string& dir) {
   // The variants last: the ones without KILN_ISSUE redefine it for what follows.
   const std::string src = cuda_prelude() + kDivCheck + print_kernel(gelu, "kgelu") +
                           print_kernel(softmax, "ksoftmax") + print_kernel(ln, "klayer_norm") +
+                          cuda::detail::print_row_variant(
+                              softmax, "ksoftmax_quad", cuda::detail::kRowUnroll, 0, false, true) +
+                          cuda::detail::print_row_variant(
+                              ln, "klayer_norm_quad", cuda::detail::kRowUnroll, 0, false, true) +
                           variants_source(gelu, "") + print_kernel(softmax, "ksoftmax_noissue") +
                           print_kernel(ln, "klayer_norm_noissue");
   const NvrtcOutput out = nvrtc_compile(src, "probe.cu", 90, true, {"--ptxas-options=-v"});

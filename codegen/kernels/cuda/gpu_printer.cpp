@@ -647,12 +647,12 @@ void set_narrow_index_limit(int64_t limit) {
 }
 
 std::string detail::print_row_variant(const Kernel& kernel, const std::string& symbol,
-                                      int max_unroll, int held, bool libm) {
+                                      int max_unroll, int held, bool libm, bool vector) {
   // Transcendentals as kiln's expansions (the CPU's bits), unless libm.
   const Kernel k = libm ? kernel : kir::expand_math(kernel);
   kir::verify(k);
   KILN_CHECK(k.has_reductions(), "[cuda] kernel '", k.name, "' has no row reductions");
-  return tables_for(k) + detail::print_row_kernel(k, symbol, max_unroll, held);
+  return tables_for(k) + detail::print_row_kernel(k, symbol, max_unroll, held, vector);
 }
 
 PointwiseOptions detail::default_pointwise() {

@@ -109,13 +109,18 @@ constexpr int kRowUnroll = 16;
 /// With held > 0, rows of at most held * blockDim.x elements are instead held
 /// in registers (held elements per thread, read from memory once, each
 /// expression computed once for all phases; launch_kernel's `held` fits the
-/// block to the row); longer rows stream as without.
+/// block to the row); longer rows stream as without. With `vector`, kernels
+/// whose row arguments are all f32 (no column sums) stream in quads: thread t
+/// takes elements 4q..4q+3 for q = t, t + blockDim.x, ..., as float4 loads and
+/// stores where the row's pointers are 16-byte aligned, else one by one in the
+/// same order (the same bits either way; the order differs from the element
+/// loops', as reassoc allows; with one thread both are index order).
 std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
-                             int max_unroll = kRowUnroll, int held = 0);
-/// print_kernel for a kernel with row reductions, with the unroll and held
-/// options of print_row_kernel (benchmarks' and tests' variants); libm:
+                             int max_unroll = kRowUnroll, int held = 0, bool vector = false);
+/// print_kernel for a kernel with row reductions, with the unroll, held and
+/// vector options of print_row_kernel (benchmarks' and tests' variants); libm:
 /// transcendentals as device libm calls, as KILN_CUDA_LIBM=1 prints them.
 std::string print_row_variant(const kir::Kernel& k, const std::string& symbol, int max_unroll,
-                              int held, bool libm = false);
+                              int held, bool libm = false, bool vector = false);
 
 }  // namespace kiln::cuda::detail

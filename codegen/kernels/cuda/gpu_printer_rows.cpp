@@ -88,7 +88,7 @@ enum class Part { kAll, kLoads, kMath };
 void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
               const std::string& j, const std::string& ind, const std::string& sfx = "",
               Part part = Part::kAll, const std::string& guard = "",
-              std::vector<Loaded>* loaded = nullptr) {
+              std::vector<Loaded>* loaded = nullptr, const std::string& vlane = "") {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i = 0; i < k.exprs.size(); ++i) {
     if (!need[i]) continue;
@@ -102,7 +102,11 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
         const auto a = static_cast<size_t>(e.arg);
         const std::string off =
             k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
-        const std::string v = load(e.dtype, str("p", a), off);
+        // In a quad loop's aligned path (vlane "_<g>.<c>"), inner-dense
+        // arguments' lanes are components of the float4 v<a>_<g>.
+        const std::string v = !vlane.empty() && k.args[a].dense[inner]
+                                  ? str("v", a, vlane)
+                                  : load(e.dtype, str("p", a), off);
         os << (guard.empty() ? v : str("(", guard, " ? ", v, " : (", compute_type(e.dtype), ")0)"));
         break;
       }
@@ -130,8 +134,11 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
 }
 
 // Stores (by index) at inner index j; row stores go to the row's element.
+// With vlane "_<g>.<c>" (a quad loop's aligned path), inner-dense stores set
+// that component of the float4 w<a>_<g> instead.
 void emit_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& which,
-                 const std::string& j, const std::string& ind, const std::string& sfx = "") {
+                 const std::string& j, const std::string& ind, const std::string& sfx = "",
+                 const std::string& vlane = "") {
   const size_t inner = static_cast<size_t>(k.rank - 1);
   for (size_t i : which) {
     const kir::Store& s = k.stores[i];
@@ -139,6 +146,10 @@ void emit_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& w
     if (s.accumulate) {  // the column's f64 partial of this part: only this thread adds to it
       os << ind << "q" << a << "[" << j << "] = q" << a << "[" << j << "] + e" << s.expr << sfx
          << ";\n";
+      continue;
+    }
+    if (!vlane.empty() && k.args[a].dense[inner]) {
+      os << ind << "w" << a << vlane << " = e" << s.expr << sfx << ";\n";
       continue;
     }
     const std::string off = k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
@@ -243,59 +254,175 @@ void phase_close(std::ostream& os, const Kernel& k, int p) {
     }
 }
 
+// What a row loop does with each element after its arithmetic: add it to
+// phase `phase`'s accumulators, or (which != null) make the stores `which`.
+struct LoopWork {
+  int phase = -1;
+  const std::vector<size_t>* which = nullptr;
+};
+
+void lane_work(std::ostream& os, const Kernel& k, const LoopWork& w, const std::string& j,
+               const std::string& ind, const std::string& sfx, const std::string& vlane = "") {
+  if (w.which)
+    emit_stores(os, k, *w.which, j, ind, sfx, vlane);
+  else
+    accumulate(os, k, w.phase, sfx, ind);
+}
+
+// A block-stride loop over the row: `unroll` elements a block apart per step,
+// loaded before any is used, and worked in the order the plain loop would
+// (results do not change), then one element per step.
+void element_loops(std::ostream& os, const Kernel& k, const std::vector<char>& need, int unroll,
+                   const LoopWork& w, const std::string& ind) {
+  const std::string body = ind + "  ";
+  os << ind << "kiln_i64 j = threadIdx.x;\n"
+     << ind << "for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
+     << " * (kiln_i64)blockDim.x) {\n";
+  std::vector<Loaded> loaded;
+  auto at = [](int l) { return str("(j + ", l, " * (kiln_i64)blockDim.x)"); };
+  for (int l = 0; l < unroll; ++l)
+    eval_row(os, k, need, at(l), body, str("_", l), Part::kLoads, "", &loaded);
+  os << issue_loads(loaded, body);
+  for (int l = 0; l < unroll; ++l) {
+    eval_row(os, k, need, "", body, str("_", l), Part::kMath);
+    if (!w.which) accumulate(os, k, w.phase, str("_", l), body);
+  }
+  if (w.which)
+    for (int l = 0; l < unroll; ++l) emit_stores(os, k, *w.which, at(l), body, str("_", l));
+  os << ind << "}\n" << ind << "for (; j < inner; j += blockDim.x) {\n";
+  eval_row(os, k, need, "j", body);
+  lane_work(os, k, w, "j", body, "");
+  os << ind << "}\n";
+}
+
+// One step of a quad loop: `groups` quads a block apart (q the first), four
+// consecutive elements each; `vector`: inner-dense arguments move as float4
+// (v<a>_<g> loaded, w<a>_<g> stored), else one element at a time. Both
+// forms work the elements in the same order (quads ascending, then their
+// components), so a row's results do not depend on its alignment.
+void quad_step(std::ostream& os, const Kernel& k, const std::vector<char>& need, int groups,
+               const LoopWork& w, bool vector, const std::string& ind) {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  std::vector<char> loads(k.args.size(), 0), stores(k.args.size(), 0);
+  for (size_t i = 0; i < k.exprs.size(); ++i)
+    if (need[i] && k.exprs[i].kind == ExprKind::kLoad)
+      loads[static_cast<size_t>(k.exprs[i].arg)] = 1;
+  if (w.which)
+    for (size_t i : *w.which) stores[static_cast<size_t>(k.stores[i].arg)] = 1;
+  auto quad = [](int g) {
+    return g == 0 ? std::string("q") : str("(q + ", g, " * (kiln_i64)blockDim.x)");
+  };
+  auto row_ptr = [](size_t a) { return str("(p", a, " + b", a, " * inner)"); };
+  if (vector)
+    for (int g = 0; g < groups; ++g)
+      for (size_t a = 0; a < k.args.size(); ++a) {
+        if (!k.args[a].dense[inner]) continue;
+        if (loads[a])
+          os << ind << "const float4 v" << a << "_" << g << " = ((KILN_GLOBAL const float4*)"
+             << row_ptr(a) << ")[" << quad(g) << "];\n";
+        if (stores[a]) os << ind << "float4 w" << a << "_" << g << ";\n";
+      }
+  std::vector<Loaded> loaded;
+  auto lane = [](int g, int c) { return str("_", g, "_", c); };
+  auto vlane = [&](int g, int c) { return vector ? str("_", g, ".", "xyzw"[c]) : std::string(); };
+  auto elem = [&](int g, int c) { return str("(4 * ", quad(g), " + ", c, ")"); };
+  for (int g = 0; g < groups; ++g)
+    for (int c = 0; c < 4; ++c)
+      eval_row(os, k, need, elem(g, c), ind, lane(g, c), Part::kLoads, "", &loaded, vlane(g, c));
+  os << issue_loads(loaded, ind);
+  for (int g = 0; g < groups; ++g)
+    for (int c = 0; c < 4; ++c) {
+      eval_row(os, k, need, "", ind, lane(g, c), Part::kMath);
+      if (!w.which) accumulate(os, k, w.phase, lane(g, c), ind);
+    }
+  if (!w.which) return;
+  for (int g = 0; g < groups; ++g)
+    for (int c = 0; c < 4; ++c)
+      emit_stores(os, k, *w.which, elem(g, c), ind, lane(g, c), vlane(g, c));
+  if (vector)
+    for (int g = 0; g < groups; ++g)
+      for (size_t a = 0; a < k.args.size(); ++a)
+        if (stores[a] && k.args[a].dense[inner])
+          os << ind << "((KILN_GLOBAL float4*)" << row_ptr(a) << ")[" << quad(g) << "] = w" << a
+             << "_" << g << ";\n";
+}
+
+// The quad loops over the row (RowOptions::vector): thread t takes quads t,
+// t + blockDim.x, ... of four consecutive elements (float4 where the row's
+// inner-dense pointers are 16-byte aligned, kiln_al; else element by element
+// in the same order), then the one thread whose quad is the row's partial
+// last one takes its elements.
+void quad_loops(std::ostream& os, const Kernel& k, const std::vector<char>& need, int unroll,
+                const LoopWork& w, const std::string& ind) {
+  const int groups = (unroll + 3) / 4;  // at least the element loops' loads per step
+  const std::string in = ind + "  ", body = ind + "    ";
+  os << ind << "kiln_i64 q = threadIdx.x;\n" << ind << "const kiln_i64 n4 = inner / 4;\n";
+  for (const bool vector : {true, false}) {
+    os << ind << (vector ? "if (kiln_al) {\n" : "} else {\n");
+    if (groups > 1) {
+      os << in << "for (; q + " << groups - 1 << " * (kiln_i64)blockDim.x < n4; q += " << groups
+         << " * (kiln_i64)blockDim.x) {\n";
+      quad_step(os, k, need, groups, w, vector, body);
+      os << in << "}\n";
+    }
+    os << in << "for (; q < n4; q += blockDim.x) {\n";
+    quad_step(os, k, need, 1, w, vector, body);
+    os << in << "}\n";
+  }
+  os << ind << "}\n" << ind << "for (kiln_i64 j = 4 * q; j < inner; ++j) {\n";
+  eval_row(os, k, need, "j", in);
+  lane_work(os, k, w, "j", in, "");
+  os << ind << "}\n";
+}
+
 // One row's work: each phase streams the row from memory (loop_unroll loads in
-// flight per thread), then the final store loop.
+// flight per thread), then the final store loop; quad loops with `quads`.
 void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an,
-              const int max_unroll) {
+              const int max_unroll, bool quads) {
+  auto loops = [&](const std::vector<char>& need, const LoopWork& w, const std::string& ind) {
+    const int unroll = loop_unroll(k, need, max_unroll);
+    if (quads)
+      quad_loops(os, k, need, unroll, w, ind);
+    else
+      element_loops(os, k, need, unroll, w, ind);
+  };
   row_stores(os, k, an, kir::detail::Analysis::kRowStart);
   for (int p = 0; p < an.num_phases; ++p) {
     os << "    {  // phase " << p << "\n";
     phase_open(os, k, p, "      ");
-    const std::vector<char> need = kir::detail::needed(k, phase_roots(k, an, p));
-    const int unroll = loop_unroll(k, need, max_unroll);
-    // kUnroll elements a block apart per step, loaded before any is used, and
-    // accumulated in the order the plain loop would: results do not change.
-    os << "      kiln_i64 j = threadIdx.x;\n"
-       << "      for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
-       << " * (kiln_i64)blockDim.x) {\n";
-    std::vector<Loaded> loaded;
-    for (int l = 0; l < unroll; ++l)
-      eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "        ", str("_", l),
-               Part::kLoads, "", &loaded);
-    os << issue_loads(loaded, "        ");
-    for (int l = 0; l < unroll; ++l) {
-      eval_row(os, k, need, "", "        ", str("_", l), Part::kMath);
-      accumulate(os, k, p, str("_", l), "        ");
-    }
-    os << "      }\n      for (; j < inner; j += blockDim.x) {\n";
-    eval_row(os, k, need, "j", "        ");
-    accumulate(os, k, p, "", "        ");
-    os << "      }\n";
+    LoopWork w;
+    w.phase = p;
+    loops(kir::detail::needed(k, phase_roots(k, an, p)), w, "      ");
     phase_close(os, k, p);
     os << "    }\n";
     row_stores(os, k, an, p);
   }
   std::vector<size_t> which;
   const std::vector<int> roots = phase_roots(k, an, -1, &which);
-  if (!which.empty()) {
-    const std::vector<char> need = kir::detail::needed(k, roots);
-    const int unroll = loop_unroll(k, need, max_unroll);
-    os << "    kiln_i64 j = threadIdx.x;\n"
-       << "    for (; j + " << unroll - 1 << " * (kiln_i64)blockDim.x < inner; j += " << unroll
-       << " * (kiln_i64)blockDim.x) {\n";
-    std::vector<Loaded> loaded;
-    for (int l = 0; l < unroll; ++l)
-      eval_row(os, k, need, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l),
-               Part::kLoads, "", &loaded);
-    os << issue_loads(loaded, "      ");
-    for (int l = 0; l < unroll; ++l) eval_row(os, k, need, "", "      ", str("_", l), Part::kMath);
-    for (int l = 0; l < unroll; ++l)
-      emit_stores(os, k, which, str("(j + ", l, " * (kiln_i64)blockDim.x)"), "      ", str("_", l));
-    os << "    }\n    for (; j < inner; j += blockDim.x) {\n";
-    eval_row(os, k, need, "j", "      ");
-    emit_stores(os, k, which, "j", "      ");
-    os << "    }\n";
+  if (which.empty()) return;
+  LoopWork w;
+  w.which = &which;
+  loops(kir::detail::needed(k, roots), w, "    ");
+}
+
+// Whether a row kernel can take quad loops: every argument read or written
+// along the row is f32, and it has such an argument; the elementwise stores
+// all go along the row; no column sums (their partials keep the element
+// loops' mapping).
+bool quad_rows(const Kernel& k, const kir::detail::Analysis& an) {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  bool any = false;
+  for (const kir::Arg& a : k.args) {
+    if (!a.dense[inner]) continue;
+    if (a.dtype != DType::f32) return false;
+    any = true;
   }
+  for (size_t i = 0; i < k.stores.size(); ++i) {
+    if (k.stores[i].accumulate) return false;
+    if (an.store_after[i] == -1 && !k.args[static_cast<size_t>(k.stores[i].arg)].dense[inner])
+      return false;
+  }
+  return any;
 }
 
 // One row held in registers (rows of at most held * blockDim.x elements):
@@ -347,9 +474,11 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
 
 }  // namespace
 
-std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll, int held) {
+std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll, int held,
+                             bool vector) {
   KILN_ASSERT(max_unroll >= 1 && held >= 0, "row kernel unroll ", max_unroll, ", held ", held);
   const kir::detail::Analysis an = kir::detail::analyze(k);
+  const bool quads = vector && quad_rows(k, an);
   std::ostringstream os;
   os << kernel_head(k, symbol, "rows");
   std::vector<int> summed;  // column sums: a part of rows per block (see gpu_printer.h)
@@ -386,6 +515,13 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
         b = b == "0" ? str("c", d) : str("(", b, ") * s", d, " + c", d);
     os << "    const kiln_i64 b" << a << " = " << b << ";\n";
   }
+  if (quads) {  // the quad loops' float4 path: every row pointer 16-byte aligned
+    os << "    const bool kiln_al = ((0";
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (k.args[a].dense[static_cast<size_t>(k.rank - 1)])
+        os << " | (kiln_u64)(p" << a << " + b" << a << " * inner)";
+    os << ") & 15) == 0;\n";
+  }
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
   if (held > 0) {
@@ -393,7 +529,7 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
     held_body(os, k, an, held);
     os << "    } else {\n";
   }
-  row_body(os, k, an, max_unroll);
+  row_body(os, k, an, max_unroll, quads);
   if (held > 0) os << "    }\n";
   os << (summed.empty() ? "" : "  }\n") << "  }\n}\n";
   return os.str();
