@@ -253,8 +253,9 @@ struct Row {
 };
 
 // The same launch of `row`'s kernel printed without KILN_ISSUE (2db58a3's
-// print), with quad loops (float4 rows) and, for softmax, with libm's expf
-// (with and without quads): share of the copy, and the
+// print), with quad loops (float4 rows), for softmax with libm's expf (with
+// and without quads), for layer_norm with its row values hoisted (with and
+// without quads): share of the copy, and the
 // largest difference of the first 64 rows from the interpreter's (and the
 // default kernel `f`'s).
 void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_memcpy,
@@ -273,13 +274,22 @@ void row_variant_lines(const Row& row, const int64_t* rs, int reps, double t_mem
   }
   hp.push_back(ref.data());
   kir::interpret(*row.k, 0, static_cast<int64_t>(ref.size()) / row.inner, hp.data(), rs);
+  // Suffix, label, and whether softmax / layer_norm print it (libm changes
+  // softmax's exp only; layer_norm alone has row values to hoist).
+  struct Variant {
+    const char *sfx, *label;
+    bool softmax, layer_norm;
+  };
+  const Variant variants[] = {{"_noissue", "without KILN_ISSUE", true, true},
+                              {"_libm", "libm (expf)", true, false},
+                              {"_quad", "float4 (quads)", true, true},
+                              {"_quad_libm", "float4 + libm", true, false},
+                              {"_hoist", "row values hoisted", false, true},
+                              {"_quad_hoist", "float4 + hoisted", false, true}};
   const bool softmax = !std::strcmp(row.name, "softmax");
-  for (const char* sfx : {"_noissue", "_libm", "_quad", "_quad_libm"}) {
-    if (std::strstr(sfx, "libm") && !softmax) continue;
-    const char* label = !std::strcmp(sfx, "_noissue") ? "without KILN_ISSUE"
-                        : !std::strcmp(sfx, "_libm")  ? "libm (expf)"
-                        : !std::strcmp(sfx, "_quad")  ? "float4 (quads)"
-                                                      : "float4 + libm";
+  for (const Variant& v : variants) {
+    if (!(softmax ? v.softmax : v.layer_norm)) continue;
+    const char *sfx = v.sfx, *label = v.label;
     const CUfunction fv = row_mod.function(str(row.symbol, sfx));
     const double tv =
         median_ms(reps, [&] { launch_kernel(fv, *row.k, row.ptrs, rs, nullptr, -1, 0); });
@@ -366,11 +376,14 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
                cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h);
   const int ru = cuda::detail::kRowUnroll;
   row_src += cuda::detail::print_row_variant(softmax, "ksm_libm", ru, 0, true);
-  // Quad loops (float4 rows, print_row_kernel's `vector`), with libm for softmax.
-  row_src += cuda::detail::print_row_variant(softmax, "ksm_quad", ru, 0, false, true) +
-             cuda::detail::print_row_variant(softmax, "ksm_quad_libm", ru, 0, true, true) +
-             cuda::detail::print_row_variant(ln1k, "kln1k_quad", ru, 0, false, true) +
-             cuda::detail::print_row_variant(ln4k, "kln4k_quad", ru, 0, false, true);
+  // Quad loops (float4 rows) and hoisted row values (RowLoops), with libm for softmax.
+  const cuda::detail::RowLoops quads{true, false}, hoist{false, true}, both{true, true};
+  row_src += cuda::detail::print_row_variant(softmax, "ksm_quad", ru, 0, false, quads) +
+             cuda::detail::print_row_variant(softmax, "ksm_quad_libm", ru, 0, true, quads);
+  for (const auto& [k, sym] : {std::pair{&ln1k, "kln1k"}, std::pair{&ln4k, "kln4k"}})
+    row_src += cuda::detail::print_row_variant(*k, str(sym, "_quad"), ru, 0, false, quads) +
+               cuda::detail::print_row_variant(*k, str(sym, "_hoist"), ru, 0, false, hoist) +
+               cuda::detail::print_row_variant(*k, str(sym, "_quad_hoist"), ru, 0, false, both);
   row_src += std::string(kNoIssue) +
              cuda::detail::print_row_variant(softmax, "ksm_noissue", ru, 0) +
              cuda::detail::print_row_variant(ln1k, "kln1k_noissue", ru, 0) +
@@ -468,14 +481,19 @@ int dump(const std::string& dir) {
   const kir::Kernel gelu = gelu_kernel(), softmax = softmax_kernel();
   const kir::Kernel ln = layer_norm_kernel(1024);
   // The variants last: the ones without KILN_ISSUE redefine it for what follows.
-  const std::string src = cuda_prelude() + kDivCheck + print_kernel(gelu, "kgelu") +
-                          print_kernel(softmax, "ksoftmax") + print_kernel(ln, "klayer_norm") +
-                          cuda::detail::print_row_variant(
-                              softmax, "ksoftmax_quad", cuda::detail::kRowUnroll, 0, false, true) +
-                          cuda::detail::print_row_variant(
-                              ln, "klayer_norm_quad", cuda::detail::kRowUnroll, 0, false, true) +
-                          variants_source(gelu, "") + print_kernel(softmax, "ksoftmax_noissue") +
-                          print_kernel(ln, "klayer_norm_noissue");
+  const std::string src =
+      cuda_prelude() + kDivCheck + print_kernel(gelu, "kgelu") + print_kernel(softmax, "ksoftmax") +
+      print_kernel(ln, "klayer_norm") +
+      cuda::detail::print_row_variant(softmax, "ksoftmax_quad", cuda::detail::kRowUnroll, 0, false,
+                                      {true, false}) +
+      cuda::detail::print_row_variant(ln, "klayer_norm_quad", cuda::detail::kRowUnroll, 0, false,
+                                      {true, false}) +
+      cuda::detail::print_row_variant(ln, "klayer_norm_hoist", cuda::detail::kRowUnroll, 0, false,
+                                      {false, true}) +
+      cuda::detail::print_row_variant(ln, "klayer_norm_quad_hoist", cuda::detail::kRowUnroll, 0,
+                                      false, {true, true}) +
+      variants_source(gelu, "") + print_kernel(softmax, "ksoftmax_noissue") +
+      print_kernel(ln, "klayer_norm_noissue");
   const NvrtcOutput out = nvrtc_compile(src, "probe.cu", 90, true, {"--ptxas-options=-v"});
   auto write = [&](const std::string& name, const char* data, size_t size) {
     FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");

@@ -104,23 +104,33 @@ std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol)
 
 /// Row loads in flight per thread per step of a row kernel's loops.
 constexpr int kRowUnroll = 16;
+/// How a row kernel's streaming loops are printed (print_row_kernel).
+struct RowLoops {
+  /// Kernels whose row arguments are all f32 (no column sums) stream in quads:
+  /// thread t takes elements 4q..4q+3 for q = t, t + blockDim.x, ..., as
+  /// float4 loads and stores where the row's pointers are 16-byte aligned,
+  /// else one by one in the same order (the same bits either way; the order
+  /// differs from the element loops', as reassoc allows; with one thread both
+  /// are index order).
+  bool quads = false;
+  /// What a loop needs that is the same for the whole row (layer_norm's mean
+  /// and rsqrt of the variance) is computed once before it: the same bits.
+  bool hoist = false;
+};
+/// The loops print_kernel prints row kernels with.
+RowLoops default_row_loops();
 /// A kernel with row reductions (print_kernel's second half); each row loop
 /// takes max_unroll / (its row loads) elements per thread per step (at least 4).
 /// With held > 0, rows of at most held * blockDim.x elements are instead held
 /// in registers (held elements per thread, read from memory once, each
 /// expression computed once for all phases; launch_kernel's `held` fits the
-/// block to the row); longer rows stream as without. With `vector`, kernels
-/// whose row arguments are all f32 (no column sums) stream in quads: thread t
-/// takes elements 4q..4q+3 for q = t, t + blockDim.x, ..., as float4 loads and
-/// stores where the row's pointers are 16-byte aligned, else one by one in the
-/// same order (the same bits either way; the order differs from the element
-/// loops', as reassoc allows; with one thread both are index order).
+/// block to the row); longer rows stream as without, printed as `loops` says.
 std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
-                             int max_unroll = kRowUnroll, int held = 0, bool vector = false);
+                             int max_unroll = kRowUnroll, int held = 0, const RowLoops& loops = {});
 /// print_kernel for a kernel with row reductions, with the unroll, held and
-/// vector options of print_row_kernel (benchmarks' and tests' variants); libm:
+/// loop options of print_row_kernel (benchmarks' and tests' variants); libm:
 /// transcendentals as device libm calls, as KILN_CUDA_LIBM=1 prints them.
 std::string print_row_variant(const kir::Kernel& k, const std::string& symbol, int max_unroll,
-                              int held, bool libm = false, bool vector = false);
+                              int held, bool libm = false, const RowLoops& loops = {});
 
 }  // namespace kiln::cuda::detail

@@ -81,8 +81,9 @@ std::string acc_finish(const kir::Reduction& r, const std::string& acc) {
 // (unrolled loops put every lane's loads before any lane's arithmetic).
 enum class Part { kAll, kLoads, kMath };
 
-// The needed expressions at inner index `j` (row offsets b<a> in scope), named
-// with suffix `sfx`. With `guard`, loads read only where it holds (else 0):
+// The needed expressions (need[i] == 1; 2: hoisted, computed before the loop
+// and named without a suffix) at inner index `j` (row offsets b<a> in
+// scope), named with suffix `sfx`. With `guard`, loads read only where it holds (else 0):
 // held rows' slots past the row's end. Loads are declared non-const and
 // added to `loaded` (for issue_loads).
 void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
@@ -90,8 +91,11 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
               Part part = Part::kAll, const std::string& guard = "",
               std::vector<Loaded>* loaded = nullptr, const std::string& vlane = "") {
   const size_t inner = static_cast<size_t>(k.rank - 1);
+  auto v = [&](int x) {
+    return x < 0 ? std::string() : str("e", x, need[static_cast<size_t>(x)] == 2 ? "" : sfx);
+  };
   for (size_t i = 0; i < k.exprs.size(); ++i) {
-    if (!need[i]) continue;
+    if (need[i] != 1) continue;
     const Expr& e = k.exprs[i];
     if (part != Part::kAll && (e.kind == ExprKind::kLoad) != (part == Part::kLoads)) continue;
     os << ind << (e.kind == ExprKind::kLoad ? "" : "const ") << compute_type(e.dtype) << " e" << i
@@ -117,14 +121,12 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
         os << "red" << e.arg;
         break;
       case ExprKind::kPrim: {
-        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x, sfx); };
         os << prim_expr(e, k.exprs[static_cast<size_t>(e.a)].dtype, v(e.a), v(e.b), v(e.c));
         break;
       }
       case ExprKind::kOp: {
         const DType in = e.op == OpId::where ? k.exprs[static_cast<size_t>(e.b)].dtype
                                              : k.exprs[static_cast<size_t>(e.a)].dtype;
-        auto v = [&](int x) { return x < 0 ? std::string() : str("e", x, sfx); };
         os << rounded(e.dtype, op_expr(e.op, in, e.dtype, v(e.a), v(e.b), v(e.c)));
         break;
       }
@@ -347,7 +349,7 @@ void quad_step(std::ostream& os, const Kernel& k, const std::vector<char>& need,
              << "_" << g << ";\n";
 }
 
-// The quad loops over the row (RowOptions::vector): thread t takes quads t,
+// The quad loops over the row (RowLoops::quads): thread t takes quads t,
 // t + blockDim.x, ... of four consecutive elements (float4 where the row's
 // inner-dense pointers are 16-byte aligned, kiln_al; else element by element
 // in the same order), then the one thread whose quad is the row's partial
@@ -375,11 +377,47 @@ void quad_loops(std::ostream& os, const Kernel& k, const std::vector<char>& need
   os << ind << "}\n";
 }
 
+// Hoists what a row loop needs that is the same for the whole row (constants,
+// reduced values, loads of arguments not read along the row, and what is
+// computed from those alone), except the loop's roots: printed once at `ind`
+// and marked 2 in `need` (eval_row names them without a suffix). NVVM left
+// layer_norm's mean and rsqrt of the variance in its store loop (2 MUFU and 2
+// slow-path branches per step). Only where some arithmetic moves.
+void hoist_row_values(std::ostream& os, const Kernel& k, std::vector<char>& need,
+                      const std::vector<int>& roots, const std::string& ind) {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  std::vector<char> row(k.exprs.size(), 0), hoisted(k.exprs.size(), 0);
+  bool arithmetic = false;
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    if (e.kind == ExprKind::kLoad) {
+      row[i] = !k.args[static_cast<size_t>(e.arg)].dense[inner];
+      continue;
+    }
+    int ops[3];
+    const int m = kir::detail::operands(e, ops);
+    row[i] = 1;
+    for (int o = 0; o < m; ++o) row[i] = row[i] && row[static_cast<size_t>(ops[o])];
+  }
+  for (int r : roots) row[static_cast<size_t>(r)] = 0;
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    hoisted[i] = need[i] && row[i];
+    const ExprKind kind = k.exprs[i].kind;
+    arithmetic = arithmetic || (hoisted[i] && (kind == ExprKind::kOp || kind == ExprKind::kPrim));
+  }
+  if (!arithmetic) return;
+  eval_row(os, k, hoisted, "", ind);
+  for (size_t i = 0; i < k.exprs.size(); ++i)
+    if (hoisted[i]) need[i] = 2;
+}
+
 // One row's work: each phase streams the row from memory (loop_unroll loads in
 // flight per thread), then the final store loop; quad loops with `quads`.
 void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an,
-              const int max_unroll, bool quads) {
-  auto loops = [&](const std::vector<char>& need, const LoopWork& w, const std::string& ind) {
+              const int max_unroll, bool quads, bool hoist) {
+  auto loops = [&](const std::vector<int>& roots, const LoopWork& w, const std::string& ind) {
+    std::vector<char> need = kir::detail::needed(k, roots);
+    if (hoist) hoist_row_values(os, k, need, roots, ind);
     const int unroll = loop_unroll(k, need, max_unroll);
     if (quads)
       quad_loops(os, k, need, unroll, w, ind);
@@ -392,7 +430,7 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
     phase_open(os, k, p, "      ");
     LoopWork w;
     w.phase = p;
-    loops(kir::detail::needed(k, phase_roots(k, an, p)), w, "      ");
+    loops(phase_roots(k, an, p), w, "      ");
     phase_close(os, k, p);
     os << "    }\n";
     row_stores(os, k, an, p);
@@ -402,7 +440,9 @@ void row_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an
   if (which.empty()) return;
   LoopWork w;
   w.which = &which;
-  loops(kir::detail::needed(k, roots), w, "    ");
+  if (hoist) os << "    {\n";  // the hoisted names' scope
+  loops(roots, w, "    ");
+  if (hoist) os << "    }\n";
 }
 
 // Whether a row kernel can take quad loops: every argument read or written
@@ -475,10 +515,10 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
 }  // namespace
 
 std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll, int held,
-                             bool vector) {
+                             const RowLoops& loops) {
   KILN_ASSERT(max_unroll >= 1 && held >= 0, "row kernel unroll ", max_unroll, ", held ", held);
   const kir::detail::Analysis an = kir::detail::analyze(k);
-  const bool quads = vector && quad_rows(k, an);
+  const bool quads = loops.quads && quad_rows(k, an);
   std::ostringstream os;
   os << kernel_head(k, symbol, "rows");
   std::vector<int> summed;  // column sums: a part of rows per block (see gpu_printer.h)
@@ -529,7 +569,7 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
     held_body(os, k, an, held);
     os << "    } else {\n";
   }
-  row_body(os, k, an, max_unroll, quads);
+  row_body(os, k, an, max_unroll, quads, loops.hoist);
   if (held > 0) os << "    }\n";
   os << (summed.empty() ? "" : "  }\n") << "  }\n}\n";
   return os.str();

@@ -1,10 +1,11 @@
-// Row kernels printed with quad loops (print_row_kernel's `vector`: float4
-// loads and stores where a row's pointers are 16-byte aligned, else the same
-// elements one by one in the same order): on the device (the emulated one
-// here) their results do not depend on the rows' alignment, and equal the
-// interpreter's bit for bit (the inputs' f64 sums are exact, so any order
-// gives the interpreter's; index-order kernels run on one thread).
+// Row kernels printed with quad loops (RowLoops::quads: float4 loads and
+// stores where a row's pointers are 16-byte aligned, else the same elements
+// one by one in the same order) and with hoisted row values (RowLoops::hoist):
+// on the device (the emulated one here) their results do not depend on the
+// rows' alignment, and equal the interpreter's bit for bit (the inputs' f64 sums are exact, so any
+// order gives the interpreter's; index-order kernels run on one thread).
 #include <cmath>
+#include <iterator>
 
 #include "codegen/cuda/row_kernels.h"
 #include "kernels/cuda/driver.h"
@@ -67,8 +68,8 @@ double exact_value(DType t, std::mt19937& g) {
 
 // Whether the vector variant of `k` prints quad loops.
 bool prints_quads(const kir::Kernel& k) {
-  return detail::print_row_variant(k, "k", detail::kRowUnroll, 0, false, true).find("float4") !=
-         std::string::npos;
+  return detail::print_row_variant(k, "k", detail::kRowUnroll, 0, false, {true, false})
+             .find("float4") != std::string::npos;
 }
 
 // Inputs whose f64 sums depend on their order: row_value, with every 8th
@@ -91,14 +92,44 @@ std::vector<testing::RowKernel> quad_kernels() {
   return out;
 }
 
+// The streaming loops' forms tested: quads, hoisted row values, both.
+const detail::RowLoops kLoops[] = {{true, false}, {false, true}, {true, true}};
+
+// Runs `name` with every buffer 0 to 3 floats past alignment: each output's
+// bits equal offset 0's, and (`exact`) the interpreter's `ref`.
+void expect_same_on_every_alignment(const Module& mod, const std::string& name,
+                                    const kir::Kernel& k,
+                                    const std::vector<kir::testing::Buffer>& ref,
+                                    const std::vector<int64_t>& sizes, unsigned blocks,
+                                    unsigned threads, bool exact, const std::string& what) {
+  std::vector<std::vector<kir::testing::Buffer>> runs;
+  for (int offset : {0, 1, 2, 3})
+    runs.push_back(run_at(mod, name, k, ref, sizes, blocks, threads, offset));
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    if (!k.args[a].is_output) continue;
+    for (size_t o = 1; o < runs.size(); ++o)
+      EXPECT_TRUE(runs[o][a].bytes == runs[0][a].bytes)
+          << what << " arg " << a << ": offset " << o << " differs from offset 0";
+    int bad = 0;
+    for (int64_t e = 0; exact && e < ref[a].numel && bad < 3; ++e) {
+      const double want = ref[a].get(e), have = runs[0][a].get(e);
+      if ((std::isnan(want) && std::isnan(have)) || want == have) continue;
+      ++bad;
+      ADD_FAILURE() << what << " arg " << a << " element " << e << ": GPU " << have
+                    << ", interpreter " << want;
+    }
+  }
+}
+
 TEST(CudaVectorRows, EqualTheInterpreterOnEveryAlignment) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   set_device(0);
   const auto kernels = quad_kernels();
   std::string source = device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i)
-    source += detail::print_row_variant(kernels[i].k, "v" + std::to_string(i), detail::kRowUnroll,
-                                        0, false, true);
+    for (size_t o = 0; o < std::size(kLoops); ++o)
+      source += detail::print_row_variant(kernels[i].k, str("v", i, "_", o), detail::kRowUnroll, 0,
+                                          false, kLoops[o]);
   const std::vector<char> image = compile_for_device(source, "vector_rows.cu", 0);
   Module mod(image.data());
   std::mt19937 rng(23);
@@ -132,35 +163,19 @@ TEST(CudaVectorRows, EqualTheInterpreterOnEveryAlignment) {
         auto ptrs = kir::testing::pointers(ref);
         kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
         const auto threads = static_cast<unsigned>(row_threads(k, inner, 0));
-        for (const unsigned blocks : {static_cast<unsigned>(std::max<int64_t>(rows, 1)), 2u}) {
-          std::vector<std::vector<kir::testing::Buffer>> runs;
-          for (int offset : {0, 1, 2, 3}) {
-            runs.push_back(
-                run_at(mod, "v" + std::to_string(i), k, ref, sizes, blocks, threads, offset));
-            quad_launches += offset == 0 && inner >= 4;
+        for (const unsigned blocks : {static_cast<unsigned>(std::max<int64_t>(rows, 1)), 2u})
+          for (size_t o = 0; o < std::size(kLoops); ++o) {
+            expect_same_on_every_alignment(
+                mod, str("v", i, "_", o), k, ref, sizes, blocks, threads, exact,
+                str(k.name, exact ? " exact" : "", " sizes ", ::testing::PrintToString(sizes), " ",
+                    blocks, " x ", threads, " quads ", kLoops[o].quads, " hoist ",
+                    kLoops[o].hoist));
+            quad_launches += inner >= 4 && kLoops[o].quads;
           }
-          const std::string what =
-              str(k.name, exact ? " exact" : "", " sizes ", ::testing::PrintToString(sizes), " ",
-                  blocks, " x ", threads);
-          for (size_t a = 0; a < k.args.size(); ++a) {
-            if (!k.args[a].is_output) continue;
-            for (size_t o = 1; o < runs.size(); ++o)
-              EXPECT_TRUE(runs[o][a].bytes == runs[0][a].bytes)
-                  << what << " arg " << a << ": offset " << o << " differs from offset 0";
-            int bad = 0;
-            for (int64_t e = 0; exact && e < ref[a].numel && bad < 3; ++e) {
-              const double want = ref[a].get(e), have = runs[0][a].get(e);
-              if ((std::isnan(want) && std::isnan(have)) || want == have) continue;
-              ++bad;
-              ADD_FAILURE() << what << " arg " << a << " element " << e << ": GPU " << have
-                            << ", interpreter " << want;
-            }
-          }
-        }
       }
     }
   }
-  EXPECT_GT(quad_launches, 80);
+  EXPECT_GT(quad_launches, 160);
 }
 
 // Quad loops only where every row argument is f32: softmax in f32 prints
@@ -181,8 +196,9 @@ TEST(Nvrtc, QuadRowKernelsCompileWithoutSpills) {
   std::string source = cuda_prelude();
   int n = 0;
   for (const auto& r : quad_kernels())
-    source += detail::print_row_variant(r.k, "q" + std::to_string(n++), detail::kRowUnroll, 0,
-                                        false, true);
+    for (const detail::RowLoops& loops : kLoops)
+      source += detail::print_row_variant(r.k, "q" + std::to_string(n++), detail::kRowUnroll, 0,
+                                          false, loops);
   const NvrtcOutput out =
       nvrtc_compile(source, "quad_rows.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
   EXPECT_GT(out.cubin.size(), 1000u);
