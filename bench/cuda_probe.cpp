@@ -349,7 +349,8 @@ void fast_division_check() {
 }
 
 // Row kernels: the launch's own choice, then a sweep of elements per thread
-// per loop step (the printer's unroll), of rows held in registers, and of
+// per loop step (the printer's unroll; element loops, then quad loops with
+// hoisted row values), of rows held in registers, and of
 // block sizes (any multiple of 32). Percentages are of cuMemcpyDtoD's time.
 void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcpy,
                  const DeviceBuffer& in, const DeviceBuffer& out) {
@@ -366,10 +367,14 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   const int unrolls[3] = {4, 8, 16};
   const int helds[3] = {8, 16, 32};  // rows held in registers (print_row_kernel's held)
   std::string row_src = device_prelude();
+  const cuda::detail::RowLoops both{true, true};  // quads, row values hoisted
   for (int u : unrolls)
     row_src += cuda::detail::print_row_variant(softmax, str("ksm_u", u), u, 0) +
                cuda::detail::print_row_variant(ln1k, str("kln1k_u", u), u, 0) +
-               cuda::detail::print_row_variant(ln4k, str("kln4k_u", u), u, 0);
+               cuda::detail::print_row_variant(ln4k, str("kln4k_u", u), u, 0) +
+               cuda::detail::print_row_variant(softmax, str("ksm_q", u), u, 0, false, both) +
+               cuda::detail::print_row_variant(ln1k, str("kln1k_q", u), u, 0, false, both) +
+               cuda::detail::print_row_variant(ln4k, str("kln4k_q", u), u, 0, false, both);
   for (int h : helds)
     row_src += cuda::detail::print_row_variant(softmax, str("ksm_h", h), 4, h) +
                cuda::detail::print_row_variant(ln1k, str("kln1k_h", h), 4, h) +
@@ -377,7 +382,7 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   const int ru = cuda::detail::kRowUnroll;
   row_src += cuda::detail::print_row_variant(softmax, "ksm_libm", ru, 0, true);
   // Quad loops (float4 rows) and hoisted row values (RowLoops), with libm for softmax.
-  const cuda::detail::RowLoops quads{true, false}, hoist{false, true}, both{true, true};
+  const cuda::detail::RowLoops quads{true, false}, hoist{false, true};
   row_src += cuda::detail::print_row_variant(softmax, "ksm_quad", ru, 0, false, quads) +
              cuda::detail::print_row_variant(softmax, "ksm_quad_libm", ru, 0, true, quads);
   for (const auto& [k, sym] : {std::pair{&ln1k, "kln1k"}, std::pair{&ln4k, "kln4k"}})
@@ -453,13 +458,15 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
     std::printf("printed %-10s rows of %5lld %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD)\n",
                 row.name, static_cast<long long>(row.inner), t, gb / t * 1e3, 100 * t_memcpy / t);
     row_variant_lines(row, rs, reps, t_memcpy, in, out, row_mod, f4);
-    for (int u : unrolls) {
-      std::printf("    unroll %2d", u);
-      for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
-        std::printf(" | %u threads: %s", threads,
-                    sweep_cell(str(row.symbol, "_u", u), threads).c_str());
-      std::printf("\n");
-    }
+    // Element loops, then quad loops with hoisted row values (RowLoops).
+    for (const char* form : {"_u", "_q"})
+      for (int u : unrolls) {
+        std::printf("    %s %2d", form[1] == 'u' ? "unroll" : "quads ", u);
+        for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
+          std::printf(" | %u threads: %s", threads,
+                      sweep_cell(str(row.symbol, form, u), threads).c_str());
+        std::printf("\n");
+      }
     // The row held in registers, `held` elements per thread: a cell is "-"
     // where the row does not fit the block (the kernel would stream).
     for (int h : helds) {
