@@ -27,15 +27,7 @@ std::vector<kir::testing::Buffer> run_rows(const Module& mod, const std::string&
                                            unsigned threads) {
   return testing::run_on_gpu(mod, name, k, ref, sizes,
                              [&](CUfunction fn, const std::vector<CUdeviceptr>& ptrs) {
-                               std::vector<CUdeviceptr> dptr = ptrs;
-                               std::vector<long long> scalars = {kir::work_items(k, sizes.data())};
-                               for (int64_t s : sizes) scalars.push_back(s);
-                               std::vector<void*> params;
-                               for (CUdeviceptr& p : dptr) params.push_back(&p);
-                               for (long long& s : scalars) params.push_back(&s);
-                               check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0,
-                                                             nullptr, params.data(), nullptr),
-                                     "cuLaunchKernel");
+                               testing::launch_on(fn, k, ptrs, sizes, blocks, threads);
                              });
 }
 
@@ -130,19 +122,26 @@ TEST(CudaHeldRows, LaunchFitsTheBlockToTheRow) {
 }
 
 // The held softmax's text (two slots: readable), and held kernels compile for
-// sm_90 without spills at the probe's widths.
+// sm_90 without spills at the probe's widths (and the quad / hoisted forms at
+// the default unroll).
 TEST(GpuPrinter, GoldenHeldSoftmaxRowKernel) {
   kiln::testing::expect_golden(
       "softmax_rows_held2.cu",
       detail::print_row_variant(testing::softmax_kernel(DType::f32), "kiln_softmax", 4, 2));
 }
 
-TEST(Nvrtc, HeldRowKernelsCompileWithoutSpills) {
+TEST(Nvrtc, HeldAndQuadRowKernelsCompileWithoutSpills) {
   std::string source = cuda_prelude();
   int n = 0;
-  for (const auto& r : testing::row_kernels())
+  for (const auto& r : testing::row_kernels()) {
     for (int held : {8, 16, 32})
       source += detail::print_row_variant(r.k, "r" + std::to_string(n++), 4, held);
+    // The streaming loops' other forms (RowLoops: quads, hoisted row values).
+    for (const detail::RowLoops loops :
+         {detail::RowLoops{true, false}, {false, true}, {true, true}})
+      source += detail::print_row_variant(r.k, "r" + std::to_string(n++), detail::kRowUnroll, 0,
+                                          false, loops);
+  }
   const NvrtcOutput out =
       nvrtc_compile(source, "held_rows.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
   EXPECT_GT(out.cubin.size(), 1000u);

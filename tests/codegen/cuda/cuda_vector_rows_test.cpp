@@ -8,11 +8,11 @@
 #include <iterator>
 
 #include "codegen/cuda/row_kernels.h"
+#include "codegen/cuda/run_kernel.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/gpu_printer_internal.h"
 #include "kernels/cuda/module.h"
-#include "kernels/cuda/nvrtc_lib.h"
 
 namespace kiln::cuda {
 namespace {
@@ -37,14 +37,7 @@ std::vector<kir::testing::Buffer> run_at(const Module& mod, const std::string& n
     dev.back().upload(host.data(), host.size());
     ptrs.push_back(dev.back().get() + shift);
   }
-  std::vector<long long> scalars = {kir::work_items(k, sizes.data())};
-  for (int64_t s : sizes) scalars.push_back(s);
-  std::vector<void*> params;
-  for (CUdeviceptr& p : ptrs) params.push_back(&p);
-  for (long long& s : scalars) params.push_back(&s);
-  check(driver().cuLaunchKernel(mod.function(name), blocks, 1, 1, threads, 1, 1, 0, nullptr,
-                                params.data(), nullptr),
-        "cuLaunchKernel");
+  testing::launch_on(mod.function(name), k, ptrs, sizes, blocks, threads);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
   std::vector<kir::testing::Buffer> got = ref;
   for (size_t a = 0; a < ref.size(); ++a) {
@@ -190,21 +183,6 @@ TEST(GpuPrinterRows, QuadLoopsOnlyForF32Rows) {
   EXPECT_EQ(
       detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll, 0),
       print_kernel(testing::softmax_kernel(DType::f32), "k"));
-}
-
-TEST(Nvrtc, QuadRowKernelsCompileWithoutSpills) {
-  std::string source = cuda_prelude();
-  int n = 0;
-  for (const auto& r : quad_kernels())
-    for (const detail::RowLoops& loops : kLoops)
-      source += detail::print_row_variant(r.k, "q" + std::to_string(n++), detail::kRowUnroll, 0,
-                                          false, loops);
-  const NvrtcOutput out =
-      nvrtc_compile(source, "quad_rows.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
-  EXPECT_GT(out.cubin.size(), 1000u);
-#ifndef KILN_TEST_SANITIZED
-  EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
-#endif
 }
 
 }  // namespace
