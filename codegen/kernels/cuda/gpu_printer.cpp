@@ -707,11 +707,13 @@ std::string detail::print_pointwise_variant(const Kernel& kernel, const std::str
 }
 
 detail::RowLoops detail::default_row_loops() {
-  // Element loops as printed since 2026-11-26, until an H200 measures
-  // cuda_probe's "float4 (quads)" / "float4 + hoisted" lines (sm_90 SASS per
-  // element: softmax 69 -> 62 with quads; layer_norm 32 -> 16 with both).
-  // The one place to switch: the goldens' row kernels change with it.
-  return {};
+  // Quad (float4) loops: on an H200 (2026-11-27, cuda_probe 16M, CUDA-event
+  // medians) softmax rows of 1024/4096 went from 65%/64% to 72%/73% of
+  // cuMemcpyDtoD and layer_norm from 85%/79% to 96%/89%, with the
+  // interpreter's bits; hoisting the row values was slower on rows of 4096
+  // (69% alone, 77% with quads). The one place to switch: the goldens' row
+  // kernels change with it.
+  return {.quads = true, .hoist = false};
 }
 
 std::string print_kernel(const Kernel& kernel, const std::string& symbol) {

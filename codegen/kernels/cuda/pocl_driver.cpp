@@ -4,6 +4,7 @@
 // pocl_launch.cpp, pocl_streams.cpp and pocl_graphs.cpp; device addresses in
 // pocl_space.cpp.
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -192,7 +193,41 @@ struct Fresh<F> {
 };
 
 // ---------------- loading ----------------
+// PoCL runs a work-group's work-items in loops on one worker thread's stack
+// (their private values live there across barriers): 512 work-items of a
+// float4 row kernel overflowed glibc's 8 MiB default (a SIGSEGV inside the
+// kernel). Its workers are created while the platform and device initialize,
+// with the process's default thread attributes: larger stacks for those only.
+class WorkerStacks {
+ public:
+  WorkerStacks() {
+    pthread_attr_t a;
+    if (pthread_getattr_default_np(&a) != 0) return;
+    size_t size = 0;
+    if (pthread_attr_getstacksize(&a, &size) == 0 && size < kStack) {
+      old_ = size;
+      if (pthread_attr_setstacksize(&a, kStack) != 0 || pthread_setattr_default_np(&a) != 0)
+        old_ = 0;
+    }
+    pthread_attr_destroy(&a);
+  }
+  ~WorkerStacks() {
+    pthread_attr_t a;
+    if (old_ == 0 || pthread_getattr_default_np(&a) != 0) return;
+    pthread_attr_setstacksize(&a, old_);
+    pthread_setattr_default_np(&a);
+    pthread_attr_destroy(&a);
+  }
+  WorkerStacks(const WorkerStacks&) = delete;
+  WorkerStacks& operator=(const WorkerStacks&) = delete;
+
+ private:
+  static constexpr size_t kStack = size_t{64} << 20;
+  size_t old_ = 0;
+};
+
 std::string open_pocl(Emu& e) {
+  const WorkerStacks stacks;
   void* h = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* why = dlerror();
