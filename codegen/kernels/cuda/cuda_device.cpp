@@ -403,8 +403,7 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
   if (op == OpId::rand_uniform || op == OpId::rand_normal)
     return device_random(op == OpId::rand_normal, attrs, out[0]);
   if (op == OpId::full) {  // one element uploaded, broadcast by a device copy
-    const Scalar v = attrs.has("ivalue") ? Scalar(attrs.i("ivalue")) : Scalar(attrs.f("value"));
-    return copy(out[0], scalar_tensor(v, out[0].dtype(), "full"));
+    return copy(out[0], scalar_tensor(ops::full_scalar(attrs), out[0].dtype(), "full"));
   }
   if (info.has(kFactory)) {  // the others (arange): made on the host, then uploaded
     std::vector<Tensor> host{make_tensor(out[0].shape(), out[0].dtype())};

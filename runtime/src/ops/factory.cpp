@@ -112,7 +112,7 @@ void infer_full(std::span<const Tensor>, const Attrs& at, std::vector<TensorMeta
   DType dt = at.dtype("dtype");
   const Dims& shape = at.dims("shape");
   check_shape(shape, "full");
-  check_scalar_fits(at.has("ivalue") ? Scalar(at.i("ivalue")) : Scalar(at.f("value")), dt, "full");
+  check_scalar_fits(full_scalar(at), dt, "full");
   out.push_back({dt, shape});
 }
 

@@ -26,6 +26,12 @@ Dims normalize_dims(const Dims& dims, int64_t rank, const char* op);
 /// Shape after reducing `dims` (normalized) with or without keepdim.
 Dims reduced_shape(const Dims& shape, const Dims& dims, bool keepdim);
 
+/// A `full` node's value: "ivalue" when present (an integer kept exact past
+/// 2^53), else "value".
+inline Scalar full_scalar(const Attrs& at) {
+  return at.has("ivalue") ? Scalar(at.i("ivalue")) : Scalar(at.f("value"));
+}
+
 /// Tensor of zeros shaped like meta.
 inline Tensor zeros_meta(const TensorMeta& m) {
   return zeros(m.shape, m.dtype);
