@@ -35,8 +35,13 @@ void combine(CUdeviceptr out, DType out_t, CUdeviceptr partial, DType acc, int64
   const CUfunction fn = cached_kernel(device, print_column_combine(acc, out_t, sym), sym);
   long long c = cols, p = parts;
   void* params[] = {&out, &partial, &c, &p};
-  const long long blocks = std::min<long long>((cols + 255) / 256, 1 << 16);
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
+  // Blocks of S threads per column (column_combine_slices()), up to 32 columns.
+  const int64_t slices = column_combine_slices();
+  const int64_t width =
+      std::clamp<int64_t>(cols, 1, std::min<int64_t>(32, max_block_threads(fn) / slices));
+  const long long blocks = std::min<long long>((cols + width - 1) / width, 1 << 16);
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
+                                static_cast<unsigned>(width * slices), 1, 1, 0,
                                 current_cu_stream(device), params, nullptr),
         "cuLaunchKernel (column sum combine)");
   after_launch(sym);

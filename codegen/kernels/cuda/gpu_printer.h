@@ -24,7 +24,7 @@
 // [parts, inner] where the kernel IR's argument is: part p covers rows
 // [rows * p / parts, rows * (p + 1) / parts), each column summed in index order
 // by one thread (a register in pointwise kernels, its own partial element in
-// row kernels); print_column_combine adds the parts in order. Results depend on
+// row kernels); print_column_combine adds them in a fixed order. Results depend on
 // the sizes only, not on the grid, the block size or the device.
 #pragma once
 
@@ -167,8 +167,14 @@ int64_t column_parts(int64_t rows, int64_t inner);
 /// [rows * p / parts, rows * (p + 1) / parts) of each column in index order,
 /// one thread per column and part.
 std::string print_column_sum(DType x, DType acc, const std::string& symbol);
-/// out[j] = the partials of column j added in part order, converted to
-/// `out`: parameters (out, partial, cols, parts); parts = 0 writes zeros.
+/// out[j] = the partials of column j, converted to `out`: parameters (out,
+/// partial, cols, parts); parts = 0 writes zeros. The parts are split into
+/// column_combine_slices() slices, slice q = parts [parts * q / S,
+/// parts * (q + 1) / S); each slice is added in part order, then the slices
+/// in order. Launch with blockDim.x a multiple of S (S * c threads take c
+/// columns at a time), any grid: no result depends on either.
 std::string print_column_combine(DType acc, DType out, const std::string& symbol);
+/// The combine's slices per column (S above).
+int column_combine_slices();
 
 }  // namespace kiln::cuda

@@ -109,6 +109,47 @@ TEST_F(CudaColumns, ColumnSumsDoNotDependOnTheLaunchShape) {
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[i], results[0]) << "launch " << i;
 }
 
+// The combine adds each column's parts in 32 slices, each in part order, then
+// the slices in order (gpu_printer.h): those bits on every launch shape
+// (before, one thread per column added all 1000 parts in a chain).
+TEST_F(CudaColumns, CombineAddsSlicesInOrderOnEveryLaunchShape) {
+  const int64_t slices = cuda::column_combine_slices();
+  for (auto [parts, cols] : {std::pair<int64_t, int64_t>{1000, 77}, {5, 40}, {33, 1}, {0, 3}}) {
+    // Magnitudes from 1e-8 to 1e8: the order of the additions shows in the bits.
+    const Tensor partial = (randn({std::max<int64_t>(parts, 1), cols}, DType::f64) *
+                            exp(randn({std::max<int64_t>(parts, 1), cols}, DType::f64) * 6));
+    const std::vector<double> h = partial.to_vector<double>();
+    std::vector<double> want(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) {
+      double t = 0;
+      for (int64_t q = 0; q < slices; ++q) {
+        double s = 0;
+        for (int64_t p = parts * q / slices; p < parts * (q + 1) / slices; ++p)
+          s += h[static_cast<size_t>(p * cols + j)];
+        t = q == 0 ? s : t + s;
+      }
+      want[static_cast<size_t>(j)] = t;
+    }
+    const std::string sym = "kiln_colsum_combine_order_test";
+    const CUfunction fn =
+        cuda::cached_kernel(0, cuda::print_column_combine(DType::f64, DType::f64, sym), sym);
+    const Tensor dp = partial.cuda();
+    for (auto [grid, width] : {std::pair{1u, 1u}, {3u, 8u}, {1000u, 32u}, {2u, 3u}}) {
+      const Tensor out = full({cols}, -1.0, DType::f64).cuda();
+      auto op = reinterpret_cast<CUdeviceptr>(out.data_ptr());
+      auto pp = reinterpret_cast<CUdeviceptr>(dp.data_ptr());
+      long long c = cols, p = parts;
+      void* params[] = {&op, &pp, &c, &p};
+      cuda::check(
+          cuda::driver().cuLaunchKernel(fn, grid, 1, 1, width * static_cast<unsigned>(slices), 1, 1,
+                                        0, nullptr, params, nullptr),
+          "cuLaunchKernel");
+      EXPECT_EQ(bits_of(out), bits_of(from_vector(want, {cols})))
+          << parts << " parts, " << cols << " columns, grid " << grid << ", width " << width;
+    }
+  }
+}
+
 // A compiled graph's column sums (bias gradients) are fused into their
 // producer's kernel on the device too: values as on the CPU, f32 and f64.
 TEST_F(CudaColumns, CompiledColumnSumsMatchTheCpu) {

@@ -218,10 +218,42 @@ KILN_KERNEL void kiln_eager_colsum(KILN_GLOBAL float* partial, KILN_GLOBAL const
   }
 }
 KILN_KERNEL void kiln_colsum_combine(KILN_GLOBAL float* out, KILN_GLOBAL const double* partial, kiln_i64 cols, kiln_i64 parts) {
-  for (kiln_i64 j = (kiln_i64)blockIdx.x * blockDim.x + threadIdx.x; j < cols;
-       j += (kiln_i64)gridDim.x * blockDim.x) {
-    double s = parts > 0 ? (double)partial[j] : (double)0;
-    for (kiln_i64 p = 1; p < parts; ++p) s = s + (double)partial[p * cols + j];
-    out[j] = (float)s;
+  __shared__ double kiln_slice[1024];
+  const kiln_i64 c = blockDim.x / 32;
+  const kiln_i64 lane = threadIdx.x % c, slice = threadIdx.x / c;
+  const kiln_i64 lo = parts * slice / 32, hi = parts * (slice + 1) / 32;
+  for (kiln_i64 base = (kiln_i64)blockIdx.x * c; base < cols; base += (kiln_i64)gridDim.x * c) {
+    const kiln_i64 j = base + lane;
+    double s = (double)0;
+    if (j < cols) {
+      kiln_i64 p = lo;
+      for (; p + 8 <= hi; p += 8) {
+        const double v0 = (double)partial[(p + 0) * cols + j];
+        const double v1 = (double)partial[(p + 1) * cols + j];
+        const double v2 = (double)partial[(p + 2) * cols + j];
+        const double v3 = (double)partial[(p + 3) * cols + j];
+        const double v4 = (double)partial[(p + 4) * cols + j];
+        const double v5 = (double)partial[(p + 5) * cols + j];
+        const double v6 = (double)partial[(p + 6) * cols + j];
+        const double v7 = (double)partial[(p + 7) * cols + j];
+        s = s + v0;
+        s = s + v1;
+        s = s + v2;
+        s = s + v3;
+        s = s + v4;
+        s = s + v5;
+        s = s + v6;
+        s = s + v7;
+      }
+      for (; p < hi; ++p) s = s + (double)partial[p * cols + j];
+    }
+    kiln_slice[threadIdx.x] = s;
+    __syncthreads();
+    if (slice == 0 && j < cols) {
+      double t = kiln_slice[lane];
+      for (int q = 1; q < 32; ++q) t = t + kiln_slice[q * c + lane];
+      out[j] = (float)t;
+    }
+    __syncthreads();
   }
 }
