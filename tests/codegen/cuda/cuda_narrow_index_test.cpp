@@ -53,6 +53,34 @@ TEST_F(CudaNarrowIndex, TheCountPicksTheLoop) {
   EXPECT_EQ(cuda::narrow_index_limit(), 60);
 }
 
+// Indexing kernels (gather, index_select, scatter_add by sorted runs) work out
+// coordinates in 32 bits when the count fits and in 64 otherwise: both loops
+// give the CPU's bits, a bad index is reported from either.
+TEST_F(CudaNarrowIndex, IndexingKernelsHaveBothLoops) {
+  const Tensor x = randn({50, 3, 33});
+  const Tensor idx = (rand({50, 3, 7}) * 32.99).to(DType::i64);
+  const Tensor rows = (rand({300}) * 49.99).to(DType::i64);  // >= 64 entries: sorted runs
+  const Tensor src = randn({300, 3, 33});
+  for (int64_t limit : {kDefaultLimit, int64_t{-1}}) {
+    cuda::set_narrow_index_limit(limit);
+    const std::string w = limit < 0 ? " (64-bit loop)" : " (32-bit loop)";
+    expect_bits(gather(x.cuda(), 2, idx.cuda()), gather(x, 2, idx), "gather" + w);
+    expect_bits(index_select(x.cuda(), 0, rows.cuda()), index_select(x, 0, rows),
+                "index_select" + w);
+    const Tensor along = rows.reshape({300, 1, 1}).expand({300, 3, 33});  // varies along dim 0 only
+    expect_bits(scatter_add(zeros({50, 3, 33}).cuda(), 0, along.cuda(), src.cuda()),
+                scatter_add(zeros({50, 3, 33}), 0, along, src), "scatter_add (sorted runs)" + w);
+    const Tensor bad = full({300}, 50, DType::i64);
+    EXPECT_THROW(
+        {
+          index_select(x.cuda(), 0, bad.cuda());
+          cuda::synchronize();
+        },
+        Error)
+        << w;
+  }
+}
+
 // Only kernels with broadcast arguments (coordinates: divisions) carry the
 // 32-bit loop; all-dense ones are printed with the 64-bit loop alone.
 TEST(GpuPrinterNarrowIndex, OnlyKernelsWithCoordinatesHaveTwoLoops) {
