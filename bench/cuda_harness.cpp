@@ -4,19 +4,24 @@
 // transformer training step against their cuBLAS floors (each step's matmuls
 // alone, through the same cuBLASLt calls). Wall-clock medians of paired rounds, the device
 // synchronized after every call.
-//   cuda_harness [--reps R] [--small] [--only rows|mlp|transformer]
+//   cuda_harness [--reps R] [--small] [--only rows|overhead|mlp|transformer]
 // (--small: tiny sizes, to check it runs; --only: that part alone, e.g. to
 // profile it with KILN_PROFILE and KILN_CUDA_SYNC=1.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/pocl_driver.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
+#include "kiln/env.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
@@ -25,28 +30,32 @@ using namespace kiln;
 
 namespace {
 
-double once_ms(const std::function<void()>& f) {
+// One call's time with the device synchronized after it; `host`: until the
+// call returns (the synchronization after it untimed).
+double once_ms(const std::function<void()>& f, bool host = false) {
   const auto t0 = std::chrono::steady_clock::now();
   f();
-  cuda::synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!host) cuda::synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (host) cuda::synchronize();
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
 // Medians of `reps` paired rounds of a and b (alternating which runs first).
 std::pair<double, double> paired(int reps, const std::function<void()>& a,
-                                 const std::function<void()>& b) {
+                                 const std::function<void()>& b, bool host = false) {
   for (int w = 0; w < 3; ++w) {
-    once_ms(a);
-    once_ms(b);
+    once_ms(a, host);
+    once_ms(b, host);
   }
   std::vector<double> ta, tb;
   for (int r = 0; r < reps; ++r) {
     if (r % 2) {
-      ta.push_back(once_ms(a));
-      tb.push_back(once_ms(b));
+      ta.push_back(once_ms(a, host));
+      tb.push_back(once_ms(b, host));
     } else {
-      tb.push_back(once_ms(b));
-      ta.push_back(once_ms(a));
+      tb.push_back(once_ms(b, host));
+      ta.push_back(once_ms(a, host));
     }
   }
   std::sort(ta.begin(), ta.end());
@@ -86,6 +95,105 @@ void rows(int reps, const Tensor& x, double bytes, double copy_ms) {
   auto [le, lc] = paired(
       reps, [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); });
   row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
+}
+
+// The driver entry points `f` calls, with counts ("cuGraphLaunch 1, ..."),
+// and the time spent in them: the emulated device counts them; "" and 0
+// with a real driver.
+std::pair<std::string, double> driver_calls(const std::function<void()>& f) {
+  const auto before = cuda::emulated_driver_calls();
+  f();
+  std::string s;
+  double ms = 0;
+  for (const cuda::DriverCalls& a : cuda::emulated_driver_calls()) {
+    cuda::DriverCalls was;
+    for (const cuda::DriverCalls& b : before)
+      if (b.name == a.name) was = b;
+    if (a.calls > was.calls) s += str(s.empty() ? "" : ", ", a.name, " ", a.calls - was.calls);
+    ms += static_cast<double>(a.ns - was.ns) / 1e6;
+  }
+  return {s, ms};
+}
+
+// Host time per call outside the driver (emulated device: the driver's time
+// is counted): the medians of `reps` rounds of 64 calls of f, in microseconds.
+double outside_driver_us(int reps, const std::function<void()>& f) {
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double in_driver = driver_calls([&] {
+                               for (int i = 0; i < 64; ++i) f();
+                             }).second;
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(1e3 * (std::chrono::duration<double, std::milli>(t1 - t0).count() - in_driver) /
+                 64);
+    cuda::synchronize();
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// The fixed cost of a compiled call (issue 19: a replayed GELU 16M costs
+// about 10 us more than its kernel; the rows' "% of copy" compare it with a
+// synchronous cuMemcpyDtoD): a GELU of 16 elements, replayed from a CUDA
+// graph and run plainly (KILN_CUDA_GRAPHS=0), against a 64-byte copy,
+// synchronized after each call; the host time until a call returns (the
+// kernel runs after it; the CPU backend's for the same call), also for
+// GELU 16M; and on the emulated device the driver calls of one call and the
+// host time outside them.
+void overhead(int reps, const Tensor& x) {
+  auto graphed = compile([](const Tensor& t) { return gelu_tanh(t); });
+  auto plain = compile([](const Tensor& t) { return gelu_tanh(t); });
+  auto on_cpu = compile([](const Tensor& t) { return gelu_tanh(t); });
+  auto big = compile([](const Tensor& t) { return gelu_tanh(t); });
+  const Tensor tiny = randn({16}).cuda(), tiny_cpu = randn({16}), into = empty_like(tiny);
+  auto copy = [&] {
+    cuda::check(cuda::driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(into.data_ptr()),
+                                            reinterpret_cast<CUdeviceptr>(tiny.data_ptr()), 64),
+                "cuMemcpyDtoD");
+  };
+  struct Side {
+    double wall, copy, host, host_big, outside;
+    std::string calls;
+  };
+  auto side = [&](auto& f) {
+    Side r;
+    std::tie(r.wall, r.copy) = paired(
+        4 * reps, [&] { (void)f(tiny); }, copy);
+    r.host = paired(
+                 4 * reps, [&] { (void)f(tiny); }, [] {}, true)
+                 .first;
+    r.host_big = paired(
+                     reps, [&] { (void)big(x); }, [] {}, true)
+                     .first;
+    r.calls = driver_calls([&] { (void)f(tiny); }).first;
+    r.outside = r.calls.empty() ? 0 : outside_driver_us(reps, [&] { (void)f(tiny); });
+    return r;
+  };
+  const Side g = side(graphed);
+  const std::string was = env::get("KILN_CUDA_GRAPHS");  // restored after (the later parts)
+  ::setenv("KILN_CUDA_GRAPHS", "0", 1);
+  const Side p = side(plain);
+  if (was.empty())
+    ::unsetenv("KILN_CUDA_GRAPHS");
+  else
+    ::setenv("KILN_CUDA_GRAPHS", was.c_str(), 1);
+  const double cpu = paired(
+                         4 * reps, [&] { (void)on_cpu(tiny_cpu); }, [] {}, true)
+                         .first;
+  std::printf(
+      "compiled call's fixed cost (GELU [16], synchronized): CUDA graph %.1f us, plain %.1f us; "
+      "a 64-byte cuMemcpyDtoD %.1f us\n",
+      1e3 * g.wall, 1e3 * p.wall, 1e3 * std::min(g.copy, p.copy));
+  std::printf(
+      "  host time until the call returns: GELU [16] graph %.1f us, plain %.1f us (CPU "
+      "backend %.1f us); GELU %lld graph %.1f us, plain %.1f us\n",
+      1e3 * g.host, 1e3 * p.host, 1e3 * cpu, static_cast<long long>(x.numel()), 1e3 * g.host_big,
+      1e3 * p.host_big);
+  for (const Side* s : {&g, &p})
+    if (!s->calls.empty())
+      std::printf("  driver calls of one %s call: %s; host time outside the driver %.2f us\n",
+                  s == &g ? "graph" : "plain", s->calls.c_str(), s->outside);
 }
 
 // The graph stats' line for one workload: what its compiled calls replayed
@@ -298,6 +406,7 @@ int main(int argc, char** argv) {
     std::printf("cuMemcpyDtoD 16M f32 %.3f ms (%.0f GB/s)\n", copy_ms, bytes / copy_ms / 1e6);
 
     if (want("rows")) rows(reps, x, bytes, copy_ms);
+    if (want("overhead")) overhead(reps, x);
     if (want("mlp")) mlp(reps, small, dev);
     if (want("transformer")) transformer(reps, small, dev);
     // Whether the compiled calls replayed CUDA graphs (and why a plan could not).

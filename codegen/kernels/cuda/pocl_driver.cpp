@@ -7,6 +7,8 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -51,6 +53,9 @@ bool emulated_record_launch(CUstream, std::function<CUresult(CUstream)>) {
 }
 void* emulated_host_address(CUdeviceptr, size_t) {
   return nullptr;
+}
+std::vector<DriverCalls> emulated_driver_calls() {
+  return {};
 }
 std::string load_emulated_driver(Driver&) {
   return "kiln was built without the OpenCL headers (Debian: opencl-headers), so the emulated "
@@ -185,10 +190,18 @@ template <auto F>
 struct Fresh;
 template <class... A, CUresult(CUDAAPI* F)(A...)>
 struct Fresh<F> {
+  static inline std::atomic<int64_t> calls{0}, ns{0};  // emulated_driver_calls()
   static CUresult CUDAAPI call(A... a) {
     if (!kFreesOwn<F> && exiting()) return CUDA_ERROR_DEINITIALIZED;
+    const auto t0 = std::chrono::steady_clock::now();
     clear_detail();
-    return F(a...);
+    const CUresult r = F(a...);
+    calls.fetch_add(1, std::memory_order_relaxed);
+    ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count(),
+        std::memory_order_relaxed);
+    return r;
   }
 };
 
@@ -308,6 +321,16 @@ void emulated_open_gate(void* gate) {
   if (!gate || !g || exiting()) return;  // at exit PoCL may be gone: nothing waits any more
   g->cl.clSetUserEventStatus(static_cast<cl_event>(gate), CL_COMPLETE);
   g->cl.clReleaseEvent(static_cast<cl_event>(gate));
+}
+
+std::vector<DriverCalls> emulated_driver_calls() {
+  std::vector<DriverCalls> r;
+#define KILN_EMU_COUNT(name, version)                                \
+  if (const int64_t n = pocl::Fresh<&pocl::emu::name>::calls.load()) \
+    r.push_back({#name, n, pocl::Fresh<&pocl::emu::name>::ns.load()});
+  KILN_CUDA_DRIVER_FUNCS(KILN_EMU_COUNT)
+#undef KILN_EMU_COUNT
+  return r;
 }
 
 std::string load_emulated_driver(Driver& d) {

@@ -24,8 +24,10 @@
 // scheduling: see the README's "emulated device" notes.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/driver.h"
 
@@ -57,6 +59,18 @@ bool emulated_record_launch(CUstream stream, std::function<CUresult(CUstream)> a
 /// range is not inside one live device allocation (take_emulated_detail says
 /// why). Device addresses are not host-addressable themselves.
 void* emulated_host_address(CUdeviceptr p, size_t n);
+
+/// Calls of one entry point of the driver table.
+struct DriverCalls {
+  std::string name;  ///< as in KILN_CUDA_DRIVER_FUNCS
+  int64_t calls = 0;
+  int64_t ns = 0;  ///< time spent in them (the emulation's host work)
+};
+/// Emulated device only: how many times kiln called each entry point of the
+/// driver table in this process and for how long (those called at least
+/// once), so tests and benchmarks count the driver calls a piece of work makes
+/// and tell the host time outside the driver; empty with the real driver.
+std::vector<DriverCalls> emulated_driver_calls();
 
 /// What the emulated device last reported on this thread beyond a CUresult (a
 /// kernel's build log, an out-of-bounds pointer), then cleared; "" if nothing.
