@@ -165,8 +165,9 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
   }
   stage = 1 << 20;
   {
-    std::vector<int> alias;
-    std::vector<char> overlap;
+    // Kept from call to call: a steady-state call allocates nothing here.
+    thread_local std::vector<int> alias;
+    thread_local std::vector<char> overlap;
     arg_memory(args, alias, overlap);
     for (size_t i = 0; i < args.size(); ++i) {
       if (alias[i] != p.arg_alias[i])
@@ -182,7 +183,10 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
   if (statics != p.statics) return fail("a non-tensor argument changed value");
   if (grad_mode_enabled() != p.grad_mode)
     return fail("grad mode changed (", p.grad_mode, " -> ", grad_mode_enabled(), ")");
-  std::vector<char> shares(args.size(), 0);
+  // Arguments that share memory with captured state (usually none).
+  const bool any_shares = std::find(p.arg_shares_capture.begin(), p.arg_shares_capture.end(), 1) !=
+                          p.arg_shares_capture.end();
+  std::vector<char> shares(any_shares ? args.size() : 0, 0);
   for (size_t k = 0; k < p.captures.size(); ++k) {
     stage = (3 << 20) + static_cast<int64_t>(k);
     const ir::Capture& c = p.captures[k];
@@ -210,7 +214,7 @@ bool guards_pass(const Plan& p, const std::vector<Tensor>& args, const std::vect
         t.impl()->storage->version != p.frozen_version[k])
       return fail("frozen captured tensor ", k, " was modified in place");
   }
-  for (size_t i = 0; i < args.size(); ++i)
+  for (size_t i = 0; i < shares.size(); ++i)
     if (p.arg_shares_capture[i] && !shares[i])
       return fail("argument ", i, " no longer shares memory with captured state");
   stage = 4 << 20;
@@ -465,14 +469,31 @@ void write_grad(const Tensor& target, const Tensor& value) {
 // without a .grad, into the parameter's gradient destination if it has one
 // (kiln/grad_destination.h: DDP's bucket slice, so the weight's GEMM writes
 // where the all-reduce reads and write_grad adopts it without a copy).
+// Whether forward output `o` replaces state (a captured tensor, an argument).
+bool is_write(const Plan& p, size_t o) {
+  const auto k = p.outputs[o].kind;
+  return k == ir::OutputBinding::kWrite || k == ir::OutputBinding::kArgWrite;
+}
+
+// Whether forward output `o` is a gradient (written as soon as it is ready).
+bool is_grad(const Plan& p, size_t o) {
+  const auto k = p.outputs[o].kind;
+  return k == ir::OutputBinding::kGrad || k == ir::OutputBinding::kArgGrad;
+}
+
+// None when no output is written into state (the executor then has no
+// destinations to look at).
 std::vector<Tensor> output_destinations(const Plan& p, const std::vector<Tensor>& args,
                                         const std::vector<int64_t>& syms) {
+  bool any = false;
+  for (size_t o = 0; o < p.num_fwd_outputs && !any; ++o) any = is_write(p, o) || is_grad(p, o);
+  if (!any) return {};
   std::vector<Tensor> dests(p.exec->graph().outputs().size());
   for (size_t o = 0; o < p.num_fwd_outputs && o < dests.size(); ++o) {
     const auto& b = p.outputs[o];
-    if (b.kind == ir::OutputBinding::kWrite || b.kind == ir::OutputBinding::kArgWrite) {
+    if (is_write(p, o)) {
       dests[o] = binding_target(p, args, b);
-    } else if (b.kind == ir::OutputBinding::kGrad || b.kind == ir::OutputBinding::kArgGrad) {
+    } else if (is_grad(p, o)) {
       const Tensor target = binding_target(p, args, b);
       const ir::Value* v = p.exec->graph().outputs()[o];
       Tensor cur = target.defined() ? target.grad() : Tensor();
@@ -663,10 +684,9 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     }
     return std::binary_search(input_storage.begin(), input_storage.end(), s);
   };
-  OutputReadyFn on_ready = [&](size_t o, const Tensor& value) {
-    if (o >= p.num_fwd_outputs) return;
+  auto ready = [&](size_t o, const Tensor& value) {
+    if (o >= p.num_fwd_outputs || !is_grad(p, o)) return;
     const auto& b = p.outputs[o];
-    if (b.kind != ir::OutputBinding::kGrad && b.kind != ir::OutputBinding::kArgGrad) return;
     Tensor target = binding_target(p, args, b);
     // A .grad that is itself a graph input (accumulation) may still be read by
     // later nodes: write it after the run.
@@ -677,6 +697,9 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
     }
     write_grad(target, value);
   };
+  bool grads = false;
+  for (size_t o = 0; o < p.num_fwd_outputs && !grads; ++o) grads = is_grad(p, o);
+  const OutputReadyFn on_ready = std::ref(ready);  // held by reference: no allocation
   const std::vector<Tensor> dests = output_destinations(p, args, syms);  // ra.dests is a span
   RunStats st;
   RunArgs ra;
@@ -686,7 +709,7 @@ RunResult run_plan(Plan& p, const std::vector<Tensor>& args, std::vector<double>
   ra.rng_base = base;
   ra.stats = &st;
   ra.syms = syms;
-  ra.on_ready = &on_ready;
+  ra.on_ready = grads ? &on_ready : nullptr;
   std::vector<Tensor> outs = p.exec->run(ra);
 
   RunResult r;

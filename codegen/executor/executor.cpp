@@ -138,6 +138,10 @@ Executor::Destinations Executor::destinations(const RunArgs& args) const {
   if (args.dests.empty() || !opts_.in_place) return r;
   KILN_ASSERT(args.dests.size() == output_slots_.size(), "executor: ", args.dests.size(),
               " destinations for ", output_slots_.size(), " outputs");
+  // None given (a .grad not made yet): nothing to look up, nothing allocated.
+  if (std::none_of(args.dests.begin(), args.dests.end(),
+                   [](const Tensor& d) { return d.defined(); }))
+    return r;
   r.input.assign(num_slots_, nullptr);
   r.free.assign(num_slots_, nullptr);
   // Inputs by storage (sorted, no allocation per input): a storage's entries
