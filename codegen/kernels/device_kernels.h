@@ -25,6 +25,14 @@ class DeviceKernel {
   /// keeps the partials and adds them in a fixed order.
   virtual void launch(void* const* ptrs, const int64_t* sizes,
                       std::span<const DType> sum_dtypes) const = 0;
+  /// Queues instances of the kernel (one step's; none with column sums):
+  /// instance i over sizes[i] with addresses ptrs[i], as launch() would, in
+  /// as few launches as the backend can (the CUDA one: a batched kernel, up to
+  /// 32 instances per launch). This default launches each in turn.
+  virtual void launch_batch(std::span<void* const* const> ptrs,
+                            std::span<const int64_t* const> sizes) const {
+    for (size_t i = 0; i < ptrs.size(); ++i) launch(ptrs[i], sizes[i], {});
+  }
 };
 
 /// Compiles kernel IR for devices of one type.

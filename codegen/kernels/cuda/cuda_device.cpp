@@ -23,6 +23,7 @@
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_batch.h"
 #include "kernels/cuda/module.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/device_kernels.h"
@@ -448,7 +449,8 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
 // of any of them compiles as one program: one NVRTC call and one module for
 // the graph (20 kernels: 0.5 s batched against 2.6 s one by one, measured on this project's hosts).
 // Kernels already compiled (by an earlier graph) are reused from the cache.
-std::atomic<int64_t> g_batch_programs{0}, g_batch_kernels{0}, g_column_sum_launches{0};
+std::atomic<int64_t> g_batch_programs{0}, g_batch_kernels{0}, g_column_sum_launches{0},
+    g_instances{0}, g_launches{0}, g_batched_launches{0};
 
 class GraphBatch {
  public:
@@ -519,16 +521,37 @@ class CudaGraphKernel final : public detail::DeviceKernel {
     }
     std::vector<CUdeviceptr> p(k_.args.size());
     for (size_t i = 0; i < p.size(); ++i) p[i] = reinterpret_cast<CUdeviceptr>(ptrs[i]);
+    ++g_instances;
+    ++g_launches;
     if (sums_) {
       ++g_column_sum_launches;
       return launch_column_sums(fn, k_, std::move(p), sizes, sum_dtypes, device_);
     }
     launch_kernel(fn, k_, p, sizes, current_cu_stream(device_));
   }
+  // A pointwise kernel's instances through its batched form (compiled at the
+  // first batched launch: only kernels that run several instances per step
+  // need it), up to batch_capacity() per launch.
+  void launch_batch(std::span<void* const* const> ptrs,
+                    std::span<const int64_t* const> sizes) const override {
+    if (ptrs.size() < 2 || !batchable(k_)) return DeviceKernel::launch_batch(ptrs, sizes);
+    use_device(device_);
+    CUfunction fn = batched_.load(std::memory_order_acquire);
+    if (!fn) {
+      fn = cached_kernel(device_, print_batched_kernel(k_, "kiln_batched", batch_words()),
+                         "kiln_batched");
+      batched_.store(fn, std::memory_order_release);
+    }
+    const int64_t n = launch_batched(fn, k_, ptrs, sizes, current_cu_stream(device_));
+    g_instances += static_cast<int64_t>(ptrs.size());
+    g_launches += n;
+    g_batched_launches += n;
+  }
 
  private:
   kir::Kernel k_;
   mutable std::atomic<CUfunction> fn_;
+  mutable std::atomic<CUfunction> batched_{nullptr};
   std::shared_ptr<GraphBatch> batch_;
   size_t index_;
   int device_;
@@ -568,7 +591,8 @@ const bool g_registered = [] {
 }  // namespace
 
 GraphProgramStats graph_program_stats() {
-  return {g_batch_programs.load(), g_batch_kernels.load(), g_column_sum_launches.load()};
+  return {g_batch_programs.load(), g_batch_kernels.load(), g_column_sum_launches.load(),
+          g_instances.load(),      g_launches.load(),      g_batched_launches.load()};
 }
 
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol) {

@@ -50,6 +50,9 @@ struct GraphProgramStats {
   int64_t programs = 0;             ///< programs compiled (one NVRTC call / module each)
   int64_t kernels = 0;              ///< kernels they held
   int64_t column_sum_launches = 0;  ///< launches of fused kernels with column sums
+  int64_t instances = 0;            ///< fused kernel instances run (each a launch before batching)
+  int64_t launches = 0;             ///< launches of fused kernels (a batched one counts once)
+  int64_t batched_launches = 0;     ///< of those, launches of batched kernels
 };
 GraphProgramStats graph_program_stats();
 

@@ -538,8 +538,9 @@ std::string pointwise_loop(const Kernel& k, const IndexNames& names, const std::
                            const std::string& ind, int per, const std::string& first = "") {
   const std::string I = names.type;
   std::ostringstream os;
-  os << ind << "const " << I << " stride = (" << I << ")gridDim.x * blockDim.x;\n"
-     << ind << I << " i = " << first << "(" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
+  os << ind << "const " << I << " stride = (" << I << ")" << names.blocks << " * blockDim.x;\n"
+     << ind << I << " i = " << first << "(" << I << ")" << names.block
+     << " * blockDim.x + threadIdx.x;\n";
   const std::string body = ind + "  ";
   if (per > 1) {
     std::vector<LaneText> lanes;
@@ -614,8 +615,8 @@ std::string vector_loops(const Kernel& k, const IndexNames& names, const std::st
   for (size_t a = 0; a < k.args.size(); ++a) os << " | (kiln_u64)p" << a;
   os << ") & 15) == 0) {\n"
      << in << "const " << I << " n4 = " << count << " / 4;\n"
-     << in << "const " << I << " stride = (" << I << ")gridDim.x * blockDim.x;\n"
-     << in << I << " q = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
+     << in << "const " << I << " stride = (" << I << ")" << names.blocks << " * blockDim.x;\n"
+     << in << I << " q = (" << I << ")" << names.block << " * blockDim.x + threadIdx.x;\n";
   if (groups > 1)
     os << in << "for (; q + " << groups - 1 << " * stride < n4; q += " << groups << " * stride) {\n"
        << vector_step(k, names, groups, body) << in << "}\n";
@@ -675,34 +676,39 @@ std::string detail::print_pointwise_variant(const Kernel& kernel, const std::str
   const Kernel k = o.libm ? kernel : kir::expand_math(kernel, &normal_div);
   kir::verify(k);
   if (has_column_sums(k)) return tables_for(k) + detail::print_column_kernel(k, symbol);
+  // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
+  // element is loaded before it is stored, by the same thread.
+  return tables_for(k) + kernel_head(k, symbol, "n") + pointwise_body(k, normal_div, o) + "}\n";
+}
+
+std::string detail::pointwise_body(const Kernel& k, const std::vector<char>& normal_div,
+                                   const PointwiseOptions& o, const char* block,
+                                   const char* blocks) {
   auto names = [&](const char* type, const char* size) {
     IndexNames n;
     n.type = type;
     n.size = size;
+    n.block = block;
+    n.blocks = blocks;
     if (o.fast_division && !normal_div.empty()) n.fast_div = &normal_div;
     return n;
   };
-  std::ostringstream os;
-  os << tables_for(k);
-  // No __restrict__: an output may alias an input exactly (kernel_ir.h); each
-  // element is loaded before it is stored, by the same thread.
-  os << kernel_head(k, symbol, "n");
   // Kernels without coordinates (every argument dense) gain less (no
   // division) for the cost of compiling a second loop: 64-bit only unless
   // narrow_dense, as are kernels printed while the test hook says never.
   if (narrow_index_limit() < 0 || !(has_coordinates(k) || o.narrow_dense))
-    return os.str() + pointwise_loops(k, names("kiln_i64", "s"), "n", "  ", o) + "}\n";
+    return pointwise_loops(k, names("kiln_i64", "s"), "n", "  ", o);
   // Else 32-bit indices (unsigned: no 64-bit division for coordinates) where
   // every offset fits, picked at each launch by n (each argument's offsets
   // are below n; the launch's grid, at most 2^16 blocks of 256, keeps
   // i + per_thread stride below 2^32); 64-bit ones otherwise.
+  std::ostringstream os;
   os << "  if (n <= " << narrow_index_limit() << ") {\n"
      << "    const unsigned n32 = (unsigned)n";
   for (int d = 1; d < k.rank; ++d) os << ", z" << d << " = (unsigned)s" << d;
   os << ";\n"
      << pointwise_loops(k, names("unsigned", "z"), "n32", "    ", o) << "  } else {\n"
      << pointwise_loops(k, names("kiln_i64", "s"), "n", "    ", o) << "  }\n";
-  os << "}\n";
   return os.str();
 }
 

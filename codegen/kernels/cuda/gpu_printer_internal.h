@@ -72,6 +72,10 @@ struct IndexNames {
   /// Per expression: a division printed as the prelude's kiln_fdiv_fast
   /// (kir::normal_divisions); null: none.
   const std::vector<char>* fast_div = nullptr;
+  /// A pointwise loop's block index and block count (a batched kernel's are
+  /// its instance's: print_batched_kernel).
+  const char* block = "blockIdx.x";
+  const char* blocks = "gridDim.x";
 };
 /// Whether a pointwise kernel's lanes compute coordinates (an argument, other
 /// than a column sum, broadcast along some dim).
@@ -98,6 +102,14 @@ PointwiseOptions default_pointwise();
 /// (benchmarks' and tests' variants; launch_kernel's grid assumes per_thread 4).
 std::string print_pointwise_variant(const kir::Kernel& k, const std::string& symbol,
                                     const PointwiseOptions& o);
+
+/// The body of print_pointwise_variant's kernel (after its head): the loops
+/// over n elements of `k` (math expanded unless o.libm; `normal_div` from
+/// kir::expand_math), reading p<arg>, n and the sizes s<d>, with `block` of
+/// `blocks` for the loops' blockIdx.x and gridDim.x.
+std::string pointwise_body(const kir::Kernel& k, const std::vector<char>& normal_div,
+                           const PointwiseOptions& o, const char* block = "blockIdx.x",
+                           const char* blocks = "gridDim.x");
 
 /// A pointwise kernel with column sums (print_kernel's third form).
 std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol);

@@ -4,12 +4,15 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
 #include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_batch.h"
 #include "kernels/cuda/nvrtc_lib.h"
+#include "kernels/cuda/pocl_driver.h"
 #include "kernels/kernel_cache.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
@@ -194,6 +197,21 @@ int64_t max_block_threads(CUfunction fn) {
   return threads;
 }
 
+namespace {
+
+// A pointwise kernel's block: 256 threads (fewer where its registers allow fewer).
+int64_t pointwise_threads(CUfunction fn) {
+  return std::min<int64_t>(256, max_block_threads(fn));
+}
+
+// Blocks for n elements: each thread takes 4 elements per grid-stride step
+// (the printer's unroll), at most 2^16 blocks (the 32-bit loops' bound).
+int64_t pointwise_blocks(int64_t n, int64_t threads) {
+  return std::min<int64_t>((n + threads * 4 - 1) / (threads * 4), int64_t{1} << 16);
+}
+
+}  // namespace
+
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream, int64_t parts, int held) {
   KILN_CHECK(ptrs.size() == k.args.size(), "[cuda] kernel '", k.name, "' takes ", k.args.size(),
@@ -226,15 +244,67 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
         row_threads(k, sizes[k.rank - 1], held < 0 ? row_held() : held, max_block_threads(fn));
     blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
   } else {
-    // Each thread takes 4 elements per grid-stride step (the printer's unroll).
-    threads = std::min<int64_t>(256, max_block_threads(fn));
-    blocks = std::min<int64_t>((n + threads * 4 - 1) / (threads * 4), int64_t{1} << 16);
+    threads = pointwise_threads(fn);
+    blocks = pointwise_blocks(n, threads);
   }
   check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
                                 static_cast<unsigned>(threads), 1, 1, 0, stream, params.data(),
                                 nullptr),
         "cuLaunchKernel");
   after_launch(k.name);
+}
+
+int batch_words() {
+  return driver().emulated ? kBatchWordsOpenCl : kBatchWordsCuda;
+}
+
+int64_t launch_batched(CUfunction fn, const kir::Kernel& k, std::span<void* const* const> ptrs,
+                       std::span<const int64_t* const> sizes, CUstream stream) {
+  KILN_CHECK(ptrs.size() == sizes.size(), "[cuda] batched launch of kernel '", k.name, "' with ",
+             ptrs.size(), " pointer lists and ", sizes.size(), " size lists");
+  const int words = batch_words();
+  const auto cap = static_cast<size_t>(batch_capacity(k, words));
+  const int64_t threads = pointwise_threads(fn);
+  const bool emulated = driver().emulated;
+  std::vector<uint64_t> addresses;  // every instance's, translated on the emulated device
+  std::vector<BatchInstance> live;  // the instances with work, in order
+  addresses.reserve(ptrs.size() * k.args.size());
+  live.reserve(ptrs.size());
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    const int64_t n = kir::work_items(k, sizes[i]);
+    if (n <= 0) continue;
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      auto p = reinterpret_cast<CUdeviceptr>(ptrs[i][a]);
+      if (emulated && p) {
+        // Its kernels address PoCL's shared virtual memory: the table holds
+        // the host address of each device address (a pointer parameter is
+        // translated by the emulated launch itself).
+        void* h = emulated_host_address(p, 0);
+        KILN_CHECK(h, "[cuda] batched launch of kernel '", k.name, "': argument ", a,
+                   " of instance ", i, ": ", take_emulated_detail());
+        p = reinterpret_cast<CUdeviceptr>(h);
+      }
+      addresses.push_back(static_cast<uint64_t>(p));
+    }
+    live.push_back({nullptr, sizes[i], pointwise_blocks(n, threads)});
+  }
+  for (size_t j = 0; j < live.size(); ++j) live[j].ptrs = addresses.data() + j * k.args.size();
+  std::array<int64_t, kBatchWordsCuda> table;  // copied by each launch
+  static_assert(kBatchWordsOpenCl <= kBatchWordsCuda);
+  int64_t launches = 0;
+  for (size_t at = 0; at < live.size(); at += cap) {
+    const std::span<const BatchInstance> part(live.data() + at, std::min(cap, live.size() - at));
+    batch_table(k, std::span(table.data(), static_cast<size_t>(words)), part);
+    int64_t blocks = 0;
+    for (const BatchInstance& in : part) blocks += in.blocks;
+    void* params[] = {table.data()};
+    check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
+                                  static_cast<unsigned>(threads), 1, 1, 0, stream, params, nullptr),
+          "cuLaunchKernel");
+    after_launch(k.name);
+    ++launches;
+  }
+  return launches;
 }
 
 }  // namespace kiln::cuda

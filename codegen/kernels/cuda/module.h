@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,19 @@ void after_launch(const std::string& kernel);
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1,
                    int held = -1);
+
+/// The words of a batched launch's table on the loaded device
+/// (gpu_printer_batch.h: kBatchWordsCuda on a GPU, kBatchWordsOpenCl on the
+/// emulated device); batched kernels are printed for it.
+int batch_words();
+
+/// Launches batched kernel `fn` (print_batched_kernel of `k` with
+/// batch_words()) over the instances whose argument addresses (one per
+/// kernel argument) and sizes are ptrs[i] and sizes[i], on `stream`: each
+/// instance gets launch_kernel's blocks for it (an empty one none), at most
+/// batch_capacity() instances per launch, in order. Returns the launches made.
+int64_t launch_batched(CUfunction fn, const kir::Kernel& k, std::span<void* const* const> ptrs,
+                       std::span<const int64_t* const> sizes, CUstream stream = nullptr);
 
 /// Threads per block of a row kernel over rows of `inner` elements: 1 for a
 /// reassoc = false kernel; with held > 0 and rows of at most held * kMaxHeldThreads,

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_batch.h"
 #include "kiln/error.h"
 
 #ifdef KILN_HAVE_OPENCL
@@ -57,6 +58,7 @@ size_t value_size(const std::string& type) {
   if (type == "int" || type == "uint" || type == "float") return 4;
   if (type == "KilnStrides" || type == "struct KilnStrides") return sizeof(KilnStrides);
   if (type == "KilnIndexGeom" || type == "struct KilnIndexGeom") return sizeof(KilnIndexGeom);
+  if (type == "KilnBatch" || type == "struct KilnBatch") return sizeof(int64_t) * kBatchWordsOpenCl;
   return 0;
 }
 

@@ -1,0 +1,147 @@
+// A compiled step's instances of one pointwise kernel in batched launches
+// (gpu_printer_batch.h): the batched kernel equals one launch per instance bit
+// for bit (sizes 0 to 4097, broadcast coordinates, more instances than one
+// launch takes); NVRTC compiles batched kernels without spills or a stack
+// frame (the table read in place: __grid_constant__).
+#include <regex>
+
+#include "codegen/cuda/cuda_test_util.h"
+#include "codegen/kernel_test_util.h"
+#include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/driver.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_batch.h"
+#include "kernels/cuda/module.h"
+#include "kernels/cuda/nvrtc_lib.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kir::testing::Builder;
+
+class CudaBatched : public kiln::testing::CudaTest<41> {};
+
+// out_f16 = where(x > y, x * y, x - z) with y broadcast along the rows and z
+// an f64 scalar: coordinates, a narrow and a wide dtype.
+kir::Kernel broadcast_kernel() {
+  Builder b(2, "batched_where");
+  const int x = b.load(b.in(DType::f32, {true, true}));
+  const int y = b.load(b.in(DType::f32, {false, true}));
+  const int z = b.op(OpId::cast, DType::f32, b.load(b.in(DType::f64, {false, false})));
+  const int w = b.op(OpId::where, DType::f32, b.op(OpId::gt, DType::b8, x, y),
+                     b.op(OpId::mul, DType::f32, x, y), b.op(OpId::sub, DType::f32, x, z));
+  b.store(b.out(DType::f16, {true, true}), b.op(OpId::cast, DType::f16, w));
+  return b.k;
+}
+
+// An Adam-like update of rank 1: 3 dense inputs, 6 scalars, 3 outputs.
+kir::Kernel adam_like_kernel() {
+  Builder b(1, "batched_adam");
+  const DType f = DType::f32;
+  const int p = b.load(b.in(f, {true})), g = b.load(b.in(f, {true}));
+  const int m = b.load(b.in(f, {true}));
+  std::vector<int> s;
+  for (int i = 0; i < 6; ++i) s.push_back(b.op(OpId::cast, f, b.load(b.in(DType::f64, {false}))));
+  const int m2 = b.op(OpId::add, f, b.op(OpId::mul, f, m, s[0]), b.op(OpId::mul, f, g, s[1]));
+  const int v = b.op(OpId::add, f, b.op(OpId::sqrt, f, b.op(OpId::mul, f, g, g)), s[2]);
+  const int p2 = b.op(OpId::add, f, b.op(OpId::mul, f, p, s[3]),
+                      b.op(OpId::mul, f, b.op(OpId::div, f, m2, v), s[4]));
+  b.store(b.out(f, {true}), p2);
+  b.store(b.out(f, {true}), m2);
+  b.store(b.out(f, {true}), b.op(OpId::mul, f, v, s[5]));
+  return b.k;
+}
+
+// Instance sizes of broadcast_kernel: empty ones, single elements, a row
+// longer than a block's step, more rows than one launch's blocks, repeated
+// past the emulated device's capacity (20 instances) and the GPU's (32).
+std::vector<std::vector<int64_t>> instance_sizes() {
+  const std::vector<std::vector<int64_t>> base = {{0, 5},    {1, 1},    {1, 3}, {2, 256},
+                                                  {4097, 1}, {3, 1700}, {5, 0}};
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < 5; ++r) out.insert(out.end(), base.begin(), base.end());
+  return out;
+}
+
+// The batched kernel's outputs equal print_kernel's launched once per instance
+// (launch_kernel's grid), bit for bit, and it takes ceil(live / capacity)
+// launches for the live (non-empty) instances.
+TEST_F(CudaBatched, BatchedKernelEqualsOneLaunchPerInstance) {
+  const kir::Kernel k = broadcast_kernel();
+  const std::vector<std::vector<int64_t>> sizes = instance_sizes();
+  std::mt19937 rng(7);
+  auto pick = [](DType, std::mt19937& g) {
+    return std::uniform_real_distribution<double>(-2, 2)(g);
+  };
+  std::vector<std::vector<kir::testing::Buffer>> bufs;
+  std::vector<std::vector<DeviceBuffer>> single(sizes.size()), batched(sizes.size());
+  std::vector<std::vector<void*>> ptrs(sizes.size());
+  const CUfunction one = cached_kernel(0, print_kernel(k, "kiln_one"), "kiln_one");
+  const int words = batch_words();
+  const CUfunction many =
+      cached_kernel(0, print_batched_kernel(k, "kiln_many", words), "kiln_many");
+  size_t live = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    bufs.push_back(kir::testing::make_buffers(k, sizes[i], rng, pick));
+    std::vector<CUdeviceptr> p1;
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      const size_t bytes = bufs[i][a].bytes.size() + 16;  // never 0 bytes
+      for (auto* set : {&single[i], &batched[i]}) {
+        set->emplace_back(bytes);
+        std::vector<char> init(bytes, 0x5a);
+        std::copy(bufs[i][a].bytes.begin(), bufs[i][a].bytes.end(), init.begin());
+        set->back().upload(init.data(), bytes);
+      }
+      p1.push_back(single[i].back().get());
+      ptrs[i].push_back(reinterpret_cast<void*>(batched[i].back().get()));
+    }
+    launch_kernel(one, k, p1, sizes[i].data());
+    live += kir::work_items(k, sizes[i].data()) > 0;
+  }
+  std::vector<void* const*> pp;
+  std::vector<const int64_t*> ss;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    pp.push_back(ptrs[i].data());
+    ss.push_back(sizes[i].data());
+  }
+  const auto cap = static_cast<size_t>(batch_capacity(k, words));
+  EXPECT_LT(cap, live) << "more instances than one launch takes";
+  EXPECT_EQ(launch_batched(many, k, pp, ss), static_cast<int64_t>((live + cap - 1) / cap));
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      const size_t bytes = single[i][a].bytes();
+      std::vector<char> x(bytes), y(bytes);
+      single[i][a].download(x.data(), bytes);
+      batched[i][a].download(y.data(), bytes);
+      EXPECT_EQ(x, y) << "instance " << i << " argument " << a;
+    }
+}
+
+// Batched kernels in CUDA C: PTX for sm_80 and sm_90, machine code for sm_90
+// without spills and without a stack frame (the table is read in place).
+TEST(Nvrtc, BatchedKernelsCompileWithoutSpills) {
+  const std::string source = cuda_prelude() +
+                             print_batched_kernel(broadcast_kernel(), "b0", kBatchWordsCuda) +
+                             print_batched_kernel(adam_like_kernel(), "b1", kBatchWordsCuda);
+  for (int arch : {80, 90})
+    EXPECT_NE(nvrtc_compile(source, "batched.cu", arch, /*cubin=*/false)
+                  .ptx.find(str(".target sm_", arch)),
+              std::string::npos);
+#ifndef KILN_TEST_SANITIZED
+  const NvrtcOutput out =
+      nvrtc_compile(source, "batched.cu", 90, /*cubin=*/true, {"--ptxas-options=-v"});
+  EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
+  const std::regex frame("([0-9]+) bytes stack frame");
+  int frames = 0;
+  for (auto it = std::sregex_iterator(out.log.begin(), out.log.end(), frame);
+       it != std::sregex_iterator(); ++it, ++frames)
+    EXPECT_EQ((*it)[1].str(), "0") << out.log;
+  EXPECT_EQ(frames, 2) << out.log;
+#endif
+  // 32 instances of the Adam-like kernel per launch on a GPU, 8 emulated.
+  EXPECT_EQ(batch_capacity(adam_like_kernel(), kBatchWordsCuda), 32);
+  EXPECT_EQ(batch_capacity(adam_like_kernel(), kBatchWordsOpenCl), 8);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
