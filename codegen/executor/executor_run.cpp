@@ -556,8 +556,20 @@ void Executor::Run::launch(const Step& step) {
   profiler::Span kspan("kernel", first.lowered.kernel.name);
   if (kspan.active()) [[unlikely]]
     profile_launch(step, kspan);
-  if (first.device_kernel) {
-    // On a device: one launch per instance, queued in order.
+  if (first.device_kernel && ls.size() > 1 &&
+      std::ranges::all_of(ls, [](const Launch& l) { return l.sums.empty(); })) {
+    // On a device: the instances in as few launches as the backend can.
+    std::vector<void* const*> ptrs;
+    std::vector<const int64_t*> sizes;
+    ptrs.reserve(ls.size());
+    sizes.reserve(ls.size());
+    for (const Launch& l : ls) {
+      ptrs.push_back(l.ptrs.data());
+      sizes.push_back(l.sizes.data());
+    }
+    first.device_kernel->launch_batch(ptrs, sizes);
+  } else if (first.device_kernel) {
+    // One instance, or instances with column sums: a launch each, in order.
     std::vector<DType> sum_dtypes;
     for (const Launch& l : ls) {
       sum_dtypes.clear();
