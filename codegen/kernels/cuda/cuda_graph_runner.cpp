@@ -395,8 +395,10 @@ class CudaGraphRunner final : public detail::DeviceGraphRunner {
   std::optional<std::vector<Tensor>> run(detail::DeviceGraphSlot& slot, Device device,
                                          const Executor& ex, const RunArgs& args,
                                          const detail::PlainRun& plain) override {
-    if (env::get("KILN_CUDA_GRAPHS") == "0" || env::get("KILN_CUDA_SYNC") == "1")
-      return std::nullopt;
+    // KILN_CUDA_SYNC is read once, as the launches read it (module.cpp);
+    // KILN_CUDA_GRAPHS at every call (tests turn graphs off for a while).
+    static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
+    if (sync || env::get("KILN_CUDA_GRAPHS") == "0") return std::nullopt;
     std::unique_lock<std::mutex> lock(slot.mu, std::try_to_lock);
     if (!lock.owns_lock()) return std::nullopt;  // another thread replays it: run plainly
     if (!slot.state) slot.state = std::make_unique<CudaGraphState>();
