@@ -183,8 +183,9 @@ void overhead(int reps, const Tensor& x) {
                          .first;
   std::printf(
       "compiled call's fixed cost (GELU [16], synchronized): CUDA graph %.1f us, plain %.1f us; "
-      "a 64-byte cuMemcpyDtoD %.1f us\n",
-      1e3 * g.wall, 1e3 * p.wall, 1e3 * std::min(g.copy, p.copy));
+      "a 64-byte cuMemcpyDtoD %.1f us%s\n",
+      1e3 * g.wall, 1e3 * p.wall, 1e3 * std::min(g.copy, p.copy),
+      was == "0" ? " (KILN_CUDA_GRAPHS=0: both plain)" : "");
   std::printf(
       "  host time until the call returns: GELU [16] graph %.1f us, plain %.1f us (CPU "
       "backend %.1f us); GELU %lld graph %.1f us, plain %.1f us\n",
