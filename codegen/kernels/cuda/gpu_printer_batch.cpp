@@ -64,14 +64,14 @@ std::string print_batched_kernel(const Kernel& kernel, const std::string& symbol
     os << "  for (int h = " << half << "; h > 0; h >>= 1)\n"
        << "    if (j + h < m && t.w[1 + j + h] <= b) j += h;\n";
   os << "  const kiln_i64 kiln_b = b - t.w[1 + j], kiln_nb = t.w[2 + j] - t.w[1 + j];\n"
-     << "  const int r = " << 2 + cap << " + j * " << record_words(k) << ";\n"
-     << "  const kiln_i64 n = t.w[r];\n";
-  for (int d = 1; d < rank; ++d) os << "  const kiln_i64 s" << d << " = t.w[r + " << d << "];\n";
+     << "  const int rec = " << 2 + cap << " + j * " << record_words(k) << ";\n"
+     << "  const kiln_i64 n = t.w[rec];\n";
+  for (int d = 1; d < rank; ++d) os << "  const kiln_i64 s" << d << " = t.w[rec + " << d << "];\n";
   for (size_t a = 0; a < k.args.size(); ++a) {
     const kir::Arg& arg = k.args[a];
     const std::string type =
         str("KILN_GLOBAL ", arg.is_output ? "" : "const ", detail::storage_type(arg.dtype), "*");
-    os << "  " << type << " p" << a << " = (" << type << ")t.w[r + " << rank + a << "];\n";
+    os << "  " << type << " p" << a << " = (" << type << ")t.w[rec + " << rank + a << "];\n";
   }
   os << detail::pointwise_body(k, normal_div, o, "kiln_b", "kiln_nb") << "}\n";
   return os.str();

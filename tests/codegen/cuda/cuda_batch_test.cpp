@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "codegen/cuda/cuda_test_util.h"
+#include "codegen/cuda/golden.h"
 #include "codegen/kernel_test_util.h"
 #include "common/scoped_env.h"
 #include "kernels/cuda/device_ops.h"
@@ -57,6 +58,13 @@ kir::Kernel adam_like_kernel() {
   b.store(b.out(f, {true}), m2);
   b.store(b.out(f, {true}), b.op(OpId::mul, f, v, s[5]));
   return b.k;
+}
+
+// The batched kernel's text: the search, the record's locals, print_kernel's loops.
+TEST(GpuPrinterBatch, GoldenBatchedKernel) {
+  kiln::testing::expect_golden(
+      "batched_where.cu",
+      print_batched_kernel(broadcast_kernel(), "kiln_batched", kBatchWordsCuda));
 }
 
 // Instance sizes of broadcast_kernel: empty ones, single elements, a row
