@@ -393,6 +393,7 @@ void make_real(const std::shared_ptr<TensorImpl>& impl, const Tensor& value) {
   if (!impl || impl->storage) return;  // gone, or made real already
   Tensor v = value.clone();
   impl->storage = v.impl()->storage;
+  impl->device = v.device();
   impl->strides = v.strides();
   impl->offset = v.offset();
   impl->trace.reset();
