@@ -1,5 +1,6 @@
 // The GPU printer's preludes (gpu_printer.h): one printed kernel text compiles
-// as CUDA C through NVRTC and as OpenCL C on the emulated device (PoCL). Each
+// as CUDA C through NVRTC, as OpenCL C on the emulated device (PoCL) and as
+// C++ under ThreadSanitizer and ASan (tests/codegen/cuda_cpp/). Each
 // dialect's head defines the names the printer uses (KILN_KERNEL, KILN_GLOBAL,
 // kiln_i64/kiln_u64, thread and block ids, __syncthreads, __shared__, warp
 // shuffles, bit casts, the f16 conversions); the body after it (bf16, integer
@@ -119,6 +120,114 @@ KILN_FN ushort kiln_f32_to_f16(float f) {
 }
 )";
 
+// The C++ dialect (cpp_prelude): printed kernels compiled as plain C++ with one OS thread per GPU
+// thread, so ThreadSanitizer and AddressSanitizer check them (tests/codegen/cuda_cpp/). A missing
+// barrier around shared memory, a shuffle read before its write or a thread writing past its row
+// are invisible to NVRTC and to the emulated device (PoCL runs a work-group's items as loops
+// between barriers: deterministic) but are races or overflows here.
+//
+// Shared memory: printed kernels declare `__shared__ T name[N];` in the kernel
+// body, and a block's threads must see one object. `__shared__` is `static`:
+// one object per kernel function, which is one per block because the launcher
+// runs a grid's blocks one after another (each block's threads are joined
+// before the next block starts, so the reuse is ordered, not a race). Blocks
+// running at once would each need their own copy, which a prefix macro cannot
+// give a declaration; the price is that races between blocks of one launch
+// (two blocks writing one element) are not seen. Shared memory keeps the
+// previous block's values where a GPU's would be undefined.
+//
+// Barriers are a std::barrier per block (TSan sees its synchronization); warp
+// shuffles go through per-block scratch between two barriers as on the
+// emulated device, so every thread of the block must reach them (the row
+// kernels' control flow is uniform). f16 converts through _Float16: round to
+// nearest even, as CUDA's cvt.rn. Contraction must be off (-ffp-contract=off)
+// for the expansions' bits.
+const char* kCppHead = R"(// kiln GPU prelude (C++: one thread per GPU thread, for the sanitizers)
+#include <math.h>
+#include <atomic>
+#include <barrier>
+#include <bit>
+#include <cstring>
+#include <thread>
+#include <vector>
+typedef long long kiln_i64;
+typedef unsigned long long kiln_u64;
+#define KILN_KERNEL static
+#define KILN_GLOBAL
+#define KILN_CONSTANT static const
+#define KILN_FN static inline
+#define __shared__ static
+#define KILN_SHUFFLE_SCRATCH static kiln_u64 kiln_shfl[1024]
+#define KILN_ISSUE(...)
+struct kiln_dim3 {
+  unsigned x, y, z;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline thread_local kiln_dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline thread_local std::barrier<>* kiln_block_barrier = nullptr;
+#define __syncthreads() kiln_block_barrier->arrive_and_wait()
+#define __int_as_float(x) std::bit_cast<float>((int)(x))
+#define __uint_as_float(x) std::bit_cast<float>((unsigned)(x))
+#define __float_as_uint(x) std::bit_cast<unsigned>((float)(x))
+#define __float_as_int(x) std::bit_cast<int>((float)(x))
+#define __longlong_as_double(x) std::bit_cast<double>((long long)(x))
+#define __double_as_longlong(x) std::bit_cast<long long>((double)(x))
+KILN_FN float kiln_fdiv_fast(float n, float d) { return n / d; }
+template <typename T>
+T kiln_shfl_xor(kiln_u64* s, T v, int off) {
+  const unsigned t = threadIdx.x;
+  kiln_u64 b = 0;
+  std::memcpy(&b, &v, sizeof v);
+  s[t] = b;
+  __syncthreads();
+  b = s[t ^ (unsigned)off];
+  __syncthreads();
+  T r;
+  std::memcpy(&r, &b, sizeof r);
+  return r;
+}
+#define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))
+KILN_FN int atomicCAS(int* p, int expected, int desired) {
+  std::atomic_ref<int>(*p).compare_exchange_strong(expected, desired);
+  return expected;
+}
+KILN_FN float kiln_f16_to_f32(unsigned short h) {
+  return (float)std::bit_cast<_Float16>(h);
+}
+KILN_FN unsigned short kiln_f32_to_f16(float f) {
+  return std::bit_cast<unsigned short>((_Float16)f);
+}
+namespace kiln_cpp {
+// A device pointer argument: converts to the kernel parameter's pointer type.
+struct Ptr {
+  void* p;
+  template <typename T>
+  operator T*() const { return static_cast<T*>(p); }
+};
+// Runs kernel f(args...) over `grid` blocks of `block` threads: one block at a
+// time (see the prelude's __shared__), each GPU thread an OS thread.
+template <typename F, typename... A>
+void launch(unsigned grid, unsigned block, F f, A... args) {
+  for (unsigned b = 0; b < grid; ++b) {
+    std::barrier<> bar(block);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t)
+      threads.emplace_back([&, t] {
+        threadIdx = {t, 0, 0};
+        blockIdx = {b, 0, 0};
+        blockDim = {block, 1, 1};
+        gridDim = {grid, 1, 1};
+        kiln_block_barrier = &bar;
+        f(args...);
+      });
+    for (std::thread& t : threads) t.join();
+  }
+}
+}  // namespace kiln_cpp
+)";
+
 // The prelude's integer helpers follow runtime/src/ops/scalar_ops.h: floor
 // division with x / 0 = 0 and x / -1 = -x wrapped; pow by squaring in the
 // unsigned type (wrapping), negative exponents as the scalar rule. bf16
@@ -184,6 +293,10 @@ std::string cuda_prelude() {
 
 std::string opencl_prelude() {
   return std::string(kOpenClHead) + kCommonBody;
+}
+
+std::string cpp_prelude() {
+  return std::string(kCppHead) + kCommonBody;
 }
 
 }  // namespace kiln::cuda

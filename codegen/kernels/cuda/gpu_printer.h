@@ -47,6 +47,9 @@ std::string cuda_prelude();
 /// The OpenCL C prelude: the same printed kernels compile on the emulated
 /// device (PoCL; see pocl_driver.h) after it.
 std::string opencl_prelude();
+/// The C++ prelude: printed kernels compile as C++ with one OS thread per GPU
+/// thread (its kiln_cpp::launch), for ThreadSanitizer and ASan (tests only).
+std::string cpp_prelude();
 
 /// The kernel's GPU C as a kernel (KILN_KERNEL) function named `symbol`.
 /// Pointwise kernels with broadcast arguments hold two loops: 32-bit

@@ -1,0 +1,440 @@
+// cuda_cpp_gen: prints the GPU printer's kernels as C++ (gpu_printer.h:
+// cpp_prelude) with their test data into one source file, at build time. The
+// expected results come from the kernel IR interpreter, or for the printer's
+// own kernels (copies, indexing, column combine, scan, sort) from the rule
+// gpu_printer.h documents, computed here on the CPU; the sanitized tests that
+// compile the file (cuda_cpp_test.cpp) need no compiler and no kiln library.
+// Usage: cuda_cpp_gen OUTPUT.cpp
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "codegen/cuda/row_kernels.h"
+#include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/gpu_printer_internal.h"
+#include "kiln/error.h"
+
+namespace {
+
+using kiln::DType;
+using kiln::OpId;
+namespace kir = kiln::kir;
+namespace cuda = kiln::cuda;
+using Bytes = std::vector<unsigned char>;
+
+// One buffer of a case: its contents before and after the launch.
+struct GenBuf {
+  Bytes init, expect;
+  bool checked = false;
+  DType dtype = DType::u8;
+};
+
+template <typename T>
+Bytes bytes_of(const std::vector<T>& v) {
+  Bytes b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+template <typename T>
+GenBuf input(const std::vector<T>& v) {
+  return GenBuf{bytes_of(v), {}, false, DType::u8};
+}
+template <typename T>
+GenBuf output(const std::vector<T>& init, const std::vector<T>& expect, DType t) {
+  return GenBuf{bytes_of(init), bytes_of(expect), true, t};
+}
+
+const char* kind(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "kiln_cpp::Kind::kF32";
+    case DType::f64:
+      return "kiln_cpp::Kind::kF64";
+    case DType::f16:
+      return "kiln_cpp::Kind::kF16";
+    case DType::bf16:
+      return "kiln_cpp::Kind::kBf16";
+    default:
+      return "kiln_cpp::Kind::kBytes";
+  }
+}
+
+std::string array(const std::string& name, const Bytes& b) {
+  std::ostringstream os;
+  os << "static const unsigned char " << name << "[] = {";
+  for (size_t i = 0; i < b.size(); ++i)
+    os << (i == 0 ? "" : ",") << (i % 24 ? "" : "\n  ") << static_cast<int>(b[i]);
+  if (b.empty()) os << "0";
+  os << "};\n";
+  return os.str();
+}
+
+// The generated file: kernels and data, then the case table.
+struct Gen {
+  std::ostringstream src, table;
+  int n = 0;
+  std::string racy;  // the racy combine's case
+
+  // The next kernel's symbol.
+  std::string symbol() const { return "kiln_k" + std::to_string(n); }
+
+  // Adds a case whose kernel `text` is named symbol(); `scalars` follow the
+  // first `lead` buffers' pointers in the launch (gpu_printer.h's parameter
+  // order; a later buffer b appears there as kiln_cpp::Ptr{p[b]}).
+  std::string add(const std::string& name, const std::string& text, const std::vector<GenBuf>& bufs,
+                  const std::vector<unsigned>& blocks, unsigned grid, const std::string& scalars,
+                  double tol = 0, size_t lead = SIZE_MAX) {
+    const std::string sym = symbol(), c = "kiln_case" + std::to_string(n++);
+    src << "// " << name << "\n" << text;
+    std::ostringstream entry, call;
+    for (size_t b = 0; b < bufs.size(); ++b) {
+      const std::string id = c + "_" + std::to_string(b);
+      const bool junk = bufs[b].checked && std::all_of(bufs[b].init.begin(), bufs[b].init.end(),
+                                                       [](unsigned char x) { return x == 0x5a; });
+      if (!junk) src << array(id + "_in", bufs[b].init);
+      if (bufs[b].checked) src << array(id + "_out", bufs[b].expect);
+      entry << "      {" << (junk ? "nullptr" : id + "_in") << ", "
+            << (bufs[b].checked ? id + "_out" : "nullptr") << ", " << bufs[b].init.size() << ", "
+            << kind(bufs[b].dtype) << ", " << tol << "},\n";
+      if (b < lead) call << ", kiln_cpp::Ptr{p[" << b << "]}";
+    }
+    std::ostringstream sizes;
+    for (unsigned t : blocks) sizes << (sizes.tellp() > 0 ? ", " : "") << t << "u";
+    std::ostringstream out;
+    out << "  kiln_cpp::Case{\"" << name << "\",\n    {\n"
+        << entry.str() << "    },\n    {" << sizes.str() << "}, " << grid << "u,\n"
+        << "    [](void** p, unsigned grid, unsigned block) {\n"
+        << "      kiln_cpp::launch(grid, block, " << sym << call.str() << scalars << ");\n"
+        << "    }}";
+    return out.str();
+  }
+  void push(const std::string& entry) { table << entry << ",\n"; }
+};
+
+std::mt19937 rng(19);
+// The printer's 32-bit index limit before any case changes it.
+const int64_t kNarrowLimit = cuda::narrow_index_limit();
+
+// A kernel IR kernel printed by `print`, checked against the interpreter over
+// `sizes`. Column sums (accumulating stores) get [parts, inner] f64 partials,
+// each the interpreter's sum over its part's range.
+void add_kir(Gen& g, const std::string& name, const kir::Kernel& k, const std::string& text,
+             const std::vector<int64_t>& sizes, const std::vector<unsigned>& blocks, unsigned grid,
+             bool exact) {
+  std::vector<kir::testing::Buffer> ref =
+      kir::testing::make_buffers(k, sizes, rng, cuda::testing::row_value);
+  const int64_t work = kir::work_items(k, sizes.data());
+  const int64_t inner = sizes.back(), rows = k.has_reductions() ? work : work / inner;
+  const int64_t parts = cuda::has_column_sums(k) ? cuda::column_parts(rows, inner) : 0;
+  std::vector<char> summed(k.args.size(), 0);
+  for (const kir::Store& s : k.stores)
+    if (s.accumulate) summed[static_cast<size_t>(s.arg)] = 1;
+  const std::vector<kir::testing::Buffer> before = ref;
+  kir::interpret(k, 0, work, kir::testing::pointers(ref).data(), sizes.data());
+  std::vector<GenBuf> bufs;
+  for (size_t a = 0; a < k.args.size(); ++a) {
+    GenBuf b;
+    b.dtype = k.args[a].dtype;
+    if (!k.args[a].is_output) {
+      b.init.assign(before[a].bytes.begin(), before[a].bytes.end());
+    } else if (!summed[a]) {
+      b.checked = true;
+      b.init.assign(ref[a].bytes.size(), 0x5a);
+      b.expect.assign(ref[a].bytes.begin(), ref[a].bytes.end());
+    } else {  // partial p: the interpreter over part p's rows, from zero
+      b.checked = true;
+      b.init.assign(static_cast<size_t>(parts * inner) * sizeof(double), 0x5a);
+      for (int64_t p = 0; p < parts; ++p) {
+        std::vector<kir::testing::Buffer> part = before;
+        std::fill(part[a].bytes.begin(), part[a].bytes.end(), 0);
+        const int64_t per = k.has_reductions() ? 1 : inner;
+        kir::interpret(k, rows * p / parts * per, rows * (p + 1) / parts * per,
+                       kir::testing::pointers(part).data(), sizes.data());
+        b.expect.insert(b.expect.end(), part[a].bytes.begin(), part[a].bytes.end());
+      }
+    }
+    bufs.push_back(std::move(b));
+  }
+  std::string scalars = ", (long long)" + std::to_string(work);
+  for (int64_t s : sizes) scalars += ", (long long)" + std::to_string(s);
+  if (parts > 0) scalars += ", (long long)" + std::to_string(parts);
+  const bool half = std::any_of(k.args.begin(), k.args.end(),
+                                [](const kir::Arg& a) { return a.dtype == DType::f16; });
+  g.push(g.add(name, text, bufs, blocks, grid, scalars, exact ? 0 : (half ? 1e-2 : 1e-4)));
+}
+
+kir::Kernel pointwise_kernel(DType t) {
+  kir::testing::Builder b(2, std::string("pointwise_") + kiln::dtype_name(t));
+  const int x = b.load(b.in(t, {true, true}));
+  const int w = b.load(b.in(t, {false, true}));
+  const int r = b.load(b.in(t, {true, false}));
+  const int e = b.op(OpId::mul, t, b.op(OpId::tanh, t, x), w);
+  b.store(b.out(t, {true, true}), b.op(OpId::add, t, e, b.op(OpId::div, t, r, x)));
+  return b.k;
+}
+
+kir::Kernel dense_kernel() {
+  kir::testing::Builder b(2, "dense");
+  const int x = b.load(b.in(DType::f32, {true, true}));
+  const int y = b.load(b.in(DType::f32, {true, true}));
+  b.store(b.out(DType::f32, {true, true}),
+          b.op(OpId::add, DType::f32, b.op(OpId::exp, DType::f32, x), y));
+  return b.k;
+}
+
+// Column sums of w * x beside the elementwise product; with `row`, x - mean
+// of its row instead (a row kernel with column sums: layer_norm's backward).
+kir::Kernel column_kernel(bool row, int64_t inner) {
+  const DType f = DType::f32;
+  kir::testing::Builder b(2, row ? "row_columns" : "columns");
+  int x = b.load(b.in(f, {true, true}));
+  const int w = b.load(b.in(f, {false, true}));
+  if (row) {
+    const int mean = b.op(OpId::mul, f, b.reduce(OpId::sum, x, 0, f),
+                          b.cnst(f, 1.0 / static_cast<double>(inner)));
+    x = b.op(OpId::sub, f, x, mean);
+  }
+  const int y = b.op(OpId::mul, f, x, w);
+  b.store(b.out(f, {true, true}), y);
+  b.k.stores.push_back(
+      kir::Store{b.out(DType::f64, {false, true}), b.op(OpId::cast, DType::f64, y), true});
+  return b.k;
+}
+
+void add_pointwise(Gen& g) {
+  const std::vector<unsigned> blocks = {1, 32, 64};
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    const kir::Kernel k = pointwise_kernel(t);
+    add_kir(g, k.name + " (32-bit loop)", k, cuda::print_kernel(k, g.symbol()), {7, 33}, blocks, 3,
+            true);
+    cuda::set_narrow_index_limit(-1);
+    add_kir(g, k.name + " (64-bit loop)", k, cuda::print_kernel(k, g.symbol()), {7, 33}, blocks, 3,
+            true);
+    cuda::set_narrow_index_limit(kNarrowLimit);
+  }
+  const kir::Kernel d = dense_kernel();
+  add_kir(g, "dense (float4)", d, cuda::print_kernel(d, g.symbol()), {5, 64}, blocks, 2, true);
+}
+
+void add_rows(Gen& g) {
+  namespace detail = cuda::detail;
+  const std::vector<unsigned> warps = {32, 64, 128};
+  for (const cuda::testing::RowKernel& r : cuda::testing::row_kernels()) {
+    const std::vector<int64_t> sizes =
+        r.k.rank == 3 ? std::vector<int64_t>{2, 3, 53} : std::vector<int64_t>{6, 53};
+    const std::vector<unsigned> blocks = r.k.reassoc ? warps : std::vector<unsigned>{1};
+    add_kir(g, r.k.name + " (default loops)", r.k, cuda::print_kernel(r.k, g.symbol()), sizes,
+            blocks, 2, r.exact);
+    add_kir(g, r.k.name + " (element loops)", r.k,
+            detail::print_row_variant(r.k, g.symbol(), detail::kRowUnroll, 0, false, {}), sizes,
+            blocks, 2, r.exact);
+  }
+  const kir::Kernel s = cuda::testing::softmax_kernel(DType::f32);
+  add_kir(g, "softmax long rows (quad loops)", s, cuda::print_kernel(s, g.symbol()), {3, 700},
+          warps, 2, false);
+  add_kir(g, "softmax held rows", s, detail::print_row_variant(s, g.symbol(), 16, 2), {6, 53},
+          {32, 64}, 2, false);
+  const kir::Kernel c = column_kernel(true, 128);
+  add_kir(g, "row kernel with column sums", c, cuda::print_kernel(c, g.symbol()), {32, 128}, warps,
+          2, false);
+  const kir::Kernel p = column_kernel(false, 128);
+  add_kir(g, "pointwise column sums", p, cuda::print_kernel(p, g.symbol()), {32, 128}, {32, 64}, 4,
+          true);
+}
+
+// The combine of [parts, cols] f64 partials into f32 columns: slices in order
+// (print_column_combine's rule). Also the racy copy: its first barrier removed.
+void add_combine(Gen& g) {
+  const int64_t parts = 37, cols = 45, slices = cuda::column_combine_slices();
+  std::vector<double> partial(static_cast<size_t>(parts * cols));
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (double& v : partial) v = u(rng);
+  std::vector<float> out(static_cast<size_t>(cols), 0.0f), want(out.size());
+  for (int64_t j = 0; j < cols; ++j) {
+    double t = 0;
+    for (int64_t q = 0; q < slices; ++q) {
+      double s = 0;
+      for (int64_t p = parts * q / slices; p < parts * (q + 1) / slices; ++p)
+        s = s + partial[static_cast<size_t>(p * cols + j)];
+      t = q == 0 ? s : t + s;
+    }
+    want[static_cast<size_t>(j)] = static_cast<float>(t);
+  }
+  const std::vector<GenBuf> bufs = {output(out, want, DType::f32), input(partial)};
+  const std::string scalars =
+      ", (long long)" + std::to_string(cols) + ", (long long)" + std::to_string(parts);
+  g.push(g.add("column combine", cuda::print_column_combine(DType::f64, DType::f32, g.symbol()),
+               bufs, {32, 64, 96}, 2, scalars));
+  std::string racy = cuda::print_column_combine(DType::f64, DType::f32, g.symbol());
+  const std::string barrier = "    __syncthreads();\n";
+  racy.erase(racy.find(barrier), barrier.size());
+  g.racy = g.add("column combine without its first barrier", racy, bufs, {64}, 1, scalars);
+}
+
+// A [5, 7, 9] f32 -> f16 copy from a transposed source (strides 1, 5, 35).
+void add_copy(Gen& g) {
+  const int64_t a = 5, b = 7, c = 9;
+  std::vector<float> src(static_cast<size_t>(a * b * c));
+  std::uniform_real_distribution<float> u(-70000, 70000);  // some past f16's range
+  for (float& v : src) v = u(rng) / static_cast<float>(1 + rng() % 1000);
+  std::vector<uint16_t> dst(src.size(), 0x5a5a), want(src.size());
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j)
+      for (int64_t k = 0; k < c; ++k) {
+        const kiln::Half h(src[static_cast<size_t>(k * a * b + j * a + i)]);
+        std::memcpy(&want[static_cast<size_t>((i * b + j) * c + k)], &h, 2);
+      }
+  const std::string geom = kiln::str(", 3, KilnStrides{{", a, ", ", b, ", ", c, "}, {", b * c, ", ",
+                                     c, ", 1}, {1, ", a, ", ", a * b, "}}");
+  g.push(g.add("strided copy f32 -> f16",
+               cuda::print_strided_copy(DType::f32, DType::f16, g.symbol()),
+               {output(dst, want, DType::f16), input(src)}, {32, 64}, 3,
+               kiln::str(", (long long)", a * b * c, geom)));
+}
+
+// gather along dim 1 of x [4, 10] by idx [4, 6] with one index out of range
+// (skipped and recorded with tag 7), printed with both index loops.
+void add_gather(Gen& g) {
+  const int64_t rows = 4, cols = 6, width = 10;
+  std::vector<float> x(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.5f;
+  std::vector<int64_t> idx(static_cast<size_t>(rows * cols));
+  for (int64_t& v : idx) v = static_cast<int64_t>(rng() % width);
+  idx[13] = width;
+  std::vector<float> out(idx.size(), -1.0f), want = out;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t v = idx[static_cast<size_t>(r * cols + j)];
+      if (v < width)
+        want[static_cast<size_t>(r * cols + j)] = x[static_cast<size_t>(r * width + v)];
+    }
+  std::vector<int64_t> err(2, 0), err_want = {7, width};
+  const std::vector<GenBuf> bufs = {output(out, want, DType::f32), input(x), input(idx),
+                                    output(err, err_want, DType::i64)};
+  const std::string scalars =
+      kiln::str(", 7, (long long)", rows * cols, ", 2, 1, (long long)", width, ", KilnIndexGeom{{",
+                rows, ", ", cols, "}, {", cols, ", 1}, {", width, ", 1}, {", cols, ", 1}}");
+  for (int64_t limit : {kNarrowLimit, int64_t{-1}}) {
+    cuda::set_narrow_index_limit(limit);
+    g.push(g.add(limit < 0 ? "gather (64-bit loop)" : "gather (32-bit loop)",
+                 cuda::print_gather(DType::f32, DType::i64, g.symbol()), bufs, {32, 64}, 2,
+                 scalars));
+  }
+  cuda::set_narrow_index_limit(kNarrowLimit);
+}
+
+// scatter_add along dim 0 into out [6, 5]: by lines (index [10, 5]), and by
+// sorted runs (an index [10] broadcast over the columns, perm its argsort).
+void add_scatter(Gen& g) {
+  const int64_t rows = 6, cols = 5, len = 10;
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> out(static_cast<size_t>(rows * cols)), src(static_cast<size_t>(len * cols));
+  for (float& v : out) v = u(rng);
+  for (float& v : src) v = u(rng);
+  std::vector<int64_t> idx(src.size()), row_idx(static_cast<size_t>(len));
+  for (int64_t& v : idx) v = static_cast<int64_t>(rng() % rows);
+  for (int64_t& v : row_idx) v = static_cast<int64_t>(rng() % 3);  // runs of equal indices
+  std::vector<float> want = out, want_sorted = out;
+  for (int64_t k = 0; k < len; ++k)
+    for (int64_t j = 0; j < cols; ++j) {
+      const size_t s = static_cast<size_t>(k * cols + j);
+      want[static_cast<size_t>(idx[s] * cols + j)] += src[s];
+      want_sorted[static_cast<size_t>(row_idx[static_cast<size_t>(k)] * cols + j)] += src[s];
+    }
+  std::vector<int64_t> perm(static_cast<size_t>(len));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return row_idx[static_cast<size_t>(a)] < row_idx[static_cast<size_t>(b)];
+  });
+  const std::vector<int64_t> err(2, 0);
+  const std::string geom =
+      kiln::str("{{", len, ", ", cols, "}, {", cols, ", 1}, {", cols, ", 1}, {");
+  g.push(
+      g.add("scatter_add", cuda::print_scatter_add(DType::f32, DType::i64, g.symbol()),
+            {output(out, want, DType::f32), input(src), input(idx), output(err, err, DType::i64)},
+            {32, 64}, 2,
+            kiln::str(", 7, (long long)", cols, ", 2, 0, (long long)", rows, ", (long long)", len,
+                      ", KilnIndexGeom", geom, cols, ", 1}}")));
+  g.push(g.add("scatter_add by sorted runs",
+               cuda::print_scatter_add_sorted(DType::f32, DType::i64, g.symbol()),
+               {output(out, want_sorted, DType::f32), input(src), input(row_idx),
+                output(err, err, DType::i64), input(perm)},
+               {32, 64}, 2,
+               kiln::str(", 7, (long long)", len * cols, ", 2, 0, (long long)", rows,
+                         ", kiln_cpp::Ptr{p[4]}, (long long)", cols, ", (long long)", len,
+                         ", KilnIndexGeom", geom, "1, 0}}"),
+               0, 4));
+}
+
+// cumsum of [3, 50] f32 lines (the CPU's double accumulator), and argsort of
+// [3, 100] lines with ties (stable: ties by position), one tile per line.
+void add_order(Gen& g) {
+  const int64_t lines = 3, len = 50;
+  std::vector<float> x(static_cast<size_t>(lines * len));
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (float& v : x) v = u(rng);
+  std::vector<float> out(x.size(), 0.0f), want(x.size());
+  for (int64_t l = 0; l < lines; ++l) {
+    double acc = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      acc += static_cast<double>(x[static_cast<size_t>(l * len + i)]);
+      want[static_cast<size_t>(l * len + i)] = static_cast<float>(acc);
+    }
+  }
+  g.push(g.add("cumsum", cuda::print_scan(false, DType::f32, g.symbol()),
+               {output(out, want, DType::f32), input(x)}, {32, 64}, 2,
+               kiln::str(", (long long)", lines, ", (long long)", len, ", 0")));
+
+  const int64_t n = 100, width = 128;
+  std::vector<float> keys(static_cast<size_t>(lines * n));
+  for (float& v : keys) v = static_cast<float>(rng() % 20);
+  keys[17] = std::nanf("");
+  std::vector<int64_t> order(keys.size(), -1), want_order(keys.size());
+  for (int64_t l = 0; l < lines; ++l) {
+    std::vector<int64_t> o(static_cast<size_t>(n));
+    std::iota(o.begin(), o.end(), 0);
+    const float* k = keys.data() + l * n;
+    std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) {
+      return !std::isnan(k[a]) && (std::isnan(k[b]) || k[a] < k[b]);
+    });
+    std::copy(o.begin(), o.end(), want_order.begin() + l * n);
+  }
+  std::vector<float> gv(static_cast<size_t>(lines * width));
+  std::vector<int64_t> gi(gv.size());
+  g.push(g.add("argsort", cuda::print_argsort(DType::f32, g.symbol()),
+               {output(order, want_order, DType::i64), input(keys), input(gv), input(gi)},
+               {32, 64, 128}, 2,
+               kiln::str(", (long long)", lines, ", (long long)", n, ", (long long)", n,
+                         ", (long long)", width, ", 0LL, 0")));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: cuda_cpp_gen OUTPUT.cpp\n");
+    return 2;
+  }
+  Gen g;
+  add_pointwise(g);
+  add_rows(g);
+  add_combine(g);
+  add_copy(g);
+  add_gather(g);
+  add_scatter(g);
+  add_order(g);
+  std::ofstream f(argv[1]);
+  f << "// Generated by cuda_cpp_gen (tests/codegen/cuda_cpp): do not edit.\n"
+    << cuda::cpp_prelude() << "#include \"cuda_cpp_case.h\"\n\n"
+    << g.src.str() << "\nnamespace kiln_cpp {\n\nconst std::vector<Case>& cases() {\n"
+    << "  static const std::vector<Case> all = {\n"
+    << g.table.str() << "  };\n  return all;\n}\n\n"
+    << "const Case& racy_combine() {\n  static const Case c =\n"
+    << g.racy << ";\n  return c;\n}\n\n}  // namespace kiln_cpp\n";
+  return f.good() ? 0 : 1;
+}
