@@ -136,7 +136,9 @@ RowLoops default_row_loops();
 /// With held > 0, rows of at most held * blockDim.x elements are instead held
 /// in registers (held elements per thread, read from memory once, each
 /// expression computed once for all phases; launch_kernel's `held` fits the
-/// block to the row); longer rows stream as without, printed as `loops` says.
+/// block to the row; with loops.quads, f32 rows hold the quad loops' quads,
+/// float4 where aligned: the streaming quads' bits on the same block); longer
+/// rows stream as without, printed as `loops` says.
 std::string print_row_kernel(const kir::Kernel& k, const std::string& symbol,
                              int max_unroll = kRowUnroll, int held = 0, const RowLoops& loops = {});
 /// print_kernel for a kernel with row reductions, with the unroll, held and

@@ -108,10 +108,12 @@ void eval_row(std::ostream& os, const Kernel& k, const std::vector<char>& need,
             k.args[a].dense[inner] ? str("b", a, " * inner + ", j) : str("b", a);
         // In a quad loop's aligned path (vlane "_<g>.<c>"), inner-dense
         // arguments' lanes are components of the float4 v<a>_<g>.
-        const std::string v = !vlane.empty() && k.args[a].dense[inner]
-                                  ? str("v", a, vlane)
-                                  : load(e.dtype, str("p", a), off);
-        os << (guard.empty() ? v : str("(", guard, " ? ", v, " : (", compute_type(e.dtype), ")0)"));
+        // (A held quad's float4 is already zero past the row's end: no guard.)
+        const bool lane = !vlane.empty() && k.args[a].dense[inner];
+        const std::string v = lane ? str("v", a, vlane) : load(e.dtype, str("p", a), off);
+        os << (guard.empty() || lane
+                   ? v
+                   : str("(", guard, " ? ", v, " : (", compute_type(e.dtype), ")0)"));
         break;
       }
       case ExprKind::kConst:
@@ -465,31 +467,141 @@ bool quad_rows(const Kernel& k, const kir::detail::Analysis& an) {
   return any;
 }
 
-// One row held in registers (rows of at most held * blockDim.x elements):
-// thread t takes elements t, t + blockDim.x, ..., t + (held - 1) * blockDim.x,
-// the streaming loops' elements in their order (so the sums are the same
-// for the same block size), reads the row from memory once and computes each
-// expression once, keeping it for the later phases (softmax's exp is not
-// recomputed for the division). Slots past the row's end load nothing and
-// add nothing. (Held with 256 threads for every row length, it ran slower on
-// an H200 than streaming: 20-38% of copy bandwidth against 45-69%, from idle
-// slots on short rows and 69+ registers; launch_kernel now fits the block.)
-void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an, int held) {
-  const std::string ind = "      ";
-  for (int l = 0; l < held; ++l)
-    os << ind << "const kiln_i64 j_" << l << " = threadIdx.x + " << l
-       << " * (kiln_i64)blockDim.x;\n"
-       << ind << "const bool in_" << l << " = j_" << l << " < inner;\n";
+// A held row's element slots in thread t: suffix, index in the row, guard
+// (inside the row; "" where every slot is), and its quad and component
+// (quads) or -1.
+struct HeldSlot {
+  std::string sfx, j, in;
+  int quad = -1, comp = -1;
+};
+
+// Declares the slots of a held row: held elements a block apart, or (quads)
+// ceil(held / 4) quads a block apart, four consecutive elements each, in
+// 32-bit indices (a held row has at most 64 * 1024 elements). `full`: every
+// quad lies in the row and is aligned (no guards); else full_<l> says which.
+std::vector<HeldSlot> held_slots(std::ostream& os, int held, bool quads, bool full,
+                                 const std::string& ind) {
+  std::vector<HeldSlot> slots;
+  if (!quads) {
+    for (int l = 0; l < held; ++l) {
+      os << ind << "const kiln_i64 j_" << l << " = threadIdx.x + " << l
+         << " * (kiln_i64)blockDim.x;\n"
+         << ind << "const bool in_" << l << " = j_" << l << " < inner;\n";
+      slots.push_back({str("_", l), str("j_", l), str("in_", l)});
+    }
+    return slots;
+  }
+  for (int l = 0; l < (held + 3) / 4; ++l) {
+    os << ind << "const int qh_" << l << " = (int)threadIdx.x + " << l << " * (int)blockDim.x;\n";
+    if (!full)
+      os << ind << "const bool full_" << l << " = kiln_al && 4 * qh_" << l << " + 3 < hn;\n";
+    for (int c = 0; c < 4; ++c) {
+      const std::string j = str("(4 * qh_", l, " + ", c, ")");
+      const std::string in = full ? "" : str("in_", l, "_", c);
+      if (!full) os << ind << "const bool " << in << " = " << j << " < hn;\n";
+      slots.push_back({str("_", l, "_", c), j, in, l, c});
+    }
+  }
+  return slots;
+}
+
+// A held quad slot's component of the float4s (eval_row's vlane), or "".
+std::string held_lane(const HeldSlot& s) {
+  return s.quad < 0 ? std::string() : str("_", s.quad, ".", "xyzw"[s.comp]);
+}
+
+// Quad l's float4 of argument a's row (a pointer expression).
+std::string held_quad(size_t a, int l, bool write) {
+  return str("((KILN_GLOBAL ", write ? "" : "const ", "float4*)(p", a, " + b", a, " * inner))[qh_",
+             l, "]");
+}
+
+// The float4s v<a>_<l> of the inner-dense arguments `args` for every held
+// quad: one load where full_<l>, else the elements inside the row (0 past it).
+void held_quad_loads(std::ostream& os, const std::vector<size_t>& args,
+                     const std::vector<HeldSlot>& slots, const std::string& ind) {
+  for (size_t s = 0; s < slots.size(); s += 4)
+    for (size_t a : args) {
+      const int l = slots[s].quad;
+      const std::string v = str("v", a, "_", l);
+      if (slots[s].in.empty()) {
+        os << ind << "const float4 " << v << " = " << held_quad(a, l, false) << ";\n";
+        continue;
+      }
+      os << ind << "float4 " << v << ";\n"
+         << ind << "if (full_" << l << ") {\n"
+         << ind << "  " << v << " = " << held_quad(a, l, false) << ";\n"
+         << ind << "} else {\n";
+      for (size_t c = 0; c < 4; ++c)
+        os << ind << "  " << v << "."
+           << "xyzw"[c] << " = " << slots[s + c].in << " ? "
+           << load(DType::f32, str("p", a), str("b", a, " * inner + ", slots[s + c].j))
+           << " : 0.0f;\n";
+      os << ind << "}\n";
+    }
+}
+
+// The held row's elementwise stores `which`: a float4 per argument where
+// full_<l>, else element by element inside the row.
+void held_stores(std::ostream& os, const Kernel& k, const std::vector<size_t>& which,
+                 const std::vector<HeldSlot>& slots, const std::string& ind) {
+  if (slots.front().quad < 0) {
+    for (const HeldSlot& s : slots) {
+      os << ind << "if (" << s.in << ") {\n";
+      emit_stores(os, k, which, s.j, ind + "  ", s.sfx);
+      os << ind << "}\n";
+    }
+    return;
+  }
+  std::vector<char> stored(k.args.size(), 0);
+  for (size_t i : which) stored[static_cast<size_t>(k.stores[i].arg)] = 1;
+  for (size_t s = 0; s < slots.size(); s += 4) {
+    const int l = slots[s].quad;
+    const bool full = slots[s].in.empty();
+    const std::string in = full ? ind : ind + "  ";
+    os << ind << (full ? "{\n" : str("if (full_", l, ") {\n"));
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (stored[a]) os << in << "float4 w" << a << "_" << l << ";\n";
+    for (size_t c = 0; c < 4; ++c)
+      emit_stores(os, k, which, slots[s + c].j, in, slots[s + c].sfx, held_lane(slots[s + c]));
+    for (size_t a = 0; a < k.args.size(); ++a)
+      if (stored[a]) os << in << held_quad(a, l, true) << " = w" << a << "_" << l << ";\n";
+    if (full) {
+      os << ind << "}\n";
+      continue;
+    }
+    os << ind << "} else {\n";
+    for (size_t c = 0; c < 4; ++c) {
+      os << ind << "  if (" << slots[s + c].in << ") {\n";
+      emit_stores(os, k, which, slots[s + c].j, ind + "    ", slots[s + c].sfx);
+      os << ind << "  }\n";
+    }
+    os << ind << "}\n";
+  }
+}
+
+// A held row's phases over `slots` (held_body), at indent `ind`.
+void held_phases(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an,
+                 const std::vector<HeldSlot>& slots, const std::string& ind) {
+  const size_t inner = static_cast<size_t>(k.rank - 1);
+  const bool quads = slots.front().quad >= 0;
   std::vector<char> done(k.exprs.size(), 0);
   auto compute = [&](const std::vector<int>& roots) {  // what was not computed yet
     std::vector<char> need = kir::detail::needed(k, roots);
-    for (size_t i = 0; i < need.size(); ++i)
+    std::vector<size_t> args;  // inner-dense arguments first loaded here
+    for (size_t i = 0; i < need.size(); ++i) {
       if (done[i]) need[i] = 0;
+      const auto a = static_cast<size_t>(k.exprs[i].arg);
+      if (quads && need[i] && k.exprs[i].kind == ExprKind::kLoad && k.args[a].dense[inner] &&
+          std::find(args.begin(), args.end(), a) == args.end())
+        args.push_back(a);
+    }
+    held_quad_loads(os, args, slots, ind);
     std::vector<Loaded> loaded;
-    for (int l = 0; l < held; ++l)
-      eval_row(os, k, need, str("j_", l), ind, str("_", l), Part::kLoads, str("in_", l), &loaded);
+    for (const HeldSlot& s : slots)
+      eval_row(os, k, need, s.j, ind, s.sfx, Part::kLoads, s.in, &loaded, held_lane(s));
     os << issue_loads(loaded, ind);
-    for (int l = 0; l < held; ++l) eval_row(os, k, need, "", ind, str("_", l), Part::kMath);
+    for (const HeldSlot& s : slots) eval_row(os, k, need, "", ind, s.sfx, Part::kMath);
     for (size_t i = 0; i < need.size(); ++i) done[i] = done[i] || need[i];
   };
   // Thread 0's row stores sit in their own block: their names do not meet the slots'.
@@ -497,7 +609,7 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
   for (int p = 0; p < an.num_phases; ++p) {
     phase_open(os, k, p, ind);
     compute(phase_roots(k, an, p));
-    for (int l = 0; l < held; ++l) accumulate(os, k, p, str("_", l), ind, str("in_", l));
+    for (const HeldSlot& s : slots) accumulate(os, k, p, s.sfx, ind, s.in);
     phase_close(os, k, p);
     row_stores(os, k, an, p);
   }
@@ -505,11 +617,34 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
   const std::vector<int> roots = phase_roots(k, an, -1, &which);
   if (which.empty()) return;
   compute(roots);
-  for (int l = 0; l < held; ++l) {
-    os << ind << "if (in_" << l << ") {\n";
-    emit_stores(os, k, which, str("j_", l), ind + "  ", str("_", l));
-    os << ind << "}\n";
+  held_stores(os, k, which, slots, ind);
+}
+
+// One row held in registers (rows of at most held * blockDim.x elements):
+// thread t takes elements t, t + blockDim.x, ..., t + (held - 1) * blockDim.x
+// (with `quads`, the quad loops' quads t, t + blockDim.x, ..., as float4 where
+// aligned; rows filling every quad of an aligned block take a copy of the
+// phases without guards), the streaming loops' elements in their order (so
+// the sums are the same for the same block size), reads the row from memory
+// once and computes each expression once (by its index in the kernel IR),
+// keeping it for the later phases: softmax's exp(x - max), computed for the
+// sum, is what the division takes. Slots past the row's end load nothing and
+// add nothing. (Held with 256 threads for every row length, it ran slower on
+// an H200 than streaming: 20-38% of copy bandwidth against 45-69%, from idle
+// slots on short rows and 69+ registers; launch_kernel now fits the block.)
+void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& an, int held,
+               bool quads) {
+  const std::string ind = "      ";
+  if (!quads) {
+    held_phases(os, k, an, held_slots(os, held, false, false, ind), ind);
+    return;
   }
+  os << ind << "const int hn = (int)inner;\n"
+     << ind << "if (kiln_al && hn == " << 4 * ((held + 3) / 4) << " * (int)blockDim.x) {\n";
+  held_phases(os, k, an, held_slots(os, held, true, true, ind + "  "), ind + "  ");
+  os << ind << "} else {\n";
+  held_phases(os, k, an, held_slots(os, held, true, false, ind + "  "), ind + "  ");
+  os << ind << "}\n";
 }
 
 }  // namespace
@@ -566,7 +701,7 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
   if (held > 0) {
     os << "    if (inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
-    held_body(os, k, an, held);
+    held_body(os, k, an, held, quads);
     os << "    } else {\n";
   }
   row_body(os, k, an, max_unroll, quads, loops.hoist);

@@ -5,6 +5,9 @@
 // where the kernel promises it); rows longer than the held capacity stream.
 #include <bit>
 #include <cmath>
+#include <map>
+#include <regex>
+#include <sstream>
 
 #include "codegen/cuda/golden.h"
 #include "codegen/cuda/row_kernels.h"
@@ -148,6 +151,62 @@ TEST(Nvrtc, HeldAndQuadRowKernelsCompileWithoutSpills) {
 #ifndef KILN_TEST_SANITIZED
   EXPECT_EQ(spill_bytes(out.log), 0) << out.log;
 #endif
+}
+
+// Registers per thread of each kernel in a ptxas -v log.
+std::map<std::string, int> registers_of(const std::string& log) {
+  static const std::regex entry("Compiling entry function '([A-Za-z0-9_]+)'");
+  static const std::regex used("Used ([0-9]+) registers");
+  std::map<std::string, int> out;
+  std::string name;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, entry)) name = m[1];
+    if (std::regex_search(line, m, used) && !name.empty()) out[name] = std::stoi(m[1]);
+  }
+  return out;
+}
+
+// Held quads (held 8 / 16 / 32, RowLoops::quads) compile for sm_80 and sm_90
+// without spills, and fit their launch: rows of 1024 and 4096 on the block
+// launch_kernel fits to them (row_threads) within a block's 64K registers, so
+// the launch holds the row instead of falling back to streaming.
+TEST(Nvrtc, HeldQuadRowKernelsFitTheirLaunchWithoutSpills) {
+  std::vector<kir::Kernel> kernels;  // those printing held quads (f32 rows)
+  for (const auto& r : testing::row_kernels()) kernels.push_back(r.k);
+  kernels.push_back(testing::log_softmax_kernel(DType::f32));
+  kernels.push_back(testing::layer_norm_kernel(1024));
+  std::erase_if(kernels, [](const kir::Kernel& k) {
+    return detail::print_row_variant(k, "k", detail::kRowUnroll, 4, false, {true, false})
+               .find("qh_0") == std::string::npos;
+  });
+  EXPECT_EQ(kernels.size(), 6u);
+  std::string source = cuda_prelude();
+  std::vector<std::pair<std::string, int>> held;  // symbol, held, of kernels[i / 3]
+  for (const kir::Kernel& k : kernels)
+    for (int h : {8, 16, 32}) {
+      held.emplace_back("q" + std::to_string(held.size()), h);
+      source += detail::print_row_variant(k, held.back().first, detail::kRowUnroll, h, false,
+                                          {true, false});
+    }
+  for (int arch : {80, 90}) {
+    const NvrtcOutput out =
+        nvrtc_compile(source, "held_quads.cu", arch, /*cubin=*/true, {"--ptxas-options=-v"});
+#ifndef KILN_TEST_SANITIZED
+    EXPECT_EQ(spill_bytes(out.log), 0) << "sm_" << arch << ":\n" << out.log;
+#endif
+    const std::map<std::string, int> regs = registers_of(out.log);
+    ASSERT_EQ(regs.size(), held.size()) << out.log;
+    for (size_t i = 0; i < held.size(); ++i)
+      for (int64_t inner : {1024, 4096}) {
+        const kir::Kernel& k = kernels[i / 3];
+        const int64_t threads = row_threads(k, inner, held[i].second);
+        if (inner > held[i].second * threads) continue;  // streams
+        EXPECT_LE(regs.at(held[i].first) * threads, 65536)
+            << k.name << " held " << held[i].second << " sm_" << arch << " rows of " << inner;
+      }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // rows' alignment, and equal the interpreter's bit for bit (the inputs' f64 sums are exact, so any
 // order gives the interpreter's; index-order kernels run on one thread).
 #include <cmath>
+#include <functional>
 #include <iterator>
 
 #include "codegen/cuda/row_kernels.h"
@@ -114,6 +115,31 @@ void expect_same_on_every_alignment(const Module& mod, const std::string& name,
   }
 }
 
+// Calls f(sizes, rows, exact, ref) for each of `shapes` that `k` takes (a
+// rank-3 kernel gets a middle dim of 3; layer_norm only its baked-in length),
+// with inputs whose f64 sums are exact (the interpreter's bits in any order),
+// then inputs whose sums depend on the order; `ref` holds the interpreter's
+// outputs.
+void for_each_case(const kir::Kernel& k, const std::vector<std::vector<int64_t>>& shapes,
+                   std::mt19937& rng,
+                   const std::function<void(const std::vector<int64_t>&, int64_t, bool,
+                                            const std::vector<kir::testing::Buffer>&)>& f) {
+  for (const std::vector<int64_t>& shape : shapes) {
+    std::vector<int64_t> sizes = shape;
+    if (k.rank == 3) sizes = {shape[0], 3, shape[1]};
+    const int64_t inner = sizes.back(), rows = kir::work_items(k, sizes.data());
+    if (k.name == "layer_norm" &&
+        std::abs(1.0 / static_cast<double>(inner) - static_cast<double>(k.exprs[2].value)) > 1e-9)
+      continue;  // its 1/N is baked in
+    for (const bool exact : {true, false}) {
+      auto ref = kir::testing::make_buffers(k, sizes, rng, exact ? exact_value : wide_value);
+      auto ptrs = kir::testing::pointers(ref);
+      kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
+      f(sizes, rows, exact, ref);
+    }
+  }
+}
+
 TEST(CudaVectorRows, EqualTheInterpreterOnEveryAlignment) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   set_device(0);
@@ -131,42 +157,35 @@ TEST(CudaVectorRows, EqualTheInterpreterOnEveryAlignment) {
     const kir::Kernel& k = kernels[i].k;
     // Rows shorter than 4, odd lengths (every other row misaligned), a
     // partial last quad, lengths a multiple of 4 (aligned rows), several
-    // rows per block.
-    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{5, 0},
-                                              {6, 1},
-                                              {5, 3},
-                                              {7, 13},
-                                              {6, 4},
-                                              {4, 16},
-                                              {3, 53},
-                                              {5, 1027},
-                                              {3, 1024},
-                                              {2, 2049}}) {
-      std::vector<int64_t> sizes = shape;
-      if (k.rank == 3) sizes = {shape[0], 3, shape[1]};
-      const int64_t inner = sizes.back(), rows = kir::work_items(k, sizes.data());
-      if (k.name == "layer_norm" &&
-          std::abs(1.0 / static_cast<double>(inner) - static_cast<double>(k.exprs[2].value)) > 1e-9)
-        continue;  // its 1/N is baked in
-      // Inputs with exact sums (the interpreter's bits), then inputs whose
-      // sums depend on the order (bits equal across alignments: the same
-      // order on both paths).
-      for (const bool exact : {true, false}) {
-        auto ref = kir::testing::make_buffers(k, sizes, rng, exact ? exact_value : wide_value);
-        auto ptrs = kir::testing::pointers(ref);
-        kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
-        const auto threads = static_cast<unsigned>(row_threads(k, inner, 0));
-        for (const unsigned blocks : {static_cast<unsigned>(std::max<int64_t>(rows, 1)), 2u})
-          for (size_t o = 0; o < std::size(kLoops); ++o) {
-            expect_same_on_every_alignment(
-                mod, str("v", i, "_", o), k, ref, sizes, blocks, threads, exact,
-                str(k.name, exact ? " exact" : "", " sizes ", ::testing::PrintToString(sizes), " ",
-                    blocks, " x ", threads, " quads ", kLoops[o].quads, " hoist ",
-                    kLoops[o].hoist));
-            quad_launches += inner >= 4 && kLoops[o].quads;
-          }
-      }
-    }
+    // rows per block; bits equal across alignments on order-dependent sums
+    // (the same order on both paths).
+    for_each_case(
+        k,
+        {{5, 0},
+         {6, 1},
+         {5, 3},
+         {7, 13},
+         {6, 4},
+         {4, 16},
+         {3, 53},
+         {5, 1027},
+         {3, 1024},
+         {2, 2049}},
+        rng,
+        [&](const std::vector<int64_t>& sizes, int64_t rows, bool exact,
+            const std::vector<kir::testing::Buffer>& ref) {
+          const int64_t inner = sizes.back();
+          const auto threads = static_cast<unsigned>(row_threads(k, inner, 0));
+          for (const unsigned blocks : {static_cast<unsigned>(std::max<int64_t>(rows, 1)), 2u})
+            for (size_t o = 0; o < std::size(kLoops); ++o) {
+              expect_same_on_every_alignment(
+                  mod, str("v", i, "_", o), k, ref, sizes, blocks, threads, exact,
+                  str(k.name, exact ? " exact" : "", " sizes ", ::testing::PrintToString(sizes),
+                      " ", blocks, " x ", threads, " quads ", kLoops[o].quads, " hoist ",
+                      kLoops[o].hoist));
+              quad_launches += inner >= 4 && kLoops[o].quads;
+            }
+        });
   }
   EXPECT_GT(quad_launches, 160);
 }
@@ -184,6 +203,115 @@ TEST(GpuPrinterRows, QuadLoopsOnlyForF32Rows) {
   EXPECT_EQ(detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll,
                                       0, false, detail::default_row_loops()),
             print_kernel(testing::softmax_kernel(DType::f32), "k"));
+}
+
+// Held rows printed with quads (print_row_kernel's held, RowLoops::quads):
+// one quad per thread, and four (rows of 1024 on 64 threads).
+constexpr int kHeldQuads[] = {4, 16};
+
+// Held quads: each thread holds the streaming quad loops' quads, so on the
+// same block they equal the streaming quad kernel bit for bit on any inputs
+// (the same sums in the same order), on every alignment (aligned rows filling
+// every quad take the copy without guards), and the interpreter where the
+// sums are exact. log_softmax and layer_norm reuse x - max / x - mean across
+// phases, softmax exp(x - max).
+TEST(CudaVectorRows, HeldQuadsEqualTheStreamingQuadsAndTheInterpreter) {
+  if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
+  set_device(0);
+  auto kernels = quad_kernels();
+  kernels.push_back({testing::log_softmax_kernel(DType::f32), false});
+  std::string source = device_prelude();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    source += detail::print_row_variant(kernels[i].k, str("s", i), detail::kRowUnroll, 0, false,
+                                        {true, false});
+    for (int h : kHeldQuads)
+      source += detail::print_row_variant(kernels[i].k, str("h", i, "_", h), detail::kRowUnroll, h,
+                                          false, {true, false});
+  }
+  const std::vector<char> image = compile_for_device(source, "held_quads.cu", 0);
+  Module mod(image.data());
+  std::mt19937 rng(31);
+  int held = 0, full = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const kir::Kernel& k = kernels[i].k;
+    for_each_case(
+        k,
+        {{5, 0},
+         {6, 1},
+         {5, 3},
+         {6, 4},
+         {7, 13},
+         {4, 16},
+         {3, 53},
+         {2, 128},
+         {5, 1027},
+         {3, 1024},
+         {2, 2048},
+         {2, 2049}},
+        rng,
+        [&](const std::vector<int64_t>& sizes, int64_t rows, bool exact,
+            const std::vector<kir::testing::Buffer>& ref) {
+          const int64_t inner = sizes.back();
+          for (int h : kHeldQuads) {
+            const std::string hs = str("h", i, "_", h), ss = str("s", i);
+            const int64_t cap =
+                std::min(max_block_threads(mod.function(hs)), max_block_threads(mod.function(ss)));
+            const auto threads = static_cast<unsigned>(row_threads(k, inner, h, cap));
+            held += inner > 0 && inner <= h * static_cast<int64_t>(threads);
+            full += inner > 0 && inner == 4 * ((h + 3) / 4) * static_cast<int64_t>(threads);
+            // Exact inputs on one block per row, the others on two blocks
+            // taking several rows each.
+            const unsigned blocks = exact ? static_cast<unsigned>(std::max<int64_t>(rows, 1)) : 2u;
+            const std::string what =
+                str(k.name, exact ? " exact" : "", " sizes ", ::testing::PrintToString(sizes),
+                    " held ", h, " quads, ", blocks, " x ", threads);
+            expect_same_on_every_alignment(mod, hs, k, ref, sizes, blocks, threads, exact, what);
+            for (int offset : {0, 1}) {
+              const auto a = run_at(mod, hs, k, ref, sizes, blocks, threads, offset);
+              const auto b = run_at(mod, ss, k, ref, sizes, blocks, threads, offset);
+              for (size_t g = 0; g < k.args.size(); ++g)
+                EXPECT_TRUE(!k.args[g].is_output || a[g].bytes == b[g].bytes)
+                    << what << " offset " << offset << " arg " << g << ": held != streaming";
+            }
+          }
+        });
+  }
+  EXPECT_GT(held, 80);
+  EXPECT_GT(full, 20);
+}
+
+// Occurrences of `what` in `s`.
+int count_of(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The held softmax with quads reads its row as float4s once and computes
+// exp(x - max) once per element, the division taking the sum's value: one
+// rintf (the exp expansion's) per slot in each of the held part's two copies
+// (every quad full; guarded), 16 slots each, where the streaming loops print
+// it in two loops.
+TEST(GpuPrinterRows, HeldQuadSoftmaxComputesExpOncePerElement) {
+  const std::string src = detail::print_row_variant(testing::softmax_kernel(DType::f32), "k",
+                                                    detail::kRowUnroll, 16, false, {true, false});
+  const size_t begin = src.find("if (inner <= 16 * (kiln_i64)blockDim.x) {");
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = src.find("\n    } else {\n", begin);
+  ASSERT_NE(end, std::string::npos);
+  const std::string held = src.substr(begin, end - begin);
+  EXPECT_EQ(count_of(held, "rintf("), 2 * 16);
+  EXPECT_EQ(count_of(held, "(KILN_GLOBAL const float4*)(p0 + b0 * inner))[qh_"), 2 * 4);
+  EXPECT_EQ(count_of(held, "(KILN_GLOBAL float4*)(p1 + b1 * inner))[qh_"), 2 * 4);
+  // Each slot's sum term and quotient read the same value.
+  EXPECT_NE(held.find("acc1 = acc1 + (double)e47_3_3;"), std::string::npos) << held;
+  EXPECT_NE(held.find("(e47_3_3 / e48_3_3)"), std::string::npos) << held;
+  // The held element slots compute it once as well (one copy of the phases).
+  const std::string elements =
+      detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll, 16);
+  const size_t eb = elements.find("if (inner <= 16 * (kiln_i64)blockDim.x) {");
+  EXPECT_EQ(count_of(elements.substr(eb, elements.find("\n    } else {\n", eb) - eb), "rintf("),
+            16);
 }
 
 }  // namespace

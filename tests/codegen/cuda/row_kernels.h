@@ -28,6 +28,17 @@ inline kir::Kernel softmax_kernel(DType t) {
   return b.k;
 }
 
+/// log_softmax: (x - max) - log(sum exp(x - max)); x - max is used by the
+/// sum's phase and by the store.
+inline kir::Kernel log_softmax_kernel(DType t) {
+  kir::testing::Builder b(2, std::string("log_softmax_") + dtype_name(t));
+  const int x = b.load(b.in(t, {true, true}));
+  const int d = b.op(OpId::sub, t, x, b.reduce(OpId::max, x, 0, t));
+  const int s = b.reduce(OpId::sum, b.op(OpId::exp, t, d), 1, t);
+  b.store(b.out(t, {true, true}), b.op(OpId::sub, t, d, b.op(OpId::log, t, s)));
+  return b.k;
+}
+
 inline kir::Kernel layer_norm_kernel(int64_t inner) {
   const DType f = DType::f32;
   kir::testing::Builder b(2, "layer_norm");
