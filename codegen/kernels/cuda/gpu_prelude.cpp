@@ -129,12 +129,13 @@ KILN_FN ushort kiln_f32_to_f16(float f) {
 // Shared memory: printed kernels declare `__shared__ T name[N];` in the kernel
 // body, and a block's threads must see one object. `__shared__` is `static`:
 // one object per kernel function, which is one per block because the launcher
-// runs a grid's blocks one after another (each block's threads are joined
-// before the next block starts, so the reuse is ordered, not a race). Blocks
-// running at once would each need their own copy, which a prefix macro cannot
-// give a declaration; the price is that races between blocks of one launch
-// (two blocks writing one element) are not seen. Shared memory keeps the
-// previous block's values where a GPU's would be undefined.
+// runs such a kernel's blocks one after another (each block's threads are
+// joined before the next block starts, so the reuse is ordered, not a race).
+// Blocks running at once would each need their own copy, which a prefix macro
+// cannot give a declaration; so races between blocks of one launch (two
+// blocks writing one element) are seen only in kernels without shared memory,
+// whose blocks all run at once (kiln_cpp::launch's `together`). Shared memory
+// keeps the previous block's values where a GPU's would be undefined.
 //
 // Barriers are a std::barrier per block (TSan sees its synchronization); warp
 // shuffles go through per-block scratch between two barriers as on the
@@ -148,6 +149,7 @@ const char* kCppHead = R"(// kiln GPU prelude (C++: one thread per GPU thread, f
 #include <barrier>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 typedef long long kiln_i64;
@@ -206,22 +208,28 @@ struct Ptr {
   template <typename T>
   operator T*() const { return static_cast<T*>(p); }
 };
-// Runs kernel f(args...) over `grid` blocks of `block` threads: one block at a
-// time (see the prelude's __shared__), each GPU thread an OS thread.
+// Runs kernel f(args...) over `grid` blocks of `block` threads, each GPU
+// thread an OS thread: all blocks at once when `together` (kernels without
+// shared memory), else one block at a time (see the prelude's __shared__).
 template <typename F, typename... A>
-void launch(unsigned grid, unsigned block, F f, A... args) {
-  for (unsigned b = 0; b < grid; ++b) {
-    std::barrier<> bar(block);
+void launch(unsigned grid, unsigned block, bool together, F f, A... args) {
+  const unsigned wave = together ? grid : 1;
+  for (unsigned first = 0; first < grid; first += wave) {
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
     std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t)
-      threads.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
-        blockIdx = {b, 0, 0};
-        blockDim = {block, 1, 1};
-        gridDim = {grid, 1, 1};
-        kiln_block_barrier = &bar;
-        f(args...);
-      });
+    for (unsigned b = first; b < first + wave; ++b) {
+      bars.push_back(std::make_unique<std::barrier<>>(block));
+      std::barrier<>* bar = bars.back().get();
+      for (unsigned t = 0; t < block; ++t)
+        threads.emplace_back([&, b, t, bar] {
+          threadIdx = {t, 0, 0};
+          blockIdx = {b, 0, 0};
+          blockDim = {block, 1, 1};
+          gridDim = {grid, 1, 1};
+          kiln_block_barrier = bar;
+          f(args...);
+        });
+    }
     for (std::thread& t : threads) t.join();
   }
 }

@@ -32,7 +32,9 @@ struct Case {
 
 /// The generated cases (cuda_cpp_gen).
 const std::vector<Case>& cases();
-/// The column combine with its first barrier removed (the TSan check's check).
-const Case& racy_combine();
+/// Kernels with a race TSan must report (the check's checks): [0] the column
+/// combine with its first barrier removed, [1] scatter_add whose lines share
+/// an output element, one line per block.
+const std::vector<Case>& racy_cases();
 
 }  // namespace kiln_cpp

@@ -79,7 +79,7 @@ std::string array(const std::string& name, const Bytes& b) {
 struct Gen {
   std::ostringstream src, table;
   int n = 0;
-  std::string racy;  // the racy combine's case
+  std::vector<std::string> racy;  // cases with a race the sanitizer must report
 
   // The next kernel's symbol.
   std::string symbol() const { return "kiln_k" + std::to_string(n); }
@@ -91,6 +91,9 @@ struct Gen {
                   const std::vector<unsigned>& blocks, unsigned grid, const std::string& scalars,
                   double tol = 0, size_t lead = SIZE_MAX) {
     const std::string sym = symbol(), c = "kiln_case" + std::to_string(n++);
+    // Kernels without shared memory run their blocks at once (cpp_prelude).
+    const bool together = text.find("__shared__") == std::string::npos &&
+                          text.find("KILN_SHUFFLE_SCRATCH") == std::string::npos;
     src << "// " << name << "\n" << text;
     std::ostringstream entry, call;
     for (size_t b = 0; b < bufs.size(); ++b) {
@@ -110,7 +113,8 @@ struct Gen {
     out << "  kiln_cpp::Case{\"" << name << "\",\n    {\n"
         << entry.str() << "    },\n    {" << sizes.str() << "}, " << grid << "u,\n"
         << "    [](void** p, unsigned grid, unsigned block) {\n"
-        << "      kiln_cpp::launch(grid, block, " << sym << call.str() << scalars << ");\n"
+        << "      kiln_cpp::launch(grid, block, " << (together ? "true" : "false") << ", " << sym
+        << call.str() << scalars << ");\n"
         << "    }}";
     return out.str();
   }
@@ -249,7 +253,7 @@ void add_rows(Gen& g) {
 }
 
 // The combine of [parts, cols] f64 partials into f32 columns: slices in order
-// (print_column_combine's rule). Also the racy copy: its first barrier removed.
+// (print_column_combine's rule). Also a racy copy: its first barrier removed.
 void add_combine(Gen& g) {
   const int64_t parts = 37, cols = 45, slices = cuda::column_combine_slices();
   std::vector<double> partial(static_cast<size_t>(parts * cols));
@@ -274,7 +278,7 @@ void add_combine(Gen& g) {
   std::string racy = cuda::print_column_combine(DType::f64, DType::f32, g.symbol());
   const std::string barrier = "    __syncthreads();\n";
   racy.erase(racy.find(barrier), barrier.size());
-  g.racy = g.add("column combine without its first barrier", racy, bufs, {64}, 1, scalars);
+  g.racy.push_back(g.add("column combine without its first barrier", racy, bufs, {64}, 1, scalars));
 }
 
 // A [5, 7, 9] f32 -> f16 copy from a transposed source (strides 1, 5, 35).
@@ -361,6 +365,15 @@ void add_scatter(Gen& g) {
             {32, 64}, 2,
             kiln::str(", 7, (long long)", cols, ", 2, 0, (long long)", rows, ", (long long)", len,
                       ", KilnIndexGeom", geom, cols, ", 1}}")));
+  // The racy one: out's column stride 0, so every line adds into column 0;
+  // one line per block, the blocks at once (no shared memory).
+  g.racy.push_back(g.add("scatter_add with lines sharing an output, across blocks",
+                         cuda::print_scatter_add(DType::f32, DType::i64, g.symbol()),
+                         {input(out), input(src), input(idx), input(err)}, {1},
+                         static_cast<unsigned>(cols),
+                         kiln::str(", 7, (long long)", cols, ", 2, 0, (long long)", rows,
+                                   ", (long long)", len, ", KilnIndexGeom{{", len, ", ", cols,
+                                   "}, {", cols, ", 0}, {", cols, ", 1}, {", cols, ", 1}}")));
   g.push(g.add("scatter_add by sorted runs",
                cuda::print_scatter_add_sorted(DType::f32, DType::i64, g.symbol()),
                {output(out, want_sorted, DType::f32), input(src), input(row_idx),
@@ -467,7 +480,8 @@ int main(int argc, char** argv) {
     << g.src.str() << "\nnamespace kiln_cpp {\n\nconst std::vector<Case>& cases() {\n"
     << "  static const std::vector<Case> all = {\n"
     << g.table.str() << "  };\n  return all;\n}\n\n"
-    << "const Case& racy_combine() {\n  static const Case c =\n"
-    << g.racy << ";\n  return c;\n}\n\n}  // namespace kiln_cpp\n";
+    << "const std::vector<Case>& racy_cases() {\n  static const std::vector<Case> all = {\n";
+  for (const std::string& c : g.racy) f << c << ",\n";
+  f << "  };\n  return all;\n}\n\n}  // namespace kiln_cpp\n";
   return f.good() ? 0 : 1;
 }

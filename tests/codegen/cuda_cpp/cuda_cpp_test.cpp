@@ -97,12 +97,18 @@ INSTANTIATE_TEST_SUITE_P(Printed, CudaCpp, ::testing::Range<size_t>(0, cases().s
                            return std::to_string(info.param) + "_" + s;
                          });
 
-// The check's own check: the column combine with its first __syncthreads
-// removed (a string edit of the printed text, cuda_cpp_gen). Run on its own
-// by ctest (cuda_cpp_tsan_tests.catches_a_missing_barrier), which passes when
-// ThreadSanitizer reports the data race on the combine's shared slices.
+// The check's own checks, each run on its own by ctest
+// (cuda_cpp_tsan_tests.catches_*), which passes when ThreadSanitizer reports
+// the data race: the column combine with its first __syncthreads removed (a
+// string edit of the printed text, cuda_cpp_gen), on its shared slices; and
+// scatter_add over lines that share an output element, one line per block,
+// blocks at once: a race between blocks.
 TEST(CudaCppRace, DISABLED_CombineWithoutItsFirstBarrier) {
-  for (int i = 0; i < 4; ++i) run(racy_combine(), 64);
+  for (int i = 0; i < 4; ++i) run(racy_cases()[0], 64);
+}
+
+TEST(CudaCppRace, DISABLED_ScatterLinesSharingAnOutputAcrossBlocks) {
+  run(racy_cases()[1], 1);
 }
 
 // The same for ASan: the first case (a pointwise kernel) with its first input
