@@ -1,10 +1,10 @@
 #ifndef KILN_BATCH_TABLE
 #define KILN_BATCH_TABLE
 typedef struct KilnBatch { kiln_i64 w[511]; } KilnBatch;
-#ifdef __OPENCL_VERSION__
-#define KILN_BATCH_PARAM const KilnBatch
-#else
+#ifdef __CUDACC__
 #define KILN_BATCH_PARAM const __grid_constant__ KilnBatch
+#else
+#define KILN_BATCH_PARAM const KilnBatch
 #endif
 #endif
 KILN_KERNEL void kiln_batched(KILN_BATCH_PARAM t) {
