@@ -256,33 +256,82 @@ void add_rows(Gen& g) {
           true);
 }
 
-// The combine of [parts, cols] f64 partials into f32 columns: slices in order
-// (print_column_combine's rule). Also a racy copy: its first barrier removed.
-void add_combine(Gen& g) {
-  const int64_t parts = 37, cols = 45, slices = cuda::column_combine_slices();
-  std::vector<double> partial(static_cast<size_t>(parts * cols));
+// One combine case: [parts, cols] partials of dtype `acc` (integer-valued
+// for i64) into `out`, the expected columns by the rule in the accumulator's
+// arithmetic (f32 sums in float, i64 wrapping).
+std::vector<GenBuf> combine_case(DType acc, DType out, int64_t parts, int64_t cols) {
+  const int64_t slices = cuda::column_combine_slices();
+  std::vector<double> v(static_cast<size_t>(parts * cols));
   std::uniform_real_distribution<double> u(-1, 1);
-  for (double& v : partial) v = u(rng);
-  std::vector<float> out(static_cast<size_t>(cols), 0.0f), want(out.size());
-  for (int64_t j = 0; j < cols; ++j) {
-    double t = 0;
-    for (int64_t q = 0; q < slices; ++q) {
-      double s = 0;
-      for (int64_t p = parts * q / slices; p < parts * (q + 1) / slices; ++p)
-        s = s + partial[static_cast<size_t>(p * cols + j)];
-      t = q == 0 ? s : t + s;
-    }
-    want[static_cast<size_t>(j)] = static_cast<float>(t);
+  for (double& x : v)
+    x = acc == DType::i64   ? std::floor(u(rng) * 1000)
+        : acc == DType::f32 ? double(float(u(rng)))
+                            : u(rng);
+  Bytes partial, want;
+  auto put = [](Bytes& b, const auto& x) {
+    const auto* c = reinterpret_cast<const unsigned char*>(&x);
+    b.insert(b.end(), c, c + sizeof x);
+  };
+  for (double x : v) {
+    if (acc == DType::f64) put(partial, x);
+    if (acc == DType::f32) put(partial, static_cast<float>(x));
+    if (acc == DType::i64) put(partial, static_cast<int64_t>(x));
   }
-  const std::vector<GenBuf> bufs = {output(out, want, DType::f32), input(partial)};
-  const std::string scalars =
-      ", (long long)" + std::to_string(cols) + ", (long long)" + std::to_string(parts);
-  g.push(g.add("column combine", cuda::print_column_combine(DType::f64, DType::f32, g.symbol()),
-               bufs, {32, 64, 96}, 2, scalars));
+  for (int64_t j = 0; j < cols; ++j) {
+    double td = 0;
+    float tf = 0;
+    uint64_t ti = 0;
+    for (int64_t q = 0; q < slices; ++q) {
+      double sd = 0;
+      float sf = 0;
+      uint64_t si = 0;
+      for (int64_t p = parts * q / slices; p < parts * (q + 1) / slices; ++p) {
+        const double x = v[static_cast<size_t>(p * cols + j)];
+        sd = sd + x;
+        sf = sf + static_cast<float>(x);
+        si = si + static_cast<uint64_t>(static_cast<int64_t>(x));
+      }
+      td = q == 0 ? sd : td + sd;
+      tf = q == 0 ? sf : tf + sf;
+      ti = q == 0 ? si : ti + si;
+    }
+    const double t = acc == DType::f64 ? td : acc == DType::f32 ? tf : 0;
+    if (out == DType::f32) put(want, static_cast<float>(t));
+    if (out == DType::f64) put(want, t);
+    if (out == DType::f16) put(want, kiln::Half(static_cast<float>(t)));
+    if (out == DType::i64) put(want, static_cast<int64_t>(ti));
+  }
+  return {GenBuf{Bytes(want.size(), 0x5a), want, true, out}, GenBuf{partial, {}, false, acc}};
+}
+
+std::string combine_scalars(int64_t parts, int64_t cols) {
+  return kiln::str(", (long long)", cols, ", (long long)", parts);
+}
+
+// The column combine (print_column_combine's rule: slices of parts in order,
+// then the slices in order): 37 parts (slices of 1 and 2), 5 (empty slices),
+// none (zeros), f32 sums into f16, wrapping i64; and a racy copy with its
+// first barrier removed.
+void add_combine(Gen& g) {
+  struct Shape {
+    DType acc, out;
+    int64_t parts, cols;
+  };
+  for (const Shape& c :
+       {Shape{DType::f64, DType::f32, 37, 45}, Shape{DType::f64, DType::f64, 5, 70},
+        Shape{DType::f64, DType::f32, 0, 10}, Shape{DType::f32, DType::f16, 40, 33},
+        Shape{DType::i64, DType::i64, 3, 20}})
+    g.push(g.add(kiln::str("column combine ", kiln::dtype_name(c.acc), " -> ",
+                           kiln::dtype_name(c.out), ", ", c.parts, " parts"),
+                 cuda::print_column_combine(c.acc, c.out, g.symbol()),
+                 combine_case(c.acc, c.out, c.parts, c.cols), {32, 64, 96}, c.parts == 5 ? 1 : 2,
+                 combine_scalars(c.parts, c.cols)));
   std::string racy = cuda::print_column_combine(DType::f64, DType::f32, g.symbol());
   const std::string barrier = "    __syncthreads();\n";
   racy.erase(racy.find(barrier), barrier.size());
-  g.racy.push_back(g.add("column combine without its first barrier", racy, bufs, {64}, 1, scalars));
+  g.racy.push_back(g.add("column combine without its first barrier", racy,
+                         combine_case(DType::f64, DType::f32, 37, 45), {64}, 1,
+                         combine_scalars(37, 45)));
 }
 
 // A [5, 7, 9] f32 -> f16 copy from a transposed source (strides 1, 5, 35).
