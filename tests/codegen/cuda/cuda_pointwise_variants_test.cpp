@@ -275,9 +275,11 @@ int count(const std::string& text, const std::string& what) {
 // each load next to its use: one before the first division.
 TEST(Nvrtc, UnrolledLoadsComeBeforeTheFirstDivision) {
   if (!nvrtc_available()) GTEST_SKIP() << "no NVRTC";
-  const std::string source = cuda_prelude() +
-                             detail::print_pointwise_variant(gelu_kernel(), "kgelu", {}) +
-                             print_kernel(testing::softmax_kernel(DType::f32), "ksoftmax");
+  const std::string source =
+      cuda_prelude() + detail::print_pointwise_variant(gelu_kernel(), "kgelu", {}) +
+      // The streaming loops (KILN_CUDA_ROW_HELD holds the row).
+      detail::print_row_variant(testing::softmax_kernel(DType::f32), "ksoftmax", detail::kRowUnroll,
+                                0, false, detail::default_row_loops());
   const std::string ptx = nvrtc_compile(source, "issue.cu", 90, /*cubin=*/false).ptx;
   const std::string gelu = kernel_ptx(ptx, "kgelu");
   const size_t div = gelu.find("div.rn.f32");

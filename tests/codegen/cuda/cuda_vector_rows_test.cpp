@@ -199,9 +199,9 @@ TEST(GpuPrinterRows, QuadLoopsOnlyForF32Rows) {
   EXPECT_FALSE(quads(testing::softmax_kernel(DType::f16)));
   EXPECT_FALSE(quads(testing::softmax_kernel(DType::f64)));
   EXPECT_EQ(quad_kernels().size(), 6u);  // softmax, ordered_sum, rank3, 3 layer_norms
-  // print_kernel prints row kernels with default_row_loops() (held rows off).
+  // print_kernel prints row kernels with default_row_loops() and row_held().
   EXPECT_EQ(detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll,
-                                      0, false, detail::default_row_loops()),
+                                      row_held(), false, detail::default_row_loops()),
             print_kernel(testing::softmax_kernel(DType::f32), "k"));
 }
 
