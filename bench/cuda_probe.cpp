@@ -65,10 +65,11 @@ kir::Kernel gelu_kernel() {
   return k;
 }
 
-// softmax along rows of `inner` f32: max, sum of exp, normalize (one kernel).
-kir::Kernel softmax_kernel() {
+// softmax along rows of `inner` f32: max, sum of exp, normalize (one kernel);
+// with `log`, log_softmax: (x - max) - log(sum).
+kir::Kernel softmax_kernel(bool log = false) {
   kir::Kernel k;
-  k.name = "softmax";
+  k.name = log ? "log_softmax" : "softmax";
   k.rank = 2;
   k.args = {{DType::f32, false, {true, true}}, {DType::f32, true, {true, true}}};
   const DType f = DType::f32;
@@ -86,10 +87,12 @@ kir::Kernel softmax_kernel() {
   };
   const int x = push(kir::Expr::load(0, f));
   const int m = reduce(OpId::max, x, 0);
-  const int e =
-      push(kir::Expr::make_op(OpId::exp, f, push(kir::Expr::make_op(OpId::sub, f, x, m))));
+  const int d = push(kir::Expr::make_op(OpId::sub, f, x, m));
+  const int e = push(kir::Expr::make_op(OpId::exp, f, d));
   const int s = reduce(OpId::sum, e, 1);
-  k.stores = {{1, push(kir::Expr::make_op(OpId::div, f, e, s))}};
+  k.stores = {
+      {1, log ? push(kir::Expr::make_op(OpId::sub, f, d, push(kir::Expr::make_op(OpId::log, f, s))))
+              : push(kir::Expr::make_op(OpId::div, f, e, s))}};
   return k;
 }
 
@@ -375,14 +378,17 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
                cuda::detail::print_row_variant(softmax, str("ksm_q", u), u, 0, false, both) +
                cuda::detail::print_row_variant(ln1k, str("kln1k_q", u), u, 0, false, both) +
                cuda::detail::print_row_variant(ln4k, str("kln4k_q", u), u, 0, false, both);
-  for (int h : helds)
+  const int ru = cuda::detail::kRowUnroll;
+  const cuda::detail::RowLoops quads{true, false}, hoist{false, true};
+  for (int h : helds)  // held element slots (_h), held quads (_hq: float4 where aligned)
     row_src += cuda::detail::print_row_variant(softmax, str("ksm_h", h), 4, h) +
                cuda::detail::print_row_variant(ln1k, str("kln1k_h", h), 4, h) +
-               cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h);
-  const int ru = cuda::detail::kRowUnroll;
+               cuda::detail::print_row_variant(ln4k, str("kln4k_h", h), 4, h) +
+               cuda::detail::print_row_variant(softmax, str("ksm_hq", h), ru, h, false, quads) +
+               cuda::detail::print_row_variant(ln1k, str("kln1k_hq", h), ru, h, false, quads) +
+               cuda::detail::print_row_variant(ln4k, str("kln4k_hq", h), ru, h, false, quads);
   row_src += cuda::detail::print_row_variant(softmax, "ksm_libm", ru, 0, true);
   // Quad loops (float4 rows) and hoisted row values (RowLoops), with libm for softmax.
-  const cuda::detail::RowLoops quads{true, false}, hoist{false, true};
   row_src += cuda::detail::print_row_variant(softmax, "ksm_quad", ru, 0, false, quads) +
              cuda::detail::print_row_variant(softmax, "ksm_quad_libm", ru, 0, true, quads);
   for (const auto& [k, sym] : {std::pair{&ln1k, "kln1k"}, std::pair{&ln4k, "kln4k"}})
@@ -427,12 +433,14 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
       }
     };
     // The held kernel as launch_kernel fits it (row_threads): its time, its
-    // registers, and whether its first 64 rows equal the streaming kernel's
-    // on the same block (they must: same elements per thread, same order).
-    auto held_check = [&](const std::string& sym, int h) -> std::string {
+    // registers, and whether its first 64 rows equal the streaming kernel
+    // `streaming`'s on the same block (they must: same elements per thread,
+    // same order).
+    auto held_check = [&](const std::string& sym, int h,
+                          const std::string& streaming) -> std::string {
       try {
         const CUfunction fh = row_mod.function(sym);
-        const CUfunction fs = row_mod.function(str(row.symbol, "_u", cuda::detail::kRowUnroll));
+        const CUfunction fs = row_mod.function(streaming);
         const auto threads = static_cast<unsigned>(row_threads(*row.k, row.inner, h));
         const size_t head = static_cast<size_t>(std::min<int64_t>(rs[0], 64) * row.inner);
         std::vector<float> a(head), b(head);
@@ -469,16 +477,20 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
       }
     // The row held in registers, `held` elements per thread: a cell is "-"
     // where the row does not fit the block (the kernel would stream).
-    for (int h : helds) {
-      const std::string sym = str(row.symbol, "_h", h);
-      std::printf("    held %2d  ", h);
-      for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
-        std::printf(" | %u threads: %s", threads,
-                    row.inner <= h * static_cast<int64_t>(threads)
-                        ? sweep_cell(sym, threads).c_str()
-                        : "  -");
-      std::printf(" | %s\n", held_check(sym, h).c_str());
-    }
+    // Then held quads, checked against the streaming quad loops.
+    for (const bool q : {false, true})
+      for (int h : helds) {
+        const std::string sym = str(row.symbol, q ? "_hq" : "_h", h);
+        std::printf("    held %2d%s", h, q ? " quads" : "      ");
+        for (unsigned threads : {32u, 64u, 128u, 256u, 512u})
+          std::printf(" | %u threads: %s", threads,
+                      row.inner <= h * static_cast<int64_t>(threads)
+                          ? sweep_cell(sym, threads).c_str()
+                          : "  -");
+        const std::string streaming =
+            q ? str(row.symbol, "_quad") : str(row.symbol, "_u", cuda::detail::kRowUnroll);
+        std::printf(" | %s\n", held_check(sym, h, streaming).c_str());
+      }
   }
 }
 
@@ -486,11 +498,21 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
 // (with ptxas's register report) for reading their machine code (cuobjdump -sass).
 int dump(const std::string& dir) {
   const kir::Kernel gelu = gelu_kernel(), softmax = softmax_kernel();
-  const kir::Kernel ln = layer_norm_kernel(1024);
+  const kir::Kernel ln = layer_norm_kernel(1024), log_softmax = softmax_kernel(true);
+  // Rows held in registers (16 elements per thread: rows of 1024 on 64
+  // threads, 4096 on 256), element slots and quads (each value computed once).
+  std::string held;
+  for (const auto& [k, sym] : {std::pair{&softmax, "ksoftmax"}, std::pair{&ln, "klayer_norm"},
+                               std::pair{&log_softmax, "klog_softmax"}})
+    held += cuda::detail::print_row_variant(*k, str(sym, "_held16"), 4, 16) +
+            cuda::detail::print_row_variant(*k, str(sym, "_held16_quad"), cuda::detail::kRowUnroll,
+                                            16, false, {true, false}) +
+            cuda::detail::print_row_variant(*k, str(sym, "_held32_quad"), cuda::detail::kRowUnroll,
+                                            32, false, {true, false});
   // The variants last: the ones without KILN_ISSUE redefine it for what follows.
   const std::string src =
       cuda_prelude() + kDivCheck + print_kernel(gelu, "kgelu") + print_kernel(softmax, "ksoftmax") +
-      print_kernel(ln, "klayer_norm") +
+      print_kernel(ln, "klayer_norm") + print_kernel(log_softmax, "klog_softmax") + held +
       cuda::detail::print_row_variant(softmax, "ksoftmax_quad", cuda::detail::kRowUnroll, 0, false,
                                       {true, false}) +
       cuda::detail::print_row_variant(ln, "klayer_norm_quad", cuda::detail::kRowUnroll, 0, false,
