@@ -5,11 +5,16 @@
 #include <atomic>
 
 #include "kiln/error.h"
+#include "kiln/tensor.h"
 
 namespace kiln {
 namespace {
 std::array<std::atomic<DeviceRuntime*>, 2> g_runtimes{};
 }  // namespace
+
+Tensor DeviceRuntime::scalar_operand(const Tensor& cpu_scalar, Device d) {
+  return cpu_scalar.to(d);
+}
 
 void register_device_runtime(DeviceType type, DeviceRuntime* rt) {
   g_runtimes[static_cast<size_t>(type)].store(rt, std::memory_order_release);

@@ -105,7 +105,8 @@ void check_result(const OpInfo& info, const Dims& shape, std::span<const Tensor>
 
 // The device an op runs on: the CPU unless an input lives elsewhere. All
 // inputs must share it, except CPU 0-d tensors (Scalars, like PyTorch), which
-// `moved` holds copied to that device.
+// `moved` holds on that device: the device's shared constant (kernels only
+// write their outputs), a copy for a view op (its result would alias it).
 Device op_device(const OpInfo& info, std::span<const Tensor> inputs, std::vector<Tensor>& moved) {
   Device dev = Device::cpu();
   for (const Tensor& t : inputs)
@@ -118,7 +119,7 @@ Device op_device(const OpInfo& info, std::span<const Tensor> inputs, std::vector
                "] expected all tensors on one device, but input ", i, " is on ", t.device(),
                " and another on ", dev, " (move them with .to(device))");
     if (moved.empty()) moved.assign(inputs.begin(), inputs.end());
-    moved[i] = t.to(dev);
+    moved[i] = info.has(kView) ? t.to(dev) : device_runtime(dev, info.name).scalar_operand(t, dev);
   }
   return dev;
 }

@@ -18,6 +18,7 @@
 
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_constants.h"
 #include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/device_ops.h"
@@ -103,6 +104,11 @@ class CudaRuntime final : public DeviceRuntime {
   void copy(const Tensor& dst, const Tensor& src) override;
   void copy_non_blocking(const Tensor& dst, const Tensor& src) override;
   void run(OpId op, std::span<const Tensor> in, const Attrs& attrs, std::span<Tensor> out) override;
+  /// The device's pooled constant (cuda_constants.h), else a copy.
+  Tensor scalar_operand(const Tensor& cpu_scalar, Device d) override {
+    if (Tensor t = pooled_constant(cpu_scalar, d.index); t.defined()) return t;
+    return cpu_scalar.to(d);
+  }
   /// The compiled kernels (shared with compiled graphs' fused kernels).
   Kernels& kernels() { return kernels_; }
 

@@ -43,6 +43,10 @@ class DeviceRuntime {
   /// for ops the device cannot run.
   virtual void run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
                    std::span<Tensor> out) = 0;
+  /// `cpu_scalar` (a CPU 0-d tensor) on device `d` as an operand kernels read
+  /// and never write: a runtime may hand every use of equal bits the same
+  /// memory instead of copying per op. The default copies (Tensor::to).
+  virtual Tensor scalar_operand(const Tensor& cpu_scalar, Device d);
   /// Waits until all work queued on device `index` has finished.
   virtual void synchronize(int index) = 0;
 };

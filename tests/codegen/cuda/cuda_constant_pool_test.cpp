@@ -1,0 +1,238 @@
+// CPU scalars read by CUDA kernels (x * 0.5, a 0-d CPU tensor, an optimizer's
+// hyperparameters in a compiled step) come from the device's pool of
+// constants (kernels/cuda/cuda_constants.h): uploaded once per distinct
+// (dtype, bits), not once per op or launch; exact bits kept; a CUDA graph
+// reads them at replay; a full pool falls back to copies; an in-place write
+// into a CPU scalar leaves the pool alone. On a GPU when present, else on the
+// emulated device.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "codegen/cuda/cuda_test_util.h"
+#include "common/scoped_env.h"
+#include "kernels/cuda/cuda_constants.h"
+#include "kernels/cuda/driver.h"
+#include "kiln/device_runtime.h"
+#include "kiln/env.h"
+
+namespace kiln::cuda {
+namespace {
+
+using kiln::testing::expect_bits;
+using kiln::testing::expect_equal;
+
+class CudaConstants : public kiln::testing::CudaTest<57> {};
+
+int64_t uploads_since(const TransferStats& before) {
+  return transfer_stats().uploads - before.uploads;
+}
+
+// Sets the pools' capacity for one scope (the default back after).
+class PoolCapacity {
+ public:
+  explicit PoolCapacity(size_t values) { set_constant_pool_capacity(values); }
+  ~PoolCapacity() { set_constant_pool_capacity(65536); }
+  PoolCapacity(const PoolCapacity&) = delete;
+  PoolCapacity& operator=(const PoolCapacity&) = delete;
+};
+
+// A CPU 0-d tensor of `dtype` holding exactly `bits` (its low bytes).
+Tensor scalar_of_bits(DType dtype, uint64_t bits) {
+  Tensor t = make_tensor({}, dtype);
+  std::memcpy(t.data_ptr(), &bits, t.element_size());
+  return t;
+}
+
+// The device's operand for `cpu` (what dispatch hands a kernel).
+Tensor operand(const Tensor& cpu) {
+  return device_runtime(Device::cuda(), "test").scalar_operand(cpu, Device::cuda());
+}
+
+// The case: the second `x * 0.5 + 1.0` (and one with a 0-d CPU
+// tensor) uploads nothing; it uploaded both scalars at every op before.
+TEST_F(CudaConstants, ASecondEagerScalarOpUploadsNothing) {
+  const Tensor xc = randn({64});
+  const Tensor x = xc.cuda();
+  const Tensor three = full({}, 3.0);
+  (void)(x * 0.5 + 1.0);
+  (void)(x * three);
+  const TransferStats before = transfer_stats();
+  const Tensor y = x * 0.5 + 1.0;
+  const Tensor z = x * three;
+  EXPECT_EQ(uploads_since(before), 0);
+  expect_equal(y, xc * 0.5 + 1.0, "x * 0.5 + 1.0");
+  expect_equal(z, xc * three, "x * full({}, 3.0)");
+}
+
+// Equal bits share a slot, different bits never do (0.0 and -0.0, NaN
+// payloads), and every dtype's bits come back exactly.
+TEST_F(CudaConstants, ValuesKeepTheirExactBits) {
+  struct Case {
+    DType dtype;
+    uint64_t bits;
+  };
+  const std::vector<Case> cases = {{DType::f32, 0x00000000},
+                                   {DType::f32, 0x80000000},  // 0.0, -0.0
+                                   {DType::f32, 0x7fc00000},
+                                   {DType::f32, 0x7fc00001},  // NaN payloads
+                                   {DType::f32, 0xffa00005},
+                                   {DType::f32, 0x00000001},  // signalling NaN, denormal
+                                   {DType::f64, 0x8000000000000000},
+                                   {DType::f64, 0x7ff8000000000123},
+                                   {DType::f64, 0x000fffffffffffff},
+                                   {DType::f16, 0x8000},
+                                   {DType::f16, 0x7e01},
+                                   {DType::f16, 0x0001},
+                                   {DType::bf16, 0x8000},
+                                   {DType::bf16, 0x7fc1},
+                                   {DType::bf16, 0x0001},
+                                   {DType::i64, 0x8000000000000000},
+                                   {DType::i64, 0xffffffffffffffff},
+                                   {DType::i32, 0x80000000},
+                                   {DType::u8, 0xff},
+                                   {DType::b8, 0x01},
+                                   {DType::b8, 0x00}};
+  std::vector<const void*> at;
+  for (const Case& c : cases) {
+    const Tensor cpu = scalar_of_bits(c.dtype, c.bits);
+    const Tensor dev = operand(cpu);
+    ASSERT_TRUE(dev.device().is_cuda());
+    expect_bits(dev, cpu, str(c.dtype, " ", c.bits));
+    EXPECT_EQ(operand(cpu).data_ptr(), dev.data_ptr()) << c.dtype << " " << c.bits;
+    at.push_back(dev.data_ptr());
+  }
+  std::vector<const void*> sorted = at;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+      << "two values share a slot";
+  // Through an op: -0.0 after 0.0 is still -0.0.
+  const Tensor none = zeros({4}, DType::b8, Device::cuda()), other = ones({4}).cuda();
+  for (uint32_t b : {0x00000000u, 0x80000000u}) {
+    const Tensor s = scalar_of_bits(DType::f32, b);
+    expect_bits(where(none, other, s), where(none.cpu(), other.cpu(), s), str("where ", b));
+  }
+}
+
+// A CUDA graph captured with a pooled constant reads it at every replay; a new
+// value during a capture is not uploaded into the pool (that upload would only
+// run at replay).
+TEST_F(CudaConstants, ACapturedGraphReadsPooledConstants) {
+  if (env::get("KILN_CUDA_SYNC") == "1") GTEST_SKIP() << "KILN_CUDA_SYNC=1: nothing is captured";
+  const Driver& d = driver();
+  Stream s(0);
+  const auto h = static_cast<CUstream>(s.handle());
+  Tensor x = from_vector<float>({1, 2, 3, 4}, {4}).cuda();
+  Tensor y = zeros({4}, DType::f32, Device::cuda());
+  {
+    StreamGuard on(s);  // warm-up: the pooled values, the stream's cached blocks
+    y.copy_(x);
+    y.mul_(0.5);
+    y.add_(1.25);
+  }
+  synchronize();
+  const ConstantPoolStats warm = constant_pool_stats();
+  {
+    StreamGuard on(s);
+    ASSERT_EQ(d.cuStreamBeginCapture(h, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    y.copy_(x);
+    y.mul_(0.5);
+    y.add_(1.25);
+    const Tensor fresh = scalar_of_bits(DType::f32, 0x3e2aaaab);  // new: refused
+    EXPECT_FALSE(pooled_constant(fresh, 0).defined());
+  }
+  CUgraph graph = nullptr;
+  ASSERT_EQ(d.cuStreamEndCapture(h, &graph), CUDA_SUCCESS);
+  const ConstantPoolStats captured = constant_pool_stats();
+  EXPECT_EQ(captured.values, warm.values);
+  EXPECT_GE(captured.hits, warm.hits + 2);
+  EXPECT_EQ(captured.refused, warm.refused + 1);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(d.cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuGraphDestroy(graph), CUDA_SUCCESS);
+  ASSERT_EQ(d.cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(x.cpu().to_vector<float>(), std::vector<float>({1, 2, 3, 4}));
+  EXPECT_EQ(y.cpu().to_vector<float>(), std::vector<float>({1.75, 2.25, 2.75, 3.25}));
+  (void)(x * 0.75 + 2.5);  // other values join the pool between replays
+  x.copy_(from_vector<float>({-1, 0, 1, 2}, {4}));
+  ASSERT_EQ(d.cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(y.cpu().to_vector<float>(), std::vector<float>({0.75, 1.25, 1.75, 2.25}));
+  EXPECT_EQ(d.cuGraphExecDestroy(exec), CUDA_SUCCESS);
+}
+
+// A full pool (or pools turned off) copies new values per use, as before;
+// values already held still serve.
+TEST_F(CudaConstants, AFullPoolFallsBackToCopies) {
+  const Tensor xc = randn({16});
+  const Tensor x = xc.cuda();
+  (void)(x * 0.5);
+  PoolCapacity full(static_cast<size_t>(constant_pool_stats().values));
+  const ConstantPoolStats before = constant_pool_stats();
+  for (int i = 0; i < 3; ++i) {
+    const TransferStats t = transfer_stats();
+    expect_equal(x * 0.8125, xc * 0.8125, "a new value, pool full");
+    EXPECT_EQ(uploads_since(t), 1);
+  }
+  const TransferStats t = transfer_stats();
+  expect_equal(x * 0.5, xc * 0.5, "a held value");
+  EXPECT_EQ(uploads_since(t), 0);
+  const ConstantPoolStats after = constant_pool_stats();
+  EXPECT_EQ(after.values, before.values);
+  EXPECT_EQ(after.refused, before.refused + 3);
+  set_constant_pool_capacity(0);
+  const TransferStats off = transfer_stats();
+  expect_equal(x * 0.5, xc * 0.5, "pools off");
+  EXPECT_EQ(uploads_since(off), 1);
+}
+
+// kiln's in-place rule: `s.add_(t)` computes s + t (on t's device, reading
+// s's pooled copy) and writes the result back into s on the CPU. The pool's
+// copy of s's old value is left as it was.
+TEST_F(CudaConstants, AnInPlaceWriteIntoACpuScalarLeavesThePoolAlone) {
+  const Tensor xc = randn({8});
+  const Tensor x = xc.cuda();
+  Tensor s = full({}, 2.5);
+  const Tensor before = x + s;
+  s.add_(ones({}).cuda());
+  EXPECT_TRUE(s.device().is_cpu());
+  EXPECT_EQ(s.item<float>(), 3.5f);
+  s.mul_(full({}, 2.0).cuda());
+  EXPECT_EQ(s.item<float>(), 7.0f);
+  expect_equal(before, xc + 2.5f, "before");
+  expect_equal(x + full({}, 2.5), xc + full({}, 2.5), "x + 2.5 after the writes");
+  expect_equal(x + s, xc + s, "x + s");
+}
+
+// Host time per eager op with a CPU scalar, pools off and on in alternating
+// rounds (run by hand: --gtest_also_run_disabled_tests; bench/RESULTS.md).
+TEST_F(CudaConstants, DISABLED_HostTimePerEagerScalarOp) {
+  const Tensor x = randn({16}).cuda();
+  const int ops = 400, rounds = 15;
+  std::vector<double> off, on;
+  for (int r = 0; r < 2 * rounds; ++r) {
+    const bool pooled = r % 2 == 1;
+    set_constant_pool_capacity(pooled ? 65536 : 0);
+    synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < ops; ++i) (void)(x * 0.5);
+    synchronize();
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    (pooled ? on : off).push_back(us / ops);
+  }
+  set_constant_pool_capacity(65536);
+  std::vector<double> ratio;
+  for (int r = 0; r < rounds; ++r) ratio.push_back(off[r] / on[r]);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "us per op (x[16] * 0.5, %d ops per round, %d paired rounds): copy %.2f, pooled %.2f,"
+      " paired ratio %.2f\n",
+      ops, rounds, median(off), median(on), median(ratio));
+}
+
+}  // namespace
+}  // namespace kiln::cuda
