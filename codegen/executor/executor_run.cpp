@@ -507,7 +507,9 @@ void Executor::Run::prepare_launch(const Group& grp, Launch& l) {
   for (size_t a = 0; a < lg.num_inputs; ++a) {
     const Tensor& t = slots_[grp.arg_slot[a]];
     if (t.device() != dev_) {  // a CPU scalar (a constant) read by a device kernel
-      l.keep.push_back(t.to(dev_).contiguous());
+      const bool scalar = t.dim() == 0 && t.device().is_cpu();  // the device's shared copy
+      l.keep.push_back(scalar ? device_runtime(dev_, "compile").scalar_operand(t, dev_)
+                              : t.to(dev_).contiguous());
       l.ptrs[a] = l.keep.back().data_ptr();
     } else if (t.is_contiguous()) {
       l.ptrs[a] = t.data_ptr();
