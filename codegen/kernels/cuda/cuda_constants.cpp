@@ -1,6 +1,7 @@
 // Each CUDA device's pool of constant scalars (cuda_constants.h): slabs of
 // device memory (one cuMemAlloc each, never freed), a slot per distinct
-// (dtype, bits) filled by one upload on its first use.
+// (dtype, bits) filled by one upload on its first use, never waited for by
+// the host (an event orders readers on other streams).
 #include "kernels/cuda/cuda_constants.h"
 
 #include <atomic>
@@ -37,13 +38,22 @@ struct KeyHash {
   }
 };
 
+// One value: its own storage (a view of a slab slot, no owner: never freed),
+// so two constants never look like the same memory; while its upload may
+// still be in flight, the event after it and the stream it was queued on
+// (held: its handle is not reused meanwhile).
+struct Slot {
+  std::shared_ptr<StorageImpl> storage;
+  CUevent uploaded = nullptr;  // nullptr once the upload is known complete
+  StreamPtr stream;
+};
+
 struct Pool {
   std::mutex mu;
-  // Each value's own storage (a view of a slab slot, no owner: never freed),
-  // so two constants never look like the same memory.
-  std::unordered_map<Key, std::shared_ptr<StorageImpl>, KeyHash> values;
+  std::unordered_map<Key, Slot, KeyHash> values;
   CUdeviceptr slab = 0;
   size_t slab_used = kSlabSlots;  // slots taken in `slab` (full: none yet)
+  std::vector<CUevent> spare;     // events of completed uploads, for the next ones
 };
 
 Pool& pool(int device) {
@@ -56,23 +66,44 @@ Pool& pool(int device) {
   return *(*all)[static_cast<size_t>(device)];
 }
 
-// A new slot of `p` holding `cpu_scalar`'s value, uploaded and complete (the
-// next reader may be on another stream). Called with p.mu held.
-std::shared_ptr<StorageImpl> add_value(Pool& p, const Tensor& cpu_scalar, int device) {
+// A new slot of `p` holding `cpu_scalar`'s value, its upload queued on the
+// current stream with an event after it (no wait: an eager program keeps
+// running ahead of the device). Called with p.mu held.
+Slot add_value(Pool& p, const Tensor& cpu_scalar, int device) {
   use_device(device);
   if (p.slab_used == kSlabSlots) {
     check(driver().cuMemAlloc(&p.slab, kSlabSlots * kSlotBytes), "cuMemAlloc (constant pool)");
     p.slab_used = 0;
   }
-  auto st = std::make_shared<StorageImpl>();
-  st->data = reinterpret_cast<void*>(p.slab + p.slab_used * kSlotBytes);
-  st->nbytes = cpu_scalar.element_size();
-  st->device = Device::cuda(device);
-  const Tensor slot = detail::tensor_over(st, {}, cpu_scalar.dtype());
-  device_runtime(st->device, "constant pool").copy(slot, cpu_scalar);
-  check(driver().cuStreamSynchronize(current_cu_stream(device)), "cuStreamSynchronize");
+  Slot s;
+  s.storage = std::make_shared<StorageImpl>();
+  s.storage->data = reinterpret_cast<void*>(p.slab + p.slab_used * kSlotBytes);
+  s.storage->nbytes = cpu_scalar.element_size();
+  s.storage->device = Device::cuda(device);
+  const Tensor slot = detail::tensor_over(s.storage, {}, cpu_scalar.dtype());
+  device_runtime(s.storage->device, "constant pool").copy(slot, cpu_scalar);
+  s.stream = current_stream_impl(device);
+  if (p.spare.empty()) {
+    check(driver().cuEventCreate(&s.uploaded, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  } else {
+    s.uploaded = p.spare.back();
+    p.spare.pop_back();
+  }
+  check(driver().cuEventRecord(s.uploaded, s.stream->handle), "cuEventRecord");
   ++p.slab_used;
-  return st;
+  return s;
+}
+
+// Whether `s`'s upload is complete, its event back in `p`'s spares once it is.
+bool upload_done(Pool& p, Slot& s) {
+  if (!s.uploaded) return true;
+  const CUresult r = driver().cuEventQuery(s.uploaded);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  check(r, "cuEventQuery");
+  p.spare.push_back(s.uploaded);
+  s.uploaded = nullptr;
+  s.stream.reset();
+  return true;
 }
 
 // Whether work queued on the current stream of `device` would be captured
@@ -97,15 +128,31 @@ Tensor pooled_constant(const Tensor& cpu_scalar, int device) {
   std::shared_ptr<StorageImpl> st;
   {
     std::lock_guard<std::mutex> lock(p.mu);
-    if (auto it = p.values.find(key); it != p.values.end()) {
-      st = it->second;
+    auto it = p.values.find(key);
+    // Asked only where it matters (a driver call): a value new or in flight.
+    auto capturing = [device] { return capturing_graph() || stream_capturing(device); };
+    if (it != p.values.end() && !upload_done(p, it->second)) {
+      // In flight: work on the uploading stream is ordered after it; another
+      // stream waits for it; a graph being captured cannot (the upload
+      // belongs to no graph, and a replay may run on any stream): a copy.
+      if (capturing()) {
+        g_refused.fetch_add(1, std::memory_order_relaxed);
+        return Tensor();
+      }
+      const CUstream cur = current_cu_stream(device);
+      if (cur != it->second.stream->handle)
+        check(driver().cuStreamWaitEvent(cur, it->second.uploaded, 0), "cuStreamWaitEvent");
+    }
+    if (it != p.values.end()) {
+      st = it->second.storage;
       g_hits.fetch_add(1, std::memory_order_relaxed);
-    } else if (p.values.size() >= capacity || capturing_graph() || stream_capturing(device)) {
+    } else if (p.values.size() >= capacity || capturing()) {
       g_refused.fetch_add(1, std::memory_order_relaxed);
       return Tensor();
     } else {
-      st = add_value(p, cpu_scalar, device);
-      p.values.emplace(key, st);
+      Slot s = add_value(p, cpu_scalar, device);
+      st = s.storage;
+      p.values.emplace(key, std::move(s));
       g_values.fetch_add(1, std::memory_order_relaxed);
     }
   }

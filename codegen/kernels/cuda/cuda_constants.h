@@ -16,10 +16,13 @@ namespace kiln::cuda {
 /// read and never to write: one slot per (dtype, bits) — 0.0 and -0.0, NaN
 /// payloads stay apart — in memory never freed or reused while the process
 /// lives, so a captured CUDA graph may keep reading it. A new value is
-/// uploaded (and waited for) on its first use. An undefined tensor where the
-/// pool cannot serve: a new value while this thread or the current stream
-/// captures a graph (an upload would only run at replay), the device's pool
-/// full, or the pools off; the caller then copies as before.
+/// uploaded on its first use, on the current stream without waiting for it;
+/// a use on another stream while it may be in flight makes that stream wait
+/// (an event). An undefined tensor where the pool cannot serve: a new or
+/// still uploading value while this thread or the current stream captures a
+/// graph (an upload would only run at replay; the graph cannot wait for one
+/// outside it), the device's pool full, or the pools off; the caller then
+/// copies as before.
 Tensor pooled_constant(const Tensor& cpu_scalar, int device);
 
 /// The pools' use so far, all devices.

@@ -2,9 +2,9 @@
 // hyperparameters in a compiled step) come from the device's pool of
 // constants (kernels/cuda/cuda_constants.h): uploaded once per distinct
 // (dtype, bits), not once per op or launch; exact bits kept; a CUDA graph
-// reads them at replay; a full pool falls back to copies; an in-place write
-// into a CPU scalar leaves the pool alone. On a GPU when present, else on the
-// emulated device.
+// reads them at replay; another stream waits for a value's upload; a full
+// pool falls back to copies; an in-place write into a CPU scalar leaves the
+// pool alone. On a GPU when present, else on the emulated device.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -23,6 +23,7 @@ namespace kiln::cuda {
 namespace {
 
 using kiln::testing::expect_bits;
+using kiln::testing::expect_close;
 using kiln::testing::expect_equal;
 
 class CudaConstants : public kiln::testing::CudaTest<57> {};
@@ -206,6 +207,26 @@ TEST_F(CudaConstants, ACapturedGraphReadsPooledConstants) {
   EXPECT_EQ(d.cuGraphExecDestroy(exec), CUDA_SUCCESS);
 }
 
+// A value first uploaded on one stream and read at once on another: the
+// reader waits for the upload (an event), the uploading stream needs no wait.
+TEST_F(CudaConstants, AnotherStreamWaitsForTheUpload) {
+  const Tensor xc = randn({1 << 16});
+  const Tensor x = xc.cuda();
+  Stream side(0);
+  for (int i = 0; i < 4; ++i) {
+    const double v = 0.0625 * (17 + i) + 1e-3;  // new in this test
+    Tensor a, b;
+    {
+      StreamGuard on(side);
+      a = exp(x) * v;  // the upload queued behind the exp
+    }
+    b = x * v;
+    synchronize();
+    expect_equal(b, xc * v, "another stream");
+    expect_close(a, exp(xc) * v, 1e-5, "the uploading stream");
+  }
+}
+
 // A full pool (or pools turned off) copies new values per use, as before;
 // values already held still serve.
 TEST_F(CudaConstants, AFullPoolFallsBackToCopies) {
@@ -249,34 +270,39 @@ TEST_F(CudaConstants, AnInPlaceWriteIntoACpuScalarLeavesThePoolAlone) {
   expect_equal(x + s, xc + s, "x + s");
 }
 
-// Host time per eager op with a CPU scalar, pools off and on in alternating
-// rounds (run by hand: --gtest_also_run_disabled_tests; bench/RESULTS.md).
+// Host time per eager op with a CPU scalar: pools off (a copy per op), a
+// held value, and a new value at every op (each uploaded once), in
+// alternating rounds (run by hand: --gtest_also_run_disabled_tests;
+// bench/RESULTS.md).
 TEST_F(CudaConstants, DISABLED_HostTimePerEagerScalarOp) {
   const Tensor x = randn({16}).cuda();
   const int ops = 400, rounds = 15;
-  std::vector<double> off, on;
-  for (int r = 0; r < 2 * rounds; ++r) {
-    const bool pooled = r % 2 == 1;
-    set_constant_pool_capacity(pooled ? 65536 : 0);
+  std::vector<double> us[3];  // off, held, new
+  double fresh = 0.71;
+  for (int r = 0; r < 3 * rounds; ++r) {
+    const int arm = r % 3;
+    set_constant_pool_capacity(arm == 0 ? 0 : 65536);
     synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < ops; ++i) (void)(x * 0.5);
+    for (int i = 0; i < ops; ++i) (void)(x * (arm == 2 ? (fresh += 1e-6) : 0.5));
     synchronize();
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    (pooled ? on : off).push_back(us / ops);
+    const auto t1 = std::chrono::steady_clock::now();
+    us[arm].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / ops);
   }
   set_constant_pool_capacity(65536);
-  std::vector<double> ratio;
-  for (int r = 0; r < rounds; ++r) ratio.push_back(off[r] / on[r]);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+  std::vector<double> held, fresh_ratio;
+  for (int r = 0; r < rounds; ++r) {
+    held.push_back(us[0][r] / us[1][r]);
+    fresh_ratio.push_back(us[0][r] / us[2][r]);
+  }
   std::printf(
-      "us per op (x[16] * 0.5, %d ops per round, %d paired rounds): copy %.2f, pooled %.2f,"
-      " paired ratio %.2f\n",
-      ops, rounds, median(off), median(on), median(ratio));
+      "us per op (x[16] * s, %d ops per round, %d rounds each): copy %.2f, held %.2f, new %.2f; "
+      "paired ratios copy/held %.2f, copy/new %.2f\n",
+      ops, rounds, median(us[0]), median(us[1]), median(us[2]), median(held), median(fresh_ratio));
 }
 
 }  // namespace
