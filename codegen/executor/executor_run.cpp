@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "executor/column_sums.h"
+#include "executor/device_timeline.h"
 #include "executor/executor.h"
 #include "executor/executor_internal.h"
 #include "executor/placement.h"
@@ -202,6 +203,7 @@ class Executor::Run {
   void kernel_output(const Group& grp, Launch& l, size_t j);
   void launch(const Step& step);
   void profile_launch(const Step& step, profiler::Span& kspan) const;
+  std::string step_label(const Step& step) const;
 
   const Executor& e_;
   const RunArgs& args_;
@@ -612,6 +614,14 @@ void Executor::Run::launch(const Step& step) {
   }
 }
 
+// A step's name in traces: its node's (matmul+bias for an epilogue), or its
+// kernel's.
+std::string Executor::Run::step_label(const Step& step) const {
+  if (step.gemm_epilogue) return step.gemm_relu ? "matmul+bias+relu" : "matmul+bias";
+  if (step.node) return step.node->info().name;
+  return e_.groups_[step.groups.front()].lowered.kernel.name;
+}
+
 std::vector<Tensor> Executor::Run::run() {
   bind_inputs();
   NoGradGuard no_grad;
@@ -623,15 +633,23 @@ std::vector<Tensor> Executor::Run::run() {
   if (!e_.placements_.empty()) hosted_.resize(e_.num_slots_);
   is_claimed_.assign(e_.num_slots_, 0);
   fire(0);
+  // Device time per step while a profile records (device_timeline.h).
+  const std::unique_ptr<detail::DeviceTimeline> timeline =
+      dev_.is_cpu() ? nullptr : detail::device_timeline(dev_);
   for (size_t s = 0; s < e_.steps_.size(); ++s) {
     const Step& step = e_.steps_[s];
     at_ = static_cast<int>(s);
+    if (timeline) [[unlikely]]
+      timeline->begin();
     if (step.node && step.node->is_constant())
       run_constant(step);
     else if (step.node)
       run_node(step);
     else
       launch(step);
+    if (timeline) [[unlikely]]
+      timeline->end(step_label(step),
+                    step.node ? std::string() : str("\"instances\":", step.groups.size()));
     if (peak_report_ && mem_.current() > peak_.peak_bytes) [[unlikely]]
       e_.note_peak(peak_, s, slots_, mem_.current(),
                    [&](const Tensor& t) { return mem_.counts(t); });
@@ -641,6 +659,7 @@ std::vector<Tensor> Executor::Run::run() {
     }
     fire(s + 1);
   }
+  if (timeline) timeline->flush();
   if (args_.stats) {
     st_.peak_bytes = mem_.peak();
     *args_.stats = st_;

@@ -35,6 +35,7 @@ struct ThreadBuffer {
   std::vector<Event> events;
   int64_t tid = 0;
   std::string name;
+  bool track = false;  // a named track (record_track_span), not an OS thread
 };
 
 struct Registry {
@@ -293,6 +294,34 @@ void record_span(const char* cat, std::string_view name, int64_t start_ns, int64
   if (!enabled()) return;
   push({std::string(name), cat, 'X', start_ns, std::max<int64_t>(0, end_ns - start_ns), 0,
         std::move(args)});
+}
+
+void record_track_span(std::string_view track, const char* cat, std::string_view name,
+                       int64_t start_ns, int64_t end_ns, std::string args) {
+  if (!enabled()) return;
+  // Track ids start far above any OS thread id (Linux's pid_max is at most 2^22).
+  constexpr int64_t kFirstTrackId = int64_t{1} << 40;
+  Registry& r = registry();
+  std::shared_ptr<ThreadBuffer> b;
+  {
+    std::lock_guard lock(r.mu);
+    int64_t tracks = 0;
+    for (const auto& x : r.buffers) {
+      if (!x->track) continue;
+      ++tracks;
+      if (x->name == track) b = x;
+    }
+    if (!b) {
+      b = std::make_shared<ThreadBuffer>();
+      b->tid = kFirstTrackId + tracks;
+      b->name = std::string(track);
+      b->track = true;
+      r.buffers.push_back(b);
+    }
+  }
+  std::lock_guard lock(b->mu);
+  b->events.push_back({std::string(name), cat, 'X', start_ns,
+                       std::max<int64_t>(0, end_ns - start_ns), b->tid, std::move(args)});
 }
 
 void set_thread_name(std::string name) {

@@ -11,7 +11,7 @@
 # rank, eager and compiled), ddp_model (eager DDP's backward timeline measured
 # here, fed to ddp_overlap_model: a MODEL of 8 GPUs), examples (gpt, resnet,
 # the DDP example over kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
-# of the harness's compiled steps, launches synchronized), rows_held (the
+# of the harness's compiled steps: launches synchronized, and timed by events), rows_held (the
 # harness's row kernels holding rows in registers). No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
@@ -142,12 +142,19 @@ step_probe_large() {
   run cuda_probe.txt 240 "cuda_probe 256M" "$work/bin/cuda_probe" --n 268435456 --reps 10
 }
 step_profile() {
-  # Where the compiled MLP and transformer steps spend their time: every
-  # launch synchronized (KILN_CUDA_SYNC=1, which also keeps CUDA graphs off),
-  # so the Chrome traces' kernel spans are device times plus a synchronization.
+  # Where the compiled MLP and transformer steps spend their time, two ways:
+  # (1) every launch synchronized (KILN_CUDA_SYNC=1, which also keeps CUDA
+  # graphs off): kernel spans are device times plus a synchronization (~12 us
+  # on an H200); (2) launches queued as usual, graphs off, each step timed by
+  # CUDA events in the stream (the trace's "device" spans, track cuda:0),
+  # summarized per kernel by trace_summary.py.
   for part in mlp transformer; do
     KILN_CUDA_SYNC=1 KILN_PROFILE="$out/profile_$part.json" run profile.txt 60 "profile $part" \
       "$work/bin/cuda_harness" --reps 2 --only $part
+    KILN_CUDA_GRAPHS=0 KILN_PROFILE="$out/timeline_$part.json" run profile.txt 60 \
+      "device timeline $part" "$work/bin/cuda_harness" --reps 2 --only $part
+    run profile.txt 20 "device timeline $part, per kernel" \
+      python3 tools/device/trace_summary.py "$out/timeline_$part.json" device 40
   done
 }
 step_rows_held() {

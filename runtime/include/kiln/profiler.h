@@ -130,6 +130,10 @@ class Span {
 /// start and end on its communication thread), on the calling thread.
 void record_span(const char* cat, std::string_view name, int64_t start_ns, int64_t end_ns,
                  std::string args = {});
+/// Records a finished span on the named track `track` (its own row in a
+/// trace, made on first use): e.g. a device's kernels timed by its events.
+void record_track_span(std::string_view track, const char* cat, std::string_view name,
+                       int64_t start_ns, int64_t end_ns, std::string args = {});
 /// Names the calling thread in traces ("pool worker 1", "gloo lane 0").
 void set_thread_name(std::string name);
 /// The process's label and clock offset in traces: under a process group,

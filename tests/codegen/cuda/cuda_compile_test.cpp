@@ -3,13 +3,19 @@
 // runtime; results against the same function run eagerly on the CPU. Runs on
 // a real GPU, or on the emulated device (KILN_CUDA_EMULATE) in CI.
 #include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "common/scoped_env.h"
 
 #include "codegen/cuda/cuda_test_util.h"
 #include "kernels/cuda/device_ops.h"
 #include "kiln/compile.h"
 #include "kiln/cuda.h"
+#include "kiln/env.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
+#include "kiln/profiler.h"
 
 namespace kiln {
 namespace {
@@ -171,6 +177,57 @@ TEST_F(CudaCompile, MlpTrainsOnTheDeviceLikeOnTheCpu) {
       ASSERT_NEAR(gpu[i], cpu[i], 1e-5) << (compiled ? "compiled" : "eager") << " step " << i;
   }
   EXPECT_LT(cpu.back(), cpu.front());
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// While a profile records, a plan's steps on the device are timed by events
+// in its stream (executor/device_timeline.h): one span per step on the track
+// "cuda:0", named like the step, in stream order, inside the profile.
+TEST_F(CudaCompile, AProfileTimesEachStepOnTheDevice) {
+  if (env::get("KILN_CUDA_SYNC") == "1")
+    GTEST_SKIP() << "KILN_CUDA_SYNC=1: the host spans time the device";
+  kiln::testing::ScopedEnv plain("KILN_CUDA_GRAPHS", "0");  // a replay runs no steps
+  auto f = [](const Tensor& x, const Tensor& w) {
+    return softmax(matmul(tanh(x * 1.5 + 0.25), w), -1).sum({0});
+  };
+  auto cf = compile(f, {.warmup = 0});
+  const Tensor x = randn({64, 32}).cuda(), w = randn({32, 48}).cuda();
+  (void)cf(x, w);  // compiled outside the profile
+  profiler::Profile prof;
+  (void)cf(x, w);
+  prof.stop();
+  int64_t track = -1;
+  std::vector<const profiler::Event*> spans;
+  for (const profiler::Event& e : prof.events())
+    if (e.cat == "device") {
+      spans.push_back(&e);
+      track = e.tid;
+    }
+  ASSERT_FALSE(spans.empty()) << "no device spans";
+  int64_t kernels = 0;
+  bool named = false;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(spans[i]->tid, track);
+    EXPECT_GE(spans[i]->dur_ns, 0);
+    if (i > 0) {
+      EXPECT_GE(spans[i]->ts_ns, spans[i - 1]->ts_ns + spans[i - 1]->dur_ns) << i;
+    }
+    kernels += spans[i]->args.find("\"instances\":") != std::string::npos;
+    named |= spans[i]->name == "matmul";
+  }
+  EXPECT_EQ(kernels, cf.stats().last_kernel_launches) << "one span per kernel step";
+  EXPECT_TRUE(named) << "the matmul step has its node's name";
+  EXPECT_GE(track, int64_t{1} << 40) << "a track of its own, not a thread";
+  const std::string path = ::testing::TempDir() + "kiln_device_timeline.json";
+  prof.export_chrome_trace(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"cuda:0\""), std::string::npos) << "the track is named";
 }
 
 }  // namespace
