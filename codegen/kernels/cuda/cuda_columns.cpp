@@ -32,7 +32,8 @@ void combine(CUdeviceptr out, DType out_t, CUdeviceptr partial, DType acc, int64
              int64_t parts, int device) {
   if (cols <= 0) return;
   const std::string sym = str("kiln_colsum_combine_", dtype_name(acc), "_", dtype_name(out_t));
-  const CUfunction fn = cached_kernel(device, print_column_combine(acc, out_t, sym), sym);
+  const CUfunction fn =
+      cached_kernel(device, sym, sym, [&] { return print_column_combine(acc, out_t, sym); });
   long long c = cols, p = parts;
   void* params[] = {&out, &partial, &c, &p};
   // Blocks of S threads per column (column_combine_slices()), up to 32 columns.
@@ -71,7 +72,8 @@ bool device_column_sum(const Tensor& x, const Dims& dims, const Tensor& out) {
   const Tensor partial = make_tensor({std::max<int64_t>(parts, 1), cols}, acc, out.device());
   if (parts > 0) {
     const std::string sym = str("kiln_colsum_", dtype_name(x.dtype()), "_", dtype_name(acc));
-    const CUfunction fn = cached_kernel(device, print_column_sum(x.dtype(), acc, sym), sym);
+    const CUfunction fn =
+        cached_kernel(device, sym, sym, [&] { return print_column_sum(x.dtype(), acc, sym); });
     CUdeviceptr pp = addr(partial), xp = addr(xc);
     long long r = rows, c = cols, p = parts;
     void* params[] = {&pp, &xp, &r, &c, &p};

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,12 @@ class UncountedTransfers {
 /// The compiled function `symbol` of `source` (the dialect's prelude added) on
 /// `device`, compiled once per source (the device runtime's cache).
 CUfunction cached_kernel(int device, const std::string& source, const std::string& symbol);
+/// The same, the source found by `key` (naming it, e.g. its symbol when that
+/// fixes the text) and printed by `print` only the first time.
+CUfunction cached_kernel(int device, const std::string& key, const std::string& symbol,
+                         const std::function<std::string()>& print);
+/// Sources the keyed cached_kernel (and eager ops' launches) printed so far.
+int64_t printed_kernel_sources();
 
 /// Launches `symbol` of `source` (cached_kernel) on the current stream of
 /// `device` with `params`: blocks of 256 threads for `count` work items, at
