@@ -220,11 +220,22 @@ TEST(CudaVectorRows, HeldQuadsEqualTheStreamingQuadsAndTheInterpreter) {
   set_device(0);
   auto kernels = quad_kernels();
   kernels.push_back({testing::log_softmax_kernel(DType::f32), false});
+  // The emulated device compiles each held kernel for each block size it
+  // meets: this sweep took 4-10 minutes from a cold PoCL cache, past CI's
+  // shard limit. There softmax and log_softmax held 4 on three sizes (the C++
+  // dialect's tests check a held softmax too); a GPU runs the whole sweep.
+  const bool emulated = driver().emulated;
+  if (emulated)
+    kernels = {{testing::softmax_kernel(DType::f32), false},
+               {testing::log_softmax_kernel(DType::f32), false}};
+  const std::vector<int> held_quads =
+      emulated ? std::vector<int>{4}
+               : std::vector<int>(std::begin(kHeldQuads), std::end(kHeldQuads));
   std::string source = device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i) {
     source += detail::print_row_variant(kernels[i].k, str("s", i), detail::kRowUnroll, 0, false,
                                         {true, false});
-    for (int h : kHeldQuads)
+    for (int h : held_quads)
       source += detail::print_row_variant(kernels[i].k, str("h", i, "_", h), detail::kRowUnroll, h,
                                           false, {true, false});
   }
@@ -234,25 +245,16 @@ TEST(CudaVectorRows, HeldQuadsEqualTheStreamingQuadsAndTheInterpreter) {
   int held = 0, full = 0;
   for (size_t i = 0; i < kernels.size(); ++i) {
     const kir::Kernel& k = kernels[i].k;
+    const std::vector<std::vector<int64_t>> all = {{5, 0},    {6, 1},    {5, 3},    {6, 4},
+                                                   {7, 13},   {4, 16},   {3, 53},   {2, 128},
+                                                   {5, 1027}, {3, 1024}, {2, 2048}, {2, 2049}};
+    const std::vector<std::vector<int64_t>> few = {{6, 4}, {2, 128}, {2, 2049}};
     for_each_case(
-        k,
-        {{5, 0},
-         {6, 1},
-         {5, 3},
-         {6, 4},
-         {7, 13},
-         {4, 16},
-         {3, 53},
-         {2, 128},
-         {5, 1027},
-         {3, 1024},
-         {2, 2048},
-         {2, 2049}},
-        rng,
+        k, emulated ? few : all, rng,
         [&](const std::vector<int64_t>& sizes, int64_t rows, bool exact,
             const std::vector<kir::testing::Buffer>& ref) {
           const int64_t inner = sizes.back();
-          for (int h : kHeldQuads) {
+          for (int h : held_quads) {
             const std::string hs = str("h", i, "_", h), ss = str("s", i);
             const int64_t cap =
                 std::min(max_block_threads(mod.function(hs)), max_block_threads(mod.function(ss)));
@@ -276,8 +278,8 @@ TEST(CudaVectorRows, HeldQuadsEqualTheStreamingQuadsAndTheInterpreter) {
           }
         });
   }
-  EXPECT_GT(held, 80);
-  EXPECT_GT(full, 20);
+  EXPECT_GT(held, emulated ? 4 : 80);
+  EXPECT_GT(full, emulated ? 0 : 20);
 }
 
 // Occurrences of `what` in `s`.
