@@ -287,9 +287,10 @@ void CudaRuntime::device_copy(const Tensor& dst, const Tensor& src) {
     g.src[d] = sst[static_cast<size_t>(d)] / es;
   }
   const std::string sym = str("kiln_copy_", dtype_name(src.dtype()), "_", dtype_name(dst.dtype()));
-  const CUfunction fn = kernels_.get_keyed(dst.device().index, sym, sym, [&] {
-    return print_strided_copy(src.dtype(), dst.dtype(), sym);
-  });
+  // The symbol and the index limit fix the copy's text.
+  const CUfunction fn =
+      kernels_.get_keyed(dst.device().index, str(sym, " narrow ", narrow_index_limit()), sym,
+                         [&] { return print_strided_copy(src.dtype(), dst.dtype(), sym); });
   CUdeviceptr d = dptr(dst), s = dptr(src);
   long long n = dst.numel();
   int r = rank;

@@ -40,7 +40,7 @@ std::string scatter_sum(DType t) {
 
 // The offsets of line `line` (the index's coordinates other than `dim`): oo
 // into out, so into src, and io into idx when `with_idx`; coordinates in the
-// unsigned type `t` (see index_loops).
+// unsigned type `t` (see index_loops, gpu_printer_internal.h).
 std::string line_offsets(const char* line, bool with_idx, const char* t = "kiln_i64") {
   return str("    ", t, " r = ", line, ";\n    kiln_i64 oo = 0, so = 0", with_idx ? ", io = 0" : "",
              ";\n", "    for (int d = rank - 1; d >= 0; --d) {\n",
@@ -48,23 +48,6 @@ std::string line_offsets(const char* line, bool with_idx, const char* t = "kiln_
              "      r /= (", t, ")g.size[d];\n", "      oo += (kiln_i64)c * g.out[d];\n",
              "      so += (kiln_i64)c * g.x[d];\n",
              with_idx ? "      io += (kiln_i64)c * g.idx[d];\n" : "", "    }\n");
-}
-
-// A grid-stride loop over `count` items whose body `body(t)` works out
-// coordinates in type t: 32-bit unsigned when the count fits (narrow_index_limit) (a 64-bit
-// division is a long software routine on a GPU: an H200's synchronized profile
-// took about 50 us per index_select of [8192, 512] rows, where moving the
-// bytes takes 10), else kiln_i64. Offsets stay 64-bit either way.
-template <typename Body>
-std::string index_loops(const char* count, Body body) {
-  auto loop = [&](const char* t, const std::string& n) {
-    return str("  for (", t, " i = (", t, ")blockIdx.x * blockDim.x + threadIdx.x; i < ", n,
-               ";\n       i += (", t, ")gridDim.x * blockDim.x) {\n", body(t), "  }\n");
-  };
-  const int64_t limit = narrow_index_limit();  // < 0: the 64-bit loop only (a test hook)
-  if (limit < 0) return loop("kiln_i64", count);
-  return str("  if (", count, " <= ", limit, ") {\n", loop("unsigned", str("(unsigned)", count)),
-             "  } else {\n", loop("kiln_i64", count), "  }\n");
 }
 
 }  // namespace
