@@ -3,9 +3,10 @@
 // bandwidth of a printed copy kernel and of cuMemcpyDtoD, and printed GELU
 // (tanh form) over 16M f32 against that bandwidth, with its print variants
 // (libm, elements per thread, float4, 32-bit indices, without KILN_ISSUE), and
-// the row kernels' sweeps. Kernels come from the kernel IR through the GPU
-// printer and NVRTC, exactly as compiled graphs will.
-//   cuda_probe [--n N] [--reps R]
+// the row kernels' sweeps, warp rows against a block per row. Kernels come
+// from the kernel IR through the GPU printer and NVRTC, exactly as compiled
+// graphs will.
+//   cuda_probe [--n N] [--reps R] [--only warp_rows]
 //   cuda_probe --dump DIR   (no GPU: the kernels' source and sm_90 cubin, for
 //                            cuobjdump -sass)
 // Times are medians of R launches measured with CUDA events.
@@ -494,6 +495,63 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   }
 }
 
+// Warp rows (module.h's row_block) against a block per row, on softmax and
+// layer_norm over n f32 in rows of 64 to 1024 (the transformer's attention
+// rows are 256, its layer_norm rows 512): the default kernel launched on a
+// block per row (row_threads) and on 32 x y for y = 1, 2, 4, 8, as % of
+// cuMemcpyDtoD; then whether warp rows' first 64 rows have the bits of a
+// 32-thread block's (they must).
+void warp_row_lines(const kir::Kernel& softmax, int64_t n, int reps, double t_memcpy,
+                    const DeviceBuffer& in, const DeviceBuffer& out, const DeviceBuffer& ones,
+                    const DeviceBuffer& zeros) {
+  const int64_t inners[] = {64, 256, 512, 1024};
+  std::vector<kir::Kernel> lns;
+  std::string src = device_prelude() + print_kernel(softmax, "kw_softmax");
+  for (int64_t inner : inners) {
+    lns.push_back(layer_norm_kernel(inner));
+    src += print_kernel(lns.back(), str("kw_ln", inner));
+  }
+  const std::vector<char> image = compile_for_device(src, "probe_warp_rows.cu", 0);
+  Module mod(image.data());
+  for (size_t i = 0; i < std::size(inners); ++i)
+    for (const bool ln : {false, true}) {
+      const int64_t inner = inners[i], rows = n / inner;
+      const kir::Kernel& k = ln ? lns[i] : softmax;
+      const CUfunction fn = mod.function(ln ? str("kw_ln", inner) : std::string("kw_softmax"));
+      std::vector<CUdeviceptr> ptrs =
+          ln ? std::vector<CUdeviceptr>{in.get(), ones.get(), zeros.get(), out.get()}
+             : std::vector<CUdeviceptr>{in.get(), out.get()};
+      auto launch = [&](unsigned x, unsigned y) {
+        long long nrows = rows, s0 = rows, s1 = inner;
+        std::vector<CUdeviceptr> q = ptrs;
+        std::vector<void*> params;
+        for (CUdeviceptr& a : q) params.push_back(&a);
+        for (long long* v : {&nrows, &s0, &s1}) params.push_back(v);
+        const auto blocks = static_cast<unsigned>(std::min<long long>((rows + y - 1) / y, 1 << 16));
+        check(
+            driver().cuLaunchKernel(fn, blocks, 1, 1, x, y, 1, 0, nullptr, params.data(), nullptr),
+            "cuLaunchKernel");
+      };
+      auto pct = [&](unsigned x, unsigned y) {
+        return static_cast<int>(100 * t_memcpy / median_ms(reps, [&] { launch(x, y); }) + 0.5);
+      };
+      const auto bx = static_cast<unsigned>(row_threads(k, inner));
+      std::printf("warp rows: %-10s [%lld, %4lld] block per row (%u threads) %3d%%", k.name.c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(inner), bx, pct(bx, 1));
+      for (unsigned y : {1u, 2u, 4u, 8u}) std::printf(" | 32 x %u %3d%%", y, pct(32, y));
+      const size_t head = static_cast<size_t>(64 * inner);
+      std::vector<float> a(head), b(head);
+      launch(32, 1);
+      check(driver().cuMemcpyDtoH(a.data(), out.get(), head * 4), "cuMemcpyDtoH");
+      launch(32, 4);
+      check(driver().cuMemcpyDtoH(b.data(), out.get(), head * 4), "cuMemcpyDtoH");
+      const RowBlock chosen = row_block(k, rows, inner, 0, max_block_threads(fn));
+      std::printf(" | launch_kernel: %lld x %lld | bits: %s\n", static_cast<long long>(chosen.x),
+                  static_cast<long long>(chosen.y),
+                  std::memcmp(a.data(), b.data(), head * 4) == 0 ? "same" : "DIFFER");
+    }
+}
+
 // --dump DIR (no GPU needed): the probe's kernels as CUDA C and sm_90 cubins
 // (with ptxas's register report) for reading their machine code (cuobjdump -sass).
 int dump(const std::string& dir) {
@@ -543,9 +601,11 @@ int dump(const std::string& dir) {
 int main(int argc, char** argv) {
   int64_t n = int64_t{1} << 24;
   int reps = 20;
+  bool only_warp_rows = false;  // --only warp_rows: that section alone (quick)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--n")) n = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) only_warp_rows = !std::strcmp(argv[i + 1], "warp_rows");
   }
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--dump")) return dump(argv[i + 1]);
@@ -599,9 +659,20 @@ int main(int argc, char** argv) {
         "printed GELU (tanh) %8.3f ms  %7.0f GB/s  (%.0f%% of cuMemcpyDtoD); max |gpu - "
         "interpreter| %.3g\n",
         t_gelu, gb / t_gelu * 1e3, 100 * t_memcpy / t_gelu, worst);
-    gelu_variant_lines(gelu, n, reps, t_memcpy, in, out, ref);
-    fast_division_check();
-    row_kernels(softmax, n, reps, t_memcpy, in, out);
+    if (!only_warp_rows) {
+      gelu_variant_lines(gelu, n, reps, t_memcpy, in, out, ref);
+      fast_division_check();
+      row_kernels(softmax, n, reps, t_memcpy, in, out);
+    }
+    {
+      DeviceBuffer ones(static_cast<size_t>(n) * 4), zeros(static_cast<size_t>(n) * 4);
+      std::vector<float> v(static_cast<size_t>(n), 1.0f);
+      ones.upload(v.data(), v.size() * 4);
+      std::fill(v.begin(), v.end(), 0.0f);
+      zeros.upload(v.data(), v.size() * 4);
+      warp_row_lines(softmax, n, reps, t_memcpy, in, out, ones, zeros);
+    }
+    if (only_warp_rows) return 0;
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
     if (cublaslt_unavailable_reason().empty()) {
       for (DType dt : {DType::f32, DType::bf16, DType::f16}) {

@@ -12,7 +12,8 @@
 # here, fed to ddp_overlap_model: a MODEL of 8 GPUs), examples (gpt, resnet,
 # the DDP example over kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
 # of the harness's compiled steps: launches synchronized, and timed by events), rows_held (the
-# harness's row kernels holding rows in registers). No step: all of them.
+# harness's row kernels holding rows in registers), warp_rows (warp rows against a block per
+# row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0). No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -164,6 +165,13 @@ step_rows_held() {
     KILN_CUDA_ROW_HELD=$n run cuda_harness.txt 60 "cuda_harness --only rows, KILN_CUDA_ROW_HELD=$n" \
       "$work/bin/cuda_harness" --reps 15 --only rows
   done
+}
+step_warp_rows() {
+  # Warp rows against a block per row on the probe's softmax / layer_norm rows
+  # of 64-1024, then the harness's rows and steps with warp rows off.
+  run cuda_probe.txt 90 "cuda_probe --only warp_rows" "$work/bin/cuda_probe" --only warp_rows
+  KILN_CUDA_WARP_ROWS=0 run cuda_harness.txt 150 "cuda_harness, KILN_CUDA_WARP_ROWS=0" \
+    "$work/bin/cuda_harness" --reps 15
 }
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15

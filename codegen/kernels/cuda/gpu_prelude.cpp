@@ -27,6 +27,10 @@ typedef unsigned long long kiln_u64;
 // has a branch, and ptxas hoists no load across it), the loads of a thread
 // are one in flight at a time (an H200 ran GELU at 64% of copy that way).
 #define KILN_ISSUE(...) asm volatile("" : __VA_ARGS__)
+// Orders a row reduction's shared partials: a block's barrier when several
+// warps share a row; in warp rows (32 x rows) each warp's own, so the warps
+// of a block wait for no one.
+#define KILN_ROW_SYNC() do { if (blockDim.x > 32) __syncthreads(); else __syncwarp(); } while (0)
 // n / d where n, d and the quotient are normal and far from the exponent
 // range's ends (kir::normal_divisions): div.rn.f32's fast path alone (the
 // reciprocal, then the same five fma), without its FCHK and the branch to its
@@ -67,6 +71,8 @@ typedef ulong kiln_u64;
 #define blockDim ((uint3)((uint)get_local_size(0), (uint)get_local_size(1), (uint)get_local_size(2)))
 #define gridDim ((uint3)((uint)get_num_groups(0), (uint)get_num_groups(1), (uint)get_num_groups(2)))
 #define __syncthreads() barrier(CLK_LOCAL_MEM_FENCE)
+// Unconditional: a barrier under a branch costs PoCL a copy of the code after it.
+#define KILN_ROW_SYNC() barrier(CLK_LOCAL_MEM_FENCE)
 #define __int_as_float(x) as_float((int)(x))
 #define __uint_as_float(x) as_float((uint)(x))
 #define __float_as_uint(x) as_uint((float)(x))
@@ -91,10 +97,12 @@ typedef ulong kiln_u64;
 #define KILN_SHUFFLE_SCRATCH __local kiln_u64 kiln_shfl[1024]
 #define KILN_ISSUE(...)
 KILN_FN float kiln_fdiv_fast(float n, float d) { return n / d; }
-#define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))
+#define __shfl_xor_sync(mask, v, off) kiln_shuffle(kiln_shfl, (v), (off))
+// Lane t ^ off's value: warps are runs of 32 in the work-group's linear order
+// (x fastest, as CUDA's).
 #define KILN_SHUFFLE(T, TO_BITS, FROM_BITS)                                              \
-  __attribute__((overloadable)) T kiln_shfl_xor(__local kiln_u64* s, T v, int off) {     \
-    const uint t = (uint)get_local_id(0);                                                \
+  __attribute__((overloadable)) T kiln_shuffle(__local kiln_u64* s, T v, int off) {      \
+    const uint t = (uint)(get_local_id(1) * get_local_size(0) + get_local_id(0));        \
     s[t] = TO_BITS(v);                                                                   \
     barrier(CLK_LOCAL_MEM_FENCE);                                                        \
     const T r = FROM_BITS(s[t ^ (uint)off]);                                             \
@@ -170,6 +178,7 @@ struct alignas(16) float4 {
 inline thread_local kiln_dim3 threadIdx, blockIdx, blockDim, gridDim;
 inline thread_local std::barrier<>* kiln_block_barrier = nullptr;
 #define __syncthreads() kiln_block_barrier->arrive_and_wait()
+#define KILN_ROW_SYNC() __syncthreads()
 #define __int_as_float(x) std::bit_cast<float>((int)(x))
 #define __uint_as_float(x) std::bit_cast<float>((unsigned)(x))
 #define __float_as_uint(x) std::bit_cast<unsigned>((float)(x))
@@ -177,9 +186,10 @@ inline thread_local std::barrier<>* kiln_block_barrier = nullptr;
 #define __longlong_as_double(x) std::bit_cast<double>((long long)(x))
 #define __double_as_longlong(x) std::bit_cast<long long>((double)(x))
 KILN_FN float kiln_fdiv_fast(float n, float d) { return n / d; }
+// Lane t ^ off's value (warps in the block's linear order, as the OpenCL head's).
 template <typename T>
-T kiln_shfl_xor(kiln_u64* s, T v, int off) {
-  const unsigned t = threadIdx.x;
+T kiln_shuffle(kiln_u64* s, T v, int off) {
+  const unsigned t = threadIdx.y * blockDim.x + threadIdx.x;
   kiln_u64 b = 0;
   std::memcpy(&b, &v, sizeof v);
   s[t] = b;
@@ -190,7 +200,7 @@ T kiln_shfl_xor(kiln_u64* s, T v, int off) {
   std::memcpy(&r, &b, sizeof r);
   return r;
 }
-#define __shfl_xor_sync(mask, v, off) kiln_shfl_xor(kiln_shfl, (v), (off))
+#define __shfl_xor_sync(mask, v, off) kiln_shuffle(kiln_shfl, (v), (off))
 KILN_FN int atomicCAS(int* p, int expected, int desired) {
   std::atomic_ref<int>(*p).compare_exchange_strong(expected, desired);
   return expected;
@@ -208,23 +218,29 @@ struct Ptr {
   template <typename T>
   operator T*() const { return static_cast<T*>(p); }
 };
+// A block's shape: x threads (32 in warp rows) by y.
+struct Block {
+  unsigned x, y;
+  Block(unsigned x_, unsigned y_ = 1) : x(x_), y(y_) {}
+};
 // Runs kernel f(args...) over `grid` blocks of `block` threads, each GPU
 // thread an OS thread: all blocks at once when `together` (kernels without
 // shared memory), else one block at a time (see the prelude's __shared__).
 template <typename F, typename... A>
-void launch(unsigned grid, unsigned block, bool together, F f, A... args) {
+void launch(unsigned grid, Block block, bool together, F f, A... args) {
   const unsigned wave = together ? grid : 1;
+  const unsigned size = block.x * block.y;
   for (unsigned first = 0; first < grid; first += wave) {
     std::vector<std::unique_ptr<std::barrier<>>> bars;
     std::vector<std::thread> threads;
     for (unsigned b = first; b < first + wave; ++b) {
-      bars.push_back(std::make_unique<std::barrier<>>(block));
+      bars.push_back(std::make_unique<std::barrier<>>(size));
       std::barrier<>* bar = bars.back().get();
-      for (unsigned t = 0; t < block; ++t)
+      for (unsigned t = 0; t < size; ++t)
         threads.emplace_back([&, b, t, bar] {
-          threadIdx = {t, 0, 0};
+          threadIdx = {t % block.x, t / block.x, 0};
           blockIdx = {b, 0, 0};
-          blockDim = {block, 1, 1};
+          blockDim = {block.x, block.y, 1};
           gridDim = {grid, 1, 1};
           kiln_block_barrier = bar;
           f(args...);

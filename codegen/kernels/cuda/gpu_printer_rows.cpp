@@ -1,5 +1,5 @@
 // The GPU printer's kernels with row reductions (see gpu_printer.h): one block
-// per row, phases as block-stride loops, warp shuffles and per-warp partials.
+// (or warp) per row, phases as stride loops, warp shuffles and per-warp partials.
 #include <algorithm>
 #include <limits>
 #include <sstream>
@@ -15,12 +15,15 @@ using kir::Expr;
 using kir::ExprKind;
 using kir::Kernel;
 
-// One block per row (grid-stride over rows). Each phase is a block-stride loop
-// over the row accumulating per thread, then a block reduction: warp shuffles,
-// one partial per warp in shared memory, every thread combining the partials
+// One block per row (grid-stride over rows), or in warp rows one warp per row
+// (blockDim 32 x rows per block). Each phase is a stride loop over the row
+// accumulating per thread, then a reduction: warp shuffles, one partial per
+// warp in shared memory (per row), every thread combining its row's partials
 // in warp order (deterministic). Every thread runs every statement of the
-// reduction (uniform control flow). reassoc = false kernels are launched with
-// one thread per block, which sums in index order: the interpreter's result.
+// reduction (uniform control flow). A row's results depend on blockDim.x
+// only: a warp row's equal a 32-thread block's. reassoc = false kernels are
+// launched with one thread per block, which sums in index order: the
+// interpreter's result.
 
 // A reduction's accumulator type and identity.
 const char* acc_type(const kir::Reduction& r) {
@@ -171,13 +174,19 @@ void block_reduce(std::ostream& os, const kir::Reduction& r, size_t idx) {
   os << "      for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {\n"
      << "        const " << t << " other = (" << t << ")__shfl_xor_sync(0xffffffffu, "
      << (narrow ? "(int)" : "") << acc << ", off);\n"
-     << "        " << acc_combine(r, acc, "other") << "\n      }\n"
-     << "      if ((threadIdx.x & 31) == 0) " << sh << "[threadIdx.x >> 5] = " << acc << ";\n"
-     << "      __syncthreads();\n"
-     << "      " << acc << " = " << sh << "[0];\n"
-     << "      for (int w = 1; w < (int)((blockDim.x + 31) >> 5); ++w) { "
-     << acc_combine(r, acc, str(sh, "[w]")) << " }\n"
-     << "      __syncthreads();\n";
+     << "        " << acc_combine(r, acc, "other")
+     << "\n      }\n"
+     // Partials per row: warp w of row y at y * (warps per row) + w (32 in all).
+     << "      {\n"
+     << "        const int nw = (int)((blockDim.x + 31) >> 5), base = (int)threadIdx.y * nw;\n"
+     << "        if ((threadIdx.x & 31) == 0) " << sh
+     << "[base + (int)(threadIdx.x >> 5)] = " << acc << ";\n"
+     << "        KILN_ROW_SYNC();\n"
+     << "        " << acc << " = " << sh << "[base];\n"
+     << "        for (int w = 1; w < nw; ++w) { " << acc_combine(r, acc, str(sh, "[base + w]"))
+     << " }\n"
+     << "        KILN_ROW_SYNC();\n"
+     << "      }\n";
 }
 
 // Elements per thread per step of one row loop: `max_unroll` over the number
@@ -204,7 +213,7 @@ void row_stores(std::ostream& os, const Kernel& k, const kir::detail::Analysis& 
       which.push_back(i);
     }
   if (which.empty()) return;
-  os << "    if (threadIdx.x == 0) {\n";
+  os << "    if (threadIdx.x == 0 && kiln_live) {\n";
   eval_row(os, k, kir::detail::needed(k, roots), "0", "      ");
   emit_stores(os, k, which, "0", "      ");
   os << "    }\n";
@@ -664,10 +673,18 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   os << "  KILN_SHUFFLE_SCRATCH;\n";
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "  __shared__ " << acc_type(k.reductions[r]) << " kiln_sh" << r << "[32];\n";
-  os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n";
   if (summed.empty()) {
-    os << "  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n";
+    // A block's warps (threadIdx.y) take consecutive rows: one block per row
+    // when blockDim.y is 1, one warp per row in warp rows (row_block). A warp
+    // past the last row runs an empty row (inner 0, no stores) so that every
+    // thread meets the block's barriers (the emulated shuffles').
+    os << "  for (kiln_i64 rb = (kiln_i64)blockIdx.x * blockDim.y; rb < rows;\n"
+       << "       rb += (kiln_i64)gridDim.x * blockDim.y) {\n"
+       << "    const bool kiln_live = rb + threadIdx.y < rows;\n"
+       << "    const kiln_i64 row = kiln_live ? rb + threadIdx.y : rows - 1;\n"
+       << "    const kiln_i64 inner = kiln_live ? s" << k.rank - 1 << " : 0;\n";
   } else {
+    os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n";
     // Each block takes whole parts; thread t owns columns t, t + blockDim.x,
     // ... of the part's partials (the store loop's mapping), in row order.
     os << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
@@ -675,7 +692,8 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
       os << "  KILN_GLOBAL double* q" << a << " = p" << a << " + part * inner;\n"
          << "  for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q" << a << "[j] = 0.0;\n";
     os << "  const kiln_i64 end = rows * (part + 1) / parts;\n"
-       << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n";
+       << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
+       << "    const bool kiln_live = true;\n";
   }
   if (k.rank > 1) {
     os << "    kiln_i64 rr = row;\n";

@@ -183,6 +183,23 @@ int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_t
   return std::min(threads, max_threads);
 }
 
+bool warp_rows_enabled() {
+  static const bool on = env::get("KILN_CUDA_WARP_ROWS") != "0";
+  return on;
+}
+
+RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
+                   bool warp_rows) {
+  // A block per row runs two reductions' barriers and shared partials per row
+  // on 2 warps (rows of 1024 on 64 threads): short rows are then bound by
+  // those latencies, not by memory. One warp per row reduces with shuffles
+  // alone and keeps twice the rows in flight per SM.
+  if (warp_rows && k.reassoc && !has_column_sums(k) && inner <= kWarpRowsMaxInner &&
+      rows >= kWarpRowsMinRows && max_threads >= 32 && (held <= 0 || inner <= held * 32))
+    return {32, std::min(kWarpRowsPerBlock, max_threads / 32)};
+  return {row_threads(k, inner, held, max_threads), 1};
+}
+
 int64_t max_block_threads(CUfunction fn) {
   static std::mutex mu;
   static std::unordered_map<CUfunction, int64_t> known;
@@ -232,24 +249,26 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
     scalars.push_back(parts);
   }
   for (long long& s : scalars) params.push_back(&s);
-  int64_t threads, blocks;
+  int64_t threads, blocks, rows_per_block = 1;
   if (sums && !k.has_reductions()) {
     // One thread per column and part, columns in tiles of `threads`.
     const int64_t inner = sizes[k.rank - 1];
     threads = std::min<int64_t>({256, (inner + 31) / 32 * 32, max_block_threads(fn)});
     blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
   } else if (k.has_reductions()) {
-    // One block per row (row_threads).
-    threads =
-        row_threads(k, sizes[k.rank - 1], held < 0 ? row_held() : held, max_block_threads(fn));
-    blocks = std::min<int64_t>(sums ? parts : n, int64_t{1} << 16);
+    // One block per row, or one warp (row_block).
+    const RowBlock b =
+        row_block(k, n, sizes[k.rank - 1], held < 0 ? row_held() : held, max_block_threads(fn));
+    threads = b.x;
+    rows_per_block = b.y;
+    blocks = std::min<int64_t>(sums ? parts : (n + b.y - 1) / b.y, int64_t{1} << 16);
   } else {
     threads = pointwise_threads(fn);
     blocks = pointwise_blocks(n, threads);
   }
-  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
-                                static_cast<unsigned>(threads), 1, 1, 0, stream, params.data(),
-                                nullptr),
+  check(driver().cuLaunchKernel(
+            fn, static_cast<unsigned>(blocks), 1, 1, static_cast<unsigned>(threads),
+            static_cast<unsigned>(rows_per_block), 1, 0, stream, params.data(), nullptr),
         "cuLaunchKernel");
   after_launch(k.name);
 }

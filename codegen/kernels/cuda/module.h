@@ -87,7 +87,7 @@ void after_launch(const std::string& kernel);
 /// and the partials' addresses in place of its column-sum arguments. A row
 /// kernel printed with `held` elements per thread (print_row_kernel; -1: as
 /// print_kernel prints it, row_held()) gets a block fitted to its rows
-/// (row_threads).
+/// (row_block).
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1,
                    int held = -1);
@@ -110,6 +110,25 @@ int64_t launch_batched(CUfunction fn, const kir::Kernel& k, std::span<void* cons
 /// the fewest whole warps holding the row; else about 32 elements per thread
 /// (64 to 256 threads). Never more than `max_threads` (max_block_threads).
 int64_t row_threads(const kir::Kernel& k, int64_t inner, int held = 0, int64_t max_threads = 1024);
+/// A row kernel's block: `x` threads per row, `y` rows (one per warp when y > 1).
+struct RowBlock {
+  int64_t x = 1, y = 1;
+};
+/// Warp rows: rows of at most this many elements (32 per lane at most) ...
+constexpr int64_t kWarpRowsMaxInner = 1024;
+/// ... when there are at least this many (fewer rows leave a block per row
+/// more threads than warps per row would) ...
+constexpr int64_t kWarpRowsMinRows = 2048;
+/// ... run one warp per row, this many rows per block.
+constexpr int64_t kWarpRowsPerBlock = 4;
+/// Whether warp rows are on (KILN_CUDA_WARP_ROWS=0 turns them off; read once).
+bool warp_rows_enabled();
+/// The block launch_kernel gives row kernel `k` over `rows` rows of `inner`
+/// elements: warp rows (32 x up to kWarpRowsPerBlock) where `warp_rows`, the
+/// sizes are in the ranges above, the kernel has no column sums, sums in any
+/// order and, if held, holds the row in one warp; else {row_threads(), 1}.
+RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
+                   bool warp_rows = warp_rows_enabled());
 /// The most threads a block of `fn` can have on its device, in whole warps: a
 /// GPU gives a kernel with many registers per thread fewer than 1024 (a held
 /// row kernel at 158 registers on an H100: a 512-thread launch failed with

@@ -64,6 +64,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_CUDA_LIBM", "0",
      "1 prints the CUDA kernels' transcendentals (exp, log, tanh, erf, pow, ...) as calls of "
      "the device's libm instead of kiln's expansions (bit-equal to the CPU; the default)"},
+    {"KILN_CUDA_WARP_ROWS", "1",
+     "0 runs every CUDA row kernel (softmax, layer_norm, ...) one block per row; by default "
+     "many short rows (at least 2048 of at most 1024 elements) run one warp per row"},
     {"KILN_CUDA_ROW_HELD", "0",
      "N > 0: CUDA row kernels (softmax, layer_norm, ...) hold rows of at most N x 512 elements "
      "in registers, N per thread, on a block fitted to the row, instead of streaming each "

@@ -15,19 +15,21 @@ namespace kiln::cuda::testing {
 /// Launches a kernel on its device pointers (one per argument).
 using Launch = std::function<void(CUfunction, const std::vector<CUdeviceptr>&)>;
 
-/// Launches kernel `fn` of `k` over `sizes` on `blocks` x `threads` with its
-/// buffers at `ptrs` (gpu_printer.h's launch ABI: the pointers, the
-/// work-item count, the sizes; no column sums).
+/// Launches kernel `fn` of `k` over `sizes` on `blocks` x `threads` (x
+/// `rows_per_block`: a row kernel's warp rows) with its buffers at `ptrs`
+/// (gpu_printer.h's launch ABI: the pointers, the work-item count, the
+/// sizes; no column sums).
 inline void launch_on(CUfunction fn, const kir::Kernel& k, std::vector<CUdeviceptr> ptrs,
-                      const std::vector<int64_t>& sizes, unsigned blocks, unsigned threads) {
+                      const std::vector<int64_t>& sizes, unsigned blocks, unsigned threads,
+                      unsigned rows_per_block = 1) {
   std::vector<long long> scalars = {kir::work_items(k, sizes.data())};
   for (int64_t s : sizes) scalars.push_back(s);
   std::vector<void*> params;
   for (CUdeviceptr& p : ptrs) params.push_back(&p);
   for (long long& s : scalars) params.push_back(&s);
-  check(
-      driver().cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, nullptr, params.data(), nullptr),
-      "cuLaunchKernel");
+  check(driver().cuLaunchKernel(fn, blocks, 1, 1, threads, rows_per_block, 1, 0, nullptr,
+                                params.data(), nullptr),
+        "cuLaunchKernel");
 }
 
 /// Runs printed kernel `name` of `k` over `sizes` with the inputs of `ref`

@@ -88,9 +88,11 @@ struct Gen {
   // first `lead` buffers' pointers in the launch (gpu_printer.h's parameter
   // order; a later buffer b appears there as kiln_cpp::Ptr{p[b]}). A
   // non-empty `body` replaces that launch: statements over p, grid and block.
+  // `warp_rows`: each block size b runs as warp rows, 32 x b / 32 threads.
   std::string add(const std::string& name, const std::string& text, const std::vector<GenBuf>& bufs,
                   const std::vector<unsigned>& blocks, unsigned grid, const std::string& scalars,
-                  double tol = 0, size_t lead = SIZE_MAX, const std::string& body = "") {
+                  double tol = 0, size_t lead = SIZE_MAX, const std::string& body = "",
+                  bool warp_rows = false) {
     const std::string sym = symbol(), c = "kiln_case" + std::to_string(n++);
     // Kernels without shared memory run their blocks at once (cpp_prelude).
     const bool together = text.find("__shared__") == std::string::npos &&
@@ -115,8 +117,9 @@ struct Gen {
         << entry.str() << "    },\n    {" << sizes.str() << "}, " << grid << "u,\n"
         << "    [](void** p, unsigned grid, unsigned block) {\n";
     if (body.empty())
-      out << "      kiln_cpp::launch(grid, block, " << (together ? "true" : "false") << ", " << sym
-          << call.str() << scalars << ");\n";
+      out << "      kiln_cpp::launch(grid, "
+          << (warp_rows ? "kiln_cpp::Block(32, block / 32)" : "block") << ", "
+          << (together ? "true" : "false") << ", " << sym << call.str() << scalars << ");\n";
     else
       out << body;
     out << "    }}";
@@ -134,7 +137,7 @@ const int64_t kNarrowLimit = cuda::narrow_index_limit();
 // each the interpreter's sum over its part's range.
 void add_kir(Gen& g, const std::string& name, const kir::Kernel& k, const std::string& text,
              const std::vector<int64_t>& sizes, const std::vector<unsigned>& blocks, unsigned grid,
-             bool exact) {
+             bool exact, bool warp_rows = false) {
   std::vector<kir::testing::Buffer> ref =
       kir::testing::make_buffers(k, sizes, rng, cuda::testing::row_value);
   const int64_t work = kir::work_items(k, sizes.data());
@@ -174,7 +177,8 @@ void add_kir(Gen& g, const std::string& name, const kir::Kernel& k, const std::s
   if (parts > 0) scalars += ", (long long)" + std::to_string(parts);
   const bool half = std::any_of(k.args.begin(), k.args.end(),
                                 [](const kir::Arg& a) { return a.dtype == DType::f16; });
-  g.push(g.add(name, text, bufs, blocks, grid, scalars, exact ? 0 : (half ? 1e-2 : 1e-4)));
+  g.push(g.add(name, text, bufs, blocks, grid, scalars, exact ? 0 : (half ? 1e-2 : 1e-4), SIZE_MAX,
+               "", warp_rows));
 }
 
 kir::Kernel pointwise_kernel(DType t) {
@@ -243,11 +247,23 @@ void add_rows(Gen& g) {
             detail::print_row_variant(r.k, g.symbol(), detail::kRowUnroll, 0, false, {}), sizes,
             blocks, 2, r.exact);
   }
+  // Warp rows (one warp per row, 2 and 4 rows per block): 7 or 9 rows on 2
+  // blocks leave a warp past the last row, which must neither store nor
+  // skip the block's barriers (the emulated shuffles').
+  for (const cuda::testing::RowKernel& r : cuda::testing::row_kernels()) {
+    if (!r.k.reassoc) continue;
+    const std::vector<int64_t> sizes =
+        r.k.rank == 3 ? std::vector<int64_t>{3, 3, 53} : std::vector<int64_t>{7, 53};
+    add_kir(g, r.k.name + " (warp rows)", r.k, cuda::print_kernel(r.k, g.symbol()), sizes,
+            {64, 128}, 2, r.exact, true);
+  }
   const kir::Kernel s = cuda::testing::softmax_kernel(DType::f32);
   add_kir(g, "softmax long rows (quad loops)", s, cuda::print_kernel(s, g.symbol()), {3, 700},
           warps, 2, false);
   add_kir(g, "softmax held rows", s, detail::print_row_variant(s, g.symbol(), 16, 2), {6, 53},
           {32, 64}, 2, false);
+  add_kir(g, "softmax held warp rows", s, detail::print_row_variant(s, g.symbol(), 16, 2), {7, 53},
+          {64, 128}, 2, false, true);
   const kir::Kernel c = column_kernel(true, 128);
   add_kir(g, "row kernel with column sums", c, cuda::print_kernel(c, g.symbol()), {32, 128}, warps,
           2, false);

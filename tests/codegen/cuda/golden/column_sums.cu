@@ -33,6 +33,7 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
   for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q2[j] = 0.0;
   const kiln_i64 end = rows * (part + 1) / parts;
   for (kiln_i64 row = rows * part / parts; row < end; ++row) {
+    const bool kiln_live = true;
     kiln_i64 rr = row;
     const kiln_i64 c1 = rr % s1; rr /= s1;
     const kiln_i64 c0 = rr;
@@ -86,11 +87,14 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
         const double other = (double)__shfl_xor_sync(0xffffffffu, acc0, off);
         acc0 = acc0 + other;
       }
-      if ((threadIdx.x & 31) == 0) kiln_sh0[threadIdx.x >> 5] = acc0;
-      __syncthreads();
-      acc0 = kiln_sh0[0];
-      for (int w = 1; w < (int)((blockDim.x + 31) >> 5); ++w) { acc0 = acc0 + kiln_sh0[w]; }
-      __syncthreads();
+      {
+        const int nw = (int)((blockDim.x + 31) >> 5), base = (int)threadIdx.y * nw;
+        if ((threadIdx.x & 31) == 0) kiln_sh0[base + (int)(threadIdx.x >> 5)] = acc0;
+        KILN_ROW_SYNC();
+        acc0 = kiln_sh0[base];
+        for (int w = 1; w < nw; ++w) { acc0 = acc0 + kiln_sh0[base + w]; }
+        KILN_ROW_SYNC();
+      }
       red0 = (float)acc0;
     }
     kiln_i64 j = threadIdx.x;

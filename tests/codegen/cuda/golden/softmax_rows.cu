@@ -2,8 +2,11 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
   KILN_SHUFFLE_SCRATCH;
   __shared__ float kiln_sh0[32];
   __shared__ double kiln_sh1[32];
-  const kiln_i64 inner = s1;
-  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (kiln_i64 rb = (kiln_i64)blockIdx.x * blockDim.y; rb < rows;
+       rb += (kiln_i64)gridDim.x * blockDim.y) {
+    const bool kiln_live = rb + threadIdx.y < rows;
+    const kiln_i64 row = kiln_live ? rb + threadIdx.y : rows - 1;
+    const kiln_i64 inner = kiln_live ? s1 : 0;
     kiln_i64 rr = row;
     const kiln_i64 c0 = rr;
     const kiln_i64 b0 = c0;
@@ -124,11 +127,14 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
         const float other = (float)__shfl_xor_sync(0xffffffffu, acc0, off);
         acc0 = ((other > acc0) || (other != other)) ? other : acc0;
       }
-      if ((threadIdx.x & 31) == 0) kiln_sh0[threadIdx.x >> 5] = acc0;
-      __syncthreads();
-      acc0 = kiln_sh0[0];
-      for (int w = 1; w < (int)((blockDim.x + 31) >> 5); ++w) { acc0 = ((kiln_sh0[w] > acc0) || (kiln_sh0[w] != kiln_sh0[w])) ? kiln_sh0[w] : acc0; }
-      __syncthreads();
+      {
+        const int nw = (int)((blockDim.x + 31) >> 5), base = (int)threadIdx.y * nw;
+        if ((threadIdx.x & 31) == 0) kiln_sh0[base + (int)(threadIdx.x >> 5)] = acc0;
+        KILN_ROW_SYNC();
+        acc0 = kiln_sh0[base];
+        for (int w = 1; w < nw; ++w) { acc0 = ((kiln_sh0[base + w] > acc0) || (kiln_sh0[base + w] != kiln_sh0[base + w])) ? kiln_sh0[base + w] : acc0; }
+        KILN_ROW_SYNC();
+      }
       red0 = acc0;
     }
     {  // phase 1
@@ -2170,14 +2176,17 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
         const double other = (double)__shfl_xor_sync(0xffffffffu, acc1, off);
         acc1 = acc1 + other;
       }
-      if ((threadIdx.x & 31) == 0) kiln_sh1[threadIdx.x >> 5] = acc1;
-      __syncthreads();
-      acc1 = kiln_sh1[0];
-      for (int w = 1; w < (int)((blockDim.x + 31) >> 5); ++w) { acc1 = acc1 + kiln_sh1[w]; }
-      __syncthreads();
+      {
+        const int nw = (int)((blockDim.x + 31) >> 5), base = (int)threadIdx.y * nw;
+        if ((threadIdx.x & 31) == 0) kiln_sh1[base + (int)(threadIdx.x >> 5)] = acc1;
+        KILN_ROW_SYNC();
+        acc1 = kiln_sh1[base];
+        for (int w = 1; w < nw; ++w) { acc1 = acc1 + kiln_sh1[base + w]; }
+        KILN_ROW_SYNC();
+      }
       red1 = (float)acc1;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && kiln_live) {
       const float e1 = red0;
       const float e48 = red1;
       const float e50 = (0x1p-126f);
