@@ -3,7 +3,8 @@
 // over 16M f32 against the device's copy bandwidth, and an MLP and a
 // transformer training step against their cuBLAS floors (each step's matmuls
 // alone, through the same cuBLASLt calls). Wall-clock medians of paired rounds, the device
-// synchronized after every call.
+// synchronized after every call; the rows also in a stream (16 calls, one
+// synchronization), which is their bandwidth.
 //   cuda_harness [--reps R] [--small] [--only rows|overhead|mlp|transformer]
 // (--small: tiny sizes, to check it runs; --only: that part alone, e.g. to
 // profile it with KILN_PROFILE and KILN_CUDA_SYNC=1.)
@@ -63,38 +64,81 @@ std::pair<double, double> paired(int reps, const std::function<void()>& a,
   return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
+// One call's share of `calls` calls made back to back with one
+// synchronization after them: the device's time per call once the host stays
+// ahead of it (each launch's fixed cost overlaps the kernels before it).
+double streamed_ms(const std::function<void()>& f, int calls = 16) {
+  cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < calls; ++c) f();
+  cuda::synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(t1 - t0).count() / calls;
+}
+
+// Medians of `reps` paired rounds of streamed_ms(a) and streamed_ms(b).
+std::pair<double, double> paired_streamed(int reps, const std::function<void()>& a,
+                                          const std::function<void()>& b) {
+  (void)streamed_ms(a);  // warm-up
+  (void)streamed_ms(b);
+  std::vector<double> ta, tb;
+  for (int r = 0; r < reps; ++r) {  // alternating which runs first
+    if (r % 2) {
+      tb.push_back(streamed_ms(b));
+      ta.push_back(streamed_ms(a));
+    } else {
+      ta.push_back(streamed_ms(a));
+      tb.push_back(streamed_ms(b));
+    }
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
 Tensor gelu_tanh(const Tensor& x) {
   return 0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)));
 }
 
-void row(const char* name, double eager, double compiled, double bytes, double copy_ms) {
-  const double gbs = bytes / compiled / 1e6;
+// The copy's times: one synchronized call, and per call in a stream.
+struct CopyMs {
+  double synced, streamed;
+};
+
+// A row's line: eager and compiled, one synchronized call each (as a user's
+// single call sees it), then per call in a stream (streamed_ms: the kernel's
+// bandwidth, the launch's fixed cost hidden), each against the copy's.
+void row(int reps, const char* name, const std::function<void()>& eager,
+         const std::function<void()>& compiled, double bytes, CopyMs copy) {
+  const auto [e, c] = paired(reps, eager, compiled);
+  const auto [es, cs] = paired_streamed(reps, eager, compiled);
   std::printf(
-      "%-28s eager %8.3f ms   compiled %8.3f ms (%.1fx)   compiled %6.0f GB/s = %3.0f%% of copy\n",
-      name, eager, compiled, eager / compiled, gbs, 100 * copy_ms / compiled);
+      "%-28s eager %8.3f ms   compiled %8.3f ms (%.1fx)   compiled %6.0f GB/s = %3.0f%% of copy"
+      "   in a stream: eager %8.3f ms, compiled %8.3f ms = %6.0f GB/s = %3.0f%% of copy\n",
+      name, e, c, e / c, bytes / c / 1e6, 100 * copy.synced / c, es, cs, bytes / cs / 1e6,
+      100 * copy.streamed / cs);
 }
 
 // GELU, softmax and layer_norm over x (16M f32), eager against compiled.
-void rows(int reps, const Tensor& x, double bytes, double copy_ms) {
+void rows(int reps, const Tensor& x, double bytes, CopyMs copy) {
   auto gelu_c = compile([](const Tensor& t) { return gelu_tanh(t); });
-  auto [ge, gc] = paired(
-      reps, [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); });
-  row("GELU (tanh) 16M", ge, gc, bytes, copy_ms);
+  row(
+      reps, "GELU (tanh) 16M", [&] { (void)gelu_tanh(x); }, [&] { (void)gelu_c(x); }, bytes, copy);
 
   const Tensor xs = x.reshape({x.numel() / 1024, 1024});
   auto sm_c = compile([](const Tensor& t) { return softmax(t, -1); });
-  auto [se, sc] = paired(
-      reps, [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); });
-  row("softmax [16384, 1024]", se, sc, bytes, copy_ms);
+  row(
+      reps, "softmax [16384, 1024]", [&] { (void)softmax(xs, -1); }, [&] { (void)sm_c(xs); }, bytes,
+      copy);
 
   const Tensor w = randn({1024}).cuda(), b = randn({1024}).cuda();
   auto ln = [](const Tensor& t, const Tensor& w, const Tensor& b) {
     return layer_norm(t, {t.size(-1)}, w, b);
   };
   auto ln_c = compile(ln);
-  auto [le, lc] = paired(
-      reps, [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); });
-  row("layer_norm [16384, 1024]", le, lc, bytes, copy_ms);
+  row(
+      reps, "layer_norm [16384, 1024]", [&] { (void)ln(xs, w, b); }, [&] { (void)ln_c(xs, w, b); },
+      bytes, copy);
 }
 
 // The driver entry points `f` calls, with counts ("cuGraphLaunch 1, ..."),
@@ -393,18 +437,17 @@ int main(int argc, char** argv) {
     Tensor y = empty_like(x);
     const double bytes = 2.0 * static_cast<double>(n) * 4;  // read + write once
     // The baseline: a device-to-device copy of the same bytes.
-    const double copy_ms =
-        paired(
-            reps,
-            [&] {
-              cuda::check(cuda::driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(y.data_ptr()),
-                                                      reinterpret_cast<CUdeviceptr>(x.data_ptr()),
-                                                      static_cast<size_t>(n) * 4),
-                          "cuMemcpyDtoD");
-            },
-            [] {})
-            .first;
-    std::printf("cuMemcpyDtoD 16M f32 %.3f ms (%.0f GB/s)\n", copy_ms, bytes / copy_ms / 1e6);
+    auto copy = [&] {
+      cuda::check(cuda::driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(y.data_ptr()),
+                                              reinterpret_cast<CUdeviceptr>(x.data_ptr()),
+                                              static_cast<size_t>(n) * 4),
+                  "cuMemcpyDtoD");
+    };
+    const CopyMs copy_ms = {paired(reps, copy, [] {}).first,
+                            paired_streamed(reps, copy, [] {}).first};
+    std::printf("cuMemcpyDtoD 16M f32 %.3f ms (%.0f GB/s); in a stream %.3f ms (%.0f GB/s)\n",
+                copy_ms.synced, bytes / copy_ms.synced / 1e6, copy_ms.streamed,
+                bytes / copy_ms.streamed / 1e6);
 
     if (want("rows")) rows(reps, x, bytes, copy_ms);
     if (want("overhead")) overhead(reps, x);
