@@ -109,7 +109,8 @@ void device_arg_extreme(bool is_max, const Tensor& x0, int64_t dim, bool keepdim
 namespace {
 
 // Index lengths from which an index that varies along `dim` only is added
-// by sorted runs (scatter_sorted): below, a thread per line loops over it.
+// by scanning it per output row (scatter_scan) or by sorted runs
+// (scatter_sorted): below, a thread per line loops over it.
 constexpr int64_t kSortedScatterMin = 64;
 
 // Whether idx's value depends on its `dim` coordinate only.
@@ -146,6 +147,35 @@ void scatter_sorted(const Tensor& out, const Tensor& s, const Tensor& idx, int64
                  total);
 }
 
+// Output rows times index entries up to which scatter_add of such an index
+// scans the index once per output row (print_scatter_add_scan) instead of
+// sorting it: an embedding's backward ([8192] entries into [1000, 512]) took
+// a keys kernel, an argsort (its 2048-entry tiles on 4 blocks, one after
+// another for the merges) and the add; the scan reads 64 KiB of index per
+// row from L2 in one launch.
+constexpr int64_t kScanScatterMaxWork = int64_t{1} << 24;
+
+// scatter_add's scanning form (print_scatter_add_scan): one block per output
+// row and tile of lines.
+void scatter_scan(const Tensor& out, const Tensor& s, const Tensor& idx, int64_t d,
+                  const KilnIndexGeom& geom, long long lines, long long len) {
+  static_assert(kScatterWindow / 4 == 256, "launch_printed's blocks are 256 threads");
+  const int device = out.device().index;
+  const std::string sym =
+      str("kiln_scatter_add_scan_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
+  long long bound = out.shape()[static_cast<size_t>(d)];
+  long long work = bound * ((lines + 255) / 256);
+  ErrorSlot slot = index_error_slot(device, "scatter_add", d, bound);
+  CUdeviceptr po = addr(out), ps = addr(s), pi = addr(idx);
+  int r = static_cast<int>(idx.dim()), dd = static_cast<int>(d);
+  KilnIndexGeom g = geom;
+  std::vector<void*> params = {&po, &ps, &pi,    &slot.record, &slot.tag, &work,
+                               &r,  &dd, &bound, &lines,       &len,      &g};
+  // One 256-thread block per work item (at most 2^16, grid-stride).
+  launch_checked(print_scatter_add_scan(out.dtype(), idx.dtype(), sym), sym, device, params,
+                 work * 256);
+}
+
 }  // namespace
 
 void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src,
@@ -165,8 +195,12 @@ void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const
   fill(g.idx, idx.strides());
   long long len = idx.shape()[static_cast<size_t>(d)];
   long long lines = idx.numel() / len;
-  if (len >= kSortedScatterMin && varies_along_dim_only(idx, d))
+  if (len >= kSortedScatterMin && varies_along_dim_only(idx, d)) {
+    const int64_t bound = out.shape()[static_cast<size_t>(d)];
+    if (bound > 0 && bound * len <= kScanScatterMaxWork)
+      return scatter_scan(out, s, idx, d, g, lines, len);
     return scatter_sorted(out, s, idx, d, g, lines, len);
+  }
   const std::string sym =
       str("kiln_scatter_add_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
   const int device = out.device().index;

@@ -31,6 +31,8 @@ typedef unsigned long long kiln_u64;
 // warps share a row; in warp rows (32 x rows) each warp's own, so the warps
 // of a block wait for no one.
 #define KILN_ROW_SYNC() do { if (blockDim.x > 32) __syncthreads(); else __syncwarp(); } while (0)
+// *p + 1 into *p, the old value returned (p in shared memory).
+KILN_FN int kiln_shared_inc(int* p) { return atomicAdd(p, 1); }
 // n / d where n, d and the quotient are normal and far from the exponent
 // range's ends (kir::normal_divisions): div.rn.f32's fast path alone (the
 // reciprocal, then the same five fma), without its FCHK and the branch to its
@@ -73,6 +75,7 @@ typedef ulong kiln_u64;
 #define __syncthreads() barrier(CLK_LOCAL_MEM_FENCE)
 // Unconditional: a barrier under a branch costs PoCL a copy of the code after it.
 #define KILN_ROW_SYNC() barrier(CLK_LOCAL_MEM_FENCE)
+KILN_FN int kiln_shared_inc(volatile __local int* p) { return atomic_inc(p); }
 #define __int_as_float(x) as_float((int)(x))
 #define __uint_as_float(x) as_float((uint)(x))
 #define __float_as_uint(x) as_uint((float)(x))
@@ -201,6 +204,7 @@ T kiln_shuffle(kiln_u64* s, T v, int off) {
   return r;
 }
 #define __shfl_xor_sync(mask, v, off) kiln_shuffle(kiln_shfl, (v), (off))
+KILN_FN int kiln_shared_inc(int* p) { return std::atomic_ref<int>(*p).fetch_add(1); }
 KILN_FN int atomicCAS(int* p, int expected, int desired) {
   std::atomic_ref<int>(*p).compare_exchange_strong(expected, desired);
   return expected;

@@ -107,6 +107,16 @@ std::string print_scatter_keys(DType index_t, const std::string& symbol);
 /// thread per run of equal indices and line adds the run in ascending k: the
 /// CPU's order, so the same bits, with len * lines threads instead of lines.
 std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& symbol);
+/// print_scatter_add_sorted's case without a sort, for few output rows: one
+/// block per output row v (along `dim`) and tile of lines, which scans the
+/// index for the entries equal to v, kScatterWindow at a time (each window's
+/// matches put in ascending k in shared memory), and adds them in ascending
+/// k: the same bits. Parameters (out, src, idx, err, tag, work = bound *
+/// tiles, rank, dim, bound, lines, len, g); an out-of-range index is reported
+/// by the block of row 0's first tile. Launch with kScatterWindow / 4 threads.
+std::string print_scatter_add_scan(DType t, DType index_t, const std::string& symbol);
+/// The index entries one block of print_scatter_add_scan examines at once.
+constexpr int kScatterWindow = 1024;
 
 /// cumsum (cumprod with `product`) of x of dtype t along contiguous lines:
 /// parameters (out, x, lines, len, reverse); one thread per line, in the CPU

@@ -58,11 +58,17 @@ TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
 }
 
 // An embedding's backward: one row index per entry, broadcast over the
-// columns, long enough for the sorted form (runs of equal indices added in
-// ascending k): the CPU's bits for f32, f16, bf16 and i64, with the index as
-// an expanded view (stride 0), as a dense copy of it, as i32, and along dim 1.
-TEST_F(CudaIndex, ScatterAddOfABroadcastRowIndexMatchesTheCpuBitForBit) {
-  const int64_t rows = 37, n = 700, cols = 19;
+// columns, long enough for the scanning form (few output rows: each row's
+// entries found in the index, added in ascending k) and, with 5000 output
+// rows of 4000 entries, the sorted form (runs of equal indices in ascending
+// k): the CPU's bits for f32, f16, bf16 and i64, with the index as an
+// expanded view (stride 0), as a dense copy of it, as i32, and along dim 1.
+class CudaScatterForms : public testing::CudaTest<7>,
+                         public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
+
+TEST_P(CudaScatterForms, ScatterAddOfABroadcastRowIndexMatchesTheCpuBitForBit) {
+  const auto [rows, n] = GetParam();
+  const int64_t cols = 19;
   const Tensor tokens = randint(0, rows, {n});
   const Tensor src = randn({n, cols}) * 100;
   const Tensor expanded = tokens.reshape({n, 1}).expand({n, cols});
@@ -91,6 +97,29 @@ TEST_F(CudaIndex, ScatterAddOfABroadcastRowIndexMatchesTheCpuBitForBit) {
   index_select(w, 0, tokens).mul(src).sum().backward();
   index_select(wc, 0, tokens.cuda()).mul(src.cuda()).sum().backward();
   expect_equal(wc.grad(), w.grad(), "index_select backward");
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, CudaScatterForms,
+                         ::testing::Values(std::pair<int64_t, int64_t>{37, 700},
+                                           std::pair<int64_t, int64_t>{5000, 4000}));
+
+// The scanning form's windows (cuda::kScatterWindow entries at a time) with
+// every entry matching: one index value 2600 times (three windows, the first
+// two full), interleaved with another, and in descending runs.
+TEST_F(CudaIndex, ScatterAddScanningFullWindowsMatchesTheCpuBitForBit) {
+  const int64_t n = 2600, cols = 5;
+  const Tensor src = randn({n, cols}) * 100, base = randn({4, cols});
+  std::vector<int64_t> alternating(static_cast<size_t>(n)), descending(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    alternating[static_cast<size_t>(k)] = k % 2 ? 3 : 1;
+    descending[static_cast<size_t>(k)] = 3 - k * 4 / n;
+  }
+  for (const Tensor& tok : {full({n}, 2, DType::i64), from_vector<int64_t>(alternating, {n}),
+                            from_vector<int64_t>(descending, {n})}) {
+    const Tensor expanded = tok.reshape({n, 1}).expand({n, cols});
+    expect_equal(scatter_add(base.cuda(), 0, expanded.cuda(), src.cuda()),
+                 scatter_add(base, 0, expanded, src), "windows");
+  }
 }
 
 bool sync_mode() {
@@ -142,7 +171,7 @@ TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrorsAtTheNextSynchronization) {
       [] { cuda::current_stream().synchronize(); },
       "[scatter_add] index 5 is out of bounds for dimension 0 with size 5", "Stream::synchronize");
   std::vector<int64_t> rows(100, 3);
-  rows[60] = 9;  // long enough for the sorted form
+  rows[60] = 9;  // long enough for the scanning form
   const Tensor many = from_vector<int64_t>(rows, {100, 1}).cuda().expand({100, 3});
   expect_reported(
       [&] {
@@ -150,6 +179,18 @@ TEST_F(CudaIndex, OutOfRangeIndicesAreClearErrorsAtTheNextSynchronization) {
       },
       [] { cuda::synchronize(); },
       "[scatter_add] index 9 is out of bounds for dimension 0 with size 5", "cuda::synchronize");
+  // The sorted form: 5000 output rows of 4000 entries.
+  std::vector<int64_t> wide(4000, 7);
+  wide[1234] = -2;
+  const Tensor big = zeros({5000, 2}).cuda();
+  expect_reported(
+      [&] {
+        (void)scatter_add(big, 0, from_vector<int64_t>(wide, {4000, 1}).cuda().expand({4000, 2}),
+                          ones({4000, 2}).cuda());
+      },
+      [] { cuda::synchronize(); },
+      "[scatter_add] index -2 is out of bounds for dimension 0 with size 5000",
+      "cuda::synchronize");
   cuda::Stream side(0);
   cuda::Event done;
   const Tensor bad = from_vector<int64_t>({0, 2, 6}, {3}).cuda();
@@ -203,6 +244,7 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
       source += cuda::print_gather(t, i, str("g_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add(t, i, str("s_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add_sorted(t, i, str("ss_", dtype_name(t), "_", dtype_name(i)));
+      source += cuda::print_scatter_add_scan(t, i, str("sc_", dtype_name(t), "_", dtype_name(i)));
       if (t == DType::f32) source += cuda::print_scatter_keys(i, str("k_", dtype_name(i)));
     }
   source += cuda::print_strided_copy(DType::f32, DType::bf16, "c_f32_bf16");

@@ -443,6 +443,15 @@ void add_scatter(Gen& g) {
                          kiln::str(", 7, (long long)", cols, ", 2, 0, (long long)", rows,
                                    ", (long long)", len, ", KilnIndexGeom{{", len, ", ", cols,
                                    "}, {", cols, ", 0}, {", cols, ", 1}, {", cols, ", 1}}")));
+  // By scanning: a block per output row (6, one tile of lines each), its
+  // entries found in windows through a shared counter, added in ascending k.
+  g.push(g.add("scatter_add by scanning rows",
+               cuda::print_scatter_add_scan(DType::f32, DType::i64, g.symbol()),
+               {output(out, want_sorted, DType::f32), input(src), input(row_idx),
+                output(err, err, DType::i64)},
+               {32, 64}, 2,
+               kiln::str(", 7, (long long)", rows, ", 2, 0, (long long)", rows, ", (long long)",
+                         cols, ", (long long)", len, ", KilnIndexGeom", geom, "1, 0}}")));
   g.push(g.add("scatter_add by sorted runs",
                cuda::print_scatter_add_sorted(DType::f32, DType::i64, g.symbol()),
                {output(out, want_sorted, DType::f32), input(src), input(row_idx),
