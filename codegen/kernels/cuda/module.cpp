@@ -183,19 +183,26 @@ int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_t
   return std::min(threads, max_threads);
 }
 
-bool warp_rows_enabled() {
-  static const bool on = env::get("KILN_CUDA_WARP_ROWS") != "0";
-  return on;
+WarpRows warp_rows_mode() {
+  static const WarpRows mode = [] {
+    const std::string v = env::get("KILN_CUDA_WARP_ROWS");
+    KILN_CHECK(v.empty() || v == "0" || v == "1" || v == "all", "KILN_CUDA_WARP_ROWS=", v,
+               ": expected 0, 1 or all");
+    return v == "0" ? WarpRows::kOff : v == "all" ? WarpRows::kAll : WarpRows::kSizes;
+  }();
+  return mode;
 }
 
 RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
-                   bool warp_rows) {
+                   WarpRows mode) {
   // A block per row runs two reductions' barriers and shared partials per row
   // on 2 warps (rows of 1024 on 64 threads): short rows are then bound by
   // those latencies, not by memory. One warp per row reduces with shuffles
   // alone and keeps twice the rows in flight per SM.
-  if (warp_rows && k.reassoc && !has_column_sums(k) && inner <= kWarpRowsMaxInner &&
-      rows >= kWarpRowsMinRows && max_threads >= 32 && (held <= 0 || inner <= held * 32))
+  const bool sizes =
+      mode == WarpRows::kAll || (mode == WarpRows::kSizes && inner <= kWarpRowsMaxInner &&
+                                 rows >= kWarpRowsMinRows && (held <= 0 || inner <= held * 32));
+  if (sizes && k.reassoc && !has_column_sums(k) && max_threads >= 32)
     return {32, std::min(kWarpRowsPerBlock, max_threads / 32)};
   return {row_threads(k, inner, held, max_threads), 1};
 }

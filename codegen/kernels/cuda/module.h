@@ -121,14 +121,17 @@ constexpr int64_t kWarpRowsMaxInner = 1024;
 constexpr int64_t kWarpRowsMinRows = 2048;
 /// ... run one warp per row, this many rows per block.
 constexpr int64_t kWarpRowsPerBlock = 4;
-/// Whether warp rows are on (KILN_CUDA_WARP_ROWS=0 turns them off; read once).
-bool warp_rows_enabled();
+/// When row kernels run as warp rows: never, for the sizes above (the
+/// default), or at every size (the tests' way to run each row kernel so).
+enum class WarpRows { kOff, kSizes, kAll };
+/// KILN_CUDA_WARP_ROWS: 0, 1 (the default) or "all" (read once; else an error).
+WarpRows warp_rows_mode();
 /// The block launch_kernel gives row kernel `k` over `rows` rows of `inner`
-/// elements: warp rows (32 x up to kWarpRowsPerBlock) where `warp_rows`, the
-/// sizes are in the ranges above, the kernel has no column sums, sums in any
-/// order and, if held, holds the row in one warp; else {row_threads(), 1}.
+/// elements: warp rows (32 x up to kWarpRowsPerBlock) where `mode` allows
+/// the sizes, the kernel has no column sums, sums in any order and, if held,
+/// holds the row in one warp; else {row_threads(), 1}.
 RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
-                   bool warp_rows = warp_rows_enabled());
+                   WarpRows mode = warp_rows_mode());
 /// The most threads a block of `fn` can have on its device, in whole warps: a
 /// GPU gives a kernel with many registers per thread fewer than 1024 (a held
 /// row kernel at 158 registers on an H100: a 512-thread launch failed with

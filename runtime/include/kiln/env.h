@@ -66,7 +66,8 @@ inline constexpr EnvVar kRegistry[] = {
      "the device's libm instead of kiln's expansions (bit-equal to the CPU; the default)"},
     {"KILN_CUDA_WARP_ROWS", "1",
      "0 runs every CUDA row kernel (softmax, layer_norm, ...) one block per row; by default "
-     "many short rows (at least 2048 of at most 1024 elements) run one warp per row"},
+     "many short rows (at least 2048 of at most 1024 elements) run one warp per row; all: "
+     "every row kernel that can (a test mode)"},
     {"KILN_CUDA_ROW_HELD", "0",
      "N > 0: CUDA row kernels (softmax, layer_norm, ...) hold rows of at most N x 512 elements "
      "in registers, N per thread, on a block fitted to the row, instead of streaming each "

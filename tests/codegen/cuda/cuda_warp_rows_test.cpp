@@ -102,25 +102,31 @@ TEST(CudaWarpRows, EqualA32ThreadBlockPerRowAndTheInterpreter) {
 
 // The rule: many rows of at most kWarpRowsMaxInner elements take warp rows;
 // few rows, long rows, index-order sums, column sums, rows longer than a held
-// warp and KILN_CUDA_WARP_ROWS=0 keep a block per row.
+// warp and KILN_CUDA_WARP_ROWS=0 keep a block per row; "all" takes any size.
 TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
   const kir::Kernel k = testing::softmax_kernel(DType::f32);
   auto is = [](RowBlock b, int64_t x, int64_t y) { return b.x == x && b.y == y; };
-  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 1024, true), 32, kWarpRowsPerBlock));
-  EXPECT_TRUE(is(row_block(k, kWarpRowsMinRows, kWarpRowsMaxInner, 0, 1024, true), 32, 4));
-  EXPECT_TRUE(is(row_block(k, 65536, 1, 0, 1024, true), 32, 4));
-  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 64, true), 32, 2));  // capped by registers
-  EXPECT_TRUE(is(row_block(k, kWarpRowsMinRows - 1, 256, 0, 1024, true), 64, 1));
-  EXPECT_TRUE(is(row_block(k, 65536, kWarpRowsMaxInner + 1, 0, 1024, true), 64, 1));
-  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 1024, false), 64, 1));
-  EXPECT_TRUE(is(row_block(k, 65536, 64, 2, 1024, true), 32, 4));   // held in one warp
-  EXPECT_TRUE(is(row_block(k, 65536, 100, 2, 1024, true), 64, 1));  // held in two
+  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 1024, WarpRows::kSizes), 32, kWarpRowsPerBlock));
+  EXPECT_TRUE(
+      is(row_block(k, kWarpRowsMinRows, kWarpRowsMaxInner, 0, 1024, WarpRows::kSizes), 32, 4));
+  EXPECT_TRUE(is(row_block(k, 65536, 1, 0, 1024, WarpRows::kSizes), 32, 4));
+  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 64, WarpRows::kSizes), 32, 2));  // capped by registers
+  EXPECT_TRUE(is(row_block(k, kWarpRowsMinRows - 1, 256, 0, 1024, WarpRows::kSizes), 64, 1));
+  EXPECT_TRUE(is(row_block(k, 65536, kWarpRowsMaxInner + 1, 0, 1024, WarpRows::kSizes), 64, 1));
+  EXPECT_TRUE(is(row_block(k, 65536, 256, 0, 1024, WarpRows::kOff), 64, 1));
+  EXPECT_TRUE(is(row_block(k, 65536, 64, 2, 1024, WarpRows::kSizes), 32, 4));   // held in one warp
+  EXPECT_TRUE(is(row_block(k, 65536, 100, 2, 1024, WarpRows::kSizes), 64, 1));  // held in two
   kir::Kernel ordered = k;
   ordered.reassoc = false;
-  EXPECT_TRUE(is(row_block(ordered, 65536, 256, 0, 1024, true), 1, 1));
+  EXPECT_TRUE(is(row_block(ordered, 65536, 256, 0, 1024, WarpRows::kSizes), 1, 1));
   kir::Kernel summed = k;
   summed.stores[0].accumulate = true;
-  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, true), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kSizes), 64, 1));
+  // "all": every size, still not for index-order sums or column sums.
+  EXPECT_TRUE(is(row_block(k, 3, 5000, 0, 1024, WarpRows::kAll), 32, 4));
+  EXPECT_TRUE(is(row_block(k, 3, 100, 2, 1024, WarpRows::kAll), 32, 4));
+  EXPECT_TRUE(is(row_block(ordered, 3, 100, 0, 1024, WarpRows::kAll), 1, 1));
+  EXPECT_TRUE(is(row_block(summed, 3, 100, 0, 1024, WarpRows::kAll), 64, 1));
 }
 
 // Through launch_kernel (eager ops and compiled plans): softmax, log_softmax
@@ -129,7 +135,7 @@ TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
 // kernel on one 32-thread block per row bit for bit.
 TEST(CudaWarpRows, EagerAndCompiledRowsEqualTheCpu) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
-  if (!warp_rows_enabled()) GTEST_SKIP() << "KILN_CUDA_WARP_ROWS=0";
+  if (warp_rows_mode() == WarpRows::kOff) GTEST_SKIP() << "KILN_CUDA_WARP_ROWS=0";
   set_device(0);
   manual_seed(5);
   const int64_t rows = kWarpRowsMinRows + 3, inner = 40;
