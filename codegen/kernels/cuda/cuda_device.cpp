@@ -42,6 +42,10 @@ namespace {
 class Kernels {
  public:
   CUfunction get(int device, const std::string& source, const std::string& symbol) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++printed_;  // the caller printed `source` to look it up
+    }
     std::lock_guard<std::mutex> lock(compile_mu_);  // one compile per source
     if (CUfunction fn = find(device, source)) return fn;
     const std::vector<char> image =
@@ -65,11 +69,10 @@ class Kernels {
     }
     const CUfunction fn = get(device, print(), symbol);
     std::lock_guard<std::mutex> lock(mu_);
-    ++printed_;
     keyed_.emplace(k, fn);
     return fn;
   }
-  /// Sources get_keyed has printed so far.
+  /// Sources printed to be looked up so far (get's calls: get_keyed's first per key).
   int64_t printed() {
     std::lock_guard<std::mutex> lock(mu_);
     return printed_;

@@ -34,13 +34,13 @@ void fill(long long* a, const Dims& v) {
   for (size_t d = 0; d < v.size(); ++d) a[d] = v[d];
 }
 
-// Launches `sym` of `source` over `count` items with `params` (the error
-// record and tag are the 4th and 5th). No host read: a bad index is found at
-// the host's next synchronization (device_errors.h), or right away with
-// KILN_CUDA_SYNC=1 (which synchronizes after every launch anyway).
-void launch_checked(const std::string& source, const std::string& sym, int device,
+// Launches `sym` (printed by `print` the first time) over `count` items with
+// `params` (the error record and tag are the 4th and 5th). No host read: a
+// bad index is found at the host's next synchronization (device_errors.h), or
+// right away with KILN_CUDA_SYNC=1 (which synchronizes after every launch anyway).
+void launch_checked(const std::function<std::string()>& print, const std::string& sym, int device,
                     std::vector<void*>& params, long long count) {
-  launch_printed(source, sym, device, count, params);
+  launch_printed(print, sym, device, count, params);
   static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
   if (sync) check_device_errors(device, kAtLaunch);
 }
@@ -67,7 +67,8 @@ void gather_impl(const Tensor& x0, int64_t dim, const Tensor& index, const Dims&
   CUdeviceptr po = addr(out), px = addr(x), pi = addr(index);
   int r = rank, d = static_cast<int>(dim);
   std::vector<void*> params = {&po, &px, &pi, &slot.record, &slot.tag, &n, &r, &d, &bound, &g};
-  launch_checked(print_gather(x.dtype(), index.dtype(), sym), sym, device, params, n);
+  launch_checked([&] { return print_gather(x.dtype(), index.dtype(), sym); }, sym, device, params,
+                 n);
 }
 
 }  // namespace
@@ -132,7 +133,7 @@ void scatter_sorted(const Tensor& out, const Tensor& s, const Tensor& idx, int64
   long long stride = idx.stride(d), n = len;
   std::vector<void*> kp = {&pk, &pi, &stride, &n};
   const std::string ksym = str("kiln_scatter_keys_", dtype_name(idx.dtype()));
-  launch_printed(print_scatter_keys(idx.dtype(), ksym), ksym, device, len, kp);
+  launch_printed([&] { return print_scatter_keys(idx.dtype(), ksym); }, ksym, device, len, kp);
   const Tensor perm = argsort(keys);
   const std::string sym =
       str("kiln_scatter_add_sorted_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
@@ -143,8 +144,8 @@ void scatter_sorted(const Tensor& out, const Tensor& s, const Tensor& idx, int64
   KilnIndexGeom g = geom;
   std::vector<void*> params = {&po, &ps,    &pi, &slot.record, &slot.tag, &total, &r,
                                &dd, &bound, &pp, &lines,       &len,      &g};
-  launch_checked(print_scatter_add_sorted(out.dtype(), idx.dtype(), sym), sym, device, params,
-                 total);
+  launch_checked([&] { return print_scatter_add_sorted(out.dtype(), idx.dtype(), sym); }, sym,
+                 device, params, total);
 }
 
 // Output rows times index entries up to which scatter_add of such an index
@@ -172,8 +173,8 @@ void scatter_scan(const Tensor& out, const Tensor& s, const Tensor& idx, int64_t
   std::vector<void*> params = {&po, &ps, &pi,    &slot.record, &slot.tag, &work,
                                &r,  &dd, &bound, &lines,       &len,      &g};
   // One 256-thread block per work item (at most 2^16, grid-stride).
-  launch_checked(print_scatter_add_scan(out.dtype(), idx.dtype(), sym), sym, device, params,
-                 work * 256);
+  launch_checked([&] { return print_scatter_add_scan(out.dtype(), idx.dtype(), sym); }, sym, device,
+                 params, work * 256);
 }
 
 }  // namespace
@@ -210,7 +211,8 @@ void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const
   int r = rank, dd = static_cast<int>(d);
   std::vector<void*> params = {&po, &ps, &pi,    &slot.record, &slot.tag, &lines,
                                &r,  &dd, &bound, &len,         &g};
-  launch_checked(print_scatter_add(out.dtype(), idx.dtype(), sym), sym, device, params, lines);
+  launch_checked([&] { return print_scatter_add(out.dtype(), idx.dtype(), sym); }, sym, device,
+                 params, lines);
 }
 
 }  // namespace kiln::cuda

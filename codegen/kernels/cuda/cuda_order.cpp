@@ -51,9 +51,10 @@ int64_t wrap(int64_t dim, int64_t rank, const char* op) {
 
 }  // namespace
 
-void launch_printed(const std::string& source, const std::string& sym, int device, long long count,
-                    std::vector<void*>& params) {
-  const CUfunction fn = cached_kernel(device, source, sym);
+void launch_printed(const std::function<std::string()>& print, const std::string& sym, int device,
+                    long long count, std::vector<void*>& params) {
+  const CUfunction fn =
+      cached_kernel(device, str(sym, " narrow ", narrow_index_limit()), sym, print);
   const long long blocks = std::clamp<long long>((count + 255) / 256, 1, 1 << 16);
   check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0,
                                 current_cu_stream(device), params.data(), nullptr),
@@ -72,7 +73,8 @@ void device_scan(bool product, const Tensor& x, const Attrs& attrs, const Tensor
   int reverse = attrs.has("reverse") && attrs.b("reverse") ? 1 : 0;
   CUdeviceptr po = addr(res), px = addr(in);
   std::vector<void*> params = {&po, &px, &lines, &len, &reverse};
-  launch_printed(print_scan(product, x.dtype(), sym), sym, out.device().index, lines, params);
+  launch_printed([&] { return print_scan(product, x.dtype(), sym); }, sym, out.device().index,
+                 lines, params);
   write_back(res, d, out);
 }
 
@@ -103,12 +105,13 @@ void device_argsort(const Tensor& x, const Attrs& attrs, const Tensor& out) {
               pi = gi.defined() ? addr(gi) : 0;
   long long stage = 0;
   std::vector<void*> params = {&po, &px, &pv, &pi, &lines, &len, &k, &width, &stage, &desc};
-  const std::string block_source = print_argsort(x.dtype(), sym);
+  auto block_source = [&] { return print_argsort(x.dtype(), sym); };
   launch_printed(block_source, sym, device, tiles * 256, params);
   for (long long kk = 2 * tile; kk <= width; kk *= 2) {
     for (long long j = kk / 2; j >= tile; j /= 2) {
       std::vector<void*> sp = {&pv, &pi, &lines, &len, &width, &kk, &j, &desc};
-      launch_printed(print_argsort_step(x.dtype(), step), step, device, lines * (width / 2), sp);
+      launch_printed([&] { return print_argsort_step(x.dtype(), step); }, step, device,
+                     lines * (width / 2), sp);
     }
     stage = kk;
     launch_printed(block_source, sym, device, tiles * 256, params);

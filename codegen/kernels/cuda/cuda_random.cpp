@@ -68,8 +68,9 @@ void device_random(bool normal, const Attrs& attrs, const Tensor& out) {
   const int device = out.device().index;
   const std::string sym =
       str("kiln_draw_", normal ? "normal_" : "uniform_", dtype_name(out.dtype()));
-  const CUfunction fn = cached_kernel(
-      device, str(rng::random_rule_source(), "\n", print_random(normal, out.dtype(), sym)), sym);
+  const CUfunction fn = cached_kernel(device, sym, sym, [&] {
+    return str(rng::random_rule_source(), "\n", print_random(normal, out.dtype(), sym));
+  });
   CUdeviceptr p = reinterpret_cast<CUdeviceptr>(out.data_ptr());
   long long n = out.numel();
   unsigned long long seed = static_cast<uint64_t>(attrs.i("seed")), off = offset;

@@ -60,8 +60,8 @@ void device_multinomial(const Tensor& probs0, const Tensor& u0, const Attrs& att
   CUdeviceptr ps = addr(status), pc = addr(sums), pl = addr(last), pp = addr(probs), pu = addr(u);
   const std::string rows_sym = str("kiln_multinomial_rows_", repl ? "repl_" : "", dt);
   std::vector<void*> row_params = {&ps, &pc, &pl, &pp, &rows, &len, &n};
-  launch_printed(print_multinomial_rows(probs.dtype(), repl, rows_sym), rows_sym, device, rows,
-                 row_params);
+  launch_printed([&] { return print_multinomial_rows(probs.dtype(), repl, rows_sym); }, rows_sym,
+                 device, rows, row_params);
   const int64_t worst = kiln::amax(status).to_vector<int64_t>()[0];
   if (worst > 0) raise_cpu_error(probs, u, attrs, rows - worst);
   CUdeviceptr po = addr(out);
@@ -69,14 +69,15 @@ void device_multinomial(const Tensor& probs0, const Tensor& u0, const Attrs& att
     long long count = rows * n;
     const std::string sym = "kiln_multinomial_draw";
     std::vector<void*> params = {&po, &pc, &pl, &pu, &count, &len, &n};
-    launch_printed(print_multinomial_draw(sym), sym, device, count, params);
+    launch_printed([&] { return print_multinomial_draw(sym); }, sym, device, count, params);
     return;
   }
   long long count = rows * len;
   const std::string sym = str("kiln_race_keys_", dt);
   std::vector<void*> key_params = {&pc, &pu, &pp, &count};
-  launch_printed(str(ops::race_log_source(), "\n", print_race_keys(probs.dtype(), sym)), sym,
-                 device, count, key_params);
+  launch_printed(
+      [&] { return str(ops::race_log_source(), "\n", print_race_keys(probs.dtype(), sym)); }, sym,
+      device, count, key_params);
   device_argsort(sums, Attrs().set("dim", int64_t{-1}).set("descending", true).set("k", n), out);
 }
 

@@ -43,14 +43,17 @@ CUfunction cached_kernel(int device, const std::string& source, const std::strin
 /// fixes the text) and printed by `print` only the first time.
 CUfunction cached_kernel(int device, const std::string& key, const std::string& symbol,
                          const std::function<std::string()>& print);
-/// Sources the keyed cached_kernel (and eager ops' launches) printed so far.
+/// Kernel sources printed to be looked up so far: every cached_kernel by
+/// source, the keyed one's first call per key.
 int64_t printed_kernel_sources();
 
-/// Launches `symbol` of `source` (cached_kernel) on the current stream of
-/// `device` with `params`: blocks of 256 threads for `count` work items, at
-/// most 2^16 blocks (the printed kernels are grid-stride loops).
-void launch_printed(const std::string& source, const std::string& symbol, int device,
-                    long long count, std::vector<void*>& params);
+/// Launches `symbol` (cached_kernel, keyed by the symbol and
+/// narrow_index_limit(): its text is `print()`'s, printed the first time
+/// only) on the current stream of `device` with `params`: blocks of 256
+/// threads for `count` work items, at most 2^16 blocks (the printed kernels
+/// are grid-stride loops).
+void launch_printed(const std::function<std::string()>& print, const std::string& symbol,
+                    int device, long long count, std::vector<void*>& params);
 
 /// Compiled graphs' kernels built in batches (one program per batch) so far.
 struct GraphProgramStats {

@@ -34,6 +34,30 @@ TEST_F(CudaOps, EagerOpsPrintTheirKernelOnce) {
   EXPECT_GT(cuda::printed_kernel_sources(), printed) << "a new limit prints anew";
 }
 
+// Likewise indexing (both scatter_add forms), scans, sorts, draws and
+// multinomial: their kernels are printed at their first call only.
+TEST_F(CudaOps, IndexScanSortAndRandomKernelsArePrintedOnce) {
+  const Tensor x = randn({40, 3}).cuda(), tokens = randint(0, 5, {100}).cuda();
+  const Tensor probs = rand({4, 6}).cuda(), many = randint(0, 5000, {4000}).cuda();
+  const Tensor src = randn({100, 3}).cuda(), wide = randn({4000, 1}).cuda();
+  auto ops = [&] {
+    std::vector<Tensor> r = {
+        index_select(x, 0, tokens),
+        scatter_add(zeros({5, 3}).cuda(), 0, tokens.reshape({100, 1}).expand({100, 3}), src),
+        scatter_add(zeros({5000, 1}).cuda(), 0, many.reshape({4000, 1}), wide),
+        cumsum(x, 0),
+        argsort(x.reshape({120}), 0),
+        rand_like(x),
+        multinomial(probs, 3, true),
+        multinomial(probs, 3, false)};
+    return r;
+  };
+  (void)ops();
+  const int64_t printed = cuda::printed_kernel_sources();
+  (void)ops();
+  EXPECT_EQ(cuda::printed_kernel_sources(), printed) << "printed again";
+}
+
 TEST_F(CudaOps, ArgmaxAndArgminMatchTheCpu) {
   Tensor x = (randn({4, 6, 5}) * 2).to(DType::i32).to(DType::f32);  // ties
   {
