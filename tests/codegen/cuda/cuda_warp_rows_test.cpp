@@ -80,21 +80,7 @@ TEST(CudaWarpRows, EqualA32ThreadBlockPerRowAndTheInterpreter) {
                               str(what, ", ", blocks, " blocks of 32 x ", per_block));
           ++launches;
         }
-      for (size_t a = 0; a < k.args.size(); ++a) {
-        if (!k.args[a].is_output) continue;
-        int bad = 0;
-        for (int64_t e = 0; e < ref[a].numel && bad < 3; ++e) {
-          const double want = ref[a].get(e), have = block_rows[a].get(e);
-          bool same = (std::isnan(want) && std::isnan(have)) || want == have;
-          if (!same && !kernels[i].exact) {
-            const double tol = k.args[a].dtype == DType::f16 ? 2e-3 : 2e-5;
-            same = std::abs(want - have) <= tol * (1 + std::abs(want));
-          }
-          if (!same && ++bad)
-            ADD_FAILURE() << what << " arg " << a << " element " << e << ": GPU " << have
-                          << ", interpreter " << want;
-        }
-      }
+      testing::expect_like_interpreter(k, block_rows, ref, kernels[i].exact, what);
     }
   }
   EXPECT_GE(launches, 74);
