@@ -198,7 +198,7 @@ void device_scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const
   long long lines = idx.numel() / len;
   if (len >= kSortedScatterMin && varies_along_dim_only(idx, d)) {
     const int64_t bound = out.shape()[static_cast<size_t>(d)];
-    if (bound > 0 && bound * len <= kScanScatterMaxWork)
+    if (bound > 0 && bound <= kScanScatterMaxWork / len)  // no overflow
       return scatter_scan(out, s, idx, d, g, lines, len);
     return scatter_sorted(out, s, idx, d, g, lines, len);
   }
