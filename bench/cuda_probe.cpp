@@ -3,10 +3,12 @@
 // bandwidth of a printed copy kernel and of cuMemcpyDtoD, and printed GELU
 // (tanh form) over 16M f32 against that bandwidth, with its print variants
 // (libm, elements per thread, float4, 32-bit indices, without KILN_ISSUE), and
-// the row kernels' sweeps, warp rows against a block per row. Kernels come
+// the row kernels' sweeps, warp rows against a block per row, a row kernel
+// with a column sum at other parts and block sizes. Kernels come
 // from the kernel IR through the GPU printer and NVRTC, exactly as compiled
 // graphs will.
-//   cuda_probe [--n N] [--reps R] [--only warp_rows]
+//   cuda_probe [--n N] [--reps R] [--only warp_rows]   (warp_rows: that and the
+//                                                     column-sum row kernel lines)
 //   cuda_probe --dump DIR   (no GPU: the kernels' source and sm_90 cubin, for
 //                            cuobjdump -sass)
 // Times are medians of R launches measured with CUDA events.
@@ -495,6 +497,75 @@ void row_kernels(const kir::Kernel& softmax, int64_t n, int reps, double t_memcp
   }
 }
 
+// A row kernel with a column sum, layer_norm's backward in miniature: y = (x -
+// mean(x)) * w per row and the column sums of y, per part of rows into f64
+// partials (gpu_printer.h). Its blocks are the parts (column_parts: 1024 at
+// most), so the block's threads decide how full the GPU is.
+kir::Kernel row_column_kernel(int64_t inner) {
+  kir::Kernel k;
+  k.name = "row_columns";
+  k.rank = 2;
+  k.args = {{DType::f32, false, {true, true}},
+            {DType::f32, false, {false, true}},
+            {DType::f32, true, {true, true}},
+            {DType::f64, true, {false, true}}};
+  const DType f = DType::f32;
+  auto push = [&](kir::Expr e) {
+    k.exprs.push_back(e);
+    return static_cast<int>(k.exprs.size()) - 1;
+  };
+  const int x = push(kir::Expr::load(0, f)), w = push(kir::Expr::load(1, f));
+  k.reductions.push_back({OpId::sum, x, 0, f});
+  kir::Expr red;
+  red.kind = kir::ExprKind::kReduced;
+  red.arg = 0;
+  red.dtype = f;
+  const int mean = push(kir::Expr::make_op(
+      OpId::mul, f, push(red), push(kir::Expr::constant(1.0 / static_cast<double>(inner), f))));
+  const int y =
+      push(kir::Expr::make_op(OpId::mul, f, push(kir::Expr::make_op(OpId::sub, f, x, mean)), w));
+  k.stores = {{2, y}, {3, push(kir::Expr::make_op(OpId::cast, DType::f64, y)), true}};
+  return k;
+}
+
+// The row kernel with a column sum over [8192, 512] (the transformer's
+// layer_norm rows) and [16384, 1024], kernel only (the combine after it not
+// timed): parts (the default, 2x, 4x) by threads per block (64, 128, 256),
+// as GB/s of x and y. The default launch is column_parts() on row_threads().
+void column_row_lines(int64_t n, int reps, const DeviceBuffer& in, const DeviceBuffer& out,
+                      const DeviceBuffer& ones) {
+  const int64_t shapes[2][2] = {{8192, 512}, {16384, 1024}};
+  for (const auto& shape : shapes) {
+    const int64_t inner = shape[1], rows = std::min(shape[0], n / inner);  // fewer for a small n
+    if (rows < 8) continue;
+    const kir::Kernel k = row_column_kernel(inner);
+    const std::vector<char> image =
+        compile_for_device(device_prelude() + print_kernel(k, "krc"), "probe_row_columns.cu", 0);
+    Module mod(image.data());
+    const CUfunction fn = mod.function("krc");
+    const int64_t base = column_parts(rows, inner);
+    DeviceBuffer partial(static_cast<size_t>(4 * base * inner) * 8);
+    std::printf("row kernel + column sum [%lld, %lld] (default: %lld parts, %lld threads):",
+                static_cast<long long>(rows), static_cast<long long>(inner),
+                static_cast<long long>(base), static_cast<long long>(row_threads(k, inner)));
+    for (const int64_t parts : {base, 2 * base, 4 * base})
+      for (const unsigned threads : {64u, 128u, 256u}) {
+        CUdeviceptr p[4] = {in.get(), ones.get(), out.get(), partial.get()};
+        long long n = rows, s0 = rows, s1 = inner, np = parts;
+        void* params[] = {&p[0], &p[1], &p[2], &p[3], &n, &s0, &s1, &np};
+        const double ms = median_ms(reps, [&] {
+          check(
+              driver().cuLaunchKernel(fn, static_cast<unsigned>(std::min<int64_t>(parts, 1 << 16)),
+                                      1, 1, threads, 1, 1, 0, nullptr, params, nullptr),
+              "cuLaunchKernel");
+        });
+        std::printf(" | %lld x %u: %.0f GB/s", static_cast<long long>(parts), threads,
+                    2.0 * static_cast<double>(rows * inner) * 4 / ms / 1e6);
+      }
+    std::printf("\n");
+  }
+}
+
 // Warp rows (module.h's row_block) against a block per row, on softmax and
 // layer_norm over n f32 in rows of 64 to 1024 (the transformer's attention
 // rows are 256, its layer_norm rows 512): the default kernel launched on a
@@ -671,6 +742,7 @@ int main(int argc, char** argv) {
       std::fill(v.begin(), v.end(), 0.0f);
       zeros.upload(v.data(), v.size() * 4);
       warp_row_lines(softmax, n, reps, t_memcpy, in, out, ones, zeros);
+      column_row_lines(n, reps, in, out, ones);
     }
     if (only_warp_rows) return 0;
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
