@@ -43,28 +43,43 @@ kir::Kernel copy_kernel() {
   return k;
 }
 
+// The probe's kernels written as kernel IR by hand (f32 unless said):
+// expressions appended to `k`, each call returning the new one's index.
+struct Ir {
+  kir::Kernel& k;
+  int push(kir::Expr e) {
+    k.exprs.push_back(e);
+    return static_cast<int>(k.exprs.size()) - 1;
+  }
+  int load(int arg) { return push(kir::Expr::load(arg, k.args[static_cast<size_t>(arg)].dtype)); }
+  int cnst(double v) { return push(kir::Expr::constant(v, DType::f32)); }
+  int op(OpId o, int a, int b = -1, DType t = DType::f32) {
+    return push(kir::Expr::make_op(o, t, a, b));
+  }
+  // Reduction `o` of expression x in phase `phase`, read back as an expression.
+  int reduce(OpId o, int x, int phase) {
+    k.reductions.push_back({o, x, phase, DType::f32});
+    kir::Expr e;
+    e.kind = kir::ExprKind::kReduced;
+    e.arg = static_cast<int>(k.reductions.size()) - 1;
+    e.dtype = DType::f32;
+    return push(e);
+  }
+};
+
 // gelu(x) = 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3))), PyTorch's tanh form.
 kir::Kernel gelu_kernel() {
   kir::Kernel k;
   k.name = "gelu";
   k.args = {{DType::f32, false, {true}}, {DType::f32, true, {true}}};
-  auto push = [&](kir::Expr e) {
-    k.exprs.push_back(e);
-    return static_cast<int>(k.exprs.size()) - 1;
-  };
-  const DType f = DType::f32;
-  const int x = push(kir::Expr::load(0, f));
-  const int x3 =
-      push(kir::Expr::make_op(OpId::mul, f, x, push(kir::Expr::make_op(OpId::mul, f, x, x))));
-  const int inner = push(kir::Expr::make_op(
-      OpId::add, f, x,
-      push(kir::Expr::make_op(OpId::mul, f, x3, push(kir::Expr::constant(0.044715, f))))));
-  const int t = push(kir::Expr::make_op(
-      OpId::tanh, f,
-      push(kir::Expr::make_op(OpId::mul, f, inner, push(kir::Expr::constant(0.7978845608, f))))));
-  const int one_t = push(kir::Expr::make_op(OpId::add, f, t, push(kir::Expr::constant(1.0, f))));
-  const int hx = push(kir::Expr::make_op(OpId::mul, f, x, push(kir::Expr::constant(0.5, f))));
-  k.stores = {{1, push(kir::Expr::make_op(OpId::mul, f, hx, one_t))}};
+  Ir b{k};
+  const int x = b.load(0);
+  const int x3 = b.op(OpId::mul, x, b.op(OpId::mul, x, x));
+  const int inner = b.op(OpId::add, x, b.op(OpId::mul, x3, b.cnst(0.044715)));
+  const int t = b.op(OpId::tanh, b.op(OpId::mul, inner, b.cnst(0.7978845608)));
+  const int one_t = b.op(OpId::add, t, b.cnst(1.0));
+  const int hx = b.op(OpId::mul, x, b.cnst(0.5));
+  k.stores = {{1, b.op(OpId::mul, hx, one_t)}};
   return k;
 }
 
@@ -75,27 +90,12 @@ kir::Kernel softmax_kernel(bool log = false) {
   k.name = log ? "log_softmax" : "softmax";
   k.rank = 2;
   k.args = {{DType::f32, false, {true, true}}, {DType::f32, true, {true, true}}};
-  const DType f = DType::f32;
-  auto push = [&](kir::Expr e) {
-    k.exprs.push_back(e);
-    return static_cast<int>(k.exprs.size()) - 1;
-  };
-  auto reduce = [&](OpId op, int x, int phase) {
-    k.reductions.push_back({op, x, phase, f});
-    kir::Expr e;
-    e.kind = kir::ExprKind::kReduced;
-    e.arg = static_cast<int>(k.reductions.size()) - 1;
-    e.dtype = f;
-    return push(e);
-  };
-  const int x = push(kir::Expr::load(0, f));
-  const int m = reduce(OpId::max, x, 0);
-  const int d = push(kir::Expr::make_op(OpId::sub, f, x, m));
-  const int e = push(kir::Expr::make_op(OpId::exp, f, d));
-  const int s = reduce(OpId::sum, e, 1);
-  k.stores = {
-      {1, log ? push(kir::Expr::make_op(OpId::sub, f, d, push(kir::Expr::make_op(OpId::log, f, s))))
-              : push(kir::Expr::make_op(OpId::div, f, e, s))}};
+  Ir b{k};
+  const int x = b.load(0);
+  const int d = b.op(OpId::sub, x, b.reduce(OpId::max, x, 0));
+  const int e = b.op(OpId::exp, d);
+  const int s = b.reduce(OpId::sum, e, 1);
+  k.stores = {{1, log ? b.op(OpId::sub, d, b.op(OpId::log, s)) : b.op(OpId::div, e, s)}};
   return k;
 }
 
@@ -109,29 +109,13 @@ kir::Kernel layer_norm_kernel(int64_t inner) {
             {DType::f32, false, {false, true}},
             {DType::f32, false, {false, true}},
             {DType::f32, true, {true, true}}};
-  const DType f = DType::f32;
-  auto push = [&](kir::Expr e) {
-    k.exprs.push_back(e);
-    return static_cast<int>(k.exprs.size()) - 1;
-  };
-  auto op = [&](OpId o, int a, int b) { return push(kir::Expr::make_op(o, f, a, b)); };
-  auto reduce = [&](int x, int phase) {
-    k.reductions.push_back({OpId::sum, x, phase, f});
-    kir::Expr e;
-    e.kind = kir::ExprKind::kReduced;
-    e.arg = static_cast<int>(k.reductions.size()) - 1;
-    e.dtype = f;
-    return push(e);
-  };
-  const int x = push(kir::Expr::load(0, f));
-  const int w = push(kir::Expr::load(1, f)), b = push(kir::Expr::load(2, f));
-  const int n = push(kir::Expr::constant(static_cast<double>(inner), f));
-  const int mean = op(OpId::div, reduce(x, 0), n);
-  const int d = op(OpId::sub, x, mean);
-  const int var = op(OpId::div, reduce(op(OpId::mul, d, d), 1), n);
-  const int r = push(
-      kir::Expr::make_op(OpId::rsqrt, f, op(OpId::add, var, push(kir::Expr::constant(1e-5, f)))));
-  k.stores = {{3, op(OpId::add, op(OpId::mul, op(OpId::mul, d, r), w), b)}};
+  Ir b{k};
+  const int x = b.load(0), w = b.load(1), bias = b.load(2);
+  const int n = b.cnst(static_cast<double>(inner));
+  const int d = b.op(OpId::sub, x, b.op(OpId::div, b.reduce(OpId::sum, x, 0), n));
+  const int var = b.op(OpId::div, b.reduce(OpId::sum, b.op(OpId::mul, d, d), 1), n);
+  const int r = b.op(OpId::rsqrt, b.op(OpId::add, var, b.cnst(1e-5)));
+  k.stores = {{3, b.op(OpId::add, b.op(OpId::mul, b.op(OpId::mul, d, r), w), bias)}};
   return k;
 }
 
@@ -509,22 +493,12 @@ kir::Kernel row_column_kernel(int64_t inner) {
             {DType::f32, false, {false, true}},
             {DType::f32, true, {true, true}},
             {DType::f64, true, {false, true}}};
-  const DType f = DType::f32;
-  auto push = [&](kir::Expr e) {
-    k.exprs.push_back(e);
-    return static_cast<int>(k.exprs.size()) - 1;
-  };
-  const int x = push(kir::Expr::load(0, f)), w = push(kir::Expr::load(1, f));
-  k.reductions.push_back({OpId::sum, x, 0, f});
-  kir::Expr red;
-  red.kind = kir::ExprKind::kReduced;
-  red.arg = 0;
-  red.dtype = f;
-  const int mean = push(kir::Expr::make_op(
-      OpId::mul, f, push(red), push(kir::Expr::constant(1.0 / static_cast<double>(inner), f))));
-  const int y =
-      push(kir::Expr::make_op(OpId::mul, f, push(kir::Expr::make_op(OpId::sub, f, x, mean)), w));
-  k.stores = {{2, y}, {3, push(kir::Expr::make_op(OpId::cast, DType::f64, y)), true}};
+  Ir b{k};
+  const int x = b.load(0), w = b.load(1);
+  const int mean =
+      b.op(OpId::mul, b.reduce(OpId::sum, x, 0), b.cnst(1.0 / static_cast<double>(inner)));
+  const int y = b.op(OpId::mul, b.op(OpId::sub, x, mean), w);
+  k.stores = {{2, y}, {3, b.op(OpId::cast, y, -1, DType::f64), true}};
   return k;
 }
 
