@@ -42,26 +42,38 @@ double once_ms(const std::function<void()>& f, bool host = false) {
   return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
-// Medians of `reps` paired rounds of a and b (alternating which runs first).
-std::pair<double, double> paired(int reps, const std::function<void()>& a,
-                                 const std::function<void()>& b, bool host = false) {
-  for (int w = 0; w < 3; ++w) {
-    once_ms(a, host);
-    once_ms(b, host);
+// How one round of a workload is timed (ms).
+using Timer = std::function<double(const std::function<void()>&)>;
+
+// Medians of `reps` paired rounds of a and b timed by `time` (alternating
+// which runs first), after `warmups` untimed rounds of each.
+std::pair<double, double> paired_by(int reps, const Timer& time, int warmups,
+                                    const std::function<void()>& a,
+                                    const std::function<void()>& b) {
+  for (int w = 0; w < warmups; ++w) {
+    time(a);
+    time(b);
   }
   std::vector<double> ta, tb;
   for (int r = 0; r < reps; ++r) {
     if (r % 2) {
-      ta.push_back(once_ms(a, host));
-      tb.push_back(once_ms(b, host));
+      ta.push_back(time(a));
+      tb.push_back(time(b));
     } else {
-      tb.push_back(once_ms(b, host));
-      ta.push_back(once_ms(a, host));
+      tb.push_back(time(b));
+      ta.push_back(time(a));
     }
   }
   std::sort(ta.begin(), ta.end());
   std::sort(tb.begin(), tb.end());
   return {ta[ta.size() / 2], tb[tb.size() / 2]};
+}
+
+// Medians of `reps` paired rounds of one synchronized call of a and of b.
+std::pair<double, double> paired(int reps, const std::function<void()>& a,
+                                 const std::function<void()>& b, bool host = false) {
+  return paired_by(
+      reps, [host](const std::function<void()>& f) { return once_ms(f, host); }, 3, a, b);
 }
 
 // One call's share of `calls` calls made back to back with one
@@ -79,21 +91,8 @@ double streamed_ms(const std::function<void()>& f, int calls = 16) {
 // Medians of `reps` paired rounds of streamed_ms(a) and streamed_ms(b).
 std::pair<double, double> paired_streamed(int reps, const std::function<void()>& a,
                                           const std::function<void()>& b) {
-  (void)streamed_ms(a);  // warm-up
-  (void)streamed_ms(b);
-  std::vector<double> ta, tb;
-  for (int r = 0; r < reps; ++r) {  // alternating which runs first
-    if (r % 2) {
-      tb.push_back(streamed_ms(b));
-      ta.push_back(streamed_ms(a));
-    } else {
-      ta.push_back(streamed_ms(a));
-      tb.push_back(streamed_ms(b));
-    }
-  }
-  std::sort(ta.begin(), ta.end());
-  std::sort(tb.begin(), tb.end());
-  return {ta[ta.size() / 2], tb[tb.size() / 2]};
+  return paired_by(
+      reps, [](const std::function<void()>& f) { return streamed_ms(f); }, 1, a, b);
 }
 
 Tensor gelu_tanh(const Tensor& x) {
