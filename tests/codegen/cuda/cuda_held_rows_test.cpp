@@ -21,19 +21,6 @@
 namespace kiln::cuda {
 namespace {
 
-// Runs printed kernel `name` of `k` over `sizes` with the inputs of `ref` on
-// `blocks` x `threads`; returns every buffer.
-std::vector<kir::testing::Buffer> run_rows(const Module& mod, const std::string& name,
-                                           const kir::Kernel& k,
-                                           const std::vector<kir::testing::Buffer>& ref,
-                                           const std::vector<int64_t>& sizes, unsigned blocks,
-                                           unsigned threads) {
-  return testing::run_on_gpu(mod, name, k, ref, sizes,
-                             [&](CUfunction fn, const std::vector<CUdeviceptr>& ptrs) {
-                               testing::launch_on(fn, k, ptrs, sizes, blocks, threads);
-                             });
-}
-
 bool same_bits(const kir::testing::Buffer& a, const kir::testing::Buffer& b) {
   return a.bytes == b.bytes;
 }
@@ -77,9 +64,10 @@ TEST(CudaHeldRows, EqualTheStreamingKernelAndTheInterpreter) {
       for (const unsigned blocks : {static_cast<unsigned>(rows), 2u}) {
         const std::string what =
             str(k.name, " sizes ", ::testing::PrintToString(sizes), " ", blocks, " x ", threads);
-        const auto held = run_rows(mod, "h" + std::to_string(i), k, ref, sizes, blocks, threads);
+        const auto held =
+            testing::run_rows(mod, "h" + std::to_string(i), k, ref, sizes, blocks, threads);
         const auto streamed =
-            run_rows(mod, "s" + std::to_string(i), k, ref, sizes, blocks, threads);
+            testing::run_rows(mod, "s" + std::to_string(i), k, ref, sizes, blocks, threads);
         for (size_t a = 0; a < k.args.size(); ++a) {
           if (!k.args[a].is_output) continue;
           EXPECT_TRUE(same_bits(held[a], streamed[a])) << what << " arg " << a;

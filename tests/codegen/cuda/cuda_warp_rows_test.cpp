@@ -17,18 +17,6 @@
 namespace kiln::cuda {
 namespace {
 
-// Runs printed kernel `name` of `k` on `blocks` x (32 x rows_per_block).
-std::vector<kir::testing::Buffer> run_warps(const Module& mod, const std::string& name,
-                                            const kir::Kernel& k,
-                                            const std::vector<kir::testing::Buffer>& ref,
-                                            const std::vector<int64_t>& sizes, unsigned blocks,
-                                            unsigned rows_per_block) {
-  return testing::run_on_gpu(mod, name, k, ref, sizes,
-                             [&](CUfunction fn, const std::vector<CUdeviceptr>& ptrs) {
-                               testing::launch_on(fn, k, ptrs, sizes, blocks, 32, rows_per_block);
-                             });
-}
-
 // Every output of `got` has the bits of `want`'s.
 void expect_same_outputs(const kir::Kernel& k, const std::vector<kir::testing::Buffer>& got,
                          const std::vector<kir::testing::Buffer>& want, const std::string& what) {
@@ -71,13 +59,14 @@ TEST(CudaWarpRows, EqualA32ThreadBlockPerRowAndTheInterpreter) {
       auto ptrs = kir::testing::pointers(ref);
       kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
       const std::string what = str(k.name, " sizes ", ::testing::PrintToString(sizes));
-      const auto block_rows = run_warps(mod, name, k, ref, sizes, static_cast<unsigned>(rows), 1);
+      const auto block_rows =
+          testing::run_rows(mod, name, k, ref, sizes, static_cast<unsigned>(rows), 32, 1);
       // 4 rows a block only: the emulated device compiles a kernel per block
       // shape (a cold cache took 54 s for three shapes).
       for (const unsigned per_block : {4u})
         for (const unsigned blocks : {1u, 2u}) {
-          expect_same_outputs(k, run_warps(mod, name, k, ref, sizes, blocks, per_block), block_rows,
-                              str(what, ", ", blocks, " blocks of 32 x ", per_block));
+          expect_same_outputs(k, testing::run_rows(mod, name, k, ref, sizes, blocks, 32, per_block),
+                              block_rows, str(what, ", ", blocks, " blocks of 32 x ", per_block));
           ++launches;
         }
       testing::expect_like_interpreter(k, block_rows, ref, kernels[i].exact, what);
@@ -147,7 +136,8 @@ TEST(CudaWarpRows, EagerAndCompiledRowsEqualTheCpu) {
   const std::vector<int64_t> sizes = {rows, inner};
   auto ref = kir::testing::make_buffers(k, sizes, rng, testing::row_value);
   const auto warps = testing::run_on_gpu(mod, "sm", k, ref, sizes);  // launch_kernel's block
-  expect_same_outputs(k, warps, run_warps(mod, "sm", k, ref, sizes, 64, 1), "launch_kernel");
+  expect_same_outputs(k, warps, testing::run_rows(mod, "sm", k, ref, sizes, 64, 32, 1),
+                      "launch_kernel");
 }
 
 }  // namespace

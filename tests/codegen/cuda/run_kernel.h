@@ -62,4 +62,18 @@ inline std::vector<kir::testing::Buffer> run_on_gpu(const Module& mod, const std
   return got;
 }
 
+/// run_on_gpu of printed kernel `name` launched on `blocks` x `threads` (x
+/// `rows_per_block`: warp rows) by launch_on.
+inline std::vector<kir::testing::Buffer> run_rows(const Module& mod, const std::string& name,
+                                                  const kir::Kernel& k,
+                                                  const std::vector<kir::testing::Buffer>& ref,
+                                                  const std::vector<int64_t>& sizes,
+                                                  unsigned blocks, unsigned threads,
+                                                  unsigned rows_per_block = 1) {
+  return run_on_gpu(mod, name, k, ref, sizes,
+                    [&](CUfunction fn, const std::vector<CUdeviceptr>& ptrs) {
+                      launch_on(fn, k, ptrs, sizes, blocks, threads, rows_per_block);
+                    });
+}
+
 }  // namespace kiln::cuda::testing
