@@ -97,6 +97,10 @@ Slot add_value(Pool& p, const Tensor& cpu_scalar, int device) {
 // Whether `s`'s upload is complete, its event back in `p`'s spares once it is.
 bool upload_done(Pool& p, Slot& s) {
   if (!s.uploaded) return true;
+  // The event was recorded outside any capture, so asking about it is safe
+  // in one; a GPU still refuses the query (and ends the capture) unless this
+  // thread's capture mode is relaxed.
+  const RelaxedCapture relaxed(true);
   const CUresult r = driver().cuEventQuery(s.uploaded);
   if (r == CUDA_ERROR_NOT_READY) return false;
   check(r, "cuEventQuery");

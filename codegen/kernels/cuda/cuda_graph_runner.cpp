@@ -483,8 +483,8 @@ void ReplayWatch::set_release(std::function<void(const std::string&)> f) {
   release_ = std::move(f);
 }
 
-RelaxedCapture::RelaxedCapture() {
-  if (!t_scope) return;
+RelaxedCapture::RelaxedCapture(bool any_capture) {
+  if (!t_scope && !any_capture) return;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   on_ = driver().cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
   previous_ = static_cast<int>(mode);

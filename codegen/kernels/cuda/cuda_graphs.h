@@ -59,10 +59,11 @@ ReplayWatch& replay_watch(const void* owner,
 /// While alive, and this thread captures: its capture-unsafe driver calls are
 /// allowed (CU_STREAM_CAPTURE_MODE_RELAXED), as PyTorch's allocator does
 /// around cudaMalloc. A new segment of memory is not part of the graph: it
-/// exists when the graph runs because the pool keeps it.
+/// exists when the graph runs because the pool keeps it. `any_capture`: also
+/// in a capture kiln did not begin (cuStreamBeginCapture called directly).
 class RelaxedCapture {
  public:
-  RelaxedCapture();
+  explicit RelaxedCapture(bool any_capture = false);
   ~RelaxedCapture();
   RelaxedCapture(const RelaxedCapture&) = delete;
   RelaxedCapture& operator=(const RelaxedCapture&) = delete;

@@ -88,24 +88,34 @@ CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = event_usable(*e, "cuEventSynchronize")) return r;
+  if (CUresult r = unsafe_call("cuEventSynchronize")) return r;
   if (!e->ev) return CUDA_SUCCESS;
   const cl_int r = g->cl.clWaitForEvents(1, &e->ev);
   return r == CL_SUCCESS ? CUDA_SUCCESS : cl_fail(r, "clWaitForEvents");
 }
+namespace {
+// Whether the work before `e` has completed (CUDA_SUCCESS) or not (NOT_READY).
+CUresult event_status(const Event& e) {
+  if (!e.ev) return CUDA_SUCCESS;
+  cl_int status = CL_QUEUED;
+  g->cl.clGetEventInfo(e.ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
+  return status == CL_COMPLETE ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+}  // namespace
 CUresult CUDAAPI cuEventQuery(CUevent ev) {
   auto* e = reinterpret_cast<Event*>(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = event_usable(*e, "cuEventQuery")) return r;
-  if (!e->ev) return CUDA_SUCCESS;
-  cl_int status = CL_QUEUED;
-  g->cl.clGetEventInfo(e->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
-  return status == CL_COMPLETE ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  // A GPU refuses it during a capture too (2026-11-27, H200: the constant
+  // pool's query inside a user's thread-local capture).
+  if (CUresult r = unsafe_call("cuEventQuery")) return r;
+  return event_status(*e);
 }
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   auto* x = reinterpret_cast<Event*>(a);
   auto* y = reinterpret_cast<Event*>(b);
   if (!x || !y || !x->ev || !y->ev || !x->timing || !y->timing) return CUDA_ERROR_INVALID_HANDLE;
-  if (emu::cuEventQuery(a) != CUDA_SUCCESS || emu::cuEventQuery(b) != CUDA_SUCCESS)
+  if (event_status(*x) != CUDA_SUCCESS || event_status(*y) != CUDA_SUCCESS)
     return CUDA_ERROR_NOT_READY;
   cl_ulong t0 = 0, t1 = 0;
   g->cl.clGetEventProfilingInfo(x->ev, CL_PROFILING_COMMAND_END, sizeof t0, &t0, nullptr);

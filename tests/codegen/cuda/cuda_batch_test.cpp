@@ -70,12 +70,15 @@ TEST(GpuPrinterBatch, GoldenBatchedKernel) {
 
 // Instance sizes of broadcast_kernel: empty ones, single elements, a row
 // longer than a block's step, more rows than one launch's blocks, repeated
-// past the emulated device's capacity (20 instances) and the GPU's (32).
-std::vector<std::vector<int64_t>> instance_sizes() {
+// past `cap`, a launch's capacity (20 on the emulated device, 32 on a GPU:
+// a fixed 25 live instances made one launch on 2026-11-27's H200).
+std::vector<std::vector<int64_t>> instance_sizes(size_t cap) {
   const std::vector<std::vector<int64_t>> base = {{0, 5},    {1, 1},    {1, 3}, {2, 256},
                                                   {4097, 1}, {3, 1700}, {5, 0}};
+  const size_t live_per_base = 5;
   std::vector<std::vector<int64_t>> out;
-  for (int r = 0; r < 5; ++r) out.insert(out.end(), base.begin(), base.end());
+  for (size_t r = 0; r < cap / live_per_base + 2; ++r)
+    out.insert(out.end(), base.begin(), base.end());
   return out;
 }
 
@@ -84,7 +87,9 @@ std::vector<std::vector<int64_t>> instance_sizes() {
 // launches for the live (non-empty) instances.
 TEST_F(CudaBatched, BatchedKernelEqualsOneLaunchPerInstance) {
   const kir::Kernel k = broadcast_kernel();
-  const std::vector<std::vector<int64_t>> sizes = instance_sizes();
+  const int words = batch_words();
+  const auto cap = static_cast<size_t>(batch_capacity(k, words));
+  const std::vector<std::vector<int64_t>> sizes = instance_sizes(cap);
   std::mt19937 rng(7);
   auto pick = [](DType, std::mt19937& g) {
     return std::uniform_real_distribution<double>(-2, 2)(g);
@@ -93,7 +98,6 @@ TEST_F(CudaBatched, BatchedKernelEqualsOneLaunchPerInstance) {
   std::vector<std::vector<DeviceBuffer>> single(sizes.size()), batched(sizes.size());
   std::vector<std::vector<void*>> ptrs(sizes.size());
   const CUfunction one = cached_kernel(0, print_kernel(k, "kiln_one"), "kiln_one");
-  const int words = batch_words();
   const CUfunction many =
       cached_kernel(0, print_batched_kernel(k, "kiln_many", words), "kiln_many");
   size_t live = 0;
@@ -120,7 +124,6 @@ TEST_F(CudaBatched, BatchedKernelEqualsOneLaunchPerInstance) {
     pp.push_back(ptrs[i].data());
     ss.push_back(sizes[i].data());
   }
-  const auto cap = static_cast<size_t>(batch_capacity(k, words));
   EXPECT_LT(cap, live) << "more instances than one launch takes";
   EXPECT_EQ(launch_batched(many, k, pp, ss), static_cast<int64_t>((live + cap - 1) / cap));
   for (size_t i = 0; i < sizes.size(); ++i)
