@@ -328,12 +328,18 @@ void CudaRuntime::launch(const kir::Kernel& k, const std::vector<Tensor>& args,
   const std::string sym = "kiln_eager";
   // The kernel IR's canonical text and the one printer input that can change
   // at run time name the printed source.
-  const CUfunction fn =
-      kernels_.get_keyed(device, str(kir::to_string(k), "narrow ", narrow_index_limit()), sym,
-                         [&] { return print_kernel(k, sym); });
+  const std::string key = str(kir::to_string(k), "narrow ", narrow_index_limit());
+  KernelFns fns{kernels_.get_keyed(device, key, sym, [&] { return print_kernel(k, sym); }), {}};
+  // A row kernel's held twin, compiled at the first launch holding rows.
+  auto twin = [&] {
+    const std::string held = sym + kHeldTwin;
+    return kernels_.get_keyed(device, key + " held", held,
+                              [&] { return print_held_twin(k, held); });
+  };
+  if (held_of(k) > 0) fns.held = std::ref(twin);
   std::vector<CUdeviceptr> ptrs;
   for (const Tensor& t : args) ptrs.push_back(dptr(t));
-  launch_kernel(fn, k, ptrs, sizes.data(), current_cu_stream(device));
+  launch_kernel(fns, k, ptrs, sizes.data(), current_cu_stream(device));
 }
 
 // The dtype an elementwise op computes in: the eager kernels' rule.
@@ -551,7 +557,8 @@ class CudaGraphKernel final : public detail::DeviceKernel {
         batch_(std::move(batch)),
         index_(index),
         device_(device),
-        sums_(has_column_sums(k_)) {}
+        sums_(has_column_sums(k_)),
+        twin_(held_of(k_) > 0) {}
   void launch(void* const* ptrs, const int64_t* sizes,
               std::span<const DType> sum_dtypes) const override {
     use_device(device_);
@@ -568,7 +575,9 @@ class CudaGraphKernel final : public detail::DeviceKernel {
       ++g_column_sum_launches;
       return launch_column_sums(fn, k_, std::move(p), sizes, sum_dtypes, device_);
     }
-    launch_kernel(fn, k_, p, sizes, current_cu_stream(device_));
+    KernelFns f{fn, {}};
+    if (twin_) f.held = [this] { return held_twin(); };
+    launch_kernel(f, k_, p, sizes, current_cu_stream(device_));
   }
   // A pointwise kernel's instances through its batched form (compiled at the
   // first batched launch: only kernels that run several instances per step
@@ -593,10 +602,20 @@ class CudaGraphKernel final : public detail::DeviceKernel {
   kir::Kernel k_;
   mutable std::atomic<CUfunction> fn_;
   mutable std::atomic<CUfunction> batched_{nullptr};
+  // The held twin (print_held_twin), compiled alone at the first launch
+  // holding rows: a plan's first run is not captured, so neither is this.
+  CUfunction held_twin() const {
+    std::call_once(held_once_, [&] {
+      held_fn_ = cached_kernel(device_, print_held_twin(k_, "kiln_held"), "kiln_held");
+    });
+    return held_fn_;
+  }
+  mutable std::once_flag held_once_;
+  mutable CUfunction held_fn_ = nullptr;
   std::shared_ptr<GraphBatch> batch_;
   size_t index_;
   int device_;
-  bool sums_;
+  bool sums_, twin_;
 };
 
 class CudaGraphCompiler final : public detail::DeviceKernelCompiler {

@@ -31,6 +31,8 @@ typedef unsigned long long kiln_u64;
 // warps share a row; in warp rows (32 x rows) each warp's own, so the warps
 // of a block wait for no one.
 #define KILN_ROW_SYNC() do { if (blockDim.x > 32) __syncthreads(); else __syncwarp(); } while (0)
+// Row kernels take their held path (rows in registers) where the row fits.
+#define KILN_HELD_ROWS 1
 // *p + 1 into *p, the old value returned (p in shared memory).
 KILN_FN int kiln_shared_inc(int* p) { return atomicAdd(p, 1); }
 // n / d where n, d and the quotient are normal and far from the exponent
@@ -75,6 +77,14 @@ typedef ulong kiln_u64;
 #define __syncthreads() barrier(CLK_LOCAL_MEM_FENCE)
 // Unconditional: a barrier under a branch costs PoCL a copy of the code after it.
 #define KILN_ROW_SYNC() barrier(CLK_LOCAL_MEM_FENCE)
+// Row kernels' held path (rows in registers): dead code here unless a program
+// defines it first (the held-row tests). PoCL 3.1 crashed on it (a float4 in
+// its work-item context arrays misaligned: 32 held per lane, blocks of 32 x 4)
+// and compiled its barriers' copies twice as long; the streaming path has the
+// same results for the same block.
+#ifndef KILN_HELD_ROWS
+#define KILN_HELD_ROWS 0
+#endif
 KILN_FN int kiln_shared_inc(volatile __local int* p) { return atomic_inc(p); }
 #define __int_as_float(x) as_float((int)(x))
 #define __uint_as_float(x) as_float((uint)(x))
@@ -182,6 +192,7 @@ inline thread_local kiln_dim3 threadIdx, blockIdx, blockDim, gridDim;
 inline thread_local std::barrier<>* kiln_block_barrier = nullptr;
 #define __syncthreads() kiln_block_barrier->arrive_and_wait()
 #define KILN_ROW_SYNC() __syncthreads()
+#define KILN_HELD_ROWS 1
 #define __int_as_float(x) std::bit_cast<float>((int)(x))
 #define __uint_as_float(x) std::bit_cast<float>((unsigned)(x))
 #define __float_as_uint(x) std::bit_cast<unsigned>((float)(x))

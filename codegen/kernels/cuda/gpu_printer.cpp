@@ -488,11 +488,21 @@ bool device_math_uses_libm() {
 int row_held() {
   static const int held = [] {
     // The registry's parser: "8x" or "abc" is an error, not 8 or 0.
-    const long h = env::get_int("KILN_CUDA_ROW_HELD", 0);
+    const long h = env::get_int("KILN_CUDA_ROW_HELD", kDefaultRowHeld);
     KILN_CHECK(h >= 0 && h <= 64, "KILN_CUDA_ROW_HELD=", h, ": expected 0 to 64");
     return static_cast<int>(h);
   }();
   return held;
+}
+
+int held_of(const Kernel& k) {
+  return k.has_reductions() && k.reassoc && !has_column_sums(k) ? row_held() : 0;
+}
+
+std::string print_held_twin(const Kernel& k, const std::string& symbol) {
+  KILN_CHECK(held_of(k) > 0, "[cuda] kernel '", k.name, "' has no held twin");
+  return detail::print_row_variant(k, symbol, detail::kRowUnroll, held_of(k),
+                                   device_math_uses_libm(), detail::default_row_loops());
 }
 
 namespace {
@@ -708,8 +718,8 @@ detail::RowLoops detail::default_row_loops() {
 
 std::string print_kernel(const Kernel& kernel, const std::string& symbol) {
   if (kernel.has_reductions())
-    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, row_held(),
-                                     device_math_uses_libm(), detail::default_row_loops());
+    return detail::print_row_variant(kernel, symbol, detail::kRowUnroll, 0, device_math_uses_libm(),
+                                     detail::default_row_loops());
   return detail::print_pointwise_variant(kernel, symbol, detail::default_pointwise());
 }
 

@@ -38,9 +38,27 @@ namespace kiln::cuda {
 /// (KILN_CUDA_LIBM=1) instead of kiln's expansions (the default).
 bool device_math_uses_libm();
 
-/// Elements per thread printed row kernels hold in registers (KILN_CUDA_ROW_HELD;
-/// 0, the default: they stream; see print_row_kernel in gpu_printer_internal.h).
+/// Row kernels' held twins hold this many elements per thread by default: a
+/// warp holds a row of 1024. On an H200 (2026-11-27, cuda_harness) compiled
+/// softmax rows of 1024 in warp rows ran at 82% of copy bandwidth so, 73%
+/// streaming; but the same kernel holding rows of 256 or 512 (half its slots
+/// or fewer) ran at a third to a half of the streaming kernel's speed.
+constexpr int kDefaultRowHeld = 32;
+/// Elements per thread the held twins of row kernels hold in registers
+/// (KILN_CUDA_ROW_HELD, default kDefaultRowHeld; 0: no twins, rows stream; see
+/// print_row_kernel in gpu_printer_internal.h).
 int row_held();
+/// What the held twin of `k` holds per thread: row_held() for a row kernel
+/// summing in any order without column sums (a column-sum kernel's blocks
+/// are its parts), else 0 (no twin).
+int held_of(const kir::Kernel& k);
+/// The held twin of row kernel `k` (held_of(k) > 0) named `symbol`: print_kernel's
+/// streaming kernel holding each row in registers. Printed and compiled only
+/// where a launch holds rows (launch_kernel's KernelFns): its straight-line
+/// code took NVRTC seconds per kernel that most graphs never launch.
+std::string print_held_twin(const kir::Kernel& k, const std::string& symbol);
+/// The suffix of a held twin's symbol.
+inline constexpr char kHeldTwin[] = "_held";
 
 /// The CUDA prelude (for NVRTC): printed once at the top of every program.
 std::string cuda_prelude();
@@ -55,7 +73,8 @@ std::string cpp_prelude();
 /// Pointwise kernels with broadcast arguments hold two loops: 32-bit
 /// (unsigned) indices, so coordinates need no 64-bit division, when the
 /// work-item count n <= narrow_index_limit(), else 64-bit ones; kernels whose
-/// arguments are all dense have the 64-bit loop only.
+/// arguments are all dense have the 64-bit loop only. Row kernels stream their
+/// rows (print_held_twin holds them).
 std::string print_kernel(const kir::Kernel& k, const std::string& symbol);
 
 /// The largest n a printed pointwise kernel indexes in 32 bits (2^31 - 1).

@@ -718,7 +718,7 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
   if (held > 0) {
-    os << "    if (inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
+    os << "    if (KILN_HELD_ROWS && inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
     held_body(os, k, an, held, quads);
     os << "    } else {\n";
   }

@@ -264,8 +264,7 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
     blocks = std::min<int64_t>(parts * ((inner + threads - 1) / threads), int64_t{1} << 16);
   } else if (k.has_reductions()) {
     // One block per row, or one warp (row_block).
-    const RowBlock b =
-        row_block(k, n, sizes[k.rank - 1], held < 0 ? row_held() : held, max_block_threads(fn));
+    const RowBlock b = row_block(k, n, sizes[k.rank - 1], held, max_block_threads(fn));
     threads = b.x;
     rows_per_block = b.y;
     blocks = std::min<int64_t>(sums ? parts : (n + b.y - 1) / b.y, int64_t{1} << 16);
@@ -278,6 +277,24 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
             static_cast<unsigned>(rows_per_block), 1, 0, stream, params.data(), nullptr),
         "cuLaunchKernel");
   after_launch(k.name);
+}
+
+bool holds_row(int held, int64_t inner, int64_t max_threads) {
+  if (held <= 0 || inner > held * std::min(kMaxHeldThreads, max_threads)) return false;
+  const int64_t threads = std::max<int64_t>(32, (inner + held * 32 - 1) / (held * 32) * 32);
+  return 2 * inner > held * threads;
+}
+
+void launch_kernel(const KernelFns& f, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                   const int64_t* sizes, CUstream stream) {
+  const int held = held_of(k);
+  // Rows too long for the largest held block never compile the twin.
+  if (f.held && holds_row(held, sizes[k.rank - 1])) {
+    const CUfunction twin = f.held();
+    if (holds_row(held, sizes[k.rank - 1], max_block_threads(twin)))
+      return launch_kernel(twin, k, ptrs, sizes, stream, -1, held);
+  }
+  launch_kernel(f.fn, k, ptrs, sizes, stream);
 }
 
 int batch_words() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -85,12 +86,27 @@ void after_launch(const std::string& kernel);
 /// `sizes` with device pointers `ptrs` (one per argument) on `stream`. A
 /// kernel with column sums takes `parts` (column_parts(); 0: nothing to run)
 /// and the partials' addresses in place of its column-sum arguments. A row
-/// kernel printed with `held` elements per thread (print_row_kernel; -1: as
-/// print_kernel prints it, row_held()) gets a block fitted to its rows
-/// (row_block).
+/// kernel printed with `held` elements per thread (print_row_kernel; a held
+/// twin: held_of(k)) gets a block fitted to its rows (row_block).
 void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream = nullptr, int64_t parts = -1,
-                   int held = -1);
+                   int held = 0);
+
+/// A kernel's functions: `fn`, print_kernel's, and for a row kernel with
+/// held_of(k) > 0, `held`, which compiles its held twin (print_held_twin) at
+/// its first call and returns it (empty: none).
+struct KernelFns {
+  CUfunction fn = nullptr;
+  std::function<CUfunction()> held;
+};
+/// Whether rows of `inner` elements run held, `held` per thread: when they
+/// fill more than half of the held slots of their fitted block (row_threads)
+/// of at most `max_threads`. Fewer filled slots ran slower than streaming.
+bool holds_row(int held, int64_t inner, int64_t max_threads = 1024);
+/// launch_kernel of print_kernel's functions `f`: the held twin where
+/// holds_row says so, else the streaming kernel.
+void launch_kernel(const KernelFns& f, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
+                   const int64_t* sizes, CUstream stream = nullptr);
 
 /// The words of a batched launch's table on the loaded device
 /// (gpu_printer_batch.h: kBatchWordsCuda on a GPU, kBatchWordsOpenCl on the

@@ -68,10 +68,11 @@ inline constexpr EnvVar kRegistry[] = {
      "0 runs every CUDA row kernel (softmax, layer_norm, ...) one block per row; by default "
      "many short rows (at least 2048 of at most 1024 elements) run one warp per row; all: "
      "every row kernel that can (a test mode)"},
-    {"KILN_CUDA_ROW_HELD", "0",
-     "N > 0: CUDA row kernels (softmax, layer_norm, ...) hold rows of at most N x 512 elements "
-     "in registers, N per thread, on a block fitted to the row, instead of streaming each "
-     "phase over the row (an experiment; results as the default's, up to a reordered sum)"},
+    {"KILN_CUDA_ROW_HELD", "32",
+     "N per thread: CUDA row kernels (softmax, layer_norm, ...) run rows of more than N x 16 and "
+     "at most N x 512 elements through a held twin that keeps the row in registers, on a block "
+     "fitted to the row (a warp for 32 N), instead of streaming each phase over it; 0: every "
+     "row streams"},
     {"KILN_PROFILE", "",
      "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
      "directory gets rank<N>.json, or trace.json outside a process group)"},

@@ -31,9 +31,11 @@ TEST(CudaHeldRows, EqualTheStreamingKernelAndTheInterpreter) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   set_device(0);
   const auto kernels = testing::row_kernels();
-  std::string source = device_prelude();
+  // The emulated device's prelude leaves the held path out unless asked.
+  std::string source = "#define KILN_HELD_ROWS 1\n" + device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i) {
-    source += print_kernel(kernels[i].k, "s" + std::to_string(i));
+    source += detail::print_row_variant(kernels[i].k, "s" + std::to_string(i), detail::kRowUnroll,
+                                        0, false, detail::default_row_loops());
     source +=
         detail::print_row_variant(kernels[i].k, "h" + std::to_string(i), detail::kRowUnroll, kHeld);
   }
@@ -97,6 +99,86 @@ TEST(CudaHeldRows, LaunchFitsTheBlockToTheRow) {
   // A block capped by the kernel's registers: the row streams.
   EXPECT_EQ(row_threads(k, 16 * 512, 16, 384), 384);
   EXPECT_EQ(row_threads(k, 1024, 0, 32), 32);
+}
+
+// What has a held twin by default: row kernels summing in any order, not
+// index-order sums (a thread per row) nor column-sum kernels (a block per
+// part); and which rows the twin takes: more than half its slots filled.
+TEST(CudaHeldRows, DefaultTwinsAndTheRowsTheyHold) {
+  if (row_held() != kDefaultRowHeld) GTEST_SKIP() << "KILN_CUDA_ROW_HELD is set";
+  const kir::Kernel k = testing::softmax_kernel(DType::f32);
+  EXPECT_EQ(held_of(k), kDefaultRowHeld);
+  EXPECT_EQ(print_kernel(k, "k").find("KILN_HELD_ROWS"), std::string::npos) << "streams";
+  EXPECT_NE(print_held_twin(k, "k").find("if (KILN_HELD_ROWS && inner <= 32 * "),
+            std::string::npos);
+  kir::Kernel ordered = k;
+  ordered.reassoc = false;
+  EXPECT_EQ(held_of(ordered), 0);
+  EXPECT_THROW(print_held_twin(ordered, "k"), Error);
+  for (const testing::RowKernel& r : testing::row_kernels())
+    EXPECT_EQ(held_of(r.k), r.k.reassoc ? kDefaultRowHeld : 0) << r.k.name;
+  // Rows of 1024 fill a warp's 32 x 32 slots; 512, half of them: streamed.
+  EXPECT_TRUE(holds_row(32, 1024));
+  EXPECT_FALSE(holds_row(32, 512));
+  EXPECT_FALSE(holds_row(32, 256));
+  EXPECT_TRUE(holds_row(32, 513));
+  EXPECT_TRUE(holds_row(32, 1025));  // 64 threads, 1025 of 2048 slots
+  EXPECT_TRUE(holds_row(32, 4096));
+  EXPECT_TRUE(holds_row(32, 32 * 512));
+  EXPECT_FALSE(holds_row(32, 32 * 512 + 1));  // past the largest held block
+  EXPECT_FALSE(holds_row(32, 4097, 128));     // the twin's registers allow 128 threads
+  EXPECT_FALSE(holds_row(0, 1024));
+}
+
+// launch_kernel of KernelFns runs the held twin on its fitted block where
+// holds_row says so (compiling it then, once) and the streaming kernel
+// elsewhere: the bits of that launch, and the interpreter's values.
+TEST(CudaHeldRows, KernelFnsLaunchTheTwinWhereItHolds) {
+  if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
+  if (row_held() != kDefaultRowHeld) GTEST_SKIP() << "KILN_CUDA_ROW_HELD is set";
+  set_device(0);
+  const kir::Kernel k = testing::softmax_kernel(DType::f32);
+  // The emulated device's prelude leaves the held path out unless asked.
+  const std::string source = "#define KILN_HELD_ROWS 1\n" + device_prelude() +
+                             print_kernel(k, "k") + print_held_twin(k, "k_held");
+  const std::vector<char> image = compile_for_device(source, "held_twin.cu", 0);
+  Module mod(image.data());
+  int compiles = 0;
+  const KernelFns fns{mod.function("k"), [&] {
+                        ++compiles;
+                        return mod.function("k_held");
+                      }};
+  std::mt19937 rng(5);
+  int twins = 0;
+  // Fewer rows than warp rows take: a block per row (the emulated device's
+  // compile of held 32 in 32 x 4 blocks crashed PoCL 3.1).
+  for (const std::vector<int64_t>& sizes :
+       {std::vector<int64_t>{3, 1024}, {4, 300}, {2, 512}, {3, 777}, {2, 4096}, {2, 9000}}) {
+    auto ref = kir::testing::make_buffers(k, sizes, rng, testing::row_value);
+    auto ptrs = kir::testing::pointers(ref);
+    const int64_t rows = kir::work_items(k, sizes.data());
+    kir::interpret(k, 0, rows, ptrs.data(), sizes.data());
+    const std::string what = ::testing::PrintToString(sizes);
+    const auto got = testing::run_on_gpu(mod, "k", k, ref, sizes,
+                                         [&](CUfunction, const std::vector<CUdeviceptr>& p) {
+                                           launch_kernel(fns, k, p, sizes.data());
+                                         });
+    const bool held =
+        holds_row(held_of(k), sizes.back(), max_block_threads(mod.function("k_held")));
+    twins += held;
+    const auto want = testing::run_on_gpu(mod, held ? "k_held" : "k", k, ref, sizes,
+                                          [&](CUfunction fn, const std::vector<CUdeviceptr>& p) {
+                                            launch_kernel(fn, k, p, sizes.data(), nullptr, -1,
+                                                          held ? held_of(k) : 0);
+                                          });
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      if (!k.args[a].is_output) continue;
+      EXPECT_TRUE(same_bits(got[a], want[a])) << what << " arg " << a;
+    }
+    testing::expect_like_interpreter(k, got, ref, false, what);
+  }
+  EXPECT_EQ(twins, 4);
+  EXPECT_EQ(compiles, 4);  // asked once per holding launch (the caller caches it)
 }
 
 // The held softmax's text (two slots: readable), and held kernels compile for

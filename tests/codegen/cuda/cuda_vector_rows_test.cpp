@@ -199,10 +199,15 @@ TEST(GpuPrinterRows, QuadLoopsOnlyForF32Rows) {
   EXPECT_FALSE(quads(testing::softmax_kernel(DType::f16)));
   EXPECT_FALSE(quads(testing::softmax_kernel(DType::f64)));
   EXPECT_EQ(quad_kernels().size(), 6u);  // softmax, ordered_sum, rank3, 3 layer_norms
-  // print_kernel prints row kernels with default_row_loops() and row_held().
-  EXPECT_EQ(detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll,
-                                      row_held(), false, detail::default_row_loops()),
-            print_kernel(testing::softmax_kernel(DType::f32), "k"));
+  // print_kernel prints row kernels streaming with default_row_loops(), their
+  // held twins with held_of().
+  const kir::Kernel softmax = testing::softmax_kernel(DType::f32);
+  EXPECT_EQ(detail::print_row_variant(softmax, "k", detail::kRowUnroll, 0, false,
+                                      detail::default_row_loops()),
+            print_kernel(softmax, "k"));
+  EXPECT_TRUE(detail::print_row_variant(softmax, "k", detail::kRowUnroll, held_of(softmax), false,
+                                        detail::default_row_loops()) ==
+              print_held_twin(softmax, "k"));  // (not printed: 4000 lines)
 }
 
 // Held rows printed with quads (print_row_kernel's held, RowLoops::quads):
@@ -231,7 +236,8 @@ TEST(CudaVectorRows, HeldQuadsEqualTheStreamingQuadsAndTheInterpreter) {
   const std::vector<int> held_quads =
       emulated ? std::vector<int>{4}
                : std::vector<int>(std::begin(kHeldQuads), std::end(kHeldQuads));
-  std::string source = device_prelude();
+  // The emulated device's prelude leaves the held path out unless asked.
+  std::string source = "#define KILN_HELD_ROWS 1\n" + device_prelude();
   for (size_t i = 0; i < kernels.size(); ++i) {
     source += detail::print_row_variant(kernels[i].k, str("s", i), detail::kRowUnroll, 0, false,
                                         {true, false});
@@ -297,7 +303,7 @@ int count_of(const std::string& s, const std::string& what) {
 TEST(GpuPrinterRows, HeldQuadSoftmaxComputesExpOncePerElement) {
   const std::string src = detail::print_row_variant(testing::softmax_kernel(DType::f32), "k",
                                                     detail::kRowUnroll, 16, false, {true, false});
-  const size_t begin = src.find("if (inner <= 16 * (kiln_i64)blockDim.x) {");
+  const size_t begin = src.find("if (KILN_HELD_ROWS && inner <= 16 * (kiln_i64)blockDim.x) {");
   ASSERT_NE(begin, std::string::npos);
   const size_t end = src.find("\n    } else {\n", begin);
   ASSERT_NE(end, std::string::npos);
@@ -311,7 +317,7 @@ TEST(GpuPrinterRows, HeldQuadSoftmaxComputesExpOncePerElement) {
   // The held element slots compute it once as well (one copy of the phases).
   const std::string elements =
       detail::print_row_variant(testing::softmax_kernel(DType::f32), "k", detail::kRowUnroll, 16);
-  const size_t eb = elements.find("if (inner <= 16 * (kiln_i64)blockDim.x) {");
+  const size_t eb = elements.find("if (KILN_HELD_ROWS && inner <= 16 * (kiln_i64)blockDim.x) {");
   EXPECT_EQ(count_of(elements.substr(eb, elements.find("\n    } else {\n", eb) - eb), "rintf("),
             16);
 }

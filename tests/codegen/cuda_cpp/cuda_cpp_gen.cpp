@@ -264,6 +264,11 @@ void add_rows(Gen& g) {
           {32, 64}, 2, false);
   add_kir(g, "softmax held warp rows", s, detail::print_row_variant(s, g.symbol(), 16, 2), {7, 53},
           {64, 128}, 2, false, true);
+  // The held twin (print_held_twin: 32 per lane) on warp rows: rows of 1024
+  // fill every quad (the unguarded copy), 1000 do not.
+  for (const int64_t inner : {1024, 1000})
+    add_kir(g, "softmax held twin warp rows", s, cuda::print_held_twin(s, g.symbol()), {7, inner},
+            {64, 128}, 2, false, true);
   const kir::Kernel c = column_kernel(true, 128);
   add_kir(g, "row kernel with column sums", c, cuda::print_kernel(c, g.symbol()), {32, 128}, warps,
           2, false);

@@ -14,7 +14,7 @@ KILN_KERNEL void kiln_softmax(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1
     const kiln_i64 b2 = c0;
     float red0;
     float red1;
-    if (inner <= 2 * (kiln_i64)blockDim.x) {
+    if (KILN_HELD_ROWS && inner <= 2 * (kiln_i64)blockDim.x) {
       const kiln_i64 j_0 = threadIdx.x + 0 * (kiln_i64)blockDim.x;
       const bool in_0 = j_0 < inner;
       const kiln_i64 j_1 = threadIdx.x + 1 * (kiln_i64)blockDim.x;
