@@ -58,6 +58,18 @@ bool finished(CUevent e) {
   return driver().cuEventQuery(e) != CUDA_ERROR_NOT_READY;
 }
 
+// Whether work queued on `s` now is captured into a CUDA graph (kiln's, or a
+// caller's cuStreamBeginCapture). Then no event may be asked about: CUDA
+// refuses the query and ends the capture (and an event recorded in it has no
+// state yet), so what waits on an event waits until the capture is over, as
+// in PyTorch's allocator.
+bool capturing(CUstream s) {
+  if (capturing_graph()) return true;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 // ---------------- device memory ----------------
 class CudaAllocator final : public CachingAllocator {
  public:
@@ -70,7 +82,7 @@ class CudaAllocator final : public CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     use_device(device_);
     ++stats_.num_allocs;
-    collect_pending();
+    if (!capturing(s->handle)) collect_pending();
     Block* b = take_cached(size, *s, small);
     if (b) {
       ++stats_.num_cache_hits;
@@ -208,6 +220,7 @@ class CudaAllocator final : public CachingAllocator {
   // makes it safe), or its free-time work has finished.
   bool usable(Block& b, const Stream::Impl& s) {
     if (b.ready || b.stream->id == s.id) return true;
+    if (capturing(s.handle)) return false;
     if (!b.ev) b.ev = record(b.stream);  // freed before streams existed
     if (b.ev && finished(b.ev)) {
       b.ready = true;
@@ -410,7 +423,7 @@ class PinnedAllocator final : public CachingAllocator {
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
-    collect_pending();
+    if (!capturing_graph()) collect_pending();  // (a caller's own capture: see record_use)
     void* p = take_free(free_[size], size);
     if (!p) {
       use_device(0);           // cuMemHostAlloc needs a context; PORTABLE serves every device
@@ -453,7 +466,7 @@ class PinnedAllocator final : public CachingAllocator {
     KILN_CHECK(reinterpret_cast<uintptr_t>(p) < it->first + it->second.size,
                "[cuda] not pinned memory");
     std::vector<CUevent>& uses = it->second.uses;
-    drop_finished(uses);
+    if (!capturing(s->handle)) drop_finished(uses);
     use_device(s->device);
     CUevent e = nullptr;
     if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&

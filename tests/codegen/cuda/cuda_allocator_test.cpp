@@ -161,6 +161,44 @@ TEST_F(CudaAllocatorSegments, PiecesKeepTheirStream) {
   EXPECT_EQ(at(w), base) << "reusable on s2 once s1 finished, merged whole";
 }
 
+// An allocation while the caller captures a CUDA graph on its stream (its own
+// cuStreamBeginCapture) asks about no event: CUDA refuses an event query then
+// and ends the capture (CI's emulated device did, in a CUDA-graph test after
+// other tests had left blocks freed on another stream). A block freed on
+// another stream waits for the capture's end; one freed on the capturing
+// stream serves the request.
+TEST_F(CudaAllocatorSegments, AnAllocationInACallersCaptureAsksNoEvent) {
+  Stream s1, s2;
+  Tensor a, b;
+  {
+    StreamGuard g(s1);
+    a = block(4 * kMiB);  // the best fit below, freed on s1
+  }
+  {
+    StreamGuard g(s2);
+    b = block(6 * kMiB);  // the next fit, freed on s2
+  }
+  char* other = at(a);
+  char* own = at(b);
+  a = Tensor();  // its event not asked about yet
+  b = Tensor();
+  const Driver& d = driver();
+  const auto h = static_cast<CUstream>(s2.handle());
+  {
+    StreamGuard g(s2);
+    ASSERT_EQ(d.cuStreamBeginCapture(h, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    const Tensor t = block(4 * kMiB);
+    EXPECT_EQ(at(t), own);
+    EXPECT_NE(at(t), other);
+  }
+  CUgraph graph = nullptr;
+  ASSERT_EQ(d.cuStreamEndCapture(h, &graph), CUDA_SUCCESS) << "the capture was invalidated";
+  ASSERT_EQ(d.cuGraphDestroy(graph), CUDA_SUCCESS);
+  StreamGuard g(s2);
+  const Tensor t = block(4 * kMiB);  // after the capture: the events are asked again
+  EXPECT_TRUE(at(t) == own || at(t) == other);
+}
+
 // record_stream on a block: none of its pieces is reused, on any stream,
 // before the recorded stream's work finished.
 TEST_F(CudaAllocatorSegments, RecordStreamHoldsEveryPiece) {

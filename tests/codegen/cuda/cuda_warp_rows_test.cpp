@@ -4,6 +4,8 @@
 // equals a 32-thread block bit for bit; a warp past the last row stores
 // nothing; launch_kernel picks warp rows where row_block says so.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "codegen/cuda/cuda_test_util.h"
 #include "codegen/cuda/row_kernels.h"
@@ -108,6 +110,38 @@ TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
 // and layer_norm over 2051 rows (the last block's fourth warp past the end)
 // equal the CPU's, eagerly and compiled, and an eager softmax equals the
 // kernel on one 32-thread block per row bit for bit.
+// The row launch settings are read once per process: a bad value is a clear
+// kiln::Error naming the variable and what it takes (each read in a child
+// process of its own, the value set there first).
+TEST(CudaWarpRows, BadLaunchSettingsAreClearErrors) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  struct Case {
+    const char *name, *value, *message;
+    int (*read)();
+  };
+  const Case cases[] = {
+      {"KILN_CUDA_WARP_ROWS", "2", "KILN_CUDA_WARP_ROWS=2: expected 0, 1 or all",
+       [] { return static_cast<int>(warp_rows_mode()); }},
+      {"KILN_CUDA_ROW_HELD", "65", "KILN_CUDA_ROW_HELD=65: expected 0 to 64",
+       [] { return row_held(); }},
+      {"KILN_CUDA_ROW_HELD", "8x", "KILN_CUDA_ROW_HELD", [] { return row_held(); }},
+  };
+  for (const Case& c : cases)
+    EXPECT_EXIT(
+        {
+          setenv(c.name, c.value, 1);
+          try {
+            (void)c.read();
+          } catch (const Error& e) {
+            std::fprintf(stderr, "%s\n", e.what());
+            std::_Exit(std::string(e.what()).find(c.message) != std::string::npos ? 7 : 8);
+          }
+          std::_Exit(9);
+        },
+        ::testing::ExitedWithCode(7), "")
+        << c.name << "=" << c.value;
+}
+
 TEST(CudaWarpRows, EagerAndCompiledRowsEqualTheCpu) {
   if (!is_available()) GTEST_SKIP() << "no CUDA device: " << unavailable_reason();
   if (warp_rows_mode() == WarpRows::kOff) GTEST_SKIP() << "KILN_CUDA_WARP_ROWS=0";
