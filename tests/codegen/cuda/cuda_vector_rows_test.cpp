@@ -205,6 +205,7 @@ TEST(GpuPrinterRows, QuadLoopsOnlyForF32Rows) {
   EXPECT_EQ(detail::print_row_variant(softmax, "k", detail::kRowUnroll, 0, false,
                                       detail::default_row_loops()),
             print_kernel(softmax, "k"));
+  if (held_of(softmax) == 0) return;  // KILN_CUDA_ROW_HELD=0: no twins
   EXPECT_TRUE(detail::print_row_variant(softmax, "k", detail::kRowUnroll, held_of(softmax), false,
                                         detail::default_row_loops()) ==
               print_held_twin(softmax, "k"));  // (not printed: 4000 lines)
