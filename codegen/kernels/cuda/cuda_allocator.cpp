@@ -58,18 +58,6 @@ bool finished(CUevent e) {
   return driver().cuEventQuery(e) != CUDA_ERROR_NOT_READY;
 }
 
-// Whether work queued on `s` now is captured into a CUDA graph (kiln's, or a
-// caller's cuStreamBeginCapture). Then no event may be asked about: CUDA
-// refuses the query and ends the capture (and an event recorded in it has no
-// state yet), so what waits on an event waits until the capture is over, as
-// in PyTorch's allocator.
-bool capturing(CUstream s) {
-  if (capturing_graph()) return true;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return driver().cuStreamIsCapturing(s, &status) == CUDA_SUCCESS &&
-         status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 // ---------------- device memory ----------------
 class CudaAllocator final : public CachingAllocator {
  public:
@@ -82,7 +70,7 @@ class CudaAllocator final : public CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     use_device(device_);
     ++stats_.num_allocs;
-    if (!capturing(s->handle)) collect_pending();
+    if (!capturing_on(s->handle)) collect_pending();  // no event query in a capture
     Block* b = take_cached(size, *s, small);
     if (b) {
       ++stats_.num_cache_hits;
@@ -220,7 +208,9 @@ class CudaAllocator final : public CachingAllocator {
   // makes it safe), or its free-time work has finished.
   bool usable(Block& b, const Stream::Impl& s) {
     if (b.ready || b.stream->id == s.id) return true;
-    if (capturing(s.handle)) return false;
+    // During a capture CUDA refuses an event query (and ends the capture):
+    // the block waits for the capture's end, as in PyTorch's allocator.
+    if (capturing_on(s.handle)) return false;
     if (!b.ev) b.ev = record(b.stream);  // freed before streams existed
     if (b.ev && finished(b.ev)) {
       b.ready = true;
@@ -466,8 +456,8 @@ class PinnedAllocator final : public CachingAllocator {
     KILN_CHECK(reinterpret_cast<uintptr_t>(p) < it->first + it->second.size,
                "[cuda] not pinned memory");
     std::vector<CUevent>& uses = it->second.uses;
-    if (!capturing(s->handle)) drop_finished(uses);
     use_device(s->device);
+    if (!capturing_on(s->handle)) drop_finished(uses);
     CUevent e = nullptr;
     if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
         driver().cuEventRecord(e, s->handle) == CUDA_SUCCESS) {

@@ -110,14 +110,6 @@ bool upload_done(Pool& p, Slot& s) {
   return true;
 }
 
-// Whether work queued on the current stream of `device` would be captured
-// (a capture kiln did not start: cuStreamBeginCapture called directly).
-bool stream_capturing(int device) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  check(driver().cuStreamIsCapturing(current_cu_stream(device), &status), "cuStreamIsCapturing");
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 }  // namespace
 
 Tensor pooled_constant(const Tensor& cpu_scalar, int device) {
@@ -134,7 +126,7 @@ Tensor pooled_constant(const Tensor& cpu_scalar, int device) {
     std::lock_guard<std::mutex> lock(p.mu);
     auto it = p.values.find(key);
     // Asked only where it matters (a driver call): a value new or in flight.
-    auto capturing = [device] { return capturing_graph() || stream_capturing(device); };
+    auto capturing = [device] { return capturing_on(current_cu_stream(device)); };
     if (it != p.values.end() && !upload_done(p, it->second)) {
       // In flight: work on the uploading stream is ordered after it; another
       // stream waits for it; a graph being captured cannot (the upload

@@ -455,6 +455,13 @@ bool capturing_graph() {
   return t_scope != nullptr;
 }
 
+bool capturing_on(CUstream s) {
+  if (t_scope) return true;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().cuStreamIsCapturing(s, &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 void keep_for_graph(std::shared_ptr<void> p) {
   KILN_CHECK(t_scope, "[cuda] keep_for_graph outside a graph capture");
   t_scope->keep.push_back(std::move(p));

@@ -10,12 +10,16 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/cuda/driver.h"
 #include "kiln/allocator.h"
 
 namespace kiln::cuda {
 
 /// Whether this thread is capturing a compiled graph into a CUDA graph.
 bool capturing_graph();
+/// capturing_graph(), or work queued on `s` is captured (a caller's own
+/// cuStreamBeginCapture): no event may be queried or waited for then.
+bool capturing_on(CUstream s);
 
 /// Keeps `p` alive as long as the graph being captured on this thread (the
 /// pinned host buffers its copies read, its host functions' payloads).
