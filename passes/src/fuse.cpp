@@ -51,7 +51,9 @@
 //    it: the kernel adds each element into its column's partial sum, so the
 //    value is not read back, and not stored at all when nothing else reads it.
 //    A pointwise group's coalesced dim is split where the rows end; a row
-//    kernel's rows must be exactly the reduced dims.
+//    kernel's rows must be exactly the reduced dims. 9b: a sum of a value no
+//    group computes (a matmul's output) joins a group that reads all of it,
+//    unless that closes a cycle: the value is then read once, not twice.
 // 10. FusionOptions::max_group_span bounds the positions between a group's
 //    first and last node. In a traced training step a backward node may read
 //    a forward group's values only (the GELU derivative reads the forward
@@ -614,19 +616,19 @@ struct Planner {
   }
 };
 
-// Rule 9 for one unfused sum node; true if it joined its producer's group.
-bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
+// Rule 9's test and attach: sum node n over v joins group gi, which computes
+// v (an output) or reads it (an input), densely over its whole space.
+bool attach_to(const Ctx& ctx, FusionPlan& plan, const Node* n, int gi) {
   const Value* v = n->inputs[0];
-  if (!v->producer || !is_floating(v->dtype) || half_precision(v->dtype) ||
-      n->output()->dtype != v->dtype)
-    return false;
-  const int gi = plan.group_of[static_cast<size_t>(ctx.at(v->producer))];
-  if (gi < 0) return false;
   FusionGroup& grp = plan.groups[static_cast<size_t>(gi)];
-  const auto it = std::find(grp.outputs.begin(), grp.outputs.end(), v);
-  if (it == grp.outputs.end()) return false;
-  const auto oi = static_cast<size_t>(it - grp.outputs.begin());
-  for (bool d : grp.out_dense[oi])
+  const auto out = std::find(grp.outputs.begin(), grp.outputs.end(), v);
+  const bool produced = out != grp.outputs.end();
+  const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), v);
+  if (!produced && in == grp.inputs.end()) return false;
+  const std::vector<bool>& dense =
+      produced ? grp.out_dense[static_cast<size_t>(out - grp.outputs.begin())]
+               : grp.in_dense[static_cast<size_t>(in - grp.inputs.begin())];
+  for (bool d : dense)
     if (!d) return false;
   // v's buffer is the iteration space: its non-unit dims are the groups' sizes in order.
   std::vector<SymInt> flat;
@@ -650,8 +652,9 @@ bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
   if (d + 1 != grp.dims.size()) return false;
   if (acc < p) {
     // The rows end inside kernel dim d: split it (pointwise groups only; a row
-    // kernel's inner dim is what its reductions reduce).
-    if (grp.reduces()) return false;
+    // kernel's inner dim is what its reductions reduce; the sums already
+    // there keep every dim but the last as rows).
+    if (grp.reduces() || !grp.column_sums.empty()) return false;
     const auto cut = static_cast<std::ptrdiff_t>(p - acc);
     std::vector<SymInt> tail(grp.dims[d].begin() + cut, grp.dims[d].end());
     grp.dims[d].resize(static_cast<size_t>(cut));
@@ -666,6 +669,7 @@ bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
   pat.back() = true;
   grp.out_dense.push_back(std::move(pat));
   plan.group_of[static_cast<size_t>(ctx.at(n))] = gi;
+  if (!produced) return true;
   // Stored only if something else still reads it.
   bool read = ctx.is_output(v);
   for (const Node* u : v->users) read = read || plan.group_of[static_cast<size_t>(ctx.at(u))] != gi;
@@ -678,28 +682,62 @@ bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
   return true;
 }
 
-std::string dims_text(const FusionGroup& grp) {
-  std::string s = "[";
-  for (size_t d = 0; d < grp.dims.size(); ++d) {
-    if (d) s += grp.reduces() && d + 1 == grp.dims.size() ? " | " : ", ";
-    if (grp.dims[d].empty()) s += "1";
-    for (size_t k = 0; k < grp.dims[d].size(); ++k)
-      s += str(k ? "*" : "", ir::to_string(grp.dims[d][k]));
+// True if a path leads from n's output into group gi (through unfused nodes
+// and whole groups): n joining gi would then make the groups cyclic (rule 5).
+bool leads_into(const Ctx& ctx, const FusionPlan& plan, const Node* n, int gi) {
+  std::vector<char> seen_node(plan.group_of.size(), 0), seen_group(plan.groups.size(), 0);
+  std::vector<const Value*> stack;
+  auto push = [&](const auto& values) {
+    for (const Value* v : values) stack.push_back(v);
+  };
+  push(n->outputs);
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    for (const Node* u : v->users) {
+      const auto at = static_cast<size_t>(ctx.at(u));
+      const int gu = plan.group_of[at];
+      if (gu == gi) return true;
+      if (gu < 0) {
+        if (!seen_node[at]++) push(u->outputs);
+      } else if (!seen_group[static_cast<size_t>(gu)]++) {
+        push(plan.groups[static_cast<size_t>(gu)].outputs);
+      }
+    }
   }
-  s += "]";
-  return s;
+  return false;
 }
 
-const char* kind_name(GroupKind k) {
-  switch (k) {
-    case GroupKind::kPointwise:
-      return "pointwise";
-    case GroupKind::kReduction:
-      return "reduction";
-    case GroupKind::kEpilogue:
-      return "epilogue";
+// Rule 9 for one unfused sum node; true if it joined its producer's group or
+// (9b) a group that reads the summed value.
+bool attach_column_sum(const Ctx& ctx, FusionPlan& plan, const Node* n) {
+  const Value* v = n->inputs[0];
+  if (!is_floating(v->dtype) || half_precision(v->dtype) || n->output()->dtype != v->dtype)
+    return false;
+  const int gp = v->producer ? plan.group_of[static_cast<size_t>(ctx.at(v->producer))] : -1;
+  if (gp >= 0 && attach_to(ctx, plan, n, gp)) return true;
+  // 9b: else (v comes from a matmul: a layer-norm bias gradient is the sum of
+  // the matmul's dX that the norm's backward reads) the sum joins a reader,
+  // which loads every element anyway, instead of reading v once more alone.
+  // Preferred: a kernel that has column sums already (its launch form does
+  // not change), then one without reductions (a row kernel with column sums
+  // gives up the GPU's warp rows), then the earliest. Not a recomputation
+  // (rule 11 keeps those out of other kernels).
+  if (n->attrs.has("recompute")) return false;
+  std::vector<int> readers;
+  for (const Node* u : v->users) {
+    const int gu = plan.group_of[static_cast<size_t>(ctx.at(u))];
+    if (gu >= 0 && std::find(readers.begin(), readers.end(), gu) == readers.end())
+      readers.push_back(gu);
   }
-  return "?";
+  auto rank = [&](int gi) {
+    const FusionGroup& grp = plan.groups[static_cast<size_t>(gi)];
+    return grp.column_sums.empty() ? (grp.reduces() ? 2 : 1) : 0;
+  };
+  std::stable_sort(readers.begin(), readers.end(), [&](int a, int b) { return rank(a) < rank(b); });
+  for (int gi : readers)
+    if (!leads_into(ctx, plan, n, gi) && attach_to(ctx, plan, n, gi)) return true;
+  return false;
 }
 
 }  // namespace
@@ -728,72 +766,6 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
       if (n->is_op(OpId::sum) && plan.group_of[static_cast<size_t>(ctx.at(n))] < 0)
         attach_column_sum(ctx, plan, n);
   return plan;
-}
-
-std::string to_string(const FusionPlan& plan, const ir::Graph& g) {
-  std::unordered_map<const Value*, int> num;
-  int next = 0;
-  for (const Value* v : g.inputs()) num[v] = next++;
-  for (const Node* n : g.nodes())
-    for (const Value* v : n->outputs) num[v] = next++;
-  auto name = [&](const Value* v) { return str("%", num.count(v) ? num.at(v) : -1); };
-  std::string s;
-  for (size_t i = 0; i < plan.groups.size(); ++i) {
-    const FusionGroup& grp = plan.groups[i];
-    s += str("group ", i, " ", kind_name(grp.kind), " ", dims_text(grp), ":");
-    for (size_t k = 0; k < grp.nodes.size(); ++k)
-      s += str(k ? ", " : " ", op_name(grp.nodes[k]->op), " ", name(grp.nodes[k]->output()));
-    for (const Node* n : grp.column_sums) s += str(", sum ", name(n->output()), " (column)");
-    s += " ; in";
-    for (const Value* v : grp.inputs) s += str(" ", name(v));
-    s += " ; out";
-    for (const Value* v : grp.outputs) s += str(" ", name(v));
-    s += "\n";
-  }
-  return s;
-}
-
-std::string check_plan(const FusionPlan& plan, const ir::Graph& g) {
-  const auto nodes = g.nodes();
-  if (plan.group_of.size() != nodes.size()) return "group_of has the wrong size";
-  std::unordered_map<const Node*, int> gid;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const int k = plan.group_of[i];
-    if (k < -1 || k >= static_cast<int>(plan.groups.size())) return str("node ", i, ": bad group");
-    if (k >= 0) gid[nodes[i]] = k;
-  }
-  for (size_t k = 0; k < plan.groups.size(); ++k)
-    for (const Node* n : plan.groups[k].nodes)
-      if (!gid.count(n) || gid.at(n) != static_cast<int>(k))
-        return str("group ", k, " lists a node that group_of puts elsewhere");
-  // Condensed graph: units are groups and unfused nodes; it must be acyclic.
-  std::unordered_map<const Node*, int> pos;
-  for (size_t i = 0; i < nodes.size(); ++i) pos[nodes[i]] = static_cast<int>(i);
-  const int ng = static_cast<int>(plan.groups.size());
-  auto unit = [&](const Node* n) { return gid.count(n) ? gid.at(n) : ng + pos.at(n); };
-  const size_t nu = static_cast<size_t>(ng) + nodes.size();
-  std::vector<std::unordered_set<int>> succ(nu);
-  std::vector<int> indeg(nu, 0);
-  for (const Node* n : nodes)
-    for (const Value* v : n->outputs)
-      for (const Node* u : v->users) {
-        const int a = unit(n), b = unit(u);
-        if (a != b && succ[static_cast<size_t>(a)].insert(b).second)
-          ++indeg[static_cast<size_t>(b)];
-      }
-  std::vector<int> ready;
-  for (size_t u = 0; u < nu; ++u)
-    if (indeg[u] == 0) ready.push_back(static_cast<int>(u));
-  size_t visited = 0;
-  while (!ready.empty()) {
-    const int u = ready.back();
-    ready.pop_back();
-    ++visited;
-    for (int s : succ[static_cast<size_t>(u)])
-      if (--indeg[static_cast<size_t>(s)] == 0) ready.push_back(s);
-  }
-  if (visited != nu) return "the groups are not convex or form a cycle";
-  return "";
 }
 
 }  // namespace kiln::passes

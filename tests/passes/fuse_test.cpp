@@ -251,6 +251,56 @@ graph(%0: f32[2, 3, 8] "x") {
             "group 0 pointwise [2*3*8]: exp %1 ; in %0 ; out %1\n");
 }
 
+// Rule 9b: a column sum of a value no group computes (a matmul's output, as a
+// layer-norm bias gradient sums the matmul's dX) joins a group that reads all
+// of it, so the value is read once; never where its result leads back into
+// that group (a cycle), nor a group that reads it broadcast.
+TEST(Fuse, ColumnSumsJoinAReaderOfAMatmulOutput) {
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[8] "g") {
+  %3 = matmul(%0, %1) : f32[4, 8]
+  %4 = mul(%3, %2) : f32[4, 8]
+  %5 = sum(%3) {dims=[0], keepdim=false} : f32[8]
+  return %4 "y", %5 "db"
+}
+)"),
+            "group 0 epilogue [4, 8]: mul %4, sum %5 (column) ; in %3 %2 ; out %4 %5\n");
+  // A kernel with column sums already is preferred (its launch form stays).
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[4, 8] "z") {
+  %3 = matmul(%0, %1) : f32[4, 8]
+  %4 = exp(%3) : f32[4, 8]
+  %5 = mul(%3, %2) : f32[4, 8]
+  %6 = sum(%5) {dims=[0], keepdim=false} : f32[8]
+  %7 = sum(%3) {dims=[0], keepdim=false} : f32[8]
+  return %4 "e", %6 "s", %7 "db"
+}
+)"),
+            "group 0 epilogue [4*8]: exp %4 ; in %3 ; out %4\n"
+            "group 1 epilogue [4, 8]: mul %5, sum %6 (column), sum %7 (column) ; in %3 %2 ; "
+            "out %6 %7\n");
+  // The sum feeds its reader: joining would close a cycle, so it stays alone.
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w") {
+  %2 = matmul(%0, %1) : f32[4, 8]
+  %3 = sum(%2) {dims=[0], keepdim=true} : f32[1, 8]
+  %4 = sub(%2, %3) : f32[4, 8]
+  return %4 "y"
+}
+)"),
+            "group 0 epilogue [4, 8]: sub %4 ; in %2 %3 ; out %4\n");
+  // A reader that broadcasts the value (its rows are another value's) cannot sum it.
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[3, 4, 8] "z") {
+  %3 = matmul(%0, %1) : f32[4, 8]
+  %4 = add(%2, %3) : f32[3, 4, 8]
+  %5 = sum(%3) {dims=[0], keepdim=false} : f32[8]
+  return %4 "y", %5 "s"
+}
+)"),
+            "group 0 epilogue [3, 4*8]: add %4 ; in %2 %3 ; out %4\n");
+}
+
 // Reductions over different dims of one space cannot share a kernel.
 TEST(Fuse, ReductionsOverOtherDimsSplit) {
   EXPECT_EQ(plan_text(R"(

@@ -47,8 +47,8 @@ struct FusionGroup {
   std::vector<std::vector<ir::SymInt>> dims;
   std::vector<std::vector<bool>> in_dense;   ///< per input, per dim: dense (else broadcast)
   std::vector<std::vector<bool>> out_dense;  ///< per output, per dim
-  /// Sums over every row dim of a value the group computes (bias gradients, rule
-  /// 9): the kernel adds each element into its column. Their outputs are the
+  /// Sums over every row dim of a value the group computes or reads (bias
+  /// gradients, rule 9): the kernel adds each element into its column. Their outputs are the
   /// last entries of `outputs`, broadcast along every row dim.
   std::vector<const ir::Node*> column_sums;
   bool reduces() const { return kind == GroupKind::kReduction; }
