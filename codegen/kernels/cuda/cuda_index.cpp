@@ -6,7 +6,10 @@
 
 #include "kernels/cuda/device_errors.h"
 #include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
+#include "kernels/cuda/module.h"
+#include "kernels/cuda/stream.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
@@ -79,9 +82,42 @@ void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   gather_impl(x, d, idx, idx.strides(), out, "gather");
 }
 
+// index_select of whole contiguous rows (print_index_rows): false where x or
+// out is not contiguous (print_gather's strided loop then).
+bool index_rows(const Tensor& x0, int64_t d, const Tensor& idx, const Tensor& out0) {
+  const Tensor x = at_least_1d(x0), out = at_least_1d(out0);
+  if (!x.is_contiguous() || !out.is_contiguous() || x.dim() != out.dim()) return false;
+  long long outer = 1, inner = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= out.shape()[static_cast<size_t>(k)];
+  for (int64_t k = d + 1; k < out.dim(); ++k) inner *= out.shape()[static_cast<size_t>(k)];
+  long long nidx = out.shape()[static_cast<size_t>(d)], rows = outer * nidx;
+  if (rows == 0 || inner == 0) return true;
+  long long bound = x.shape()[static_cast<size_t>(d)], istride = idx.strides()[0];
+  const std::string sym =
+      str("kiln_index_rows_", dtype_name(x.dtype()), "_", dtype_name(idx.dtype()));
+  const int device = out.device().index;
+  const CUfunction fn = cached_kernel(
+      device, sym, sym, [&] { return print_index_rows(x.dtype(), idx.dtype(), sym); });
+  ErrorSlot slot = index_error_slot(device, "index_select", d, bound);
+  CUdeviceptr po = addr(out), px = addr(x), pi = addr(idx);
+  void* params[] = {&po, &px, &pi, &slot.record, &slot.tag, &rows, &nidx, &inner, &istride, &bound};
+  // A block per row, a warp's multiple up to 256 threads along it.
+  const long long threads = std::clamp<long long>((inner + 31) / 32 * 32, 32, 256);
+  const long long blocks = std::min<long long>(rows, 1 << 16);
+  check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
+                                static_cast<unsigned>(threads), 1, 1, 0, current_cu_stream(device),
+                                params, nullptr),
+        "cuLaunchKernel (index_select rows)");
+  after_launch(sym);
+  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
+  if (sync) check_device_errors(device, kAtLaunch);
+  return true;
+}
+
 void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   const int64_t d = wrap(dim, x.dim(), "index_select");
   const Tensor idx = at_least_1d(index);
+  if (out.numel() == 0 || index_rows(x, d, idx, out)) return;
   // The 1-D index read along `dim` at every other coordinate.
   Dims strides(static_cast<size_t>(std::max<int64_t>(out.dim(), 1)), 0);
   strides[static_cast<size_t>(d)] = idx.strides()[0];

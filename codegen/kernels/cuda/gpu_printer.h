@@ -108,6 +108,14 @@ struct KilnIndexGeom {
 /// skipped and, if the error record `err` (device_errors.h) is still clear,
 /// recorded there with `tag`.
 std::string print_gather(DType t, DType index_t, const std::string& symbol);
+/// index_select of whole contiguous rows (x and out contiguous: an embedding
+/// lookup): out[o, r, :] = x[o, idx[r * istride], :], rows of `inner`
+/// elements, parameters (out, x, idx, err, tag, rows = outer * nidx, nidx,
+/// inner, istride, bound); a block per row, its threads along the row, so no
+/// element divides its index into coordinates (print_gather's per-element
+/// division loop ran [8192, 512] lookups at a fifth of the copy bandwidth).
+/// A bad index skips its row and is recorded as print_gather's.
+std::string print_index_rows(DType t, DType index_t, const std::string& symbol);
 /// out[.., idx[.., k, ..], ..] += src[.., k, ..] along `dim` (torch.scatter_add
 /// into a copy of its input): parameters (out, src, idx, err, tag, lines, rank,
 /// dim, bound, len, KilnIndexGeom g over the index's shape), bad indices as

@@ -17,16 +17,19 @@ namespace {
 // (device_errors.h): the first bad index of any launch claims it with its
 // launch's `tag` (a compare-and-swap on the int at byte 0), then stores the
 // value at byte 8; later ones leave it as it is.
-std::string head(const std::string& symbol, DType t, DType index_t, const char* data,
-                 const char* count) {
+std::string bad_fn(const std::string& symbol) {
   return str("KILN_FN void ", symbol, "_bad(KILN_GLOBAL int* err, int tag, kiln_i64 v) {\n",
              "#ifdef __OPENCL_VERSION__\n",
              "  if (atomic_cmpxchg((volatile KILN_GLOBAL int*)err, 0, tag) == 0)\n", "#else\n",
              "  if (atomicCAS(err, 0, tag) == 0)\n", "#endif\n",
-             "    *(KILN_GLOBAL kiln_i64*)(err + 2) = v;\n", "}\n", "KILN_KERNEL void ", symbol,
-             "(KILN_GLOBAL ", storage_type(t), "* out, KILN_GLOBAL const ", storage_type(t), "* ",
-             data, ", KILN_GLOBAL const ", storage_type(index_t),
-             "* idx, KILN_GLOBAL int* err, int tag, kiln_i64 ", count,
+             "    *(KILN_GLOBAL kiln_i64*)(err + 2) = v;\n", "}\n");
+}
+
+std::string head(const std::string& symbol, DType t, DType index_t, const char* data,
+                 const char* count) {
+  return str(bad_fn(symbol), "KILN_KERNEL void ", symbol, "(KILN_GLOBAL ", storage_type(t),
+             "* out, KILN_GLOBAL const ", storage_type(t), "* ", data, ", KILN_GLOBAL const ",
+             storage_type(index_t), "* idx, KILN_GLOBAL int* err, int tag, kiln_i64 ", count,
              ", int rank, int dim, kiln_i64 bound, ");
 }
 
@@ -67,6 +70,27 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol) {
   };
   os << head(symbol, t, index_t, "x", "n") << "KilnIndexGeom g) {\n"
      << index_loops("n", body) << "}\n";
+  return os.str();
+}
+
+std::string print_index_rows(DType t, DType index_t, const std::string& symbol) {
+  const std::string st = storage_type(t);
+  std::ostringstream os;
+  os << bad_fn(symbol) << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << st
+     << "* out, KILN_GLOBAL const " << st << "* x, KILN_GLOBAL const " << storage_type(index_t)
+     << "* idx, KILN_GLOBAL int* err, int tag, kiln_i64 rows, kiln_i64 nidx, kiln_i64 inner, "
+        "kiln_i64 istride, kiln_i64 bound) {\n"
+     << "  for (kiln_i64 row = blockIdx.x; row < rows; row += gridDim.x) {\n"
+     << "    const kiln_i64 o = row / nidx, r = row - o * nidx;\n"
+     << "    const kiln_i64 v = (kiln_i64)idx[r * istride];\n"
+     << "    if (v < 0 || v >= bound) {\n"
+     << "      if (threadIdx.x == 0) " << symbol << "_bad(err, tag, v);\n"
+     << "      continue;\n"
+     << "    }\n"
+     << "    KILN_GLOBAL const " << st << "* src = x + (o * bound + v) * inner;\n"
+     << "    KILN_GLOBAL " << st << "* dst = out + row * inner;\n"
+     << "    for (kiln_i64 c = threadIdx.x; c < inner; c += blockDim.x) dst[c] = src[c];\n"
+     << "  }\n}\n";
   return os.str();
 }
 

@@ -43,6 +43,29 @@ TEST_F(CudaIndex, IndexSelectAndGatherMatchTheCpu) {
   expect_equal(gather(x.cuda(), 0, g0.cuda()), gather(x, 0, g0), "gather dim 0");
 }
 
+// index_select of contiguous rows (print_index_rows: a block per row): any
+// dim of a rank-3 tensor, rows longer than a block, a strided index, more
+// rows than the grid's blocks, half precision; the same bits as the CPU.
+TEST_F(CudaIndex, IndexSelectOfContiguousRowsMatchesTheCpu) {
+  const Tensor x = randn({6, 4, 5});
+  const Tensor every = from_vector<int64_t>({3, 0, 0, 2, 1, 3, 2, 5}, {8});
+  const Tensor strided = every.slice(0, 0, 8, 2);  // 3 0 1 2, stride 2
+  for (int64_t dim : {0, 1, 2})
+    expect_equal(index_select(x.cuda(), dim, strided.cuda()), index_select(x, dim, strided),
+                 str("rank 3, dim ", dim, ", strided index"));
+  const Tensor wide = randn({7, 300});
+  expect_equal(index_select(wide.cuda(), 0, every.cuda()), index_select(wide, 0, every),
+               "rows of 300");
+  expect_equal(index_select(wide.to(DType::bf16).cuda(), 0, every.cuda()),
+               index_select(wide.to(DType::bf16), 0, every), "bf16 rows");
+  const Tensor tokens = randint(0, 3, {70000});
+  const Tensor table = randn({3, 2});
+  expect_equal(index_select(table.cuda(), 0, tokens.cuda()), index_select(table, 0, tokens),
+               "70000 rows");
+  const Tensor none = from_vector<int64_t>({}, {0});
+  EXPECT_EQ(index_select(wide.cuda(), 0, none.cuda()).shape(), (Dims{0, 300}));
+}
+
 TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
   const Tensor base = randn({5, 4});
   const Tensor idx = from_vector<int64_t>({0, 4, 0, 1, 0, 4, 2, 1, 0, 0, 3, 1}, {3, 4});
@@ -242,6 +265,7 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
   for (DType t : {DType::f32, DType::bf16, DType::b8})
     for (DType i : {DType::i64, DType::i32}) {
       source += cuda::print_gather(t, i, str("g_", dtype_name(t), "_", dtype_name(i)));
+      source += cuda::print_index_rows(t, i, str("r_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add(t, i, str("s_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add_sorted(t, i, str("ss_", dtype_name(t), "_", dtype_name(i)));
       source += cuda::print_scatter_add_scan(t, i, str("sc_", dtype_name(t), "_", dtype_name(i)));
