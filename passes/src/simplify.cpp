@@ -36,6 +36,12 @@
 //   dim, which is 1 or equal to the final dim. A -1 in the outer shape meant
 //   "the middle size", so it is replaced by the (static) output size; with
 //   sym_attrs and a -1 the rule does not fire.
+// - sum(reshape(x)) over a leading run of dims that the reshape only regroups
+//   (x = [A..., K...] reshaped to [B..., K...], the sum over the B dims) ->
+//   the sum over x's A dims (then a reshape to keepdim's shape): the same rows
+//   added in the same order (eager and fused sums coalesce the reduced dims),
+//   and the sum can then join the kernel that computes x (fuse rule 9: the
+//   output layer's bias gradient, a sum of the loss gradient reshaped).
 #include "kiln/passes/simplify.h"
 
 #include <algorithm>
@@ -218,6 +224,50 @@ Value* integer_self_difference(ir::Graph& g, Node* n) {
   return g.add_op(OpId::full, {}, std::move(at), {{out->dtype, out->shape}}, n)->output();
 }
 
+// The sum rule above: true if it rewired or replaced n.
+bool sum_through_reshape(ir::Graph& g, Node* n) {
+  if (!n->is_op(OpId::sum) || !n->sym_attrs.empty() || !n->attrs.has("dims")) return false;
+  const Node* r = producer_op(n->inputs[0], OpId::reshape, /*plain=*/true);
+  if (r == nullptr) return false;
+  Value* x = r->inputs[0];
+  const Value* v = n->inputs[0];
+  if (!ir::is_static(x->shape) || !ir::is_static(v->shape) || !ir::is_static(n->output()->shape))
+    return false;
+  const int64_t rank = v->rank();
+  Dims ds = n->attrs.dims("dims");
+  for (int64_t& d : ds)
+    if (d < 0) d += rank;
+  std::sort(ds.begin(), ds.end());
+  const auto nb = static_cast<int64_t>(ds.size());
+  for (int64_t i = 0; i < nb; ++i)
+    if (ds[static_cast<size_t>(i)] != i) return false;  // not a leading run
+  const int64_t kept = rank - nb, na = x->rank() - kept;
+  if (nb == 0 || kept == 0 || na <= 0) return false;
+  for (int64_t k = 0; k < kept; ++k)
+    if (!(x->shape[static_cast<size_t>(na + k)] == v->shape[static_cast<size_t>(nb + k)]))
+      return false;
+  Dims xd;
+  for (int64_t i = 0; i < na; ++i) xd.push_back(i);
+  const bool keep = n->attrs.has("keepdim") && n->attrs.b("keepdim");
+  if (!keep) {  // the output is K either way
+    n->attrs.set("dims", xd);
+    g.set_input(n, 0, x);
+    return true;
+  }
+  Attrs at = n->attrs;
+  at.set("dims", xd).set("keepdim", false);
+  const ir::SymShape k(x->shape.begin() + na, x->shape.end());
+  Value* s = g.add_op(OpId::sum, {x}, std::move(at), {{n->output()->dtype, k}}, n)->output();
+  Attrs ra;
+  ra.set("shape", ir::eval_shape(n->output()->shape, {}));
+  Value* out =
+      g.add_op(OpId::reshape, {s}, std::move(ra), {{n->output()->dtype, n->output()->shape}}, n)
+          ->output();
+  g.replace_all_uses(n->output(), out);
+  g.erase(n);
+  return true;
+}
+
 }  // namespace
 
 bool simplify(ir::Graph& g) {
@@ -229,6 +279,10 @@ bool simplify(ir::Graph& g) {
     if (n->is_op(OpId::permute)) changed |= combine_permutes(g, n);
     if (n->is_op(OpId::reshape)) changed |= combine_reshapes(g, n);
     if (n->is_op(OpId::expand)) changed |= combine_expands(g, n);
+    if (sum_through_reshape(g, n)) {
+      changed = true;
+      continue;
+    }
     Value* to = replacement(n);
     if (to == nullptr) to = integer_self_difference(g, n);
     if (to == nullptr) continue;

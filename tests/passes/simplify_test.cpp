@@ -219,6 +219,43 @@ graph(%0: f32[2, 6] "arg0") {
               true);
 }
 
+TEST(Simplify, SumOverRegroupedLeadingDimsSumsTheReshapeInput) {
+  // A sum over the leading dims a reshape only regroups sums its input's
+  // leading dims (keepdim: then reshaped), so fusion can attach it to the
+  // input's kernel. A reshape that also regroups kept dims, or a sum over
+  // dims that are not leading, stays.
+  expect_pass(simplify, R"(
+graph(%0: f32[64, 50] "x", %1: f32[4, 16, 50] "y") {
+  %2 = exp(%0) : f32[64, 50]
+  %3 = reshape(%2) {shape=[4, 16, 50]} : f32[4, 16, 50]
+  %4 = sum(%3) {dims=[0, 1], keepdim=false} : f32[50]
+  %5 = sum(%3) {dims=[0, -2], keepdim=true} : f32[1, 1, 50]
+  %6 = sum(%3) {dims=[1], keepdim=false} : f32[4, 50]
+  %7 = reshape(%2) {shape=[4, 16, 5, 10]} : f32[4, 16, 5, 10]
+  %8 = sum(%7) {dims=[0, 1], keepdim=false} : f32[5, 10]
+  %9 = reshape(%1) {shape=[64, 50]} : f32[64, 50]
+  %10 = sum(%9) {dims=[0], keepdim=false} : f32[50]
+  return %4 "a", %5 "b", %6 "c", %8 "d", %10 "e"
+}
+)",
+              R"(
+graph(%0: f32[64, 50] "x", %1: f32[4, 16, 50] "y") {
+  %2 = exp(%0) : f32[64, 50]
+  %3 = reshape(%2) {shape=[4, 16, 50]} : f32[4, 16, 50]
+  %4 = sum(%2) {dims=[0], keepdim=false} : f32[50]
+  %5 = sum(%2) {dims=[0], keepdim=false} : f32[50]
+  %6 = reshape(%5) {shape=[1, 1, 50]} : f32[1, 1, 50]
+  %7 = sum(%3) {dims=[1], keepdim=false} : f32[4, 50]
+  %8 = reshape(%2) {shape=[4, 16, 5, 10]} : f32[4, 16, 5, 10]
+  %9 = sum(%8) {dims=[0, 1], keepdim=false} : f32[5, 10]
+  %10 = reshape(%1) {shape=[64, 50]} : f32[64, 50]
+  %11 = sum(%1) {dims=[0, 1], keepdim=false} : f32[50]
+  return %4 "a", %6 "b", %7 "c", %9 "d", %11 "e"
+}
+)",
+              true);
+}
+
 TEST(Simplify, SymbolicReshapeChainCollapses) {
   // The outer reshape's symbolic shape is carried; back to x's shape is x.
   expect_pass(simplify, R"(
