@@ -13,7 +13,9 @@
 # the DDP example over kilnrun), probe (cuda_probe, 16M), probe_large (256M), harness (cuda_harness), profile (Chrome traces
 # of the harness's compiled steps: launches synchronized, and timed by events), rows_held (the
 # harness with row kernels streaming, and holding 16 per thread), warp_rows (warp rows against a block per
-# row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0). No step: all of them.
+# row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0), remat_off (the MLP and
+# transformer steps without the remat pass: what its memory-driven default costs in time on a
+# GPU). No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -176,6 +178,16 @@ step_warp_rows() {
   run cuda_probe.txt 90 "cuda_probe --only warp_rows" "$work/bin/cuda_probe" --only warp_rows
   KILN_CUDA_WARP_ROWS=0 run cuda_harness.txt 150 "cuda_harness, KILN_CUDA_WARP_ROWS=0" \
     "$work/bin/cuda_harness" --reps 15
+}
+step_remat_off() {
+  # The default remat policy saves memory (its model is bytes, not traffic):
+  # the transformer's GELU forward stores z and 1 + erf and its backward
+  # computes the GELU output again from them. Without the pass, against the
+  # harness step's default plan (run the harness step in the same call).
+  for part in mlp transformer; do
+    KILN_DISABLE_PASSES=remat run cuda_harness.txt 60 "cuda_harness $part, KILN_DISABLE_PASSES=remat" \
+      "$work/bin/cuda_harness" --reps 15 --only $part
+  done
 }
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15
