@@ -504,8 +504,11 @@ kir::Kernel row_column_kernel(int64_t inner) {
 
 // The row kernel with a column sum over [8192, 512] (the transformer's
 // layer_norm rows) and [16384, 1024], kernel only (the combine after it not
-// timed): parts (the default, 2x, 4x) by threads per block (64, 128, 256),
-// as GB/s of x and y. The default launch is column_parts() on row_threads().
+// timed): parts (the default, 2x, 4x) by threads per block (64, 128, 256) in
+// the block-per-part form, and the default parts in the column-warps form
+// (32 x 2 and 32 x 4 per block where the shared partials hold the row), as GB/s
+// of x and y. The default launch: column warps 32 x kColumnWarps where the
+// row fits, else column_parts() on row_threads().
 void column_row_lines(int64_t n, int reps, const DeviceBuffer& in, const DeviceBuffer& out,
                       const DeviceBuffer& ones) {
   const int64_t shapes[2][2] = {{8192, 512}, {16384, 1024}};
@@ -519,23 +522,31 @@ void column_row_lines(int64_t n, int reps, const DeviceBuffer& in, const DeviceB
     const CUfunction fn = mod.function("krc");
     const int64_t base = column_parts(rows, inner);
     DeviceBuffer partial(static_cast<size_t>(4 * base * inner) * 8);
-    std::printf("row kernel + column sum [%lld, %lld] (default: %lld parts, %lld threads):",
+    const RowBlock def = row_block(k, rows, inner, 0, max_block_threads(fn));
+    std::printf("row kernel + column sum [%lld, %lld] (default: %lld parts, %lld x %lld threads):",
                 static_cast<long long>(rows), static_cast<long long>(inner),
-                static_cast<long long>(base), static_cast<long long>(row_threads(k, inner)));
-    for (const int64_t parts : {base, 2 * base, 4 * base})
-      for (const unsigned threads : {64u, 128u, 256u}) {
-        CUdeviceptr p[4] = {in.get(), ones.get(), out.get(), partial.get()};
-        long long n = rows, s0 = rows, s1 = inner, np = parts;
-        void* params[] = {&p[0], &p[1], &p[2], &p[3], &n, &s0, &s1, &np};
-        const double ms = median_ms(reps, [&] {
-          check(
-              driver().cuLaunchKernel(fn, static_cast<unsigned>(std::min<int64_t>(parts, 1 << 16)),
-                                      1, 1, threads, 1, 1, 0, nullptr, params, nullptr),
+                static_cast<long long>(base), static_cast<long long>(def.x),
+                static_cast<long long>(def.y));
+    auto run = [&](int64_t parts, unsigned threads, unsigned warps) {
+      CUdeviceptr p[4] = {in.get(), ones.get(), out.get(), partial.get()};
+      long long n = rows, s0 = rows, s1 = inner, np = parts;
+      void* params[] = {&p[0], &p[1], &p[2], &p[3], &n, &s0, &s1, &np};
+      const double ms = median_ms(reps, [&] {
+        check(driver().cuLaunchKernel(fn, static_cast<unsigned>(std::min<int64_t>(parts, 1 << 16)),
+                                      1, 1, threads, warps, 1, 0, nullptr, params, nullptr),
               "cuLaunchKernel");
-        });
+      });
+      return 2.0 * static_cast<double>(rows * inner) * 4 / ms / 1e6;
+    };
+    for (const int64_t parts : {base, 2 * base, 4 * base})
+      for (const unsigned threads : {64u, 128u, 256u})
         std::printf(" | %lld x %u: %.0f GB/s", static_cast<long long>(parts), threads,
-                    2.0 * static_cast<double>(rows * inner) * 4 / ms / 1e6);
-      }
+                    run(parts, threads, 1));
+    // The column-warps form (32 x warps per part), the default where the row fits.
+    for (const unsigned warps : {2u, 4u})  // at most kColumnWarps: the shared rows' count
+      if (inner <= column_warps_cap(k))
+        std::printf(" | column warps %lld x 32 x %u: %.0f GB/s", static_cast<long long>(base),
+                    warps, run(base, 32, warps));
     std::printf("\n");
   }
 }

@@ -21,6 +21,8 @@ typedef unsigned long long kiln_u64;
 #define KILN_FN __device__ __forceinline__
 // Local memory for the emulated warp shuffles (none on a real GPU).
 #define KILN_SHUFFLE_SCRATCH
+// A pointer into shared memory (a generic pointer here).
+#define KILN_SHARED_PTR
 // The printer's unrolled loops load every lane's elements, then hold them
 // here: an empty asm that reads and rewrites the values, so NVVM cannot sink
 // a load to its first use. Sunk below an expanded division (ptxas's div.rn
@@ -70,6 +72,7 @@ typedef ulong kiln_u64;
 #define KILN_CONSTANT __constant
 #define KILN_FN static inline
 #define __shared__ __local
+#define KILN_SHARED_PTR __local
 #define threadIdx ((uint3)((uint)get_local_id(0), (uint)get_local_id(1), (uint)get_local_id(2)))
 #define blockIdx ((uint3)((uint)get_group_id(0), (uint)get_group_id(1), (uint)get_group_id(2)))
 #define blockDim ((uint3)((uint)get_local_size(0), (uint)get_local_size(1), (uint)get_local_size(2)))
@@ -180,6 +183,7 @@ typedef unsigned long long kiln_u64;
 #define KILN_CONSTANT static const
 #define KILN_FN static inline
 #define __shared__ static
+#define KILN_SHARED_PTR
 #define KILN_SHUFFLE_SCRATCH static kiln_u64 kiln_shfl[1024]
 #define KILN_ISSUE(...)
 struct kiln_dim3 {

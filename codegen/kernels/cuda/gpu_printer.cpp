@@ -373,6 +373,13 @@ bool has_column_sums(const Kernel& k) {
   return false;
 }
 
+int64_t column_warps_cap(const Kernel& k) {
+  int64_t sums = 0;
+  for (const kir::Store& s : k.stores) sums += s.accumulate ? 1 : 0;
+  const int64_t doubles = 32768 / 8 / kColumnWarps / std::max<int64_t>(sums, 1);
+  return std::max<int64_t>(32, doubles / 32 * 32);
+}
+
 namespace detail {
 
 std::string kernel_head(const Kernel& k, const std::string& symbol, const char* count) {

@@ -60,6 +60,15 @@ std::string print_held_twin(const kir::Kernel& k, const std::string& symbol);
 /// The suffix of a held twin's symbol.
 inline constexpr char kHeldTwin[] = "_held";
 
+/// Warps per block of a row kernel with column sums in its column-warps form
+/// (print_kernel; launch_kernel's choice where the row fits): each warp takes
+/// every kColumnWarps-th row of the block's part, the warps' column partials
+/// then added in warp order.
+constexpr int kColumnWarps = 4;
+/// The longest row the column-warps form of `k` takes: every warp's partial
+/// row of each column sum sits in shared memory, 32 KiB in all.
+int64_t column_warps_cap(const kir::Kernel& k);
+
 /// The CUDA prelude (for NVRTC): printed once at the top of every program.
 std::string cuda_prelude();
 /// The OpenCL C prelude: the same printed kernels compile on the emulated

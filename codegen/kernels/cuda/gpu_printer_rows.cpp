@@ -656,6 +656,60 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
   os << ind << "}\n";
 }
 
+// The part loops of a row kernel with column sums (`summed`: their partial
+// arguments) around `one` (one row's work). Column warps (blockDim.y > 1, the
+// launch's choice: column_warps_block): warp y of a part's block takes its
+// rows y, y + blockDim.y, ... (all warps the same number of steps, past the
+// part's end as empty rows, for the barriers), adding each column into its
+// own shared-memory partial row; the block then adds the warps' rows in
+// order into the part's partial. A part's rows run blockDim.y at a time, not
+// one by one on a block (the form below): on an H200 that form's row
+// kernel with a column sum over [8192, 512] ran at a quarter of copy
+// bandwidth (cuda_probe, 2026-11-27), its 8 rows a part in series. Else each
+// block takes whole parts, its thread t the columns t, t + blockDim.x, ...
+// of the part's partials in global memory, in row order.
+void column_rows(std::ostream& os, const Kernel& k, const std::vector<int>& summed,
+                 const std::string& one) {
+  const int64_t cap = column_warps_cap(k);
+  for (int a : summed)
+    os << "  __shared__ double kiln_cw" << a << "[" << kColumnWarps * cap << "];\n";
+  os << "  const kiln_i64 cols = s" << k.rank - 1 << ";\n"
+     << "  if (blockDim.y > 1) {\n"
+     << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
+  for (int a : summed)
+    os << "  KILN_SHARED_PTR double* q" << a << " = kiln_cw" << a << " + threadIdx.y * " << cap
+       << ";\n"
+       << "  for (kiln_i64 j = threadIdx.x; j < cols; j += blockDim.x) q" << a << "[j] = 0.0;\n";
+  os << "  const kiln_i64 r0 = rows * part / parts, r1 = rows * (part + 1) / parts;\n"
+     << "  const kiln_i64 steps = ((rows + parts - 1) / parts + blockDim.y - 1) / blockDim.y;\n"
+     << "  for (kiln_i64 t = threadIdx.y; t < steps * blockDim.y; t += blockDim.y) {\n"
+     << "    const bool kiln_live = r0 + t < r1;\n"
+     << "    const kiln_i64 row = kiln_live ? r0 + t : r0;\n"
+     << "    const kiln_i64 inner = kiln_live ? cols : 0;\n"
+     << one << "  }\n"
+     << "  __syncthreads();\n";
+  for (int a : summed)
+    os << "  for (kiln_i64 j = threadIdx.y * blockDim.x + threadIdx.x; j < cols;\n"
+       << "       j += (kiln_i64)blockDim.x * blockDim.y) {\n"
+       << "    double s = kiln_cw" << a << "[j];\n"
+       << "    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw" << a << "[w * " << cap
+       << " + j];\n"
+       << "    p" << a << "[part * cols + j] = s;\n"
+       << "  }\n";
+  os << "  __syncthreads();\n"
+     << "  }\n"
+     << "  } else {\n"
+     << "  const kiln_i64 inner = cols;\n"
+     << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
+  for (int a : summed)
+    os << "  KILN_GLOBAL double* q" << a << " = p" << a << " + part * inner;\n"
+       << "  for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q" << a << "[j] = 0.0;\n";
+  os << "  const kiln_i64 end = rows * (part + 1) / parts;\n"
+     << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
+     << "    const bool kiln_live = true;\n"
+     << one << "  }\n  }\n  }\n}\n";
+}
+
 }  // namespace
 
 std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max_unroll, int held,
@@ -673,6 +727,41 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
   os << "  KILN_SHUFFLE_SCRATCH;\n";
   for (size_t r = 0; r < k.reductions.size(); ++r)
     os << "  __shared__ " << acc_type(k.reductions[r]) << " kiln_sh" << r << "[32];\n";
+  // One row's work (row, inner and kiln_live in scope), printed once and
+  // placed in each loop below.
+  std::ostringstream one;
+  {
+    std::ostream& os = one;
+    if (k.rank > 1) {
+      os << "    kiln_i64 rr = row;\n";
+      for (int d = k.rank - 2; d > 0; --d)
+        os << "    const kiln_i64 c" << d << " = rr % s" << d << "; rr /= s" << d << ";\n";
+      os << "    const kiln_i64 c0 = rr;\n";
+    }
+    for (size_t a = 0; a < k.args.size(); ++a) {
+      std::string b = "0";
+      for (int d = 0; d + 1 < k.rank; ++d)
+        if (k.args[a].dense[static_cast<size_t>(d)])
+          b = b == "0" ? str("c", d) : str("(", b, ") * s", d, " + c", d);
+      os << "    const kiln_i64 b" << a << " = " << b << ";\n";
+    }
+    if (quads) {  // the quad loops' float4 path: every row pointer 16-byte aligned
+      os << "    const bool kiln_al = ((0";
+      for (size_t a = 0; a < k.args.size(); ++a)
+        if (k.args[a].dense[static_cast<size_t>(k.rank - 1)])
+          os << " | (kiln_u64)(p" << a << " + b" << a << " * inner)";
+      os << ") & 15) == 0;\n";
+    }
+    for (size_t r = 0; r < k.reductions.size(); ++r)
+      os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
+    if (held > 0) {
+      os << "    if (KILN_HELD_ROWS && inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
+      held_body(os, k, an, held, quads);
+      os << "    } else {\n";
+    }
+    row_body(os, k, an, max_unroll, quads, loops.hoist);
+    if (held > 0) os << "    }\n";
+  }
   if (summed.empty()) {
     // A block's warps (threadIdx.y) take consecutive rows: one block per row
     // when blockDim.y is 1, one warp per row in warp rows (row_block). A warp
@@ -682,49 +771,11 @@ std::string print_row_kernel(const Kernel& k, const std::string& symbol, int max
        << "       rb += (kiln_i64)gridDim.x * blockDim.y) {\n"
        << "    const bool kiln_live = rb + threadIdx.y < rows;\n"
        << "    const kiln_i64 row = kiln_live ? rb + threadIdx.y : rows - 1;\n"
-       << "    const kiln_i64 inner = kiln_live ? s" << k.rank - 1 << " : 0;\n";
-  } else {
-    os << "  const kiln_i64 inner = s" << k.rank - 1 << ";\n";
-    // Each block takes whole parts; thread t owns columns t, t + blockDim.x,
-    // ... of the part's partials (the store loop's mapping), in row order.
-    os << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
-    for (int a : summed)
-      os << "  KILN_GLOBAL double* q" << a << " = p" << a << " + part * inner;\n"
-         << "  for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q" << a << "[j] = 0.0;\n";
-    os << "  const kiln_i64 end = rows * (part + 1) / parts;\n"
-       << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
-       << "    const bool kiln_live = true;\n";
+       << "    const kiln_i64 inner = kiln_live ? s" << k.rank - 1 << " : 0;\n"
+       << one.str() << "  }\n}\n";
+    return os.str();
   }
-  if (k.rank > 1) {
-    os << "    kiln_i64 rr = row;\n";
-    for (int d = k.rank - 2; d > 0; --d)
-      os << "    const kiln_i64 c" << d << " = rr % s" << d << "; rr /= s" << d << ";\n";
-    os << "    const kiln_i64 c0 = rr;\n";
-  }
-  for (size_t a = 0; a < k.args.size(); ++a) {
-    std::string b = "0";
-    for (int d = 0; d + 1 < k.rank; ++d)
-      if (k.args[a].dense[static_cast<size_t>(d)])
-        b = b == "0" ? str("c", d) : str("(", b, ") * s", d, " + c", d);
-    os << "    const kiln_i64 b" << a << " = " << b << ";\n";
-  }
-  if (quads) {  // the quad loops' float4 path: every row pointer 16-byte aligned
-    os << "    const bool kiln_al = ((0";
-    for (size_t a = 0; a < k.args.size(); ++a)
-      if (k.args[a].dense[static_cast<size_t>(k.rank - 1)])
-        os << " | (kiln_u64)(p" << a << " + b" << a << " * inner)";
-    os << ") & 15) == 0;\n";
-  }
-  for (size_t r = 0; r < k.reductions.size(); ++r)
-    os << "    " << compute_type(k.reductions[r].dtype) << " red" << r << ";\n";
-  if (held > 0) {
-    os << "    if (KILN_HELD_ROWS && inner <= " << held << " * (kiln_i64)blockDim.x) {\n";
-    held_body(os, k, an, held, quads);
-    os << "    } else {\n";
-  }
-  row_body(os, k, an, max_unroll, quads, loops.hoist);
-  if (held > 0) os << "    }\n";
-  os << (summed.empty() ? "" : "  }\n") << "  }\n}\n";
+  column_rows(os, k, summed, one.str());
   return os.str();
 }
 

@@ -183,6 +183,16 @@ int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_t
   return std::min(threads, max_threads);
 }
 
+bool column_warps() {
+  static const bool on = [] {
+    const std::string v = env::get("KILN_CUDA_COLUMN_WARPS");
+    KILN_CHECK(v.empty() || v == "0" || v == "1", "KILN_CUDA_COLUMN_WARPS=", v,
+               ": expected 0 or 1");
+    return v != "0";
+  }();
+  return on;
+}
+
 WarpRows warp_rows_mode() {
   static const WarpRows mode = [] {
     const std::string v = env::get("KILN_CUDA_WARP_ROWS");
@@ -204,6 +214,10 @@ RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, 
                                  rows >= kWarpRowsMinRows && (held <= 0 || inner <= held * 32));
   if (sizes && k.reassoc && !has_column_sums(k) && max_threads >= 32)
     return {32, std::min(kWarpRowsPerBlock, max_threads / 32)};
+  // Column sums: the column-warps form where the row fits its shared partials.
+  if (has_column_sums(k) && k.reassoc && column_warps() && inner <= column_warps_cap(k) &&
+      max_threads >= 32 * kColumnWarps)
+    return {32, kColumnWarps};
   return {row_threads(k, inner, held, max_threads), 1};
 }
 

@@ -142,10 +142,16 @@ constexpr int64_t kWarpRowsPerBlock = 4;
 enum class WarpRows { kOff, kSizes, kAll };
 /// KILN_CUDA_WARP_ROWS: 0, 1 (the default) or "all" (read once; else an error).
 WarpRows warp_rows_mode();
+/// KILN_CUDA_COLUMN_WARPS: 1 (the default) or 0, which keeps row kernels with
+/// column sums in their block-per-part form (read once; else an error).
+bool column_warps();
 /// The block launch_kernel gives row kernel `k` over `rows` rows of `inner`
 /// elements: warp rows (32 x up to kWarpRowsPerBlock) where `mode` allows
 /// the sizes, the kernel has no column sums, sums in any order and, if held,
-/// holds the row in one warp; else {row_threads(), 1}.
+/// holds the row in one warp; with column sums, column warps (32 x
+/// kColumnWarps) where column_warps(), the kernel sums in any order and the
+/// row fits column_warps_cap;
+/// else {row_threads(), 1}.
 RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
                    WarpRows mode = warp_rows_mode());
 /// The most threads a block of `fn` can have on its device, in whole warps: a

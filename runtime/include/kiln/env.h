@@ -68,6 +68,10 @@ inline constexpr EnvVar kRegistry[] = {
      "0 runs every CUDA row kernel (softmax, layer_norm, ...) one block per row; by default "
      "many short rows (at least 2048 of at most 1024 elements) run one warp per row; all: "
      "every row kernel that can (a test mode)"},
+    {"KILN_CUDA_COLUMN_WARPS", "1",
+     "0 runs CUDA row kernels with column sums (layer_norm's backward) one block per part of "
+     "rows, the part's rows in series; by default rows fitting the shared partials (up to 1024 "
+     "elements for one sum) run 4 warps a part, a row per warp at a time"},
     {"KILN_CUDA_ROW_HELD", "32",
      "N per thread: CUDA row kernels (softmax, layer_norm, ...) run rows of more than N x 16 and "
      "at most N x 512 elements through a held twin that keeps the row in registers, on a block "

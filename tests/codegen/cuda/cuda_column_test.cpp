@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "codegen/cuda/cuda_test_util.h"
+#include "codegen/kernel_test_util.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -107,6 +108,77 @@ TEST_F(CudaColumns, ColumnSumsDoNotDependOnTheLaunchShape) {
     results.push_back(bits_of(partial));
   }
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[i], results[0]) << "launch " << i;
+}
+
+// A row kernel with two column sums (layer_norm's backward in miniature: y
+// = x - sum(x) per row, and the column sums of y and of y * x) launched in
+// both forms: a block per part (64 x 1 threads) and column warps (32 x
+// kColumnWarps, and 32 x 2), on fewer blocks than parts and on a part count
+// that leaves warps past a part's last row. Each part's partials are the sums
+// of the launch's own y over the part's rows (the forms add them in another
+// order: within rounding), and launch_kernel picks column warps exactly
+// where the row fits the shared partials.
+TEST_F(CudaColumns, RowKernelColumnSumsInBothFormsAreThePartsSums) {
+  kir::testing::Builder b(2, "row_two_colsums");
+  const int x = b.load(b.in(DType::f32, {true, true}));
+  const int y = b.op(OpId::sub, DType::f32, x, b.reduce(OpId::sum, x, 0, DType::f32));
+  b.store(b.out(DType::f32, {true, true}), y);
+  for (int v : {y, b.op(OpId::mul, DType::f32, y, x)})
+    b.k.stores.push_back({b.out(DType::f64, {false, true}), b.op(OpId::cast, DType::f64, v), true});
+  const kir::Kernel k = b.k;
+  ASSERT_EQ(cuda::column_warps_cap(k), 512);
+  EXPECT_EQ(cuda::row_block(k, 4096, 512, 0, 1024).y, cuda::kColumnWarps);
+  EXPECT_EQ(cuda::row_block(k, 4096, 513, 0, 1024).y, 1);
+  EXPECT_EQ(cuda::row_block(k, 4096, 512, 0, 64).y, 1);  // a block too small for 4 warps
+  const std::string sym = "kiln_row_two_colsums_test";
+  const CUfunction fn = cuda::cached_kernel(0, cuda::print_kernel(k, sym), sym);
+  for (auto [rows, inner] : {std::pair<int64_t, int64_t>{301, 29}, {4099, 77}, {45, 512}}) {
+    const int64_t parts = cuda::column_parts(rows, inner);
+    const Tensor xs = randn({rows, inner}).cuda();
+    for (auto [grid, threads, warps] : {std::tuple{7u, 64u, 1u},
+                                        {1000u, 32u, static_cast<unsigned>(cuda::kColumnWarps)},
+                                        {3u, 32u, 2u}}) {
+      const std::string what = str(rows, " x ", inner, ", ", parts, " parts, block ", threads,
+                                   " x ", warps, ", grid ", grid);
+      Tensor ys = full({rows, inner}, 7.0).cuda();
+      std::vector<Tensor> partial = {full({parts, inner}, 7.0, DType::f64).cuda(),
+                                     full({parts, inner}, 7.0, DType::f64).cuda()};
+      std::vector<CUdeviceptr> ptrs;
+      for (const Tensor* t :
+           std::initializer_list<const Tensor*>{&xs, &ys, &partial[0], &partial[1]})
+        ptrs.push_back(reinterpret_cast<CUdeviceptr>(t->data_ptr()));
+      long long n = rows, s0 = rows, s1 = inner, np = parts;
+      void* params[] = {&ptrs[0], &ptrs[1], &ptrs[2], &ptrs[3], &n, &s0, &s1, &np};
+      cuda::check(cuda::driver().cuLaunchKernel(fn, grid, 1, 1, threads, warps, 1, 0, nullptr,
+                                                params, nullptr),
+                  "cuLaunchKernel");
+      const auto xv = xs.cpu().to_vector<float>(), yv = ys.cpu().to_vector<float>();
+      for (int64_t r = 0; r < rows; ++r) {  // y = x - the row's sum (within rounding)
+        double sum = 0;
+        for (int64_t j = 0; j < inner; ++j) sum += xv[static_cast<size_t>(r * inner + j)];
+        for (int64_t j = 0; j < inner; ++j) {
+          const auto i = static_cast<size_t>(r * inner + j);
+          ASSERT_NEAR(yv[i], xv[i] - sum, 1e-4 * (1 + std::abs(sum))) << what << ", row " << r;
+        }
+      }
+      for (int s = 0; s < 2; ++s) {
+        const auto got = partial[static_cast<size_t>(s)].cpu().to_vector<double>();
+        for (int64_t p = 0; p < parts; ++p)
+          for (int64_t j = 0; j < inner; ++j) {
+            double want = 0, scale = 0;
+            for (int64_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) {
+              const auto i = static_cast<size_t>(r * inner + j);
+              const double v =
+                  s == 0 ? yv[i] : static_cast<double>(static_cast<float>(yv[i] * xv[i]));
+              want += v;
+              scale += std::abs(v);
+            }
+            ASSERT_NEAR(got[static_cast<size_t>(p * inner + j)], want, 1e-12 * (scale + 1e-30))
+                << what << ", sum " << s << ", part " << p << ", column " << j;
+          }
+      }
+    }
+  }
 }
 
 // The combine adds each column's parts in 32 slices, each in part order, then

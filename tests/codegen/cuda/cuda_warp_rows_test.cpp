@@ -80,6 +80,7 @@ TEST(CudaWarpRows, EqualA32ThreadBlockPerRowAndTheInterpreter) {
 // The rule: many rows of at most kWarpRowsMaxInner elements take warp rows;
 // few rows, long rows, index-order sums, column sums, rows longer than a held
 // warp and KILN_CUDA_WARP_ROWS=0 keep a block per row; "all" takes any size.
+// Column sums take column warps where the row fits (their own rule).
 TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
   const kir::Kernel k = testing::softmax_kernel(DType::f32);
   auto is = [](RowBlock b, int64_t x, int64_t y) { return b.x == x && b.y == y; };
@@ -96,14 +97,22 @@ TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
   kir::Kernel ordered = k;
   ordered.reassoc = false;
   EXPECT_TRUE(is(row_block(ordered, 65536, 256, 0, 1024, WarpRows::kSizes), 1, 1));
+  // Column sums: column warps where the row fits the shared partials (one
+  // sum: 1024) and the block takes 4 warps, else a block per part.
   kir::Kernel summed = k;
   summed.stores[0].accumulate = true;
-  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kSizes), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kSizes), 32, kColumnWarps));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kOff), 32, kColumnWarps));
+  EXPECT_TRUE(is(row_block(summed, 65536, 1025, 0, 1024, WarpRows::kSizes), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 64, WarpRows::kSizes), 64, 1));
+  kir::Kernel ordered_summed = summed;
+  ordered_summed.reassoc = false;
+  EXPECT_TRUE(is(row_block(ordered_summed, 65536, 256, 0, 1024, WarpRows::kSizes), 1, 1));
   // "all": every size, still not for index-order sums or column sums.
   EXPECT_TRUE(is(row_block(k, 3, 5000, 0, 1024, WarpRows::kAll), 32, 4));
   EXPECT_TRUE(is(row_block(k, 3, 100, 2, 1024, WarpRows::kAll), 32, 4));
   EXPECT_TRUE(is(row_block(ordered, 3, 100, 0, 1024, WarpRows::kAll), 1, 1));
-  EXPECT_TRUE(is(row_block(summed, 3, 100, 0, 1024, WarpRows::kAll), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 3, 2000, 0, 1024, WarpRows::kAll), 64, 1));
 }
 
 // Through launch_kernel (eager ops and compiled plans): softmax, log_softmax

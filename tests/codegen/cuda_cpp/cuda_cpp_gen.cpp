@@ -272,6 +272,10 @@ void add_rows(Gen& g) {
   const kir::Kernel c = column_kernel(true, 128);
   add_kir(g, "row kernel with column sums", c, cuda::print_kernel(c, g.symbol()), {32, 128}, warps,
           2, false);
+  // Column warps (32 x 2, 32 x 4): 37 rows in 2 parts leave warps past a
+  // part's last row, which must meet the block's barriers and add nothing.
+  add_kir(g, "row kernel with column sums (column warps)", c, cuda::print_kernel(c, g.symbol()),
+          {37, 128}, {64, 128}, 2, false, true);
   const kir::Kernel p = column_kernel(false, 128);
   add_kir(g, "pointwise column sums", p, cuda::print_kernel(p, g.symbol()), {32, 128}, {32, 64}, 4,
           true);

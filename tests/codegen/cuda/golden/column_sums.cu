@@ -27,7 +27,201 @@ KILN_KERNEL void kiln_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL const floa
 KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float* p1, KILN_GLOBAL double* p2, kiln_i64 rows, kiln_i64 s0, kiln_i64 s1, kiln_i64 s2, kiln_i64 parts) {
   KILN_SHUFFLE_SCRATCH;
   __shared__ double kiln_sh0[32];
-  const kiln_i64 inner = s2;
+  __shared__ double kiln_cw2[4096];
+  const kiln_i64 cols = s2;
+  if (blockDim.y > 1) {
+  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {
+  KILN_SHARED_PTR double* q2 = kiln_cw2 + threadIdx.y * 1024;
+  for (kiln_i64 j = threadIdx.x; j < cols; j += blockDim.x) q2[j] = 0.0;
+  const kiln_i64 r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+  const kiln_i64 steps = ((rows + parts - 1) / parts + blockDim.y - 1) / blockDim.y;
+  for (kiln_i64 t = threadIdx.y; t < steps * blockDim.y; t += blockDim.y) {
+    const bool kiln_live = r0 + t < r1;
+    const kiln_i64 row = kiln_live ? r0 + t : r0;
+    const kiln_i64 inner = kiln_live ? cols : 0;
+    kiln_i64 rr = row;
+    const kiln_i64 c1 = rr % s1; rr /= s1;
+    const kiln_i64 c0 = rr;
+    const kiln_i64 b0 = (c0) * s1 + c1;
+    const kiln_i64 b1 = (c0) * s1 + c1;
+    const kiln_i64 b2 = 0;
+    float red0;
+    {  // phase 0
+      double acc0 = (double)0;
+      kiln_i64 j = threadIdx.x;
+      for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
+        float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+        float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+        float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+        float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+        float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+        float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+        float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+        float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+        float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+        float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+        float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+        float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+        float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+        float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+        float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+        float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+        KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
+        acc0 = acc0 + (double)e0_0;
+        acc0 = acc0 + (double)e0_1;
+        acc0 = acc0 + (double)e0_2;
+        acc0 = acc0 + (double)e0_3;
+        acc0 = acc0 + (double)e0_4;
+        acc0 = acc0 + (double)e0_5;
+        acc0 = acc0 + (double)e0_6;
+        acc0 = acc0 + (double)e0_7;
+        acc0 = acc0 + (double)e0_8;
+        acc0 = acc0 + (double)e0_9;
+        acc0 = acc0 + (double)e0_10;
+        acc0 = acc0 + (double)e0_11;
+        acc0 = acc0 + (double)e0_12;
+        acc0 = acc0 + (double)e0_13;
+        acc0 = acc0 + (double)e0_14;
+        acc0 = acc0 + (double)e0_15;
+      }
+      for (; j < inner; j += blockDim.x) {
+        float e0 = p0[b0 * inner + j];
+        acc0 = acc0 + (double)e0;
+      }
+      for (int off = 16; off > 0 && blockDim.x >= 32; off >>= 1) {
+        const double other = (double)__shfl_xor_sync(0xffffffffu, acc0, off);
+        acc0 = acc0 + other;
+      }
+      {
+        const int nw = (int)((blockDim.x + 31) >> 5), base = (int)threadIdx.y * nw;
+        if ((threadIdx.x & 31) == 0) kiln_sh0[base + (int)(threadIdx.x >> 5)] = acc0;
+        KILN_ROW_SYNC();
+        acc0 = kiln_sh0[base];
+        for (int w = 1; w < nw; ++w) { acc0 = acc0 + kiln_sh0[base + w]; }
+        KILN_ROW_SYNC();
+      }
+      red0 = (float)acc0;
+    }
+    kiln_i64 j = threadIdx.x;
+    for (; j + 15 * (kiln_i64)blockDim.x < inner; j += 16 * (kiln_i64)blockDim.x) {
+      float e0_0 = p0[b0 * inner + (j + 0 * (kiln_i64)blockDim.x)];
+      float e0_1 = p0[b0 * inner + (j + 1 * (kiln_i64)blockDim.x)];
+      float e0_2 = p0[b0 * inner + (j + 2 * (kiln_i64)blockDim.x)];
+      float e0_3 = p0[b0 * inner + (j + 3 * (kiln_i64)blockDim.x)];
+      float e0_4 = p0[b0 * inner + (j + 4 * (kiln_i64)blockDim.x)];
+      float e0_5 = p0[b0 * inner + (j + 5 * (kiln_i64)blockDim.x)];
+      float e0_6 = p0[b0 * inner + (j + 6 * (kiln_i64)blockDim.x)];
+      float e0_7 = p0[b0 * inner + (j + 7 * (kiln_i64)blockDim.x)];
+      float e0_8 = p0[b0 * inner + (j + 8 * (kiln_i64)blockDim.x)];
+      float e0_9 = p0[b0 * inner + (j + 9 * (kiln_i64)blockDim.x)];
+      float e0_10 = p0[b0 * inner + (j + 10 * (kiln_i64)blockDim.x)];
+      float e0_11 = p0[b0 * inner + (j + 11 * (kiln_i64)blockDim.x)];
+      float e0_12 = p0[b0 * inner + (j + 12 * (kiln_i64)blockDim.x)];
+      float e0_13 = p0[b0 * inner + (j + 13 * (kiln_i64)blockDim.x)];
+      float e0_14 = p0[b0 * inner + (j + 14 * (kiln_i64)blockDim.x)];
+      float e0_15 = p0[b0 * inner + (j + 15 * (kiln_i64)blockDim.x)];
+      KILN_ISSUE("+f"(e0_0), "+f"(e0_1), "+f"(e0_2), "+f"(e0_3), "+f"(e0_4), "+f"(e0_5), "+f"(e0_6), "+f"(e0_7), "+f"(e0_8), "+f"(e0_9), "+f"(e0_10), "+f"(e0_11), "+f"(e0_12), "+f"(e0_13), "+f"(e0_14), "+f"(e0_15));
+      const float e1_0 = red0;
+      const float e2_0 = (float)(e0_0 - e1_0);
+      const double e3_0 = (double)e2_0;
+      const float e1_1 = red0;
+      const float e2_1 = (float)(e0_1 - e1_1);
+      const double e3_1 = (double)e2_1;
+      const float e1_2 = red0;
+      const float e2_2 = (float)(e0_2 - e1_2);
+      const double e3_2 = (double)e2_2;
+      const float e1_3 = red0;
+      const float e2_3 = (float)(e0_3 - e1_3);
+      const double e3_3 = (double)e2_3;
+      const float e1_4 = red0;
+      const float e2_4 = (float)(e0_4 - e1_4);
+      const double e3_4 = (double)e2_4;
+      const float e1_5 = red0;
+      const float e2_5 = (float)(e0_5 - e1_5);
+      const double e3_5 = (double)e2_5;
+      const float e1_6 = red0;
+      const float e2_6 = (float)(e0_6 - e1_6);
+      const double e3_6 = (double)e2_6;
+      const float e1_7 = red0;
+      const float e2_7 = (float)(e0_7 - e1_7);
+      const double e3_7 = (double)e2_7;
+      const float e1_8 = red0;
+      const float e2_8 = (float)(e0_8 - e1_8);
+      const double e3_8 = (double)e2_8;
+      const float e1_9 = red0;
+      const float e2_9 = (float)(e0_9 - e1_9);
+      const double e3_9 = (double)e2_9;
+      const float e1_10 = red0;
+      const float e2_10 = (float)(e0_10 - e1_10);
+      const double e3_10 = (double)e2_10;
+      const float e1_11 = red0;
+      const float e2_11 = (float)(e0_11 - e1_11);
+      const double e3_11 = (double)e2_11;
+      const float e1_12 = red0;
+      const float e2_12 = (float)(e0_12 - e1_12);
+      const double e3_12 = (double)e2_12;
+      const float e1_13 = red0;
+      const float e2_13 = (float)(e0_13 - e1_13);
+      const double e3_13 = (double)e2_13;
+      const float e1_14 = red0;
+      const float e2_14 = (float)(e0_14 - e1_14);
+      const double e3_14 = (double)e2_14;
+      const float e1_15 = red0;
+      const float e2_15 = (float)(e0_15 - e1_15);
+      const double e3_15 = (double)e2_15;
+      p1[b1 * inner + (j + 0 * (kiln_i64)blockDim.x)] = e2_0;
+      q2[(j + 0 * (kiln_i64)blockDim.x)] = q2[(j + 0 * (kiln_i64)blockDim.x)] + e3_0;
+      p1[b1 * inner + (j + 1 * (kiln_i64)blockDim.x)] = e2_1;
+      q2[(j + 1 * (kiln_i64)blockDim.x)] = q2[(j + 1 * (kiln_i64)blockDim.x)] + e3_1;
+      p1[b1 * inner + (j + 2 * (kiln_i64)blockDim.x)] = e2_2;
+      q2[(j + 2 * (kiln_i64)blockDim.x)] = q2[(j + 2 * (kiln_i64)blockDim.x)] + e3_2;
+      p1[b1 * inner + (j + 3 * (kiln_i64)blockDim.x)] = e2_3;
+      q2[(j + 3 * (kiln_i64)blockDim.x)] = q2[(j + 3 * (kiln_i64)blockDim.x)] + e3_3;
+      p1[b1 * inner + (j + 4 * (kiln_i64)blockDim.x)] = e2_4;
+      q2[(j + 4 * (kiln_i64)blockDim.x)] = q2[(j + 4 * (kiln_i64)blockDim.x)] + e3_4;
+      p1[b1 * inner + (j + 5 * (kiln_i64)blockDim.x)] = e2_5;
+      q2[(j + 5 * (kiln_i64)blockDim.x)] = q2[(j + 5 * (kiln_i64)blockDim.x)] + e3_5;
+      p1[b1 * inner + (j + 6 * (kiln_i64)blockDim.x)] = e2_6;
+      q2[(j + 6 * (kiln_i64)blockDim.x)] = q2[(j + 6 * (kiln_i64)blockDim.x)] + e3_6;
+      p1[b1 * inner + (j + 7 * (kiln_i64)blockDim.x)] = e2_7;
+      q2[(j + 7 * (kiln_i64)blockDim.x)] = q2[(j + 7 * (kiln_i64)blockDim.x)] + e3_7;
+      p1[b1 * inner + (j + 8 * (kiln_i64)blockDim.x)] = e2_8;
+      q2[(j + 8 * (kiln_i64)blockDim.x)] = q2[(j + 8 * (kiln_i64)blockDim.x)] + e3_8;
+      p1[b1 * inner + (j + 9 * (kiln_i64)blockDim.x)] = e2_9;
+      q2[(j + 9 * (kiln_i64)blockDim.x)] = q2[(j + 9 * (kiln_i64)blockDim.x)] + e3_9;
+      p1[b1 * inner + (j + 10 * (kiln_i64)blockDim.x)] = e2_10;
+      q2[(j + 10 * (kiln_i64)blockDim.x)] = q2[(j + 10 * (kiln_i64)blockDim.x)] + e3_10;
+      p1[b1 * inner + (j + 11 * (kiln_i64)blockDim.x)] = e2_11;
+      q2[(j + 11 * (kiln_i64)blockDim.x)] = q2[(j + 11 * (kiln_i64)blockDim.x)] + e3_11;
+      p1[b1 * inner + (j + 12 * (kiln_i64)blockDim.x)] = e2_12;
+      q2[(j + 12 * (kiln_i64)blockDim.x)] = q2[(j + 12 * (kiln_i64)blockDim.x)] + e3_12;
+      p1[b1 * inner + (j + 13 * (kiln_i64)blockDim.x)] = e2_13;
+      q2[(j + 13 * (kiln_i64)blockDim.x)] = q2[(j + 13 * (kiln_i64)blockDim.x)] + e3_13;
+      p1[b1 * inner + (j + 14 * (kiln_i64)blockDim.x)] = e2_14;
+      q2[(j + 14 * (kiln_i64)blockDim.x)] = q2[(j + 14 * (kiln_i64)blockDim.x)] + e3_14;
+      p1[b1 * inner + (j + 15 * (kiln_i64)blockDim.x)] = e2_15;
+      q2[(j + 15 * (kiln_i64)blockDim.x)] = q2[(j + 15 * (kiln_i64)blockDim.x)] + e3_15;
+    }
+    for (; j < inner; j += blockDim.x) {
+      float e0 = p0[b0 * inner + j];
+      const float e1 = red0;
+      const float e2 = (float)(e0 - e1);
+      const double e3 = (double)e2;
+      p1[b1 * inner + j] = e2;
+      q2[j] = q2[j] + e3;
+    }
+  }
+  __syncthreads();
+  for (kiln_i64 j = threadIdx.y * blockDim.x + threadIdx.x; j < cols;
+       j += (kiln_i64)blockDim.x * blockDim.y) {
+    double s = kiln_cw2[j];
+    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw2[w * 1024 + j];
+    p2[part * cols + j] = s;
+  }
+  __syncthreads();
+  }
+  } else {
+  const kiln_i64 inner = cols;
   for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {
   KILN_GLOBAL double* q2 = p2 + part * inner;
   for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q2[j] = 0.0;
@@ -205,6 +399,7 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
       p1[b1 * inner + j] = e2;
       q2[j] = q2[j] + e3;
     }
+  }
   }
   }
 }
