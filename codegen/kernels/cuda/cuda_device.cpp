@@ -330,11 +330,12 @@ void CudaRuntime::launch(const kir::Kernel& k, const std::vector<Tensor>& args,
   // at run time name the printed source.
   const std::string key = str(kir::to_string(k), "narrow ", narrow_index_limit());
   KernelFns fns{kernels_.get_keyed(device, key, sym, [&] { return print_kernel(k, sym); }), {}};
-  // A row kernel's held twin, compiled at the first launch holding rows.
-  auto twin = [&] {
+  // A row kernel's held twin of each count, compiled at the first launch
+  // holding rows with it.
+  auto twin = [&](int h) {
     const std::string held = sym + kHeldTwin;
-    return kernels_.get_keyed(device, key + " held", held,
-                              [&] { return print_held_twin(k, held); });
+    return kernels_.get_keyed(device, str(key, " held ", h), held,
+                              [&] { return print_held_twin(k, held, h); });
   };
   if (held_of(k) > 0) fns.held = std::ref(twin);
   std::vector<CUdeviceptr> ptrs;
@@ -576,7 +577,7 @@ class CudaGraphKernel final : public detail::DeviceKernel {
       return launch_column_sums(fn, k_, std::move(p), sizes, sum_dtypes, device_);
     }
     KernelFns f{fn, {}};
-    if (twin_) f.held = [this] { return held_twin(); };
+    if (twin_) f.held = [this](int h) { return held_twin(h); };
     launch_kernel(f, k_, p, sizes, current_cu_stream(device_));
   }
   // A pointwise kernel's instances through its batched form (compiled at the
@@ -602,16 +603,17 @@ class CudaGraphKernel final : public detail::DeviceKernel {
   kir::Kernel k_;
   mutable std::atomic<CUfunction> fn_;
   mutable std::atomic<CUfunction> batched_{nullptr};
-  // The held twin (print_held_twin), compiled alone at the first launch
-  // holding rows: a plan's first run is not captured, so neither is this.
-  CUfunction held_twin() const {
-    std::call_once(held_once_, [&] {
-      held_fn_ = cached_kernel(device_, print_held_twin(k_, "kiln_held"), "kiln_held");
-    });
-    return held_fn_;
+  // The held twin of count h (print_held_twin), compiled alone at the first
+  // launch holding rows with it: a plan's first run is not captured (its
+  // sizes are the replays'), so neither is this.
+  CUfunction held_twin(int h) const {
+    std::lock_guard<std::mutex> lock(held_mu_);
+    CUfunction& fn = held_fns_[h];
+    if (!fn) fn = cached_kernel(device_, print_held_twin(k_, "kiln_held", h), "kiln_held");
+    return fn;
   }
-  mutable std::once_flag held_once_;
-  mutable CUfunction held_fn_ = nullptr;
+  mutable std::mutex held_mu_;
+  mutable std::map<int, CUfunction> held_fns_;
   std::shared_ptr<GraphBatch> batch_;
   size_t index_;
   int device_;

@@ -506,9 +506,11 @@ int held_of(const Kernel& k) {
   return k.has_reductions() && k.reassoc && !has_column_sums(k) ? row_held() : 0;
 }
 
-std::string print_held_twin(const Kernel& k, const std::string& symbol) {
+std::string print_held_twin(const Kernel& k, const std::string& symbol, int held) {
   KILN_CHECK(held_of(k) > 0, "[cuda] kernel '", k.name, "' has no held twin");
-  return detail::print_row_variant(k, symbol, detail::kRowUnroll, held_of(k),
+  KILN_CHECK(held >= 0 && held <= held_of(k), "[cuda] kernel '", k.name, "': a held twin of ", held,
+             " per thread, not between 1 and ", held_of(k));
+  return detail::print_row_variant(k, symbol, detail::kRowUnroll, held > 0 ? held : held_of(k),
                                    device_math_uses_libm(), detail::default_row_loops());
 }
 

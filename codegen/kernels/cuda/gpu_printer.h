@@ -53,10 +53,12 @@ int row_held();
 /// are its parts), else 0 (no twin).
 int held_of(const kir::Kernel& k);
 /// The held twin of row kernel `k` (held_of(k) > 0) named `symbol`: print_kernel's
-/// streaming kernel holding each row in registers. Printed and compiled only
-/// where a launch holds rows (launch_kernel's KernelFns): its straight-line
-/// code took NVRTC seconds per kernel that most graphs never launch.
-std::string print_held_twin(const kir::Kernel& k, const std::string& symbol);
+/// streaming kernel holding each row in registers, `held` per thread (0:
+/// held_of(k); else at most that). Printed and compiled only where a launch
+/// holds rows (launch_kernel's KernelFns, which picks the count per row
+/// length: twin_held): its straight-line code took NVRTC seconds per kernel
+/// that most graphs never launch.
+std::string print_held_twin(const kir::Kernel& k, const std::string& symbol, int held = 0);
 /// The suffix of a held twin's symbol.
 inline constexpr char kHeldTwin[] = "_held";
 

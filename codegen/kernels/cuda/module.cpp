@@ -299,12 +299,18 @@ bool holds_row(int held, int64_t inner, int64_t max_threads) {
   return 2 * inner > held * threads;
 }
 
+int twin_held(int max_held, int64_t inner, int64_t max_threads) {
+  for (const int h : {max_held / 4, max_held / 2})
+    if (h > 0 && inner <= 32 * h && holds_row(h, inner, max_threads)) return h;
+  return holds_row(max_held, inner, max_threads) ? max_held : 0;
+}
+
 void launch_kernel(const KernelFns& f, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,
                    const int64_t* sizes, CUstream stream) {
-  const int held = held_of(k);
-  // Rows too long for the largest held block never compile the twin.
-  if (f.held && holds_row(held, sizes[k.rank - 1])) {
-    const CUfunction twin = f.held();
+  // Rows too short or too long for a held block never compile a twin.
+  const int held = f.held ? twin_held(held_of(k), sizes[k.rank - 1]) : 0;
+  if (held > 0) {
+    const CUfunction twin = f.held(held);
     if (holds_row(held, sizes[k.rank - 1], max_block_threads(twin)))
       return launch_kernel(twin, k, ptrs, sizes, stream, -1, held);
   }

@@ -93,16 +93,25 @@ void launch_kernel(CUfunction fn, const kir::Kernel& k, const std::vector<CUdevi
                    int held = 0);
 
 /// A kernel's functions: `fn`, print_kernel's, and for a row kernel with
-/// held_of(k) > 0, `held`, which compiles its held twin (print_held_twin) at
-/// its first call and returns it (empty: none).
+/// held_of(k) > 0, `held`, which compiles its held twin of the given count
+/// per thread (print_held_twin) at its first call for that count and returns
+/// it (empty: none).
 struct KernelFns {
   CUfunction fn = nullptr;
-  std::function<CUfunction()> held;
+  std::function<CUfunction(int)> held;
 };
 /// Whether rows of `inner` elements run held, `held` per thread: when they
 /// fill more than half of the held slots of their fitted block (row_threads)
 /// of at most `max_threads`. Fewer filled slots ran slower than streaming.
 bool holds_row(int held, int64_t inner, int64_t max_threads = 1024);
+/// The count per thread a twin holds rows of `inner` elements with, of a
+/// kernel whose twins hold at most `max_held` (held_of): the smallest of
+/// max_held / 4, / 2 and max_held that holds the row in one warp (rows of
+/// 129-256 hold 8, 257-512 16, 513-1024 32 by default), else max_held where
+/// holds_row says so (longer rows, several warps), else 0: the row streams.
+/// On an H200 the twin holding 32 ran rows of 256 at less than half the
+/// streaming kernel's speed (24 of each lane's 32 slots idle).
+int twin_held(int max_held, int64_t inner, int64_t max_threads = 1024);
 /// launch_kernel of print_kernel's functions `f`: the held twin where
 /// holds_row says so, else the streaming kernel.
 void launch_kernel(const KernelFns& f, const kir::Kernel& k, const std::vector<CUdeviceptr>& ptrs,

@@ -73,10 +73,10 @@ inline constexpr EnvVar kRegistry[] = {
      "rows, the part's rows in series; by default rows fitting the shared partials (up to 1024 "
      "elements for one sum) run 4 warps a part, a row per warp at a time"},
     {"KILN_CUDA_ROW_HELD", "32",
-     "N per thread: CUDA row kernels (softmax, layer_norm, ...) run rows of more than N x 16 and "
-     "at most N x 512 elements through a held twin that keeps the row in registers, on a block "
-     "fitted to the row (a warp for 32 N), instead of streaming each phase over it; 0: every "
-     "row streams"},
+     "N per thread at most: CUDA row kernels (softmax, layer_norm, ...) run rows of more than "
+     "N x 4 and at most N x 512 elements through a held twin that keeps the row in registers "
+     "(N/4 per thread for rows of up to 8 N, N/2 up to 16 N, in one warp; N beyond, on a block "
+     "fitted to the row) instead of streaming each phase over it; 0: every row streams"},
     {"KILN_PROFILE", "",
      "path: profile the whole run and write a Chrome trace there at exit (%r: the rank; a "
      "directory gets rank<N>.json, or trace.json outside a process group)"},

@@ -269,6 +269,11 @@ void add_rows(Gen& g) {
   for (const int64_t inner : {1024, 1000})
     add_kir(g, "softmax held twin warp rows", s, cuda::print_held_twin(s, g.symbol()), {7, inner},
             {64, 128}, 2, false, true);
+  // The twins holding 8 and 16 per lane: rows of 256 and 300 in one warp.
+  add_kir(g, "softmax held twin 8 warp rows", s, cuda::print_held_twin(s, g.symbol(), 8), {7, 256},
+          {64, 128}, 2, false, true);
+  add_kir(g, "softmax held twin 16 warp rows", s, cuda::print_held_twin(s, g.symbol(), 16),
+          {7, 300}, {64, 128}, 2, false, true);
   const kir::Kernel c = column_kernel(true, 128);
   add_kir(g, "row kernel with column sums", c, cuda::print_kernel(c, g.symbol()), {32, 128}, warps,
           2, false);
