@@ -5,7 +5,9 @@
 // translated (and so checked) again. The capture rules are CUDA's: while a
 // thread captures in a mode other than relaxed, its allocations, frees,
 // synchronous copies and synchronizations fail with
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture; so do a synchronization with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture (another
+// thread's too, in global mode, unless that thread relaxed its own mode:
+// they invalidate every global capture then); so do a synchronization with
 // (or query of) the capturing stream from any thread, and uses of an event recorded in a capture
 // still running. A capture spans several streams as CUDA's does: a stream that waits for an event
 // recorded in it joins it (a fork; its later commands are recorded into it), and the capture ends
@@ -166,6 +168,16 @@ CUresult unsafe_call(const char* what) {
           " captures a CUDA graph (allocations, frees, synchronous copies, host reads and "
           "synchronizations are not allowed during a capture)");
   for (uint64_t id : t_captures) invalidate(id, why);
+  if (!local) {
+    // Another thread's call ends every capture begun in global mode, as CUDA
+    // invalidates the captures such a call is prohibited by.
+    std::vector<uint64_t> global;
+    for (const auto& [id, st] : g_active) {
+      std::lock_guard<std::mutex> slock(st->mu);
+      if (st->capture && st->capture->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) global.push_back(id);
+    }
+    for (uint64_t id : global) invalidate(id, why);
+  }
   return fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
               "emulated device: " + why + "; the capture is invalidated");
 }

@@ -4,7 +4,9 @@
 // every piece, and empty_cache gives back only wholly free segments. On a GPU
 // or the emulated device.
 #include <algorithm>
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/device_ops.h"
@@ -197,6 +199,54 @@ TEST_F(CudaAllocatorSegments, AnAllocationInACallersCaptureAsksNoEvent) {
   StreamGuard g(s2);
   const Tensor t = block(4 * kMiB);  // after the capture: the events are asked again
   EXPECT_TRUE(at(t) == own || at(t) == other);
+}
+
+// Another thread's capture in global mode prohibits this thread's unsafe
+// calls, and CUDA ends that capture on one (so does the emulated device).
+// The allocators' event queries run relaxed: a device allocation with a
+// block freed on another stream to ask about, and a pinned one with a
+// pending copy's use to ask about, made while another thread captures in
+// global mode, leave its capture valid (before, each query ended it).
+TEST_F(CudaAllocatorSegments, EventQueriesWhileAnotherThreadCapturesKeepItsCapture) {
+  Stream s1, s2, cap;
+  {
+    StreamGuard g(s1);
+    Tensor a = block(4 * kMiB);  // freed on s1: s2's request asks its event
+  }
+  Tensor p = zeros({4096}).pin_memory();
+  Tensor d;
+  {
+    StreamGuard g(s1);
+    d = p.to(Device::cuda(), /*non_blocking=*/true);  // a use of p's block on s1
+  }
+  p = Tensor();  // pending until that copy is known done
+  const Driver& drv = driver();
+  std::atomic<int> phase{0};
+  CUresult begun = CUDA_ERROR_UNKNOWN, ended = CUDA_ERROR_UNKNOWN;
+  CUgraph graph = nullptr;
+  std::thread capturer([&] {
+    set_device(0);
+    const auto h = static_cast<CUstream>(cap.handle());
+    begun = drv.cuStreamBeginCapture(h, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    ended = drv.cuStreamEndCapture(h, &graph);
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  {
+    StreamGuard g(s2);
+    const Tensor t = block(4 * kMiB);
+    const Tensor q = zeros({4096}).pin_memory();
+    EXPECT_TRUE(t.defined() && q.is_pinned());
+  }
+  phase = 2;
+  capturer.join();
+  ASSERT_EQ(begun, CUDA_SUCCESS);
+  EXPECT_EQ(ended, CUDA_SUCCESS) << "the other thread's capture was invalidated";
+  if (graph) {
+    EXPECT_EQ(drv.cuGraphDestroy(graph), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(d.cpu().to_vector<float>(), std::vector<float>(4096, 0.0f));
 }
 
 // record_stream on a block: none of its pieces is reused, on any stream,
