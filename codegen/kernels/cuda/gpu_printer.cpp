@@ -485,6 +485,19 @@ LaneText lane_text(const Kernel& k, const std::string& idx, const std::string& s
   return {ld.str(), mt.str(), st.str(), loaded};
 }
 
+std::string lanes_text(const std::vector<LaneText>& lanes, const std::string& ind) {
+  std::ostringstream os;
+  std::vector<Loaded> loaded;
+  for (const LaneText& t : lanes) {
+    os << t.loads;
+    loaded.insert(loaded.end(), t.loaded.begin(), t.loaded.end());
+  }
+  os << issue_loads(loaded, ind);
+  for (const LaneText& t : lanes) os << t.math;
+  for (const LaneText& t : lanes) os << t.stores;
+  return os.str();
+}
+
 }  // namespace detail
 
 bool device_math_uses_libm() {
@@ -517,20 +530,6 @@ std::string print_held_twin(const Kernel& k, const std::string& symbol, int held
 namespace {
 
 std::atomic<int64_t> g_narrow_index_limit{2147483647};
-
-// The loads of `lanes`, held (issue_loads), their arithmetic, their stores.
-std::string lanes_text(const std::vector<LaneText>& lanes, const std::string& ind) {
-  std::ostringstream os;
-  std::vector<Loaded> loaded;
-  for (const LaneText& t : lanes) {
-    os << t.loads;
-    loaded.insert(loaded.end(), t.loaded.begin(), t.loaded.end());
-  }
-  os << issue_loads(loaded, ind);
-  for (const LaneText& t : lanes) os << t.math;
-  for (const LaneText& t : lanes) os << t.stores;
-  return os.str();
-}
 
 // The grid-stride loop of a pointwise kernel over `count` elements with index
 // type and size names `names`: `per` elements a stride apart per iteration

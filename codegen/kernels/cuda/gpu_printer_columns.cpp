@@ -136,10 +136,23 @@ std::string print_column_kernel(const kir::Kernel& k, const std::string& symbol)
      << part_loop_head("inner");
   for (int a : summed) os << "      double acc" << a << " = 0.0;\n";
   // Element i of the flat index space is (row, j): one thread per column and
-  // part, rows in order (elementwise outputs are stored on the way).
+  // part, rows in order (elementwise outputs are stored on the way), `unroll`
+  // rows loaded at once: a row's loads may not pass the stores before them
+  // (an output may alias an input), so one row at a time left a thread one
+  // row's loads in flight, its part's rows in series. Each element is still
+  // loaded before it is stored, the sums still add in row order.
+  int loads = 0;
+  for (const kir::Expr& e : k.exprs) loads += e.kind == kir::ExprKind::kLoad ? 1 : 0;
+  const int unroll = std::clamp(16 / std::max(loads, 1), 2, 8);
+  std::vector<LaneText> lanes;
+  for (int u = 0; u < unroll; ++u)
+    lanes.push_back(lane_text(k, str("((row + ", u, ") * inner + j)"), str("_", u), "        "));
   const LaneText t = lane_text(k, "i", "", "        ");
   os << "      const kiln_i64 end = rows * (part + 1) / parts;\n"
-     << "      for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
+     << "      kiln_i64 row = rows * part / parts;\n"
+     << "      for (; row + " << unroll - 1 << " < end; row += " << unroll << ") {\n"
+     << lanes_text(lanes, "        ") << "      }\n"
+     << "      for (; row < end; ++row) {\n"
      << "        const kiln_i64 i = row * inner + j;\n"
      << t.loads << t.math << t.stores << "      }\n";
   for (int a : summed) os << "      p" << a << "[part * inner + j] = acc" << a << ";\n";

@@ -101,6 +101,9 @@ struct IndexNames {
 bool has_coordinates(const kir::Kernel& k);
 LaneText lane_text(const kir::Kernel& k, const std::string& idx, const std::string& sfx,
                    const std::string& indent, const IndexNames& names = {});
+/// The loads of `lanes` (issued together: issue_loads), then their arithmetic,
+/// then their stores, each in lane order.
+std::string lanes_text(const std::vector<LaneText>& lanes, const std::string& ind);
 
 /// How print_pointwise_variant prints a pointwise kernel (default_pointwise()
 /// holds print_kernel's choices).
