@@ -37,6 +37,13 @@ void fill(long long* a, const Dims& v) {
   for (size_t d = 0; d < v.size(); ++d) a[d] = v[d];
 }
 
+// With KILN_CUDA_SYNC=1 (which synchronizes after every launch anyway) a bad
+// index is reported at its launch.
+void check_at_launch(int device) {
+  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
+  if (sync) check_device_errors(device, kAtLaunch);
+}
+
 // Launches `sym` (printed by `print` the first time) over `count` items with
 // `params` (the error record and tag are the 4th and 5th). No host read: a
 // bad index is found at the host's next synchronization (device_errors.h), or
@@ -44,8 +51,7 @@ void fill(long long* a, const Dims& v) {
 void launch_checked(const std::function<std::string()>& print, const std::string& sym, int device,
                     std::vector<void*>& params, long long count) {
   launch_printed(print, sym, device, count, params);
-  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-  if (sync) check_device_errors(device, kAtLaunch);
+  check_at_launch(device);
 }
 
 // out = x gathered through an index with strides `idx_strides` over out's shape.
@@ -82,6 +88,8 @@ void device_gather(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   gather_impl(x, d, idx, idx.strides(), out, "gather");
 }
 
+namespace {
+
 // index_select of whole contiguous rows (print_index_rows): false where x or
 // out is not contiguous (print_gather's strided loop then).
 bool index_rows(const Tensor& x0, int64_t d, const Tensor& idx, const Tensor& out0) {
@@ -109,10 +117,11 @@ bool index_rows(const Tensor& x0, int64_t d, const Tensor& idx, const Tensor& ou
                                 params, nullptr),
         "cuLaunchKernel (index_select rows)");
   after_launch(sym);
-  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-  if (sync) check_device_errors(device, kAtLaunch);
+  check_at_launch(device);
   return true;
 }
+
+}  // namespace
 
 void device_index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   const int64_t d = wrap(dim, x.dim(), "index_select");
