@@ -544,7 +544,7 @@ void column_row_lines(int64_t n, int reps, const DeviceBuffer& in, const DeviceB
                     run(parts, threads, 1));
     // The column-warps form (32 x warps per part), the default where the row fits.
     for (const unsigned warps : {2u, 4u})  // at most kColumnWarps: the shared rows' count
-      if (inner <= column_warps_cap(k))
+      if (inner <= column_warps_cap(k) * kColumnWarps / static_cast<int64_t>(warps))
         std::printf(" | column warps %lld x 32 x %u: %.0f GB/s", static_cast<long long>(base),
                     warps, run(base, 32, warps));
     std::printf("\n");

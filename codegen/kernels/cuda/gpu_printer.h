@@ -67,8 +67,9 @@ inline constexpr char kHeldTwin[] = "_held";
 /// every kColumnWarps-th row of the block's part, the warps' column partials
 /// then added in warp order.
 constexpr int kColumnWarps = 4;
-/// The longest row the column-warps form of `k` takes: every warp's partial
-/// row of each column sum sits in shared memory, 32 KiB in all.
+/// The longest row the column-warps form of `k` takes on kColumnWarps warps
+/// (twice that on half as many): every warp's partial row of each column sum
+/// sits in shared memory, 32 KiB in all.
 int64_t column_warps_cap(const kir::Kernel& k);
 
 /// The CUDA prelude (for NVRTC): printed once at the top of every program.

@@ -658,7 +658,8 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
 
 // The part loops of a row kernel with column sums (`summed`: their partial
 // arguments) around `one` (one row's work). Column warps (blockDim.y > 1, the
-// launch's choice: column_warps_block): warp y of a part's block takes its
+// launch's choice: row_block; each warp's shared row the block's
+// kColumnWarps * cap doubles over blockDim.y): warp y of a part's block takes its
 // rows y, y + blockDim.y, ... (all warps the same number of steps, past the
 // part's end as empty rows, for the barriers), adding each column into its
 // own shared-memory partial row; the block then adds the warps' rows in
@@ -670,15 +671,14 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
 // of the part's partials in global memory, in row order.
 void column_rows(std::ostream& os, const Kernel& k, const std::vector<int>& summed,
                  const std::string& one) {
-  const int64_t cap = column_warps_cap(k);
-  for (int a : summed)
-    os << "  __shared__ double kiln_cw" << a << "[" << kColumnWarps * cap << "];\n";
+  const int64_t total = kColumnWarps * column_warps_cap(k);
+  for (int a : summed) os << "  __shared__ double kiln_cw" << a << "[" << total << "];\n";
   os << "  const kiln_i64 cols = s" << k.rank - 1 << ";\n"
      << "  if (blockDim.y > 1) {\n"
+     << "  const kiln_i64 wrow = " << total << " / blockDim.y;  // a warp's shared row\n"
      << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
   for (int a : summed)
-    os << "  KILN_SHARED_PTR double* q" << a << " = kiln_cw" << a << " + threadIdx.y * " << cap
-       << ";\n"
+    os << "  KILN_SHARED_PTR double* q" << a << " = kiln_cw" << a << " + threadIdx.y * wrow;\n"
        << "  for (kiln_i64 j = threadIdx.x; j < cols; j += blockDim.x) q" << a << "[j] = 0.0;\n";
   os << "  const kiln_i64 r0 = rows * part / parts, r1 = rows * (part + 1) / parts;\n"
      << "  const kiln_i64 steps = ((rows + parts - 1) / parts + blockDim.y - 1) / blockDim.y;\n"
@@ -692,8 +692,8 @@ void column_rows(std::ostream& os, const Kernel& k, const std::vector<int>& summ
     os << "  for (kiln_i64 j = threadIdx.y * blockDim.x + threadIdx.x; j < cols;\n"
        << "       j += (kiln_i64)blockDim.x * blockDim.y) {\n"
        << "    double s = kiln_cw" << a << "[j];\n"
-       << "    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw" << a << "[w * " << cap
-       << " + j];\n"
+       << "    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw" << a
+       << "[w * wrow + j];\n"
        << "    p" << a << "[part * cols + j] = s;\n"
        << "  }\n";
   os << "  __syncthreads();\n"

@@ -214,10 +214,12 @@ RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, 
                                  rows >= kWarpRowsMinRows && (held <= 0 || inner <= held * 32));
   if (sizes && k.reassoc && !has_column_sums(k) && max_threads >= 32)
     return {32, std::min(kWarpRowsPerBlock, max_threads / 32)};
-  // Column sums: the column-warps form where the row fits its shared partials.
-  if (has_column_sums(k) && k.reassoc && column_warps() && inner <= column_warps_cap(k) &&
-      max_threads >= 32 * kColumnWarps)
-    return {32, kColumnWarps};
+  // Column sums: the column-warps form where the row fits its warp's share
+  // of the shared partials (half the warps: rows twice as long).
+  if (has_column_sums(k) && k.reassoc && column_warps())
+    for (const int64_t w : {int64_t{kColumnWarps}, int64_t{kColumnWarps / 2}})
+      if (w > 1 && inner <= column_warps_cap(k) * kColumnWarps / w && max_threads >= 32 * w)
+        return {32, w};
   return {row_threads(k, inner, held, max_threads), 1};
 }
 

@@ -157,9 +157,9 @@ bool column_warps();
 /// The block launch_kernel gives row kernel `k` over `rows` rows of `inner`
 /// elements: warp rows (32 x up to kWarpRowsPerBlock) where `mode` allows
 /// the sizes, the kernel has no column sums, sums in any order and, if held,
-/// holds the row in one warp; with column sums, column warps (32 x
-/// kColumnWarps) where column_warps(), the kernel sums in any order and the
-/// row fits column_warps_cap;
+/// holds the row in one warp; with column sums, column warps where
+/// column_warps() and the kernel sums in any order: 32 x kColumnWarps for rows
+/// of at most column_warps_cap, 32 x kColumnWarps / 2 for twice that;
 /// else {row_threads(), 1}.
 RowBlock row_block(const kir::Kernel& k, int64_t rows, int64_t inner, int held, int64_t max_threads,
                    WarpRows mode = warp_rows_mode());

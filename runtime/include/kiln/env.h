@@ -70,8 +70,9 @@ inline constexpr EnvVar kRegistry[] = {
      "every row kernel that can (a test mode)"},
     {"KILN_CUDA_COLUMN_WARPS", "1",
      "0 runs CUDA row kernels with column sums (layer_norm's backward) one block per part of "
-     "rows, the part's rows in series; by default rows fitting the shared partials (up to 1024 "
-     "elements for one sum) run 4 warps a part, a row per warp at a time"},
+     "rows, the part's rows in series; by default rows fitting the shared partials run 4 warps "
+     "a part (rows of up to 1024 elements for one sum), 2 warps for rows up to twice that, a "
+     "row per warp at a time"},
     {"KILN_CUDA_ROW_HELD", "32",
      "N per thread at most: CUDA row kernels (softmax, layer_norm, ...) run rows of more than "
      "N x 4 and at most N x 512 elements through a held twin that keeps the row in registers "

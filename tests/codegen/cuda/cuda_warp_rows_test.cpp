@@ -98,13 +98,16 @@ TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
   ordered.reassoc = false;
   EXPECT_TRUE(is(row_block(ordered, 65536, 256, 0, 1024, WarpRows::kSizes), 1, 1));
   // Column sums: column warps where the row fits the shared partials (one
-  // sum: 1024) and the block takes 4 warps, else a block per part.
+  // sum: 1024 on 4 warps, 2048 on 2) and the block takes the warps, else a
+  // block per part.
   kir::Kernel summed = k;
   summed.stores[0].accumulate = true;
   EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kSizes), 32, kColumnWarps));
   EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 1024, WarpRows::kOff), 32, kColumnWarps));
-  EXPECT_TRUE(is(row_block(summed, 65536, 1025, 0, 1024, WarpRows::kSizes), 64, 1));
-  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 64, WarpRows::kSizes), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 65536, 1025, 0, 1024, WarpRows::kSizes), 32, 2));
+  EXPECT_TRUE(is(row_block(summed, 65536, 2049, 0, 1024, WarpRows::kSizes), 128, 1));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 64, WarpRows::kSizes), 32, 2));
+  EXPECT_TRUE(is(row_block(summed, 65536, 256, 0, 32, WarpRows::kSizes), 32, 1));
   kir::Kernel ordered_summed = summed;
   ordered_summed.reassoc = false;
   EXPECT_TRUE(is(row_block(ordered_summed, 65536, 256, 0, 1024, WarpRows::kSizes), 1, 1));
@@ -112,7 +115,7 @@ TEST(CudaWarpRows, RowBlockTakesWarpsForManyShortRows) {
   EXPECT_TRUE(is(row_block(k, 3, 5000, 0, 1024, WarpRows::kAll), 32, 4));
   EXPECT_TRUE(is(row_block(k, 3, 100, 2, 1024, WarpRows::kAll), 32, 4));
   EXPECT_TRUE(is(row_block(ordered, 3, 100, 0, 1024, WarpRows::kAll), 1, 1));
-  EXPECT_TRUE(is(row_block(summed, 3, 2000, 0, 1024, WarpRows::kAll), 64, 1));
+  EXPECT_TRUE(is(row_block(summed, 3, 3000, 0, 1024, WarpRows::kAll), 128, 1));
 }
 
 // Through launch_kernel (eager ops and compiled plans): softmax, log_softmax

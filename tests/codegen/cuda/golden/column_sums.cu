@@ -106,8 +106,9 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
   __shared__ double kiln_cw2[4096];
   const kiln_i64 cols = s2;
   if (blockDim.y > 1) {
+  const kiln_i64 wrow = 4096 / blockDim.y;  // a warp's shared row
   for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {
-  KILN_SHARED_PTR double* q2 = kiln_cw2 + threadIdx.y * 1024;
+  KILN_SHARED_PTR double* q2 = kiln_cw2 + threadIdx.y * wrow;
   for (kiln_i64 j = threadIdx.x; j < cols; j += blockDim.x) q2[j] = 0.0;
   const kiln_i64 r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
   const kiln_i64 steps = ((rows + parts - 1) / parts + blockDim.y - 1) / blockDim.y;
@@ -291,7 +292,7 @@ KILN_KERNEL void kiln_row_colsum(KILN_GLOBAL const float* p0, KILN_GLOBAL float*
   for (kiln_i64 j = threadIdx.y * blockDim.x + threadIdx.x; j < cols;
        j += (kiln_i64)blockDim.x * blockDim.y) {
     double s = kiln_cw2[j];
-    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw2[w * 1024 + j];
+    for (unsigned w = 1; w < blockDim.y; ++w) s = s + kiln_cw2[w * wrow + j];
     p2[part * cols + j] = s;
   }
   __syncthreads();
