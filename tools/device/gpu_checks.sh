@@ -15,7 +15,8 @@
 # harness with row kernels streaming, and holding 16 per thread), warp_rows (warp rows against a block per
 # row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0), remat_off (the MLP and
 # transformer steps without the remat pass: what its memory-driven default costs in time on a
-# GPU). No step: all of them.
+# GPU), column_warps_off (the harness with layer_norm's backward in its block-per-part form).
+# No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -188,6 +189,12 @@ step_remat_off() {
     KILN_DISABLE_PASSES=remat run cuda_harness.txt 60 "cuda_harness $part, KILN_DISABLE_PASSES=remat" \
       "$work/bin/cuda_harness" --reps 15 --only $part
   done
+}
+step_column_warps_off() {
+  # Row kernels with column sums one block per part (the form before session
+  # 15's column warps), against the harness step's default in the same call.
+  KILN_CUDA_COLUMN_WARPS=0 run cuda_harness.txt 150 "cuda_harness, KILN_CUDA_COLUMN_WARPS=0" \
+    "$work/bin/cuda_harness" --reps 15
 }
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15
