@@ -137,6 +137,8 @@ TEST(CudaWarpRows, BadLaunchSettingsAreClearErrors) {
       {"KILN_CUDA_ROW_HELD", "65", "KILN_CUDA_ROW_HELD=65: expected 0 to 64",
        [] { return row_held(); }},
       {"KILN_CUDA_ROW_HELD", "8x", "KILN_CUDA_ROW_HELD", [] { return row_held(); }},
+      {"KILN_CUDA_COLUMN_WARPS", "yes", "KILN_CUDA_COLUMN_WARPS=yes: expected 0 or 1",
+       [] { return static_cast<int>(column_warps()); }},
   };
   for (const Case& c : cases)
     EXPECT_EXIT(
