@@ -52,11 +52,14 @@ CUevent record_event(const StreamPtr& s, std::vector<CUevent>& pool) {
   return e;
 }
 
-// Whether the work before `e` has finished. A capture's refusal to answer
-// (an event recorded in a capture still running, or a query a capture
-// prohibits) is no answer: the block waits. Other errors count as finished:
-// the context is unusable then and nothing waits on the block any more.
+// Whether the work before `e` has finished. Asked in relaxed capture mode:
+// another thread's capture in global mode would otherwise refuse the query
+// and end (it touches no captured stream). A capture's refusal to answer (an
+// event recorded in a capture still running) is no answer: the block waits.
+// Other errors count as finished: the context is unusable then and nothing
+// waits on the block any more.
 bool finished(CUevent e) {
+  const RelaxedCapture relaxed(true);
   switch (driver().cuEventQuery(e)) {
     case CUDA_ERROR_NOT_READY:
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
@@ -81,15 +84,8 @@ class CudaAllocator final : public CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     use_device(device_);
     ++stats_.num_allocs;
-    Block* b = nullptr;
-    {
-      // Event queries, allowed while another thread captures in global mode
-      // (they touch no captured stream); this stream's own capture asks none.
-      // (A new segment below stays a prohibited call in a caller's capture.)
-      const RelaxedCapture relaxed(true);
-      if (!capturing_on(s->handle)) collect_pending();  // no event query in a capture
-      b = take_cached(size, *s, small);
-    }
+    if (!capturing_on(s->handle)) collect_pending();  // no event query in a capture
+    Block* b = take_cached(size, *s, small);
     if (b) {
       ++stats_.num_cache_hits;
     } else {
@@ -431,12 +427,7 @@ class PinnedAllocator final : public CachingAllocator {
     const size_t size = round_size(nbytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.num_allocs;
-    if (!capturing_graph()) {
-      // Event queries, allowed while another thread captures in global mode;
-      // one recorded in a running capture is no answer (finished()).
-      const RelaxedCapture relaxed(true);
-      collect_pending();  // (a caller's own capture: see record_use)
-    }
+    if (!capturing_graph()) collect_pending();  // (a caller's own capture: see record_use)
     void* p = take_free(free_[size], size);
     if (!p) {
       use_device(0);           // cuMemHostAlloc needs a context; PORTABLE serves every device
@@ -480,10 +471,7 @@ class PinnedAllocator final : public CachingAllocator {
                "[cuda] not pinned memory");
     std::vector<CUevent>& uses = it->second.uses;
     use_device(s->device);
-    if (!capturing_on(s->handle)) {
-      const RelaxedCapture relaxed(true);  // queries, as allocate()'s
-      drop_finished(uses);
-    }
+    if (!capturing_on(s->handle)) drop_finished(uses);
     CUevent e = nullptr;
     if (driver().cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
         driver().cuEventRecord(e, s->handle) == CUDA_SUCCESS) {

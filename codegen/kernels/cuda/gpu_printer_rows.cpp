@@ -671,15 +671,21 @@ void held_body(std::ostream& os, const Kernel& k, const kir::detail::Analysis& a
 // of the part's partials in global memory, in row order.
 void column_rows(std::ostream& os, const Kernel& k, const std::vector<int>& summed,
                  const std::string& one) {
+  // Each sum's partial row q<a> (in `space`, at `at(a)`), zeroed over `n` columns.
+  auto partial_rows = [&](const char* space, auto at, const char* n) {
+    for (int a : summed)
+      os << "  " << space << " double* q" << a << " = " << at(a) << ";\n"
+         << "  for (kiln_i64 j = threadIdx.x; j < " << n << "; j += blockDim.x) q" << a
+         << "[j] = 0.0;\n";
+  };
   const int64_t total = kColumnWarps * column_warps_cap(k);
   for (int a : summed) os << "  __shared__ double kiln_cw" << a << "[" << total << "];\n";
   os << "  const kiln_i64 cols = s" << k.rank - 1 << ";\n"
      << "  if (blockDim.y > 1) {\n"
      << "  const kiln_i64 wrow = " << total << " / blockDim.y;  // a warp's shared row\n"
      << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
-  for (int a : summed)
-    os << "  KILN_SHARED_PTR double* q" << a << " = kiln_cw" << a << " + threadIdx.y * wrow;\n"
-       << "  for (kiln_i64 j = threadIdx.x; j < cols; j += blockDim.x) q" << a << "[j] = 0.0;\n";
+  partial_rows(
+      "KILN_SHARED_PTR", [](int a) { return str("kiln_cw", a, " + threadIdx.y * wrow"); }, "cols");
   os << "  const kiln_i64 r0 = rows * part / parts, r1 = rows * (part + 1) / parts;\n"
      << "  const kiln_i64 steps = ((rows + parts - 1) / parts + blockDim.y - 1) / blockDim.y;\n"
      << "  for (kiln_i64 t = threadIdx.y; t < steps * blockDim.y; t += blockDim.y) {\n"
@@ -701,9 +707,8 @@ void column_rows(std::ostream& os, const Kernel& k, const std::vector<int>& summ
      << "  } else {\n"
      << "  const kiln_i64 inner = cols;\n"
      << "  for (kiln_i64 part = blockIdx.x; part < parts; part += gridDim.x) {\n";
-  for (int a : summed)
-    os << "  KILN_GLOBAL double* q" << a << " = p" << a << " + part * inner;\n"
-       << "  for (kiln_i64 j = threadIdx.x; j < inner; j += blockDim.x) q" << a << "[j] = 0.0;\n";
+  partial_rows(
+      "KILN_GLOBAL", [](int a) { return str("p", a, " + part * inner"); }, "inner");
   os << "  const kiln_i64 end = rows * (part + 1) / parts;\n"
      << "  for (kiln_i64 row = rows * part / parts; row < end; ++row) {\n"
      << "    const bool kiln_live = true;\n"
