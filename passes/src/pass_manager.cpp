@@ -219,8 +219,9 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
 // middle passes left unused. The fixpoint loop repeats the list, which covers
 // the remaining interactions (duplicates simplify creates, merged by cse).
 std::vector<std::string> standard_pipeline() {
-  return {"dce",      "cse", "fold_constants",      "elide_copies", "pads_to_cat",
-          "simplify", "dce", "schedule_collectives"};
+  return {"dce",          "cse",         "fold_constants",
+          "elide_copies", "pads_to_cat", "scatter_to_where",
+          "simplify",     "dce",         "schedule_collectives"};
 }
 
 // remat decides on the final graph, once: the fixpoint loop would let cse and

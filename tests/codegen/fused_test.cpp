@@ -134,6 +134,38 @@ TEST(Fused, AdamStepIsOneMultiTensorLaunch) {
   EXPECT_EQ(f.stats().last_kernel_launches, 1);
 }
 
+// Cross-entropy's gradient: the one-hot that its gather's backward scatters is
+// a select inside the loss gradient's kernel (passes/scatter_to_where), with
+// ignored labels too; the gradients equal eager's, and a label out of range is
+// still a clear error (the gather's, as in eager).
+TEST(Fused, CrossEntropyGradientWithoutAScatter) {
+  manual_seed(5);
+  Tensor w = randn({12, 10}).requires_grad_();
+  auto fn = [&](const Tensor& x, const Tensor& y) {
+    Tensor loss = cross_entropy(matmul(x, w), y, {.ignore_index = 3});
+    std::vector<Tensor> g = kiln::grad({loss}, {w});
+    return std::make_tuple(loss.detach(), g[0]);
+  };
+  auto f = compile(fn);
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({16, 12}), y = randint(0, 10, {16});
+    auto [lc, gc] = f(x, y);
+    auto [le, ge] = fn(x, y);
+    expect_close(le, lc, str("loss, call ", call));
+    expect_close(ge, gc, str("gradient, call ", call));
+  }
+  const std::string text = f.graph_text();
+  EXPECT_EQ(text.find("scatter_add"), std::string::npos) << text;
+  EXPECT_NE(text.find("where"), std::string::npos) << text;
+  const Tensor y = randint(0, 10, {16}).masked_fill(arange(16) == 5, 10);
+  try {
+    (void)f(randn({16, 12}), y);
+    ADD_FAILURE() << "a label of 10 for 10 classes ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of bounds"), std::string::npos) << e.what();
+  }
+}
+
 // Trains an MLP for 10 steps eagerly, compiled with fusion and compiled without;
 // all three agree.
 TEST(Fused, MlpTrainingStepMatchesEagerAndUnfused) {
