@@ -36,10 +36,11 @@ void combine(CUdeviceptr out, DType out_t, CUdeviceptr partial, DType acc, int64
       cached_kernel(device, sym, sym, [&] { return print_column_combine(acc, out_t, sym); });
   long long c = cols, p = parts;
   void* params[] = {&out, &partial, &c, &p};
-  // Blocks of S threads per column (column_combine_slices()), up to 32 columns.
-  const int64_t slices = column_combine_slices();
+  // Blocks of S threads per column (the slices the combine runs), up to 1024
+  // threads: 32 columns of 32 slices, 512 of 2.
+  const int64_t slices = column_combine_slices(parts);
   const int64_t width =
-      std::clamp<int64_t>(cols, 1, std::min<int64_t>(32, max_block_threads(fn) / slices));
+      std::clamp<int64_t>(cols, 1, std::min<int64_t>(1024, max_block_threads(fn)) / slices);
   const long long blocks = std::min<long long>((cols + width - 1) / width, 1 << 16);
   check(driver().cuLaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1,
                                 static_cast<unsigned>(width * slices), 1, 1, 0,
@@ -68,7 +69,7 @@ bool device_column_sum(const Tensor& x, const Dims& dims, const Tensor& out) {
   const Tensor xc = x.contiguous();  // [rows, cols] in memory order
   const int device = out.device().index;
   const DType acc = accumulator(x.dtype());
-  const int64_t parts = column_parts(rows, cols);
+  const int64_t parts = column_sum_parts(rows, cols);
   const Tensor partial = make_tensor({std::max<int64_t>(parts, 1), cols}, acc, out.device());
   if (parts > 0) {
     const std::string sym = str("kiln_colsum_", dtype_name(x.dtype()), "_", dtype_name(acc));

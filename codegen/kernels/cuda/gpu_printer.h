@@ -211,6 +211,9 @@ bool has_column_sums(const kir::Kernel& k);
 /// are split into: a function of the sizes only (never of the grid or the
 /// device), so the sums are equal run to run and on every launch shape.
 int64_t column_parts(int64_t rows, int64_t inner);
+/// Parts of an eager (standalone) column sum: about 2^18 (part, column)
+/// threads in all, at least 8 rows a part; sizes only, as column_parts.
+int64_t column_sum_parts(int64_t rows, int64_t cols);
 
 /// Eager sum over leading dims: x viewed as [rows, cols] (contiguous, dtype
 /// `x`) summed per column into partials [parts, cols] of the accumulator
@@ -223,10 +226,14 @@ std::string print_column_sum(DType x, DType acc, const std::string& symbol);
 /// partial, cols, parts); parts = 0 writes zeros. The parts are split into
 /// column_combine_slices() slices, slice q = parts [parts * q / S,
 /// parts * (q + 1) / S); each slice is added in part order, then the slices
-/// in order. Launch with blockDim.x a multiple of S (S * c threads take c
-/// columns at a time), any grid: no result depends on either.
+/// in order. The kernel runs min(S, parts) slices, which gives the same bits
+/// (below S parts every slice holds at most one part, the others add +0).
+/// Launch with blockDim.x >= S (min(S, parts) * c threads take c columns at a
+/// time), any grid: no result depends on either.
 std::string print_column_combine(DType acc, DType out, const std::string& symbol);
 /// The combine's slices per column (S above).
 int column_combine_slices();
+/// The slices the combine of `parts` parts runs (min(S, parts), at least 1).
+int64_t column_combine_slices(int64_t parts);
 
 }  // namespace kiln::cuda

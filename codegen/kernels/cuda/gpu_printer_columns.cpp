@@ -21,6 +21,11 @@ namespace {
 constexpr int64_t kRowsPerPart = 8;         // fewer rows: the combine costs as much as the sum
 constexpr int64_t kElementsPerPart = 2048;  // a part's share when columns are few
 constexpr int64_t kMaxParts = 1024;         // the partials stay a fraction of the input
+// An eager column sum's (part, column) threads: about one wave of a large GPU
+// (132 SMs x 2048). Its partials are written and read once more: [8192, 1536]
+// in 1024 parts of 8 rows wrote 12.6 MB of them for 50 MB read (an H200: 40
+// us, a third of copy bandwidth); 171 parts write 2.1 MB.
+constexpr int64_t kColumnSumThreads = int64_t{1} << 18;
 // The combine splits a column's parts into this many slices (one thread each)
 // and loads this many parts of a slice at once; the block's width in columns
 // is blockDim.x / kCombineSlices, which no result depends on.
@@ -52,19 +57,35 @@ int64_t column_parts(int64_t rows, int64_t inner) {
                              kMaxParts);
 }
 
+int64_t column_sum_parts(int64_t rows, int64_t cols) {
+  if (rows <= 0) return 0;
+  const int64_t want =
+      (kColumnSumThreads + std::max<int64_t>(cols, 1) - 1) / std::max<int64_t>(cols, 1);
+  return std::clamp<int64_t>(std::min(want, rows / kRowsPerPart), 1, kMaxParts);
+}
+
 std::string print_column_sum(DType x, DType acc, const std::string& symbol) {
   KILN_CHECK(acc == DType::f64 || acc == DType::f32 || acc == DType::i64,
              "[cuda] column sum accumulates in f64, f32 or i64, not ", dtype_name(acc));
   const char* at = acc_ctype(acc);
-  std::string v = detail::load(x, "x", "r * cols + j");
-  v = acc == DType::i64 ? str("(kiln_u64)(kiln_i64)", v) : str("(", at, ")", v);
+  auto value_at = [&](const std::string& row) {
+    const std::string v = detail::load(x, "x", str(row, " * cols + j"));
+    return acc == DType::i64 ? str("(kiln_u64)(kiln_i64)", v) : str("(", at, ")", v);
+  };
   std::ostringstream os;
   os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << detail::storage_type(acc)
      << "* partial, KILN_GLOBAL const " << detail::storage_type(x)
      << "* x, kiln_i64 rows, kiln_i64 cols, kiln_i64 parts) {\n"
      << part_loop_head("cols") << "      " << at << " acc = (" << at << ")0;\n"
      << "      const kiln_i64 end = rows * (part + 1) / parts;\n"
-     << "      for (kiln_i64 r = rows * part / parts; r < end; ++r) acc = acc + " << v << ";\n"
+     << "      kiln_i64 r = rows * part / parts;\n"
+     // kUnroll rows' loads at once, added in row order.
+     << "      for (; r + " << kUnroll << " <= end; r += " << kUnroll << ") {\n";
+  for (int u = 0; u < kUnroll; ++u)
+    os << "        const " << at << " v" << u << " = " << value_at(str("(r + ", u, ")")) << ";\n";
+  for (int u = 0; u < kUnroll; ++u) os << "        acc = acc + v" << u << ";\n";
+  os << "      }\n"
+     << "      for (; r < end; ++r) acc = acc + " << value_at("r") << ";\n"
      << "      partial[part * cols + j] = (" << detail::storage_type(acc) << ")acc;\n"
      << "    }\n  }\n}\n";
   return os.str();
@@ -72,6 +93,10 @@ std::string print_column_sum(DType x, DType acc, const std::string& symbol) {
 
 int column_combine_slices() {
   return kCombineSlices;
+}
+
+int64_t column_combine_slices(int64_t parts) {
+  return std::clamp<int64_t>(parts, 1, kCombineSlices);
 }
 
 std::string print_column_combine(DType acc, DType out, const std::string& symbol) {
@@ -83,20 +108,26 @@ std::string print_column_combine(DType acc, DType out, const std::string& symbol
   const std::string value = detail::store_value(
       out, detail::rounded(out, detail::op_expr(OpId::cast, ct, out, t, "", "")));
   std::ostringstream os;
-  // Thread (slice, lane) of a block of 32 * c threads sums slice `slice` of
+  // Thread (slice, lane) of a block of S * c threads sums slice `slice` of
   // column base + lane; the block then adds the slices in order. Loads of a
   // slice go kUnroll at a time: a column's chain of dependent loads is
-  // parts / 32 / kUnroll long instead of parts (1024 parts one at a time:
+  // parts / S / kUnroll long instead of parts (1024 parts one at a time:
   // an H200's synchronized profile took about 0.12 ms per eager column sum
   // of [8192, 512], where reading the input takes 6 us).
   os << "KILN_KERNEL void " << symbol << "(KILN_GLOBAL " << detail::storage_type(out)
      << "* out, KILN_GLOBAL const " << detail::storage_type(acc)
      << "* partial, kiln_i64 cols, kiln_i64 parts) {\n"
-     << "  __shared__ " << at << " kiln_slice[" << kCombineSlices * kCombineSlices << "];\n"
-     << "  const kiln_i64 c = blockDim.x / " << kCombineSlices << ";\n"
+     << "  __shared__ " << at << " kiln_slice[" << kCombineSlices * kCombineSlices
+     << "];\n"
+     // S = min(kCombineSlices, parts) slices: the bits of kCombineSlices (a
+     // slice holds at most one part then) without idle threads (an eager sum
+     // of [32, 131072] in 4 parts left 28 of every 32 threads without one).
+     << "  const kiln_i64 S = parts < " << kCombineSlices
+     << " ? (parts > 0 ? parts : 1) : " << kCombineSlices << ";\n"
+     << "  const kiln_i64 c = blockDim.x / S;\n"
      << "  const kiln_i64 lane = threadIdx.x % c, slice = threadIdx.x / c;\n"
-     << "  const kiln_i64 lo = parts * slice / " << kCombineSlices
-     << ", hi = parts * (slice + 1) / " << kCombineSlices << ";\n"
+     << "  const kiln_i64 lo = slice < S ? parts * slice / S : 0, hi = slice < S ? parts * (slice "
+        "+ 1) / S : 0;\n"
      << "  for (kiln_i64 base = (kiln_i64)blockIdx.x * c; base < cols; base += (kiln_i64)gridDim.x "
         "* c) {\n"
      << "    const kiln_i64 j = base + lane;\n"
@@ -115,8 +146,7 @@ std::string print_column_combine(DType acc, DType out, const std::string& symbol
      << "    __syncthreads();\n"
      << "    if (slice == 0 && j < cols) {\n"
      << "      " << at << " t = kiln_slice[lane];\n"
-     << "      for (int q = 1; q < " << kCombineSlices
-     << "; ++q) t = t + kiln_slice[q * c + lane];\n"
+     << "      for (kiln_i64 q = 1; q < S; ++q) t = t + kiln_slice[q * c + lane];\n"
      << "      out[j] = " << value << ";\n"
      << "    }\n"
      << "    __syncthreads();\n"

@@ -43,9 +43,9 @@ TEST_F(CudaColumns, EagerSumsOverLeadingDimsMatchTheCpu) {
   };
   // One part, several parts (4099 rows), two leading dims, a kept dim of
   // size 1 before the reduced one, keepdim through the same kernel.
-  const std::vector<Case> cases = {{{37, 5}, {0}},        {{4099, 33}, {0}}, {{3, 7, 11}, {0, 1}},
-                                   {{3, 7, 11}, {0}},     {{1, 6, 4}, {1}},  {{2000, 9}, {0}},
-                                   {{5, 3, 2, 7}, {0, 1}}};
+  const std::vector<Case> cases = {
+      {{37, 5}, {0}},   {{4099, 33}, {0}}, {{3, 7, 11}, {0, 1}},   {{3, 7, 11}, {0}},
+      {{1, 6, 4}, {1}}, {{2000, 9}, {0}},  {{5, 3, 2, 7}, {0, 1}}, {{40, 2, 4100}, {0}}};
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     const double rtol = dt == DType::f16 ? 2e-3 : dt == DType::bf16 ? 1e-2 : 1e-6;
     for (const Case& c : cases) {
@@ -61,6 +61,22 @@ TEST_F(CudaColumns, EagerSumsOverLeadingDimsMatchTheCpu) {
   // f32 sums add in double on both sides: equal to the CPU's bits here.
   const Tensor x = randn({4099, 33});
   EXPECT_EQ(bits_of(sum(x.cuda(), {0})), bits_of(sum(x, {0})));
+}
+
+// An eager column sum's parts: about 2^18 (part, column) threads, at least 8
+// rows a part (the transformer's QKV bias gradient [8192 | 1536]: 171 parts
+// of 48 rows; the position embedding's [32 | 131072]: 2 of 16); the combine
+// runs one slice per part up to 32.
+TEST_F(CudaColumns, EagerColumnSumPartsFillTheDeviceOnce) {
+  EXPECT_EQ(cuda::column_sum_parts(8192, 1536), 171);
+  EXPECT_EQ(cuda::column_sum_parts(32, 131072), 2);
+  EXPECT_EQ(cuda::column_sum_parts(40, 8200), 5);    // 32 wanted, 40 / 8 rows
+  EXPECT_EQ(cuda::column_sum_parts(9000, 3), 1024);  // the cap
+  EXPECT_EQ(cuda::column_sum_parts(7, 1 << 20), 1);
+  EXPECT_EQ(cuda::column_sum_parts(0, 5), 0);
+  EXPECT_EQ(cuda::column_combine_slices(int64_t{0}), 1);
+  EXPECT_EQ(cuda::column_combine_slices(int64_t{5}), 5);
+  EXPECT_EQ(cuda::column_combine_slices(int64_t{171}), cuda::column_combine_slices());
 }
 
 TEST_F(CudaColumns, IntegerAndBoolColumnSumsAreExact) {

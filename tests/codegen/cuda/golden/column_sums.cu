@@ -488,16 +488,36 @@ KILN_KERNEL void kiln_eager_colsum(KILN_GLOBAL float* partial, KILN_GLOBAL const
     if (j < cols) {
       float acc = (float)0;
       const kiln_i64 end = rows * (part + 1) / parts;
-      for (kiln_i64 r = rows * part / parts; r < end; ++r) acc = acc + (float)kiln_f16_to_f32(x[r * cols + j]);
+      kiln_i64 r = rows * part / parts;
+      for (; r + 8 <= end; r += 8) {
+        const float v0 = (float)kiln_f16_to_f32(x[(r + 0) * cols + j]);
+        const float v1 = (float)kiln_f16_to_f32(x[(r + 1) * cols + j]);
+        const float v2 = (float)kiln_f16_to_f32(x[(r + 2) * cols + j]);
+        const float v3 = (float)kiln_f16_to_f32(x[(r + 3) * cols + j]);
+        const float v4 = (float)kiln_f16_to_f32(x[(r + 4) * cols + j]);
+        const float v5 = (float)kiln_f16_to_f32(x[(r + 5) * cols + j]);
+        const float v6 = (float)kiln_f16_to_f32(x[(r + 6) * cols + j]);
+        const float v7 = (float)kiln_f16_to_f32(x[(r + 7) * cols + j]);
+        acc = acc + v0;
+        acc = acc + v1;
+        acc = acc + v2;
+        acc = acc + v3;
+        acc = acc + v4;
+        acc = acc + v5;
+        acc = acc + v6;
+        acc = acc + v7;
+      }
+      for (; r < end; ++r) acc = acc + (float)kiln_f16_to_f32(x[r * cols + j]);
       partial[part * cols + j] = (float)acc;
     }
   }
 }
 KILN_KERNEL void kiln_colsum_combine(KILN_GLOBAL float* out, KILN_GLOBAL const double* partial, kiln_i64 cols, kiln_i64 parts) {
   __shared__ double kiln_slice[1024];
-  const kiln_i64 c = blockDim.x / 32;
+  const kiln_i64 S = parts < 32 ? (parts > 0 ? parts : 1) : 32;
+  const kiln_i64 c = blockDim.x / S;
   const kiln_i64 lane = threadIdx.x % c, slice = threadIdx.x / c;
-  const kiln_i64 lo = parts * slice / 32, hi = parts * (slice + 1) / 32;
+  const kiln_i64 lo = slice < S ? parts * slice / S : 0, hi = slice < S ? parts * (slice + 1) / S : 0;
   for (kiln_i64 base = (kiln_i64)blockIdx.x * c; base < cols; base += (kiln_i64)gridDim.x * c) {
     const kiln_i64 j = base + lane;
     double s = (double)0;
@@ -527,7 +547,7 @@ KILN_KERNEL void kiln_colsum_combine(KILN_GLOBAL float* out, KILN_GLOBAL const d
     __syncthreads();
     if (slice == 0 && j < cols) {
       double t = kiln_slice[lane];
-      for (int q = 1; q < 32; ++q) t = t + kiln_slice[q * c + lane];
+      for (kiln_i64 q = 1; q < S; ++q) t = t + kiln_slice[q * c + lane];
       out[j] = (float)t;
     }
     __syncthreads();
