@@ -1,0 +1,29 @@
+// What fuse.cpp shares with fuse_columns.cpp (rule 9): node and shape helpers
+// and the column sums' attachment to the groups of a plan.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/passes/fuse.h"
+
+namespace kiln::passes::detail {
+
+/// A size statically 1.
+bool is_unit(const ir::SymInt& s);
+bool half_precision(DType t);
+/// The non-size-1 dims of a shape, in order.
+std::vector<ir::SymInt> non_unit(const ir::SymShape& s);
+/// sum, max or min.
+bool is_value_reduction(const ir::Node& n);
+/// The reduced dims of a reduction node (attribute `dims`, empty = all), normalized.
+std::vector<int64_t> reduced_dims(const ir::Node& n);
+bool keepdim(const ir::Node& n);
+
+/// Rule 9 for one unfused sum node n of g: true if it joined its producer's
+/// group or (9b) a group that reads the summed value. `output_flag` marks the
+/// graph outputs by value id.
+bool attach_column_sum(const ir::Graph& g, const std::vector<char>& output_flag, FusionPlan& plan,
+                       const ir::Node* n);
+
+}  // namespace kiln::passes::detail
