@@ -68,6 +68,14 @@
 //    the recomputation; nor one begun by another recomputation where it would
 //    be made early (detail::LateCopies). Its chain, the backward's nodes just
 //    before it and its later readers fuse.
+// 12. Siblings: after rule 2, two groups that both read one value densely
+//    over the whole space (no group makes it) become one group when their
+//    union is a valid group (rules 3-6, 10, 11): the value is loaded once,
+//    and one launch does both. A layer norm's backward is two kernels in a
+//    recomputing step: the forward output recomputed for the weight
+//    gradient's matmul, and dx; both read dy and the centered input. Groups
+//    that read or make a gradient (rule 8) stay as they are.
+//    FusionOptions::siblings or KILN_DISABLE_PASSES=fuse_siblings turn it off.
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
@@ -536,12 +544,15 @@ struct Planner {
   mutable std::vector<int> group_seen;           // by group: the acyclic() call that saw it
   mutable int search = 0;
   detail::LateCopies late{ctx.g};  // rule 11
+  std::vector<int> cover;          // rule 12 (merge_siblings)
 
   int group(const Node* n) const { return group_of[static_cast<size_t>(ctx.at(n))]; }
 
   // Rule 5: true if no path leaves `cand` and re-enters it (through unfused
   // nodes or whole other groups). `merged` are the groups cand absorbs; `last`
-  // is its newest node (later nodes are all ungrouped and cannot lead back).
+  // is a position no group spans (no group has nodes on both sides), at or
+  // after cand's newest node: a later node cannot lead back. While groups
+  // grow (rule 2), later nodes have none yet: cand's newest node.
   bool acyclic(const std::vector<const Node*>& cand, const std::vector<int>& merged,
                int last) const {
     ctx.mark(cand);
@@ -608,6 +619,108 @@ struct Planner {
     return true;
   }
 
+  // Rule 12: merges groups gi and gj, both reading v; true if merged.
+  bool try_merge(int gi, int gj, const Value* v) {
+    const auto& a = groups[static_cast<size_t>(gi)];
+    const auto& b = groups[static_cast<size_t>(gj)];
+    if (a.size() + b.size() > static_cast<size_t>(opts.max_group_nodes)) return false;
+    std::vector<const Node*> cand(a);
+    cand.insert(cand.end(), b.begin(), b.end());
+    std::sort(cand.begin(), cand.end(),
+              [&](const Node* x, const Node* y) { return ctx.at(x) < ctx.at(y); });
+    const int first = ctx.at(cand.front());
+    int last = ctx.at(cand.back());
+    if (last - first > opts.max_group_span) return false;  // rule 10
+    if (!late.allows(cand)) return false;                  // rule 11
+    FusionGroup grp;
+    if (!analyze(ctx, cand, &grp)) return false;
+    const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), v);
+    if (in == grp.inputs.end()) return false;
+    for (bool dense : grp.in_dense[static_cast<size_t>(in - grp.inputs.begin())])
+      if (!dense) return false;  // a broadcast read: nothing saved
+    if (!keeps_column_sums(gi, grp) || !keeps_column_sums(gj, grp)) return false;
+    // A path may leave at a group's later nodes and come back from its
+    // earlier ones: search up to a position that no group spans.
+    const int newest = last;
+    while (cover[static_cast<size_t>(last)] > last) last = cover[static_cast<size_t>(last)];
+    if (!acyclic(cand, {gi, gj}, last)) return false;
+    for (int q = first; q < newest; ++q)
+      cover[static_cast<size_t>(q)] = std::max(cover[static_cast<size_t>(q)], newest);
+    const int target = std::min(gi, gj);
+    groups[static_cast<size_t>(gi)].clear();
+    groups[static_cast<size_t>(gj)].clear();
+    groups[static_cast<size_t>(target)] = cand;
+    for (const Node* m : cand) group_of[static_cast<size_t>(ctx.at(m))] = target;
+    return true;
+  }
+
+  // Whether every column sum that would join group gi (rule 9) still joins
+  // `merged`: a merged space may coalesce its dims otherwise (another input
+  // broadcast along some of them), and a sum over the rows of gi would then
+  // keep two kernel dims and run alone.
+  bool keeps_column_sums(int gi, const FusionGroup& merged) const {
+    FusionGroup alone;
+    if (!analyze(ctx, groups[static_cast<size_t>(gi)], &alone)) return false;
+    for (const auto* values : {&alone.outputs, &alone.inputs})
+      for (const Value* w : *values)
+        for (const Node* u : w->users) {
+          if (group(u) >= 0 || !detail::column_sum_candidate(u)) continue;
+          FusionGroup t = alone, m = merged;
+          if (detail::attach_sum(t, u) && !detail::attach_sum(m, u)) return false;
+        }
+    return true;
+  }
+
+  // Whether group gi reads or makes a gradient (rule 8: it stays as it is).
+  bool touches_gradient(int gi) const {
+    for (const Node* m : groups[static_cast<size_t>(gi)]) {
+      for (const Value* x : m->inputs)
+        if (ctx.is_gradient(x)) return true;
+      for (const Value* x : m->outputs)
+        if (ctx.is_gradient(x)) return true;
+    }
+    return false;
+  }
+
+  // Rule 12 over every value read by two or more groups, in graph order.
+  void merge_siblings() {
+    // cover[p]: the newest node of the groups that begin at or before p (p if none).
+    cover.resize(group_of.size());
+    std::iota(cover.begin(), cover.end(), 0);
+    for (const auto& grp : groups) {
+      if (grp.empty()) continue;
+      const int b = ctx.at(grp.back());
+      for (int q = ctx.at(grp.front()); q < b; ++q)
+        cover[static_cast<size_t>(q)] = std::max(cover[static_cast<size_t>(q)], b);
+    }
+    auto readers_of = [&](const Value* v) {
+      std::vector<int> r;
+      const int maker = v->producer ? group(v->producer) : -1;
+      for (const Node* u : v->users) {
+        const int gu = group(u);
+        if (gu >= 0 && gu != maker && std::find(r.begin(), r.end(), gu) == r.end()) r.push_back(gu);
+      }
+      return r;
+    };
+    auto visit = [&](const Value* v) {
+      if (v->users.size() < 2 || v->rank() == 0) return;
+      std::vector<int> r = readers_of(v);
+      if (r.size() < 2) return;
+      std::sort(r.begin(), r.end(), [&](int x, int y) {
+        return ctx.at(groups[static_cast<size_t>(x)].front()) <
+               ctx.at(groups[static_cast<size_t>(y)].front());
+      });
+      int into = r[0];
+      for (size_t k = 1; k < r.size(); ++k) {
+        if (touches_gradient(into) || touches_gradient(r[k])) continue;
+        if (try_merge(into, r[k], v)) into = std::min(into, r[k]);
+      }
+    };
+    for (const Value* v : ctx.g.inputs()) visit(v);
+    for (const Node* n : ctx.g.nodes())
+      for (const Value* v : n->outputs) visit(v);
+  }
+
   void add(const Node* n) {
     std::vector<int> prods;
     for (const Value* v : n->inputs) {
@@ -635,9 +748,10 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
   plan.group_of.assign(g.num_nodes(), -1);
   if (!opts.enabled || pass_disabled("fuse")) return plan;
   Ctx ctx(g);
-  Planner p{ctx, opts, {}, std::vector<int>(g.num_nodes(), -1), {}, 0};
+  Planner p{ctx, opts, {}, std::vector<int>(g.num_nodes(), -1), {}, 0, detail::LateCopies{g}, {}};
   for (const Node* n : g.nodes())
     if (fusible(*n, opts)) p.add(n);
+  if (opts.siblings && !pass_disabled("fuse_siblings")) p.merge_siblings();
   for (const auto& nodes : p.groups) {
     if (nodes.empty()) continue;
     if (std::none_of(nodes.begin(), nodes.end(), [](const Node* n) { return computes(*n); }))

@@ -19,11 +19,10 @@ struct Ctx {
   bool is_output(const Value* v) const { return output_flag[static_cast<size_t>(v->id())] != 0; }
 };
 
-// Rule 9's test and attach: sum node n over v joins group gi, which computes
-// v (an output) or reads it (an input), densely over its whole space.
-bool attach_to(const Ctx& ctx, FusionPlan& plan, const Node* n, int gi) {
+}  // namespace
+
+bool attach_sum(FusionGroup& grp, const Node* n) {
   const Value* v = n->inputs[0];
-  FusionGroup& grp = plan.groups[static_cast<size_t>(gi)];
   const auto out = std::find(grp.outputs.begin(), grp.outputs.end(), v);
   const bool produced = out != grp.outputs.end();
   const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), v);
@@ -71,8 +70,19 @@ bool attach_to(const Ctx& ctx, FusionPlan& plan, const Node* n, int gi) {
   std::vector<bool> pat(grp.dims.size(), false);
   pat.back() = true;
   grp.out_dense.push_back(std::move(pat));
+  return true;
+}
+
+namespace {
+
+// Rule 9's test and attach: sum node n over v joins group gi, which computes
+// v (an output) or reads it (an input), densely over its whole space.
+bool attach_to(const Ctx& ctx, FusionPlan& plan, const Node* n, int gi) {
+  FusionGroup& grp = plan.groups[static_cast<size_t>(gi)];
+  if (!attach_sum(grp, n)) return false;
   plan.group_of[static_cast<size_t>(ctx.at(n))] = gi;
-  if (!produced) return true;
+  const Value* v = n->inputs[0];
+  if (std::find(grp.inputs.begin(), grp.inputs.end(), v) != grp.inputs.end()) return true;
   // Stored only if something else still reads it.
   bool read = ctx.is_output(v);
   for (const Node* u : v->users) read = read || plan.group_of[static_cast<size_t>(ctx.at(u))] != gi;
@@ -115,12 +125,17 @@ bool leads_into(const Ctx& ctx, const FusionPlan& plan, const Node* n, int gi) {
 // (9b) a group that reads the summed value.
 }  // namespace
 
+bool column_sum_candidate(const Node* n) {
+  const Value* v = n->inputs[0];
+  return n->is_op(OpId::sum) && is_floating(v->dtype) && !half_precision(v->dtype) &&
+         n->output()->dtype == v->dtype;
+}
+
 bool attach_column_sum(const ir::Graph& g, const std::vector<char>& output_flag, FusionPlan& plan,
                        const Node* n) {
   const Ctx ctx{g, output_flag};
   const Value* v = n->inputs[0];
-  if (!is_floating(v->dtype) || half_precision(v->dtype) || n->output()->dtype != v->dtype)
-    return false;
+  if (!column_sum_candidate(n)) return false;
   const int gp = v->producer ? plan.group_of[static_cast<size_t>(ctx.at(v->producer))] : -1;
   if (gp >= 0 && attach_to(ctx, plan, n, gp)) return true;
   // 9b: else (v comes from a matmul: a layer-norm bias gradient is the sum of

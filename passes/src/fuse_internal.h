@@ -20,6 +20,13 @@ bool is_value_reduction(const ir::Node& n);
 std::vector<int64_t> reduced_dims(const ir::Node& n);
 bool keepdim(const ir::Node& n);
 
+/// Rule 9's test and attach on one group: sum node n over a value grp
+/// computes or reads densely over its whole space becomes a column sum of grp
+/// (its dims split where the rows end, if needed); false (grp unchanged) if not.
+bool attach_sum(FusionGroup& grp, const ir::Node* n);
+/// A sum rule 9 may attach: floating (not f16/bf16), in its input's dtype.
+bool column_sum_candidate(const ir::Node* n);
+
 /// Rule 9 for one unfused sum node n of g: true if it joined its producer's
 /// group or (9b) a group that reads the summed value. `output_flag` marks the
 /// graph outputs by value id.

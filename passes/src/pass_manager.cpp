@@ -30,10 +30,10 @@ constexpr PassInfo kPasses[] = {
 #undef KILN_PASS
 };
 
-// Analyses that KILN_DISABLE_PASSES may name too, and fusion's own rewrite
-// (split_channel_sums, passes/fuse.h): not in the pipelines, their users
-// (codegen) ask pass_disabled() before running them.
-constexpr const char* kAnalyses[] = {"fuse", "split_channel_sums"};
+// Analyses that KILN_DISABLE_PASSES may name too, fusion's own rewrite
+// (split_channel_sums, passes/fuse.h) and its rule 12 (fuse_siblings): not in
+// the pipelines, their users ask pass_disabled() before running them.
+constexpr const char* kAnalyses[] = {"fuse", "split_channel_sums", "fuse_siblings"};
 
 std::string valid_names() {
   std::string s;

@@ -3,6 +3,7 @@
 // no value computed in two groups, external uses are group outputs).
 #include "kiln/passes/fuse.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <unordered_set>
 
@@ -251,6 +252,18 @@ graph(%0: f32[2, 3, 8] "x") {
             "group 0 pointwise [2*3*8]: exp %1 ; in %0 ; out %1\n");
 }
 
+// Two groups reading a matmul's output, one of them with a column sum.
+constexpr const char* kTwoReaders = R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[4, 8] "z") {
+  %3 = matmul(%0, %1) : f32[4, 8]
+  %4 = exp(%3) : f32[4, 8]
+  %5 = mul(%3, %2) : f32[4, 8]
+  %6 = sum(%5) {dims=[0], keepdim=false} : f32[8]
+  %7 = sum(%3) {dims=[0], keepdim=false} : f32[8]
+  return %4 "e", %6 "s", %7 "db"
+}
+)";
+
 // Rule 9b: a column sum of a value no group computes (a matmul's output, as a
 // layer-norm bias gradient sums the matmul's dX) joins a group that reads all
 // of it, so the value is read once; never where its result leads back into
@@ -265,17 +278,9 @@ graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[8] "g") {
 }
 )"),
             "group 0 epilogue [4, 8]: mul %4, sum %5 (column) ; in %3 %2 ; out %4 %5\n");
-  // A kernel with column sums already is preferred (its launch form stays).
-  EXPECT_EQ(plan_text(R"(
-graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[4, 8] "z") {
-  %3 = matmul(%0, %1) : f32[4, 8]
-  %4 = exp(%3) : f32[4, 8]
-  %5 = mul(%3, %2) : f32[4, 8]
-  %6 = sum(%5) {dims=[0], keepdim=false} : f32[8]
-  %7 = sum(%3) {dims=[0], keepdim=false} : f32[8]
-  return %4 "e", %6 "s", %7 "db"
-}
-)"),
+  // A kernel with column sums already is preferred (its launch form stays);
+  // rule 12 off: with it, the two readers are one kernel (Fuse.SiblingsMerge).
+  EXPECT_EQ(plan_text(kTwoReaders, {.siblings = false}),
             "group 0 epilogue [4*8]: exp %4 ; in %3 ; out %4\n"
             "group 1 epilogue [4, 8]: mul %5, sum %6 (column), sum %7 (column) ; in %3 %2 ; "
             "out %6 %7\n");
@@ -299,6 +304,87 @@ graph(%0: f32[4, 8] "x", %1: f32[8, 8] "w", %2: f32[3, 4, 8] "z") {
 }
 )"),
             "group 0 epilogue [3, 4*8]: add %4 ; in %2 %3 ; out %4\n");
+}
+
+// Rule 12: groups that read one value densely become one kernel (the value
+// is loaded once); a pointwise group joins a row kernel over the same rows
+// (a layer norm's backward and its recomputed output); not when one reads it
+// broadcast, or when a path between them leads through another node.
+TEST(Fuse, SiblingsMerge) {
+  EXPECT_EQ(plan_text(kTwoReaders),
+            "group 0 epilogue [4, 8]: exp %4, mul %5, sum %6 (column), sum %7 (column) ; in %3 %2 "
+            "; out %4 %6 %7\n");
+  EXPECT_EQ(plan_text(R"(
+graph(%0: f32[4, 8] "dy", %1: f32[4, 8] "xc", %2: f32[4, 1] "r") {
+  %3 = mul(%1, %2) : f32[4, 8]
+  %4 = mul(%0, %1) : f32[4, 8]
+  %5 = sum(%4) {dims=[1], keepdim=true} : f32[4, 1]
+  %6 = mul(%5, %2) : f32[4, 1]
+  %7 = sub(%0, %6) : f32[4, 8]
+  return %3 "y", %7 "dx"
+}
+)"),
+            "group 0 reduction [4 | 8]: mul %3, mul %4, sum %5, mul %6, sub %7 ; in %1 %2 %0 ; out "
+            "%3 %7\n");
+  const char* apart[] = {
+      // %1 is read broadcast by the second group
+      R"(
+graph(%0: f32[4, 8] "x", %1: f32[8] "b") {
+  %2 = exp(%1) : f32[8]
+  %3 = add(%0, %1) : f32[4, 8]
+  return %2 "e", %3 "y"
+}
+)",
+      // the second group reads the first one's output through a matmul
+      R"(
+graph(%0: f32[4, 4] "x", %1: f32[4, 4] "w") {
+  %2 = exp(%0) : f32[4, 4]
+  %3 = matmul(%2, %1) : f32[4, 4]
+  %4 = add(%0, %3) : f32[4, 4]
+  return %4 "y"
+}
+)",
+  };
+  for (const char* text : apart) {
+    const std::string on = plan_text(text), off = plan_text(text, {.siblings = false});
+    EXPECT_EQ(on, off) << text;
+    EXPECT_EQ(std::count(on.begin(), on.end(), '\n'), 2) << on;
+  }
+}
+
+// Rule 12's cycle check searches past the merged groups' newest node up to a
+// position no group spans: a path that enters a group at its later nodes
+// leaves it from its earlier ones (random program 303's step; searching up to
+// the newest node only, this plan's groups formed a cycle).
+TEST(Fuse, SiblingMergesMakeNoCycle) {
+  std::unique_ptr<ir::Graph> g = ir::parse(trim_leading_newline(R"(
+graph(%0: f64[3, 4, 2] "x", %1: f64[3, 8] "a", %2: f64[3, 8] "b", %3: f64[3, 4, 2] "c") {
+  %4 = abs(%0) : f64[3, 4, 2]
+  %5 = log1p(%4) : f64[3, 4, 2]
+  %6 = copy(%5) : f64[3, 4, 2]
+  %7 = reshape(%6) {shape=[3, 8]} : f64[3, 8]
+  %8 = mul(%7, %1) : f64[3, 8]
+  %9 = sum(%8) {dims=[], keepdim=false} : f64[]
+  %10 = mul(%7, %2) : f64[3, 8]
+  %11 = sum(%10) {dims=[], keepdim=false} : f64[]
+  %12 = add(%9, %11) : f64[]
+  %13 = mul(%5, %3) : f64[3, 4, 2]
+  %14 = sum(%13) {dims=[], keepdim=false} : f64[]
+  %15 = add(%12, %14) : f64[]
+  %16 = add(%2, %1) : f64[3, 8]
+  %17 = reshape(%16) {shape=[3, 4, 2]} : f64[3, 4, 2]
+  %18 = add(%3, %17) : f64[3, 4, 2]
+  %19 = constant wrapped f64[] 1.0
+  %20 = add(%4, %19) : f64[3, 4, 2]
+  %21 = div(%18, %20) : f64[3, 4, 2]
+  %22 = sign(%0) : f64[3, 4, 2]
+  %23 = mul(%21, %22) : f64[3, 4, 2]
+  return %7 "out0", %5 "out1", %15 "out2", %23 "out3"
+}
+)"));
+  const FusionPlan plan = plan_fusion(*g);
+  EXPECT_EQ(check_plan(plan, *g), "");
+  EXPECT_NO_THROW((void)unit_steps(*g, plan)) << to_string(plan, *g);
 }
 
 // Reductions over different dims of one space cannot share a kernel.

@@ -23,6 +23,8 @@ struct FusionOptions {
   /// Bound on the positions between a group's first and last node (rule 10).
   int max_group_span = 384;
   bool column_sums = true;  ///< sums over every row dim join their producer's kernel
+  /// Groups reading one value densely merge (rule 12); KILN_DISABLE_PASSES=fuse_siblings: off.
+  bool siblings = true;
   /// A plan made before for this very graph and these switches (codegen's plan
   /// cache): plan_fusion returns a copy of it instead of planning again.
   std::shared_ptr<const FusionPlan> precomputed = nullptr;
