@@ -15,7 +15,9 @@
 # harness with row kernels streaming, and holding 16 per thread), warp_rows (warp rows against a block per
 # row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0), remat_off (the MLP and
 # transformer steps without the remat pass: what its memory-driven default costs in time on a
-# GPU), column_warps_off (the harness with layer_norm's backward in its block-per-part form).
+# GPU), column_warps_off (the harness with layer_norm's backward in its block-per-part form),
+# passes_off (the transformer step without session 16's scatter_to_where pass and without fusion
+# rule 12, sibling kernels merged).
 # No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
@@ -195,6 +197,15 @@ step_column_warps_off() {
   # 15's column warps), against the harness step's default in the same call.
   KILN_CUDA_COLUMN_WARPS=0 run cuda_harness.txt 150 "cuda_harness, KILN_CUDA_COLUMN_WARPS=0" \
     "$work/bin/cuda_harness" --reps 15
+}
+step_passes_off() {
+  # The transformer step without the cross-entropy one-hot as a select
+  # (scatter_to_where), and without sibling kernels merged (fusion rule 12),
+  # against the harness step's default in the same call.
+  for off in scatter_to_where fuse_siblings; do
+    KILN_DISABLE_PASSES=$off run cuda_harness.txt 60 "cuda_harness transformer, KILN_DISABLE_PASSES=$off" \
+      "$work/bin/cuda_harness" --reps 15 --only transformer
+  done
 }
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15
