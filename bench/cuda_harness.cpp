@@ -402,6 +402,38 @@ void transformer(int reps, bool small, Device dev) {
                                },
                                [] {})
                                .first;
+  // Per product of one layer and the head (forward, dA and dB together), with
+  // contiguous operands as above; the attention's two batched products also
+  // with the heads viewed as the model has them ([NB, L, heads, hd] permuted:
+  // cuBLASLt takes one batch stride, so such an operand is copied first).
+  auto triple_ms = [&](const Tensor& a, const Tensor& b, const Tensor& dc) {
+    return paired(
+               reps,
+               [&] {
+                 (void)matmul(a, b);
+                 (void)matmul(dc, b.transpose(-2, -1));
+                 (void)matmul(a.transpose(-2, -1), dc);
+               },
+               [] {})
+        .first;
+  };
+  auto head_view = [&](int64_t r, int64_t c, bool t) {  // [NB, heads, r, c], the model's layout
+    return t ? randn({NB, c, heads, r}).cuda().permute({0, 2, 3, 1})
+             : randn({NB, r, heads, c}).cuda().permute({0, 2, 1, 3});
+  };
+  std::printf("  floor per product (fwd + dA + dB):");
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (i >= 6 && i + 1 < products.size()) continue;  // one layer and the head
+    const Product& p = products[i];
+    const Operands& o = operands[i];
+    std::printf(" [%lld x %lld x %lld x %lld] %.3f ms", static_cast<long long>(p.batch),
+                static_cast<long long>(p.m), static_cast<long long>(p.k),
+                static_cast<long long>(p.n), triple_ms(o.a, o.b, o.dc));
+  }
+  const Tensor probs = randn({NB, heads, L, L}).cuda();
+  std::printf("; heads as laid out: scores %.3f ms, weighted values %.3f ms\n",
+              triple_ms(head_view(L, hd, false), head_view(hd, L, true), probs),
+              triple_ms(probs, head_view(L, hd, false), head_view(L, hd, false)));
   std::printf(
       "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
       "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)  cuBLAS floor %.3f ms "
