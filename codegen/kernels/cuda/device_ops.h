@@ -55,6 +55,9 @@ int64_t printed_kernel_sources();
 void launch_printed(const std::function<std::string()>& print, const std::string& symbol,
                     int device, long long count, std::vector<void*>& params);
 
+/// Device copies that moved 16 bytes per element (print_quad_copy) so far.
+int64_t quad_copies();
+
 /// Compiled graphs' kernels built in batches (one program per batch) so far.
 struct GraphProgramStats {
   int64_t programs = 0;             ///< programs compiled (one NVRTC call / module each)

@@ -106,6 +106,9 @@ struct KilnStrides {
 /// dtype `to` (the cast rule of the kernel IR): parameters (dst, src, n, rank,
 /// KilnStrides g) with rank <= 8 sizes and element strides in g.
 std::string print_strided_copy(DType from, DType to, const std::string& symbol);
+/// The same copy moving 16 bytes (a float4's bits) per element: sizes and
+/// strides in units of 16 bytes, both buffers 16-byte aligned.
+std::string print_quad_copy(const std::string& symbol);
 
 /// The indexing kernels' shape argument, laid out as the prelude's
 /// KilnIndexGeom: sizes of the iteration space and the element strides of the

@@ -2,8 +2,13 @@
 // min, views and in-place writes, each against the same computation on the
 // CPU. Without a GPU (CI) only the clear refusal runs.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
 
 #include "codegen/cuda/cuda_test_util.h"
+#include "kernels/cuda/device_ops.h"
 #include "kiln/cuda.h"
 #include "kiln/device_runtime.h"
 #include "kiln/dispatch.h"
@@ -39,6 +44,55 @@ TEST_F(CudaTensorGpu, CopiesRoundTripEveryDtype) {
     expect_equal(x.cuda().t(), x.t(), "device view");  // view on the device, strided download
     expect_equal(x.cuda().to(DType::f32), x.to(DType::f32), "cast on the device");
   }
+}
+
+// A device copy whose inner run is contiguous on both sides, a multiple of
+// 16 bytes, at 16-byte aligned addresses moves 16 bytes at a time (the
+// attention's heads made contiguous): the same bits for every dtype, NaN
+// payloads included; an odd run, a misaligned view and a cast take the
+// element copy.
+TEST_F(CudaTensorGpu, StridedCopiesMoveSixteenBytesWhereTheyCan) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32,
+                  DType::u8, DType::b8}) {
+    const Tensor x = (randn({3, 5, 4, 32}) * 50).to(t), g = x.cuda();
+    auto quads_in = [](const std::function<void()>& f) {
+      const int64_t before = cuda::quad_copies();
+      f();
+      return cuda::quad_copies() - before;
+    };
+    const std::string what = dtype_name(t);
+    EXPECT_EQ(quads_in([&] {
+                expect_equal(g.permute({0, 2, 1, 3}).contiguous(), x.permute({0, 2, 1, 3}),
+                             what + " heads");
+              }),
+              1);
+    EXPECT_EQ(quads_in([&] {
+                expect_equal(g.narrow(3, 0, 16).permute({2, 0, 1, 3}).contiguous(),
+                             x.narrow(3, 0, 16).permute({2, 0, 1, 3}), what + " a narrowed run");
+              }),
+              1);
+    EXPECT_EQ(quads_in([&] {
+                expect_equal(g.narrow(3, 1, 16).contiguous(), x.narrow(3, 1, 16),
+                             what + " misaligned");
+              }),
+              0);
+    EXPECT_EQ(quads_in([&] {
+                expect_equal(g.narrow(3, 0, 7).permute({1, 0, 2, 3}).contiguous(),
+                             x.narrow(3, 0, 7).permute({1, 0, 2, 3}), what + " odd run");
+              }),
+              0);
+    expect_equal(g.permute({0, 2, 1, 3}).to(DType::f64), x.permute({0, 2, 1, 3}).to(DType::f64),
+                 what + " cast");
+  }
+  // NaN payloads and signed zeros keep their bits.
+  const std::vector<uint32_t> bits = {0x7fc00001u, 0xffbadbadu, 0x80000000u, 0x00000001u,
+                                      0x7f800000u, 0x3f800000u, 0xff800001u, 0x00000000u};
+  std::vector<uint32_t> many;
+  for (int i = 0; i < 64; ++i) many.insert(many.end(), bits.begin(), bits.end());
+  const Tensor raw = from_blob(many.data(), {4, 2, 64}, DType::f32).clone();
+  const Tensor back = raw.cuda().permute({1, 0, 2}).contiguous().cpu().contiguous();
+  const Tensor want = raw.permute({1, 0, 2}).contiguous();
+  EXPECT_EQ(std::memcmp(back.data_ptr(), want.data_ptr(), many.size() * 4), 0);
 }
 
 TEST_F(CudaTensorGpu, ElementwiseOpsMatchTheCpu) {

@@ -383,6 +383,16 @@ void add_copy(Gen& g) {
                cuda::print_strided_copy(DType::f32, DType::f16, g.symbol()),
                {output(dst, want, DType::f16), input(src)}, {32, 64}, 3,
                kiln::str(", (long long)", a * b * c, geom)));
+  // 16 bytes a move: [4, 3, 2] quads (f32 [4, 3, 8]) copied as [3, 4, 2].
+  std::vector<float> qs(4 * 3 * 8), qd(qs.size(), -1.0f), qw(qs.size());
+  for (size_t i = 0; i < qs.size(); ++i) qs[i] = static_cast<float>(i) + 0.25f;
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j)
+      for (int64_t k = 0; k < 8; ++k)
+        qw[static_cast<size_t>((i * 4 + j) * 8 + k)] = qs[static_cast<size_t>((j * 3 + i) * 8 + k)];
+  g.push(g.add("quad copy", cuda::print_quad_copy(g.symbol()),
+               {output(qd, qw, DType::f32), input(qs)}, {32, 64}, 2,
+               ", (long long)24, 3, KilnStrides{{3, 4, 2}, {8, 2, 1}, {2, 6, 1}}"));
 }
 
 // gather along dim 1 of x [4, 10] by idx [4, 6] with one index out of range
