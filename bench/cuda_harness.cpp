@@ -434,6 +434,21 @@ void transformer(int reps, bool small, Device dev) {
   std::printf("; heads as laid out: scores %.3f ms, weighted values %.3f ms\n",
               triple_ms(head_view(L, hd, false), head_view(hd, L, true), probs),
               triple_ms(probs, head_view(L, hd, false), head_view(L, hd, false)));
+  // The copies kiln makes of such operands (out of [NB, L, heads, hd]): the
+  // heads as rows and (K^T) transposed, each kept in its own orientation.
+  const Tensor x4 = randn({NB, L, heads, hd}).cuda();
+  const double head_copy = paired(
+                               reps,
+                               [&] {
+                                 (void)x4.permute({0, 2, 1, 3}).contiguous();
+                               },
+                               [] {})
+                               .first;
+  std::printf(
+      "  head copy [%lld, %lld, %lld, %lld] out of the model's layout %.3f ms (%.0f GB/s)\n",
+      static_cast<long long>(NB), static_cast<long long>(heads), static_cast<long long>(L),
+      static_cast<long long>(hd), head_copy,
+      2.0 * static_cast<double>(x4.numel()) * 4 / head_copy / 1e6);
   std::printf(
       "transformer step (batch %lld x %lld tokens, d_model %lld, %lld layers, vocab %lld, "
       "AdamW) eager %.3f ms  compiled %.3f ms (%.2fx) (traces %d)  cuBLAS floor %.3f ms "

@@ -60,6 +60,12 @@ GemmOperand operand(const Tensor& t, Tensor& owner) {
   int64_t bs = 0;
   if ((row_major || col_major) && one_batch_stride(t, bs))
     return {address(t), row_major ? rs : 1, row_major ? 1 : cs, bs};
+  if (col_major && !row_major && R > 1) {
+    // Copied as it is laid out (a transposed view stays transposed: the
+    // attention's K^T from [B, L, H, D] copies D-runs, 16 bytes a move).
+    owner = t.transpose(-2, -1).contiguous();
+    return {address(owner), 1, std::max<int64_t>(R, 1), R * C};
+  }
   owner = t.contiguous();
   return {address(owner), std::max<int64_t>(C, 1), 1, R * C};
 }
