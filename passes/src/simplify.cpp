@@ -42,10 +42,22 @@
 //   added in the same order (eager and fused sums coalesce the reduced dims),
 //   and the sum can then join the kernel that computes x (fuse rule 9: the
 //   output layer's bias gradient, a sum of the loss gradient reshaped).
+// - gather(x op1 b1 op2 b2 ..., d, index), each b_k the same along d (size 1
+//   there) and where it varies elsewhere, index covering x there -> the chain
+//   applied to gather(x, d, index): each gathered element is the same x
+//   element with the same b values, in the same operations (add, sub, mul,
+//   div). Only when x is made by a node that computes no elements (a matmul,
+//   a movement, a graph input): then the gather reads what is stored anyway,
+//   and a kernel computing the chain (log_softmax's x - max - log(sum), the
+//   cross-entropy's) need not store it for the gather ([8192, 1000] a
+//   transformer step).
 #include "kiln/passes/simplify.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "kiln/op_table.h"
 
 namespace kiln::passes {
 namespace {
@@ -268,6 +280,73 @@ bool sum_through_reshape(ir::Graph& g, Node* n) {
   return true;
 }
 
+// Whether operand b of a binary op over `out`'s shape is the same along
+// dim d and, where it varies, varies with a dim that `index` covers.
+bool row_operand(const Value* b, const Value* out, const Value* index, int64_t d) {
+  const int64_t rank = out->rank(), pad = rank - b->rank();
+  if (pad < 0) return false;
+  for (int64_t e = 0; e < rank; ++e) {
+    const ir::SymInt one(1);
+    const ir::SymInt& be = e < pad ? one : b->shape[static_cast<size_t>(e - pad)];
+    if (be == one) continue;
+    const auto u = static_cast<size_t>(e);
+    if (e == d || !(be == out->shape[u]) || !(index->shape[u] == out->shape[u])) return false;
+  }
+  return true;
+}
+
+// The gather rule above: true if it replaced gather node n.
+bool gather_through_row_ops(ir::Graph& g, Node* n) {
+  if (!n->is_op(OpId::gather) || !n->sym_attrs.empty()) return false;
+  Value* index = n->inputs[1];
+  const Value* v = n->inputs[0];
+  if (index->rank() != v->rank() || v->rank() == 0) return false;
+  int64_t d = n->attrs.i("dim");
+  if (d < 0) d += v->rank();
+  struct Step {
+    const Node* op;
+    int row;  // the operand index of b
+  };
+  std::vector<Step> chain;  // outermost first
+  Value* x = n->inputs[0];
+  for (const Node* p = x->producer; p != nullptr; p = x->producer) {
+    if (!(p->is_op(OpId::add) || p->is_op(OpId::sub) || p->is_op(OpId::mul) ||
+          p->is_op(OpId::div)) ||
+        !p->sym_attrs.empty() || p->outputs.size() != 1)
+      break;
+    int row = -1;
+    for (int k : {1, 0})
+      if (row < 0 && same_meta(p->inputs[static_cast<size_t>(1 - k)], p->output()) &&
+          row_operand(p->inputs[static_cast<size_t>(k)], p->output(), index, d))
+        row = k;
+    if (row < 0) break;
+    chain.push_back({p, row});
+    x = p->inputs[static_cast<size_t>(1 - row)];
+  }
+  if (chain.empty()) return false;
+  // x must be stored anyway: an input, a constant, or made by a node that
+  // computes no elements of its own (a matmul, a movement).
+  if (const Node* p = x->producer)
+    if (!p->is_constant() &&
+        (p->info().has(kElementwise) || p->info().has(kReduction) || p->info().has(kFactory)))
+      return false;
+  Value* cur =
+      g.add_op(OpId::gather, {x, index}, n->attrs, {{x->dtype, index->shape}}, n)->output();
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const Node* p = it->op;
+    std::vector<Value*> ins = {cur, cur};
+    ins[static_cast<size_t>(it->row)] = p->inputs[static_cast<size_t>(it->row)];
+    cur = g.add_op_inferred(p->op, std::move(ins), p->attrs, n)->output();
+  }
+  const Value* out = n->output();
+  KILN_ASSERT(cur->dtype == out->dtype && cur->shape == out->shape &&
+                  cur->wrapped_number == out->wrapped_number,
+              "simplify: the gathered chain's type differs from the gather's");
+  g.replace_all_uses(n->output(), cur);
+  g.erase(n);
+  return true;
+}
+
 }  // namespace
 
 bool simplify(ir::Graph& g) {
@@ -279,7 +358,7 @@ bool simplify(ir::Graph& g) {
     if (n->is_op(OpId::permute)) changed |= combine_permutes(g, n);
     if (n->is_op(OpId::reshape)) changed |= combine_reshapes(g, n);
     if (n->is_op(OpId::expand)) changed |= combine_expands(g, n);
-    if (sum_through_reshape(g, n)) {
+    if (sum_through_reshape(g, n) || gather_through_row_ops(g, n)) {
       changed = true;
       continue;
     }

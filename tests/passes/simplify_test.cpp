@@ -2,6 +2,10 @@
 // case (broadcast, promotion, float zeros, symbolic values) is left alone.
 #include "kiln/passes/simplify.h"
 
+#include <cmath>
+#include <cstring>
+
+#include "executor/executor.h"
 #include "passes/pass_test_util.h"
 
 namespace kiln::passes {
@@ -9,6 +13,7 @@ namespace {
 
 using testing::expect_pass;
 using testing::expect_unchanged;
+using testing::trim_leading_newline;
 
 TEST(Simplify, MultiplyAndDivideByOne) {
   // x*1, 1*x and x/1 become x for a wrapped 1 and an all-ones tensor.
@@ -358,6 +363,103 @@ graph() rng_advance=2 {
 }
 )",
               true);
+}
+
+// gather(log_softmax(x)) as cross-entropy's loss takes it: the chain x - max
+// - log(sum) moves past the gather, which then reads x (a matmul's output,
+// stored anyway) and the kernel computing the chain need not store it.
+TEST(Simplify, GatherOfRowShiftedValuesGathersTheValues) {
+  expect_pass(simplify, R"(
+graph(%0: f32[4, 5] "x", %1: i64[4, 1] "label") {
+  %2 = max(%0) {dims=[1], keepdim=true} : f32[4, 1]
+  %3 = sub(%0, %2) : f32[4, 5]
+  %4 = exp(%3) : f32[4, 5]
+  %5 = sum(%4) {dims=[1], keepdim=true} : f32[4, 1]
+  %6 = log(%5) : f32[4, 1]
+  %7 = sub(%3, %6) : f32[4, 5]
+  %8 = gather(%7, %1) {dim=1} : f32[4, 1]
+  return %8 "out0", %7 "out1"
+}
+)",
+              R"(
+graph(%0: f32[4, 5] "x", %1: i64[4, 1] "label") {
+  %2 = max(%0) {dims=[1], keepdim=true} : f32[4, 1]
+  %3 = sub(%0, %2) : f32[4, 5]
+  %4 = exp(%3) : f32[4, 5]
+  %5 = sum(%4) {dims=[1], keepdim=true} : f32[4, 1]
+  %6 = log(%5) : f32[4, 1]
+  %7 = sub(%3, %6) : f32[4, 5]
+  %8 = gather(%0, %1) {dim=1} : f32[4, 1]
+  %9 = sub(%8, %2) : f32[4, 1]
+  %10 = sub(%9, %6) : f32[4, 1]
+  return %10 "out0", %7 "out1"
+}
+)",
+              true);
+  const char* stays[] = {
+      // the base is computed elementwise (a kernel's temporary)
+      R"(
+graph(%0: f32[4, 5] "y", %1: i64[4, 1] "label", %2: f32[4, 1] "b") {
+  %3 = exp(%0) : f32[4, 5]
+  %4 = sub(%3, %2) : f32[4, 5]
+  %5 = gather(%4, %1) {dim=1} : f32[4, 1]
+  return %5 "out0"
+}
+)",
+      // the operand varies along the gathered dim
+      R"(
+graph(%0: f32[4, 5] "x", %1: i64[4, 1] "label", %2: f32[1, 5] "b") {
+  %3 = sub(%0, %2) : f32[4, 5]
+  %4 = gather(%3, %1) {dim=1} : f32[4, 1]
+  return %4 "out0"
+}
+)",
+      // the index covers 3 of the 4 rows the operand varies with
+      R"(
+graph(%0: f32[4, 5] "x", %1: i64[3, 1] "label", %2: f32[4, 1] "b") {
+  %3 = mul(%0, %2) : f32[4, 5]
+  %4 = gather(%3, %1) {dim=1} : f32[3, 1]
+  return %4 "out0"
+}
+)",
+      // x broadcast by the op (its rows are b's)
+      R"(
+graph(%0: f32[1, 5] "x", %1: i64[4, 1] "label", %2: f32[4, 1] "b") {
+  %3 = add(%0, %2) : f32[4, 5]
+  %4 = gather(%3, %1) {dim=1} : f32[4, 1]
+  return %4 "out0"
+}
+)",
+  };
+  for (const char* text : stays) expect_unchanged(simplify, text);
+}
+
+TEST(Simplify, GatheredChainEqualsEagerBitForBit) {
+  // Rows with infinities and NaN; labels at both ends; a wrapped scalar and
+  // a per-row divisor on either side of the ops.
+  std::shared_ptr<ir::Graph> g = ir::parse(trim_leading_newline(R"(
+graph(%0: f32[3, 6] "x", %1: i64[3, 2] "label", %2: f32[3, 1] "b") {
+  %3 = constant wrapped f64[] 0.5
+  %4 = mul(%3, %0) : f32[3, 6]
+  %5 = div(%2, %4) : f32[3, 6]
+  %6 = add(%5, %2) : f32[3, 6]
+  %7 = gather(%6, %1) {dim=1} : f32[3, 2]
+  return %7 "out0"
+}
+)"));
+  EXPECT_TRUE(simplify(*g));
+  const float inf = INFINITY, nan = NAN;
+  const Tensor x = from_vector(std::vector<float>{1, -2, inf, 0, -0.0f, 3, nan, 5, 6, -inf, 7, 8,
+                                                  0.25f, -1, 2, 9, 10, -0.0f},
+                               {3, 6});
+  const Tensor label = from_vector(std::vector<int64_t>{0, 5, 2, 3, 4, 1}, {3, 2});
+  const Tensor b = from_vector(std::vector<float>{2, -0.0f, inf}, {3, 1});
+  const std::vector<Tensor> in{x, label, b};
+  RunArgs args;
+  args.inputs = in;
+  const Tensor got = Executor(std::shared_ptr<ir::Graph>(std::move(g))).run(args)[0];
+  const Tensor want = gather(b / (0.5 * x) + b, 1, label);
+  EXPECT_EQ(std::memcmp(got.contiguous().data_ptr(), want.contiguous().data_ptr(), 6 * 4), 0);
 }
 
 TEST(Simplify, NothingToDoUnchanged) {
