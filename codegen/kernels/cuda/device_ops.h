@@ -57,6 +57,8 @@ void launch_printed(const std::function<std::string()>& print, const std::string
 
 /// Device copies that moved 16 bytes per element (print_quad_copy) so far.
 int64_t quad_copies();
+/// `full`s written as 16-byte quads of their pattern (print_quad_fill) so far.
+int64_t quad_fills();
 
 /// Compiled graphs' kernels built in batches (one program per batch) so far.
 struct GraphProgramStats {

@@ -368,6 +368,15 @@ std::string print_quad_copy(const std::string& symbol) {
              index_loops("n", body), "}\n");
 }
 
+std::string print_quad_fill(const std::string& symbol) {
+  return str("KILN_KERNEL void ", symbol,
+             "(KILN_GLOBAL float4* dst, kiln_i64 n, unsigned w0, unsigned w1, unsigned w2, "
+             "unsigned w3) {\n",
+             "  float4 v;\n", "  v.x = __uint_as_float(w0);\n", "  v.y = __uint_as_float(w1);\n",
+             "  v.z = __uint_as_float(w2);\n", "  v.w = __uint_as_float(w3);\n", grid_loop("n"),
+             "    dst[i] = v;\n  }\n}\n");
+}
+
 std::string print_strided_copy(DType from, DType to, const std::string& symbol) {
   std::ostringstream os;
   auto body = [&](const char* t) {

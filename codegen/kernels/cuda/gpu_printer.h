@@ -109,6 +109,9 @@ std::string print_strided_copy(DType from, DType to, const std::string& symbol);
 /// The same copy moving 16 bytes (a float4's bits) per element: sizes and
 /// strides in units of 16 bytes, both buffers 16-byte aligned.
 std::string print_quad_copy(const std::string& symbol);
+/// A fill of n 16-byte quads with the pattern of four 32-bit words:
+/// parameters (dst, n, w0, w1, w2, w3), dst 16-byte aligned (`full`'s fill).
+std::string print_quad_fill(const std::string& symbol);
 
 /// The indexing kernels' shape argument, laid out as the prelude's
 /// KilnIndexGeom: sizes of the iteration space and the element strides of the

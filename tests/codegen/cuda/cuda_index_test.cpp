@@ -274,6 +274,7 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
   source += cuda::print_strided_copy(DType::f32, DType::bf16, "c_f32_bf16");
   source += cuda::print_strided_copy(DType::i64, DType::i64, "c_i64");
   source += cuda::print_quad_copy("c_quads");
+  source += cuda::print_quad_fill("f_quads");
   const std::string ptx = cuda::nvrtc_compile(source, "index.cu", 90, /*cubin=*/false).ptx;
   EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
   EXPECT_NE(ptx.find("atom.global.cas.b32"), std::string::npos) << ptx.substr(0, 2000);

@@ -95,6 +95,29 @@ TEST_F(CudaTensorGpu, StridedCopiesMoveSixteenBytesWhereTheyCan) {
   EXPECT_EQ(std::memcmp(back.data_ptr(), want.data_ptr(), many.size() * 4), 0);
 }
 
+// `full` on the device: 16-byte quads of the value's bits where the output
+// is a whole number of them (every dtype: a float's -0.0 and NaN, f16's
+// pattern eight times), else the element broadcast by a copy.
+TEST_F(CudaTensorGpu, FullsWriteTheirPatternInQuads) {
+  const double nan = std::nan("");
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64, DType::i32,
+                  DType::u8, DType::b8})
+    for (double v : {0.0, -0.0, 1.5, -3.0, nan}) {
+      if (!is_floating(t) && (v != std::floor(v) || v < 0 || std::isnan(v))) continue;
+      const Scalar s = is_floating(t) ? Scalar(v) : Scalar(static_cast<int64_t>(v));
+      const std::string what = str(dtype_name(t), " ", v);
+      const int64_t before = cuda::quad_fills();
+      const Tensor whole = full({3, 5, 16}, s, t, Device::cuda());
+      EXPECT_EQ(cuda::quad_fills(), before + 1) << what;
+      const Tensor odd = full({3, 5}, s, t, Device::cuda());  // 15 elements
+      const Tensor want = full({3, 5, 16}, s, t).cpu();
+      const Tensor got = whole.cpu();
+      EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), got.numel() * got.element_size()), 0)
+          << what;
+      expect_equal(odd, full({3, 5}, s, t), what + " odd");
+    }
+}
+
 TEST_F(CudaTensorGpu, ElementwiseOpsMatchTheCpu) {
   const Tensor a = randn({4, 1, 5}), b = randn({3, 5}), p = rand({4, 3, 5}) + 0.1;
   const Tensor ga = a.cuda(), gb = b.cuda(), gp = p.cuda();

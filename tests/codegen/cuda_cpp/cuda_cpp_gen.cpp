@@ -393,6 +393,12 @@ void add_copy(Gen& g) {
   g.push(g.add("quad copy", cuda::print_quad_copy(g.symbol()),
                {output(qd, qw, DType::f32), input(qs)}, {32, 64}, 2,
                ", (long long)24, 3, KilnStrides{{3, 4, 2}, {8, 2, 1}, {2, 6, 1}}"));
+  // A fill of 10 quads with four words' pattern (a NaN payload among them).
+  const std::vector<uint32_t> words = {0x3fc00000u, 0x7fc00123u, 0x80000000u, 0x00000001u};
+  std::vector<uint32_t> fd(40, 0x5a5a5a5au), fw;
+  for (int q = 0; q < 10; ++q) fw.insert(fw.end(), words.begin(), words.end());
+  g.push(g.add("quad fill", cuda::print_quad_fill(g.symbol()), {output(fd, fw, DType::u8)},
+               {32, 64}, 2, ", (long long)10, 0x3fc00000u, 0x7fc00123u, 0x80000000u, 0x00000001u"));
 }
 
 // gather along dim 1 of x [4, 10] by idx [4, 6] with one index out of range
