@@ -4,7 +4,8 @@
 // (tanh form) over 16M f32 against that bandwidth, with its print variants
 // (libm, elements per thread, float4, 32-bit indices, without KILN_ISSUE), and
 // the row kernels' sweeps, warp rows against a block per row, a row kernel
-// with a column sum at other parts and block sizes. Kernels come
+// with a column sum at other parts and block sizes, and the data movement
+// around a transformer's products (cuda_probe_moves.cpp). Kernels come
 // from the kernel IR through the GPU printer and NVRTC, exactly as compiled
 // graphs will.
 //   cuda_probe [--n N] [--reps R] [--only warp_rows]   (warp_rows: that and the
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_probe_moves.h"
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -729,6 +731,8 @@ int main(int argc, char** argv) {
       warp_row_lines(softmax, n, reps, t_memcpy, in, out, ones, zeros);
       column_row_lines(n, reps, in, out, ones);
     }
+    if (!only_warp_rows)
+      move_lines([&](const std::function<void()>& f) { return median_ms(reps, f); });
     if (only_warp_rows) return 0;
     // matmul through cuBLASLt on device tensors (the eager op): TFLOP/s.
     if (cublaslt_unavailable_reason().empty()) {
