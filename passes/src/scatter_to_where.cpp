@@ -11,8 +11,9 @@
 // with r = arange(0, n) reshaped to [1, .., n, .., 1] (n = x's size along d,
 // at d), when
 // - x is a `full` of static shape (every element c) with no sym_attrs;
-// - the output's dtype is floating and src has it (no cast inside), and every
-//   shape is static;
+// - the output's dtype is f32 or f64 and src has it (no cast inside), and
+//   every shape is static (fusion takes no f16/bf16 node: unfused, the select
+//   would be three full-size tensors where the scatter writes one);
 // - index has one entry per line (size 1 along d) and covers every line
 //   (its other sizes are x's), and src has index's shape: each element of the
 //   output then receives at most one entry, so eager's c + src (in the
@@ -62,7 +63,8 @@ Value* as_where(ir::Graph& g, Node* n) {
   const Value* out = n->output();
   const Node* fill = x->producer;
   if (fill == nullptr || !fill->is_op(OpId::full) || !fill->sym_attrs.empty()) return nullptr;
-  if (!is_floating(out->dtype) || src->dtype != out->dtype) return nullptr;
+  if (!(out->dtype == DType::f32 || out->dtype == DType::f64) || src->dtype != out->dtype)
+    return nullptr;
   if (!ir::is_static(out->shape) || !ir::is_static(index->shape) || !ir::is_static(src->shape))
     return nullptr;
   const int64_t rank = out->rank();

@@ -108,6 +108,8 @@ TEST(ScatterToWhere, OtherScattersStay) {
       {"f32[4, 5]", "i64[4, 1]", "f64[4, 1]", "f32[4, 5]"},
       // an integer scatter (one_hot's counts)
       {"i64[4, 5]", "i64[4, 1]", "i64[4, 1]", "i64[4, 5]"},
+      // f16 (fusion takes no half-precision node: the select would not fuse)
+      {"f16[4, 5]", "i64[4, 1]", "f16[4, 1]", "f16[4, 5]"},
   };
   for (const Case& c : cases) expect_unchanged(scatter_to_where, graph_text(c));
   // The rewritten form of the same text, for contrast.
