@@ -44,9 +44,9 @@ int64_t wrapped_dim(int64_t d, int64_t rank) {
   return d >= 0 && d < rank ? d : -1;
 }
 
-// Whether a node of g gathers with `index` along d from a tensor of n there.
-bool gathered(const ir::Graph& g, const Value* index, int64_t d, int64_t n) {
-  for (const Node* u : g.nodes()) {
+// Whether a reader of `index` gathers with it along d from a tensor of n there.
+bool gathered(const Value* index, int64_t d, int64_t n) {
+  for (const Node* u : index->users) {
     if (!u->is_op(OpId::gather) || u->inputs[1] != index || !u->sym_attrs.empty()) continue;
     const Value* from = u->inputs[0];
     if (wrapped_dim(u->attrs.i("dim"), from->rank()) != d) continue;
@@ -75,7 +75,7 @@ Value* as_where(ir::Graph& g, Node* n) {
     if (e == d ? index->shape[u].b != 1 : !(index->shape[u] == out->shape[u])) return nullptr;
   }
   const int64_t size = out->shape[static_cast<size_t>(d)].b;
-  if (!gathered(g, index, d, size)) return nullptr;
+  if (!gathered(index, d, size)) return nullptr;
   Attrs ra;
   ra.set("start", AttrValue(0.0))
       .set("end", AttrValue(static_cast<double>(size)))

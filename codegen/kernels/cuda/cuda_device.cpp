@@ -514,11 +514,8 @@ void CudaRuntime::run(OpId op, std::span<const Tensor> in, const Attrs& attrs,
                          in.size() > 2 ? in[2] : Tensor());
   if (op == OpId::rand_uniform || op == OpId::rand_normal)
     return device_random(op == OpId::rand_normal, attrs, out[0]);
-  if (op == OpId::full) {
-    const Tensor value = scalar_tensor(ops::full_scalar(attrs), out[0].dtype(), "full");
-    if (fill_quads(out[0], value)) return;
-    return copy(out[0], value);  // one element uploaded, broadcast by a device copy
-  }
+  if (op == OpId::full)  // a host value broadcast: copy() fills quads of its bits
+    return copy(out[0], scalar_tensor(ops::full_scalar(attrs), out[0].dtype(), "full"));
   if (info.has(kFactory)) {  // the others (arange): made on the host, then uploaded
     std::vector<Tensor> host{make_tensor(out[0].shape(), out[0].dtype())};
     info.kernel(in, attrs, host);
