@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/driver.h"
 #include "kernels/cuda/pocl_driver.h"
 #include "kiln/compile.h"
@@ -358,6 +359,7 @@ void transformer(int reps, bool small, Device dev) {
   const int64_t V = small ? 50 : 1000, L = small ? 16 : 256, E = small ? 32 : 512;
   const int64_t NB = small ? 4 : 32, layers = 2;
   const cuda::GraphStats before = cuda::graph_stats();
+  const int64_t arrays_at_start = cuda::pointer_batches();
   Transformer eager(V, L, E, NB, layers, dev), traced(V, L, E, NB, layers, dev);
   auto tstep_c = compile([&] { return traced.step(); });
   auto [te, tc] = paired(
@@ -431,9 +433,23 @@ void transformer(int reps, bool small, Device dev) {
                 static_cast<long long>(p.n), triple_ms(o.a, o.b, o.dc));
   }
   const Tensor probs = randn({NB, heads, L, L}).cuda();
-  std::printf("; heads as laid out: scores %.3f ms, weighted values %.3f ms\n",
-              triple_ms(head_view(L, hd, false), head_view(hd, L, true), probs),
-              triple_ms(probs, head_view(L, hd, false), head_view(L, hd, false)));
+  // In place on cuBLASLt's pointer arrays (where it runs them), then copied.
+  auto laid_out = [&] {
+    return std::pair{triple_ms(head_view(L, hd, false), head_view(hd, L, true), probs),
+                     triple_ms(probs, head_view(L, hd, false), head_view(L, hd, false))};
+  };
+  const int64_t arrays_before = cuda::pointer_batches();
+  const auto [scores_in_place, values_in_place] = laid_out();
+  const bool arrays = cuda::pointer_batches() > arrays_before;
+  cuda::set_pointer_batches(false);
+  const auto [scores_copied, values_copied] = laid_out();
+  cuda::set_pointer_batches(true);
+  std::printf(
+      "; heads as laid out: scores %.3f ms, weighted values %.3f ms (%s), copied first %.3f ms, "
+      "%.3f ms\n",
+      scores_in_place, values_in_place,
+      arrays ? "in place on pointer arrays" : "cuBLASLt refused the arrays: copied", scores_copied,
+      values_copied);
   // The copies kiln makes of such operands (out of [NB, L, heads, hd]): the
   // heads as rows and (K^T) transposed, each kept in its own orientation.
   const Tensor x4 = randn({NB, L, heads, hd}).cuda();
@@ -456,6 +472,8 @@ void transformer(int reps, bool small, Device dev) {
       static_cast<long long>(NB), static_cast<long long>(L), static_cast<long long>(E),
       static_cast<long long>(layers), static_cast<long long>(V), te, tc, te / tc,
       tstep_c.stats().traces, tfloor_ms, 3 * products.size(), te / tfloor_ms, tc / tfloor_ms);
+  std::printf("  products on pointer arrays: %lld in all (KILN_CUDA_POINTER_BATCHES=0: none)\n",
+              static_cast<long long>(cuda::pointer_batches() - arrays_at_start));
   graph_line("transformer step", before);
 }
 

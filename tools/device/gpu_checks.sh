@@ -207,6 +207,13 @@ step_passes_off() {
       "$work/bin/cuda_harness" --reps 15 --only transformer
   done
 }
+step_pointers_off() {
+  # The attention's head views copied before each batched product (the
+  # path before pointer arrays) against the harness step's default.
+  KILN_CUDA_POINTER_BATCHES=0 run cuda_harness.txt 60 \
+    "cuda_harness transformer, KILN_CUDA_POINTER_BATCHES=0" \
+    "$work/bin/cuda_harness" --reps 15 --only transformer
+}
 step_harness() {
   run cuda_harness.txt 150 cuda_harness "$work/bin/cuda_harness" --reps 15
 }

@@ -174,20 +174,31 @@ struct Descs {
   }
 };
 
+// A matrix layout; its batches `stride` apart, or (`pointers`) at the
+// addresses of an array of `batch` pointers passed in its place.
 cublasLtMatrixLayout_t layout(cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld,
-                              int64_t batch, int64_t stride) {
+                              int64_t batch, int64_t stride, bool pointers = false) {
   const Lib& l = lib();
   cublasLtMatrixLayout_t m = nullptr;
   ok(l.cublasLtMatrixLayoutCreate(&m, t, rows, cols, ld), "cublasLtMatrixLayoutCreate");
-  if (batch > 1) {
+  if (pointers) {  // refused (a cuBLASLt without the mode): nullptr, the caller copies
+    const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+    if (l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode,
+                                           sizeof(mode)) != CUBLAS_STATUS_SUCCESS) {
+      l.cublasLtMatrixLayoutDestroy(m);
+      return nullptr;
+    }
+  }
+  if (batch > 1 || pointers) {
     const int32_t count = static_cast<int32_t>(batch);
     ok(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                           sizeof(count)),
        "batch count");
+  }
+  if (batch > 1 && !pointers)
     ok(l.cublasLtMatrixLayoutSetAttribute(m, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                           sizeof(stride)),
        "batch stride");
-  }
   return m;
 }
 
@@ -302,26 +313,38 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
   // Column major: d^T [N, M] = b^T [N, K] . a^T [K, M].
   const Layout lb = as_transposed(b, s.K, s.N), la = as_transposed(a, s.M, s.K);
   const bool tf32 = dtype == DType::f32 && g_tf32;
-  Descs ds, plain;
+  const bool ptrs = static_cast<bool>(s.pointer_tables);
+  Descs ds, plain, packed;
   ds.op = matmul_desc(dtype, tf32, lb, la);
   set_epilogue(ds.op, s.epilogue, bias);
-  ds.a = layout(t, lb.rows, lb.cols, lb.ld, s.batch, b.batch_stride);
-  ds.b = layout(t, la.rows, la.cols, la.ld, s.batch, a.batch_stride);
+  ds.a = layout(t, lb.rows, lb.cols, lb.ld, s.batch, b.batch_stride, ptrs);
+  ds.b = layout(t, la.rows, la.cols, la.ld, s.batch, a.batch_stride, ptrs);
   ds.d = layout(t, static_cast<uint64_t>(s.N), static_cast<uint64_t>(s.M), s.ldd, s.batch,
-                s.d_batch_stride);
-  const int align[3] = {alignment(b.ptr), alignment(a.ptr), alignment(d)};
+                s.d_batch_stride, ptrs);
+  if (!ds.a || !ds.b || !ds.d) return false;
+  const int align[3] = {ptrs ? s.align[1] : alignment(b.ptr), ptrs ? s.align[0] : alignment(a.ptr),
+                        ptrs ? s.align[2] : alignment(d)};
+  // Pointer arrays take the algorithm of the same product packed (each
+  // operand contiguous, batches one matrix apart), checked below to run on
+  // the arrays: the copying path's summation order.
+  const auto packed_ld = [&](const Layout& x) {
+    return ptrs ? static_cast<int64_t>(x.rows) : x.ld;
+  };
+  const auto packed_stride = [&](const Layout& x, int64_t stride) {
+    return ptrs ? static_cast<int64_t>(x.rows * x.cols) : stride;
+  };
   State::Key key{static_cast<int>(dtype),
                  tf32,
                  s.N,
                  s.M,
                  s.K,
                  s.batch,
-                 lb.ld,
-                 la.ld,
-                 s.ldd,
-                 b.batch_stride,
-                 a.batch_stride,
-                 s.d_batch_stride,
+                 packed_ld(lb),
+                 packed_ld(la),
+                 ptrs ? s.N : s.ldd,
+                 packed_stride(lb, b.batch_stride),
+                 packed_stride(la, a.batch_stride),
+                 ptrs ? s.M * s.N : s.d_batch_stride,
                  align[0] * 2 + (lb.op == CUBLAS_OP_T),
                  align[1] * 2 + (la.op == CUBLAS_OP_T),
                  align[2],
@@ -332,19 +355,29 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
     // The plain product's algorithm (the heuristic's first, cached per key).
     auto it = st.algos.find(key);
     if (it == st.algos.end()) {
+      Descs* over = &ds;
+      if (ptrs) {
+        packed.a = layout(t, lb.rows, lb.cols, packed_ld(lb), s.batch, packed_stride(lb, 0));
+        packed.b = layout(t, la.rows, la.cols, packed_ld(la), s.batch, packed_stride(la, 0));
+        packed.d = layout(t, static_cast<uint64_t>(s.N), static_cast<uint64_t>(s.M), s.N, s.batch,
+                          s.M * s.N);
+        over = &packed;
+      }
       plain.op = matmul_desc(dtype, tf32, lb, la);
-      const auto found = heuristic(st, plain.op, ds, align);
+      const auto found = heuristic(st, plain.op, *over, align);
       KILN_CHECK(found, "[matmul] cuBLASLt has no algorithm for ", dtype, " [", s.batch, " x ", s.M,
                  " x ", s.K, "] . [", s.K, " x ", s.N, "]");
       it = st.algos.emplace(key, found).first;
     }
     algo = *it->second;
-    if (s.epilogue != GemmEpilogue::kNone) {
-      // With an epilogue: the same algorithm, so the products are summed in
-      // the same order and f32 keeps the unfused bits, when cuBLASLt runs it
-      // with that epilogue (cublasLtMatmulAlgoCheck); else nothing, and the
-      // caller applies the epilogue itself.
-      std::get<15>(key) = static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0);
+    if (s.epilogue != GemmEpilogue::kNone || ptrs) {
+      // With an epilogue or pointer arrays: the same algorithm, so the
+      // products are summed in the same order and f32 keeps the unfused
+      // (copied) bits, when cuBLASLt runs it so (cublasLtMatmulAlgoCheck);
+      // else nothing, and the caller applies the epilogue itself (copies the
+      // operands).
+      std::get<15>(key) =
+          (ptrs ? 1 << 20 : 0) + static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0);
       auto e = st.algos.find(key);
       if (e == st.algos.end()) {
         cublasLtMatmulHeuristicResult_t res{};
@@ -355,6 +388,13 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
       }
       if (!e->second) return false;
     }
+  }
+  CUdeviceptr pa = a.ptr, pb = b.ptr, pd = d;
+  if (ptrs) {
+    const CUdeviceptr tables = s.pointer_tables(), step = static_cast<CUdeviceptr>(s.batch) * 8;
+    pa = tables;
+    pb = tables + step;
+    pd = tables + 2 * step;
   }
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
@@ -369,9 +409,9 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
     ws_owner = make_tensor({static_cast<int64_t>(kWorkspace)}, DType::u8, Device::cuda(device));
     ws = ws_owner.data_ptr();
   }
-  ok(l.cublasLtMatmul(st.handle, ds.op, alpha, reinterpret_cast<const void*>(b.ptr), ds.a,
-                      reinterpret_cast<const void*>(a.ptr), ds.b, beta,
-                      reinterpret_cast<const void*>(d), ds.d, reinterpret_cast<void*>(d), ds.d,
+  ok(l.cublasLtMatmul(st.handle, ds.op, alpha, reinterpret_cast<const void*>(pb), ds.a,
+                      reinterpret_cast<const void*>(pa), ds.b, beta,
+                      reinterpret_cast<const void*>(pd), ds.d, reinterpret_cast<void*>(pd), ds.d,
                       &algo, ws, kWorkspace, stream),
      "cublasLtMatmul");
   after_launch("matmul (cuBLASLt)");

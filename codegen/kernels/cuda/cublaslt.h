@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "kiln/dtype.h"
@@ -42,10 +43,18 @@ GemmEpilogue gemm_epilogue(bool bias, bool relu, bool gelu);
 /// The shape of one batched product d[b] = a[b] (M x K) . b[b] (K x N); d is
 /// row-major with leading dimension ldd and batch stride `d_batch_stride`;
 /// `epilogue` applied to each element before it is stored.
+/// With `pointer_tables`, the batches are addressed through arrays of their
+/// matrices' addresses (cuBLASLt's pointer-array mode; a.ptr, b.ptr, d and
+/// the batch strides unused): called once the algorithm is settled, it
+/// returns the device address of a's, b's and d's arrays of `batch` entries,
+/// back to back (print_pointer_table); every matrix of a, b and d is aligned
+/// to `align[0..2]` bytes.
 struct GemmShape {
   int64_t batch = 1, M = 0, N = 0, K = 0;
   int64_t ldd = 0, d_batch_stride = 0;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
+  std::function<CUdeviceptr()> pointer_tables;
+  int align[3] = {0, 0, 0};
 };
 
 /// d = epilogue(a . b [+ bias]) on `device` (its context current) and the current stream, for f32
@@ -58,8 +67,18 @@ struct GemmShape {
 /// epilogue it is the plain product's algorithm (the same summation order, so
 /// f32 keeps the unfused bits) if cuBLASLt runs that one with the epilogue;
 /// else false (nothing run): the caller multiplies without one and applies it.
+/// Pointer arrays likewise take the packed product's algorithm; false where
+/// cuBLASLt does not run it on the arrays (the caller copies the operands).
 bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, const GemmOperand& b,
           CUdeviceptr d, CUdeviceptr bias = 0);
+
+/// Batched products run on cuBLASLt's pointer arrays so far: those whose
+/// operands or output no single batch stride addresses (the attention's
+/// [B, H, L, D] views of [B, L, H, D]), read and written in place.
+int64_t pointer_batches();
+/// Turns that path on or off (KILN_CUDA_POINTER_BATCHES; off: such operands
+/// are copied contiguous first and the output goes through a temporary).
+void set_pointer_batches(bool on);
 
 /// out = matmul(a, b) for CUDA tensors with torch.matmul semantics (1-D
 /// operands, broadcast batch dims); `out` has the shape matmul infers. With an

@@ -160,6 +160,12 @@ std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& 
 /// tiles, rank, dim, bound, lines, len, g); an out-of-range index is reported
 /// by the block of row 0's first tile. Launch with kScatterWindow / 4 threads.
 std::string print_scatter_add_scan(DType t, DType index_t, const std::string& symbol);
+/// The address tables of a pointer-array batched product (cuBLASLt's
+/// CUBLASLT_BATCH_MODE_POINTER_ARRAY): parameters (table, n, rank, a, b, d,
+/// KilnIndexGeom g); batch i's coordinates over g.size (rank <= 8) give
+/// table[i] = a + their byte offset by g.x, table[n + i] = b + by g.idx and
+/// table[2n + i] = d + by g.out.
+std::string print_pointer_table(const std::string& symbol);
 /// The index entries one block of print_scatter_add_scan examines at once.
 constexpr int kScatterWindow = 1024;
 

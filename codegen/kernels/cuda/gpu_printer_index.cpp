@@ -3,6 +3,8 @@
 // out-of-range index skipped and recorded in the device's error record
 // (device_errors.h) instead of a fault.
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/gpu_printer.h"
 #include "kernels/cuda/gpu_printer_internal.h"
@@ -41,16 +43,29 @@ std::string scatter_sum(DType t) {
                         : rounded(t, op_expr(OpId::add, t, t, cur, add, ""));
 }
 
+// The coordinates of item `item` over g.size (d = rank - 1 down to 0, in
+// the unsigned type `it`; see index_loops, gpu_printer_internal.h) summed
+// into the offsets `decl` declares by the statements `sums` (each reading the
+// coordinate c); a dim for which `skip` holds has no coordinate.
+std::string coordinate_offsets(const char* it, const char* item, const std::string& decl,
+                               const std::vector<std::string>& sums, const char* skip = nullptr) {
+  std::string body;
+  for (const std::string& line : sums) body += str("      ", line, "\n");
+  return str("    ", it, " r = ", item, ";\n    kiln_i64 ", decl, ";\n",
+             "    for (int d = rank - 1; d >= 0; --d) {\n",
+             skip ? str("      if (", skip, ") continue;\n") : std::string(), "      const ", it,
+             " c = r % (", it, ")g.size[d];\n", "      r /= (", it, ")g.size[d];\n", body,
+             "    }\n");
+}
+
 // The offsets of line `line` (the index's coordinates other than `dim`): oo
 // into out, so into src, and io into idx when `with_idx`; coordinates in the
-// unsigned type `t` (see index_loops, gpu_printer_internal.h).
+// unsigned type `t`.
 std::string line_offsets(const char* line, bool with_idx, const char* t = "kiln_i64") {
-  return str("    ", t, " r = ", line, ";\n    kiln_i64 oo = 0, so = 0", with_idx ? ", io = 0" : "",
-             ";\n", "    for (int d = rank - 1; d >= 0; --d) {\n",
-             "      if (d == dim) continue;\n", "      const ", t, " c = r % (", t, ")g.size[d];\n",
-             "      r /= (", t, ")g.size[d];\n", "      oo += (kiln_i64)c * g.out[d];\n",
-             "      so += (kiln_i64)c * g.x[d];\n",
-             with_idx ? "      io += (kiln_i64)c * g.idx[d];\n" : "", "    }\n");
+  std::vector<std::string> sums = {"oo += (kiln_i64)c * g.out[d];", "so += (kiln_i64)c * g.x[d];"};
+  if (with_idx) sums.push_back("io += (kiln_i64)c * g.idx[d];");
+  return coordinate_offsets(t, line, with_idx ? "oo = 0, so = 0, io = 0" : "oo = 0, so = 0", sums,
+                            "d == dim");
 }
 
 }  // namespace
@@ -60,11 +75,9 @@ std::string print_gather(DType t, DType index_t, const std::string& symbol) {
   // Element i of out: its coordinates give out's and idx's offsets; x's come
   // from the same coordinates with the index's value along `dim`.
   auto body = [&](const char* it) {
-    return str("    ", it, " r = i;\n    kiln_i64 oo = 0, xo = 0, io = 0;\n",
-               "    for (int d = rank - 1; d >= 0; --d) {\n", "      const ", it, " c = r % (", it,
-               ")g.size[d];\n", "      r /= (", it, ")g.size[d];\n",
-               "      oo += (kiln_i64)c * g.out[d];\n", "      io += (kiln_i64)c * g.idx[d];\n",
-               "      if (d != dim) xo += (kiln_i64)c * g.x[d];\n", "    }\n",
+    return str(coordinate_offsets(it, "i", "oo = 0, xo = 0, io = 0",
+                                  {"oo += (kiln_i64)c * g.out[d];", "io += (kiln_i64)c * g.idx[d];",
+                                   "if (d != dim) xo += (kiln_i64)c * g.x[d];"}),
                "    const kiln_i64 v = (kiln_i64)idx[io];\n", "    if (v < 0 || v >= bound) { ",
                symbol, "_bad(err, tag, v); continue; }\n", "    out[oo] = x[xo + v * g.x[dim]];\n");
   };
@@ -177,6 +190,22 @@ std::string print_scatter_add_scan(DType t, DType index_t, const std::string& sy
      << "      __syncthreads();\n"
      << "    }\n  }\n}\n";
   return os.str();
+}
+
+std::string print_pointer_table(const std::string& symbol) {
+  // Batch n's coordinates (row-major over g.size) give its byte offsets in
+  // the three operands: g.x for a, g.idx for b, g.out for d.
+  auto body = [&](const char* it) {
+    return str(coordinate_offsets(it, "i", "oa = 0, ob = 0, od = 0",
+                                  {"oa += (kiln_i64)c * g.x[d];", "ob += (kiln_i64)c * g.idx[d];",
+                                   "od += (kiln_i64)c * g.out[d];"}),
+               "    table[i] = a + (kiln_u64)oa;\n", "    table[n + i] = b + (kiln_u64)ob;\n",
+               "    table[2 * n + i] = d + (kiln_u64)od;\n");
+  };
+  return str("KILN_KERNEL void ", symbol,
+             "(KILN_GLOBAL kiln_u64* table, kiln_i64 n, int rank, kiln_u64 a, kiln_u64 b, "
+             "kiln_u64 d, KilnIndexGeom g) {\n",
+             index_loops("n", body), "}\n");
 }
 
 }  // namespace kiln::cuda

@@ -73,6 +73,11 @@ inline constexpr EnvVar kRegistry[] = {
      "rows, the part's rows in series; by default rows fitting the shared partials run 4 warps "
      "a part (rows of up to 1024 elements for one sum), 2 warps for rows up to twice that, a "
      "row per warp at a time"},
+    {"KILN_CUDA_POINTER_BATCHES", "1",
+     "0 copies the operands of CUDA batched products that no single batch stride addresses "
+     "(the attention's heads viewed out of [B, L, H, D]) contiguous first, and writes such an "
+     "output through a temporary; by default cuBLASLt reads and writes them in place through "
+     "arrays of the matrices' addresses"},
     {"KILN_CUDA_ROW_HELD", "32",
      "N per thread at most: CUDA row kernels (softmax, layer_norm, ...) run rows of more than "
      "N x 4 and at most N x 512 elements through a held twin that keeps the row in registers "

@@ -257,7 +257,8 @@ TEST_F(CudaIndex, EmbeddingAndCrossEntropyTrainLikeOnTheCpu) {
 }
 
 // The indexing kernels (with their compare-and-swap on the error record) and
-// the strided copies (32- and 64-bit loops) as NVRTC compiles them for a GPU:
+// the strided copies (32- and 64-bit loops), the fills and the matmul's pointer
+// tables as NVRTC compiles them for a GPU:
 // PTX for sm_90 with the atomic. No driver needed.
 TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
   if (!cuda::nvrtc_available()) GTEST_SKIP() << "no NVRTC";
@@ -275,6 +276,7 @@ TEST(CudaIndexNvrtc, KernelsCompileForTheGpu) {
   source += cuda::print_strided_copy(DType::i64, DType::i64, "c_i64");
   source += cuda::print_quad_copy("c_quads");
   source += cuda::print_quad_fill("f_quads");
+  source += cuda::print_pointer_table("p_table");
   const std::string ptx = cuda::nvrtc_compile(source, "index.cu", 90, /*cubin=*/false).ptx;
   EXPECT_NE(ptx.find(".target sm_90"), std::string::npos);
   EXPECT_NE(ptx.find("atom.global.cas.b32"), std::string::npos) << ptx.substr(0, 2000);

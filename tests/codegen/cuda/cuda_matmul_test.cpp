@@ -113,6 +113,74 @@ TEST(CudaMatmulEmulated, RunsOnTheHost) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], y[i]);
 }
 
+// A batched product whose operands or output no single batch stride
+// addresses (the attention's heads viewed out of [B, L, H, D]) runs on
+// cuBLASLt's pointer arrays, everything in place; the copying path (the
+// switch off) gives the same bits on the emulated device. On a GPU the
+// products match the CPU within rounding, and the log says whether cuBLASLt
+// ran the arrays or fell back to copies.
+TEST(CudaMatmulPointers, HeadViewsAreReadAndWrittenInPlace) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const bool emulated = cuda::driver().emulated;
+  if (!emulated && !cuda::cublaslt_unavailable_reason().empty())
+    GTEST_SKIP() << cuda::cublaslt_unavailable_reason();
+  manual_seed(12);
+  const int64_t B = 2, L = 5, H = 3, D = 64;
+  const Tensor x = randn({B, L, 3, H, D});  // a QKV projection's output, viewed per head
+  const Tensor xd = x.cuda();
+  auto heads = [](const Tensor& t, int64_t i) { return t.select(2, i).permute({0, 2, 1, 3}); };
+  const Tensor w = randn({D, 7});
+  struct Case {
+    const char* what;
+    Tensor a, b;      // CUDA operands
+    Tensor ca, cb;    // the same on the CPU
+    bool merged_out;  // written into [B, L, H, N] through a permuted view
+  };
+  const std::vector<Case> cases = {
+      {"q k^T (scores)", heads(xd, 0), heads(xd, 1).transpose(-2, -1), heads(x, 0),
+       heads(x, 1).transpose(-2, -1), false},
+      {"p v into the head-merged layout", randn({B, H, L, L}).cuda(), heads(xd, 2), Tensor(),
+       heads(x, 2), true},
+      {"heads @ a shared matrix (stride 0)", heads(xd, 0), w.cuda(), heads(x, 0), w, false},
+  };
+  for (const Case& c : cases) {
+    const Tensor ca = c.ca.defined() ? c.ca : c.a.cpu();
+    const int64_t N = c.b.size(-1);
+    auto product = [&] {
+      if (!c.merged_out) return matmul(c.a, c.b);
+      const Tensor merged = full({B, L, H, N}, -7.0).cuda();  // poisoned
+      cuda::device_matmul(c.a, c.b, merged.permute({0, 2, 1, 3}), cuda::GemmEpilogue::kNone);
+      return merged.permute({0, 2, 1, 3});
+    };
+    const int64_t before = cuda::pointer_batches();
+    const Tensor in_place = product().cpu();
+    const bool ran = cuda::pointer_batches() == before + 1;
+    cuda::set_pointer_batches(false);
+    const Tensor copied = product().cpu();
+    cuda::set_pointer_batches(true);
+    EXPECT_EQ(cuda::pointer_batches(), before + (ran ? 1 : 0)) << c.what << ": switched off";
+    const Tensor want = matmul(ca.to(DType::f64), c.cb.to(DType::f64));
+    const Tensor bound = matmul(abs(ca.to(DType::f64)), abs(c.cb.to(DType::f64)));
+    const auto g = in_place.to(DType::f64).contiguous().to_vector<double>();
+    const auto cp = copied.to(DType::f64).contiguous().to_vector<double>();
+    const auto r = want.contiguous().to_vector<double>(),
+               m = bound.contiguous().to_vector<double>();
+    ASSERT_EQ(g.size(), r.size()) << c.what;
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_LE(std::abs(g[i] - r[i]), 4e-6 * (m[i] + 1e-30)) << c.what << " element " << i;
+      if (emulated) {
+        ASSERT_EQ(g[i], cp[i]) << c.what << " element " << i << ": copied path";
+      }
+    }
+    if (emulated) {
+      EXPECT_TRUE(ran) << c.what;
+    } else {
+      std::printf("[pointer arrays] %s: %s\n", c.what,
+                  ran ? "cuBLASLt ran the arrays" : "fell back to copies");
+    }
+  }
+}
+
 TEST_F(CudaMatmul, Tf32IsOptIn) {
   EXPECT_FALSE(cuda::matmul_allow_tf32());
   cuda::set_matmul_allow_tf32(true);

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "codegen/cuda/row_kernels.h"
 #include "kernels/cuda/gpu_printer.h"
@@ -432,6 +433,22 @@ void add_gather(Gen& g) {
   cuda::set_narrow_index_limit(kNarrowLimit);
 }
 
+// The matmul's pointer tables: batches [2, 3] of a ([2, 3] heads of
+// [2, L, 3, D], strides 4000 and 256 bytes), b (broadcast: stride 0 over the
+// heads) and d (contiguous [2, 3] batches of 512 bytes).
+void add_pointer_table(Gen& g) {
+  const uint64_t a = 0x10000, b = 0x7000000, d = 0x123400;
+  std::vector<uint64_t> table(18, 0), want;
+  for (const auto& [base, s0, s1] :
+       {std::tuple{a, 4000, 256}, std::tuple{b, 96, 0}, std::tuple{d, 1536, 512}})
+    for (uint64_t i = 0; i < 2; ++i)
+      for (uint64_t j = 0; j < 3; ++j) want.push_back(base + i * s0 + j * s1);
+  g.push(g.add("pointer table", cuda::print_pointer_table(g.symbol()),
+               {output(table, want, DType::i64)}, {4, 32}, 1,
+               ", (long long)6, 2, 0x10000ull, 0x7000000ull, 0x123400ull, KilnIndexGeom{{2, 3}, "
+               "{1536, 512}, {4000, 256}, {96, 0}}"));
+}
+
 // scatter_add along dim 0 into out [6, 5]: by lines (index [10, 5]), and by
 // sorted runs (an index [10] broadcast over the columns, perm its argsort).
 void add_scatter(Gen& g) {
@@ -699,6 +716,7 @@ int main(int argc, char** argv) {
   add_combine(g);
   add_copy(g);
   add_gather(g);
+  add_pointer_table(g);
   add_scatter(g);
   add_order(g);
   add_random(g);
