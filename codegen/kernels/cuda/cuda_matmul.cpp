@@ -325,6 +325,14 @@ void device_matmul(const Tensor& a0, const Tensor& b0, const Tensor& out, GemmEp
       "[matmul] a bias epilogue takes a 1-D bias of ", N, " (or 1) ", out.dtype(),
       " elements, got ", bias.defined() ? bias.dtype() : out.dtype(),
       bias.defined() ? bias.shape() : Dims{});
+  GemmOperand od;
+  if (a0.dim() >= 2 && b0.dim() >= 2 && epilogue == GemmEpilogue::kNone && M > 1 && N > 1 &&
+      in_place(out, od) && od.cs != 1) {
+    // A column-major output (K^T's gradient placed in the q/k/v gradients'
+    // buffer): the transposed product b^T a^T writes it row-major.
+    return device_matmul(b0.transpose(-2, -1), a0.transpose(-2, -1), out.transpose(-2, -1),
+                         epilogue, bias);
+  }
   Dims ashape = batch, bshape = batch;
   ashape.push_back(M);
   ashape.push_back(K);
