@@ -201,22 +201,29 @@ void scatter_sorted(const Tensor& out, const Tensor& s, const Tensor& idx, int64
 // row from L2 in one launch.
 constexpr int64_t kScanScatterMaxWork = int64_t{1} << 24;
 
-// scatter_add's scanning form (print_scatter_add_scan): one block per output
-// row and tile of lines.
+// scatter_add's scanning form (print_scatter_add_scan): one block per group
+// of output rows and tile of lines. Each block reads the whole index (from
+// L2), so a group holds as many rows as keep at least kScanBlocks blocks: the
+// token embedding's backward ([8192] entries into [1000, 512], 2 tiles) read
+// 2000 x 64 KiB of index one row a block (47 us on an H200); in groups of 15
+// rows, 134 blocks.
+constexpr int64_t kScanBlocks = 128, kScanGroupMax = 16;
+
 void scatter_scan(const Tensor& out, const Tensor& s, const Tensor& idx, int64_t d,
                   const KilnIndexGeom& geom, long long lines, long long len) {
   static_assert(kScatterWindow / 4 == 256, "launch_printed's blocks are 256 threads");
   const int device = out.device().index;
   const std::string sym =
       str("kiln_scatter_add_scan_", dtype_name(out.dtype()), "_", dtype_name(idx.dtype()));
-  long long bound = out.shape()[static_cast<size_t>(d)];
-  long long work = bound * ((lines + 255) / 256);
+  long long bound = out.shape()[static_cast<size_t>(d)], tiles = (lines + 255) / 256;
+  long long group = std::clamp<long long>(bound * tiles / kScanBlocks, 1, kScanGroupMax);
+  long long work = (bound + group - 1) / group * tiles;
   ErrorSlot slot = index_error_slot(device, "scatter_add", d, bound);
   CUdeviceptr po = addr(out), ps = addr(s), pi = addr(idx);
   int r = static_cast<int>(idx.dim()), dd = static_cast<int>(d);
   KilnIndexGeom g = geom;
-  std::vector<void*> params = {&po, &ps, &pi,    &slot.record, &slot.tag, &work,
-                               &r,  &dd, &bound, &lines,       &len,      &g};
+  std::vector<void*> params = {&po, &ps,    &pi,    &slot.record, &slot.tag, &work, &r,
+                               &dd, &bound, &lines, &len,         &group,    &g};
   // One 256-thread block per work item (at most 2^16, grid-stride).
   launch_checked([&] { return print_scatter_add_scan(out.dtype(), idx.dtype(), sym); }, sym, device,
                  params, work * 256);

@@ -153,12 +153,13 @@ std::string print_scatter_keys(DType index_t, const std::string& symbol);
 /// CPU's order, so the same bits, with len * lines threads instead of lines.
 std::string print_scatter_add_sorted(DType t, DType index_t, const std::string& symbol);
 /// print_scatter_add_sorted's case without a sort, for few output rows: one
-/// block per output row v (along `dim`) and tile of lines, which scans the
-/// index for the entries equal to v, kScatterWindow at a time (each window's
-/// matches put in ascending k in shared memory), and adds them in ascending
-/// k: the same bits. Parameters (out, src, idx, err, tag, work = bound *
-/// tiles, rank, dim, bound, lines, len, g); an out-of-range index is reported
-/// by the block of row 0's first tile. Launch with kScatterWindow / 4 threads.
+/// block per `group` of output rows (along `dim`) and tile of lines, which
+/// scans the index for the entries of its rows, kScatterWindow at a time
+/// (each window's matches put in ascending k in shared memory), and adds them
+/// in ascending k: the same bits. Parameters (out, src, idx, err, tag, work =
+/// ceil(bound / group) * tiles, rank, dim, bound, lines, len, group, g); an
+/// out-of-range index is reported by the first group's first tile. Launch
+/// with kScatterWindow / 4 threads.
 std::string print_scatter_add_scan(DType t, DType index_t, const std::string& symbol);
 /// The address tables of a pointer-array batched product (cuBLASLt's
 /// CUBLASLT_BATCH_MODE_POINTER_ARRAY): parameters (table, n, rank, a, b, d,

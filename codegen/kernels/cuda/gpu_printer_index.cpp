@@ -155,36 +155,48 @@ std::string print_scatter_add_scan(DType t, DType index_t, const std::string& sy
   std::ostringstream os;
   const int w = kScatterWindow;
   os << head(symbol, t, index_t, "src", "work")
-     << "kiln_i64 lines, kiln_i64 len, KilnIndexGeom g) {\n"
+     << "kiln_i64 lines, kiln_i64 len, kiln_i64 group, KilnIndexGeom g) {\n"
      << "  __shared__ kiln_i64 kiln_found[" << w << "];\n"
      << "  __shared__ kiln_i64 kiln_order[" << w << "];\n"
+     << "  __shared__ int kiln_found_row[" << w << "];\n"
+     << "  __shared__ int kiln_order_row[" << w << "];\n"
      << "  __shared__ int kiln_count;\n"
      << "  const kiln_i64 tiles = (lines + blockDim.x - 1) / blockDim.x, s = g.idx[dim];\n"
      << "  for (kiln_i64 w = blockIdx.x; w < work; w += gridDim.x) {\n"
-     << "    const kiln_i64 v = w / tiles, l = (w % tiles) * blockDim.x + threadIdx.x;\n"
+     // Rows v0 .. v0 + group - 1 (below bound), one tile of lines.
+     << "    const kiln_i64 v0 = (w / tiles) * group, l = (w % tiles) * blockDim.x + threadIdx.x;\n"
+     << "    const kiln_i64 v1 = v0 + group < bound ? v0 + group : bound;\n"
      << "    const bool live = l < lines;\n"
-     << line_offsets("(live ? l : 0)", false) << "    const kiln_i64 o = oo + v * g.out[dim];\n"
+     << line_offsets("(live ? l : 0)", false)
      << "    for (kiln_i64 base = 0; base < len; base += " << w << ") {\n"
      << "      if (threadIdx.x == 0) kiln_count = 0;\n"
      << "      __syncthreads();\n"
-     // The window's entries equal to v, in the order the threads find them.
+     // The window's entries of the block's rows, in the order the threads find them.
      << "      for (kiln_i64 e = threadIdx.x; e < " << w
      << " && base + e < len; e += blockDim.x) {\n"
      << "        const kiln_i64 x = (kiln_i64)idx[(base + e) * s];\n"
-     << "        if (x == v) kiln_found[kiln_shared_inc(&kiln_count)] = base + e;\n"
-     << "        else if (w == 0 && (x < 0 || x >= bound)) " << symbol << "_bad(err, tag, x);\n"
+     << "        if (x >= v0 && x < v1) {\n"
+     << "          const int at = kiln_shared_inc(&kiln_count);\n"
+     << "          kiln_found[at] = base + e;\n"
+     << "          kiln_found_row[at] = (int)(x - v0);\n"
+     << "        } else if (w == 0 && (x < 0 || x >= bound)) {\n"
+     << "          " << symbol << "_bad(err, tag, x);\n"
+     << "        }\n"
      << "      }\n"
      << "      __syncthreads();\n"
-     // Each found k's place is the number of smaller ones (they are distinct).
+     // Each found k's place is the number of smaller ones (they are distinct):
+     // every row's entries in ascending k, the CPU's order.
      << "      const int n = kiln_count;\n"
      << "      for (int f = (int)threadIdx.x; f < n; f += (int)blockDim.x) {\n"
      << "        int at = 0;\n"
      << "        for (int q = 0; q < n; ++q) at += kiln_found[q] < kiln_found[f];\n"
      << "        kiln_order[at] = kiln_found[f];\n"
+     << "        kiln_order_row[at] = kiln_found_row[f];\n"
      << "      }\n"
      << "      __syncthreads();\n"
      << "      for (int q = 0; live && q < n; ++q) {\n"
      << "        const kiln_i64 k = kiln_order[q];\n"
+     << "        const kiln_i64 o = oo + (v0 + kiln_order_row[q]) * g.out[dim];\n"
      << "        out[o] = " << store_value(t, scatter_sum(t)) << ";\n"
      << "      }\n"
      << "      __syncthreads();\n"

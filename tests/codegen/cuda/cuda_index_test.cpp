@@ -82,7 +82,8 @@ TEST_F(CudaIndex, ScatterAddMatchesTheCpuBitForBit) {
 
 // An embedding's backward: one row index per entry, broadcast over the
 // columns, long enough for the scanning form (few output rows: each row's
-// entries found in the index, added in ascending k) and, with 5000 output
+// entries found in the index, added in ascending k; 1000 rows in groups of 7
+// a block) and, with 5000 output
 // rows of 4000 entries, the sorted form (runs of equal indices in ascending
 // k): the CPU's bits for f32, f16, bf16 and i64, with the index as an
 // expanded view (stride 0), as a dense copy of it, as i32, and along dim 1.
@@ -124,14 +125,17 @@ TEST_P(CudaScatterForms, ScatterAddOfABroadcastRowIndexMatchesTheCpuBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaScatterForms,
                          ::testing::Values(std::pair<int64_t, int64_t>{37, 700},
+                                           std::pair<int64_t, int64_t>{1000, 1500},
                                            std::pair<int64_t, int64_t>{5000, 4000}));
 
 // The scanning form's windows (cuda::kScatterWindow entries at a time) with
 // every entry matching: one index value 2600 times (three windows, the first
-// two full), interleaved with another, and in descending runs.
+// two full), interleaved with another, and in descending runs; into 4 rows (a
+// block per row) and into 600 (a block per group of 4 rows: every entry is
+// the first group's).
 TEST_F(CudaIndex, ScatterAddScanningFullWindowsMatchesTheCpuBitForBit) {
   const int64_t n = 2600, cols = 5;
-  const Tensor src = randn({n, cols}) * 100, base = randn({4, cols});
+  const Tensor src = randn({n, cols}) * 100;
   std::vector<int64_t> alternating(static_cast<size_t>(n)), descending(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) {
     alternating[static_cast<size_t>(k)] = k % 2 ? 3 : 1;
@@ -140,8 +144,11 @@ TEST_F(CudaIndex, ScatterAddScanningFullWindowsMatchesTheCpuBitForBit) {
   for (const Tensor& tok : {full({n}, 2, DType::i64), from_vector<int64_t>(alternating, {n}),
                             from_vector<int64_t>(descending, {n})}) {
     const Tensor expanded = tok.reshape({n, 1}).expand({n, cols});
-    expect_equal(scatter_add(base.cuda(), 0, expanded.cuda(), src.cuda()),
-                 scatter_add(base, 0, expanded, src), "windows");
+    for (int64_t rows : {4, 600}) {
+      const Tensor base = randn({rows, cols});
+      expect_equal(scatter_add(base.cuda(), 0, expanded.cuda(), src.cuda()),
+                   scatter_add(base, 0, expanded, src), str("windows, ", rows, " rows"));
+    }
   }
 }
 

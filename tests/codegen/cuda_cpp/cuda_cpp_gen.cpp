@@ -491,14 +491,17 @@ void add_scatter(Gen& g) {
                                    ", (long long)", len, ", KilnIndexGeom{{", len, ", ", cols,
                                    "}, {", cols, ", 0}, {", cols, ", 1}, {", cols, ", 1}}")));
   // By scanning: a block per output row (6, one tile of lines each), its
-  // entries found in windows through a shared counter, added in ascending k.
-  g.push(g.add("scatter_add by scanning rows",
-               cuda::print_scatter_add_scan(DType::f32, DType::i64, g.symbol()),
-               {output(out, want_sorted, DType::f32), input(src), input(row_idx),
-                output(err, err, DType::i64)},
-               {32, 64}, 2,
-               kiln::str(", 7, (long long)", rows, ", 2, 0, (long long)", rows, ", (long long)",
-                         cols, ", (long long)", len, ", KilnIndexGeom", geom, "1, 0}}")));
+  // entries found in windows through a shared counter, added in ascending k;
+  // then a block per group of 4 rows (the second group cut at row 6).
+  for (int64_t group : {1, 4})
+    g.push(g.add(group == 1 ? "scatter_add by scanning rows" : "scatter_add by scanning row groups",
+                 cuda::print_scatter_add_scan(DType::f32, DType::i64, g.symbol()),
+                 {output(out, want_sorted, DType::f32), input(src), input(row_idx),
+                  output(err, err, DType::i64)},
+                 {32, 64}, 2,
+                 kiln::str(", 7, (long long)", (rows + group - 1) / group, ", 2, 0, (long long)",
+                           rows, ", (long long)", cols, ", (long long)", len, ", (long long)",
+                           group, ", KilnIndexGeom", geom, "1, 0}}")));
   g.push(g.add("scatter_add by sorted runs",
                cuda::print_scatter_add_sorted(DType::f32, DType::i64, g.symbol()),
                {output(out, want_sorted, DType::f32), input(src), input(row_idx),
