@@ -265,7 +265,8 @@ std::unique_ptr<ir::Graph> optimize(std::unique_ptr<ir::Graph> g, const CompileO
   // when fusion is on (opts.fuse; the fuse pass being disabled remat sees itself).
   passes::RematScope remat({.memory_budget = opts.memory_budget,
                             .writes = p ? state_writes(*p) : std::vector<passes::StateWrite>{},
-                            .fused = opts.fuse});
+                            .fused = opts.fuse,
+                            .gpu = device.is_cuda()});
   passes::run_pipeline(*g, names);
   // Channel sums (BatchNorm's) as a fusible row sum and a small sum: part of
   // fusion, so whatever the pipeline.
@@ -327,10 +328,13 @@ void optimize_and_prepare(Plan& p, std::unique_ptr<ir::Graph> g, const CompileOp
   std::vector<bool> is_bwd_output(g->outputs().size(), false);
   for (size_t o = 0; o < p.outputs.size(); ++o)
     is_bwd_output[o] = p.outputs[o].kind == ir::OutputBinding::kGradIn;
-  // The joint graph's own remat (the forward saves less) runs where remat would.
-  Split sp =
-      partition(*g, is_grad_input, is_bwd_output,
-                opts.pipeline.empty() && !passes::pass_disabled("remat"), opts.memory_budget);
+  // The joint graph's own remat (the forward saves less) runs where remat
+  // would, pricing recomputation for the plan's device.
+  Split sp = [&] {
+    passes::RematScope pricing({.gpu = p.device.is_cuda()});
+    return partition(*g, is_grad_input, is_bwd_output,
+                     opts.pipeline.empty() && !passes::pass_disabled("remat"), opts.memory_budget);
+  }();
   std::vector<ir::InputBinding> fwd_in;
   for (size_t i : sp.fwd_inputs) fwd_in.push_back(p.inputs[i]);
   p.bwd_grad_result.clear();

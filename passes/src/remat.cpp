@@ -148,6 +148,14 @@ constexpr double kDefaultOverhead = 0.03;
 
 thread_local RematScope* current_scope = nullptr;
 
+}  // namespace
+
+bool detail::pricing_for_gpu() {
+  return current_scope && current_scope->options().gpu;
+}
+
+namespace {
+
 // ---- rule 1: the memory model (remat_model.cpp) ----
 
 using detail::Model;

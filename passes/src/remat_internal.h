@@ -87,6 +87,10 @@ int64_t elems_of(const ir::Value* v);
 /// never recomputed (see remat_model.cpp).
 double recompute_cost(const ir::Node& n);
 
+/// Whether the innermost RematScope on this thread prices for a GPU
+/// (RematOptions::gpu); false without one.
+bool pricing_for_gpu();
+
 /// predicted_peak_bytes of the fused schedule; with `composition`, also what
 /// is alive at its peak (value, producer, group, MiB), for KILN_DEBUG.
 int64_t fused_peak(const ir::Graph& g, const FusionPlan& plan, std::span<const StateWrite> writes,

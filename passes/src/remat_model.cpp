@@ -135,7 +135,9 @@ double recompute_cost(const Node& n) {
   // matmul's element when it computed in double. Priced 5, not 16: above the
   // 4 bytes it saves, so the default rate alone never recomputes it (at 4, a
   // tie, it did, outside rule 4b's bound).
-  const double costly = n.is_op(OpId::erf) ? 5 : 16;
+  // A GPU's arithmetic rate makes tens of instructions per element cost
+  // about half the time of the 4 bytes they save (RematOptions::gpu).
+  const double costly = pricing_for_gpu() ? 2 : n.is_op(OpId::erf) ? 5 : 16;
   if (info.has(kElementwise)) return out * (info.has(kCostly) && !row_div ? costly : 1);
   double in = 0;
   for (const Value* u : n.inputs) in += static_cast<double>(elems_of(u));

@@ -216,6 +216,16 @@ TEST(Remat, DefaultKeepsErfThatWouldCostTooMuch) {
   expect_unchanged(remat, erf_text(64));
 }
 
+TEST(Remat, OnAGpuTheDefaultRateRecomputesErf) {
+  // A GPU prices costly math 2 per element (RematOptions::gpu), below the 4
+  // bytes it saves: the default rate recomputes the erf that the CPU's price
+  // keeps (7% of the work with K = 64, above rule 4b's share).
+  RematScope scope({.gpu = true});
+  expect_pass(remat, erf_text(64), erf_recomputed_text(64), true);
+  ASSERT_FALSE(scope.report().log.empty());
+  EXPECT_NE(scope.report().log[0].find("[rate 1]"), std::string::npos) << scope.report().log[0];
+}
+
 // Eight layers y = tanh(x W), then a backward-like tail that reads every
 // activation in reverse order, a matmul after each read (as IR text; a tail
 // of elementwise ops only would fuse into one kernel reading them all at once).

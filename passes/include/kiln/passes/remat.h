@@ -34,6 +34,11 @@ struct RematOptions {
   /// The executor runs the graph fused (plan_fusion): a budget is met by that
   /// schedule's predicted peak; false (fusion off): by the node-order peak.
   bool fused = true;
+  /// The graph runs on a GPU: costly elementwise math (exp, erf, ...) is
+  /// priced 2 per element, below the 4 bytes a saved f32 costs, so the
+  /// default rate recomputes it in the backward instead of storing it (GELU's
+  /// 1 + erf); a CPU's scalar rate prices it 5 (erf) to 16.
+  bool gpu = false;
 };
 
 /// What the remat pass did to one graph (over every run in a RematScope).
