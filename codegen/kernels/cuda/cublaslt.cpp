@@ -378,6 +378,11 @@ bool gemm(int device, DType dtype, const GemmShape& s, const GemmOperand& a, con
       // operands).
       std::get<15>(key) =
           (ptrs ? 1 << 20 : 0) + static_cast<int>(s.epilogue) * 512 + (bias ? alignment(bias) : 0);
+      if (ptrs) {  // checked on the arrays' own leading dimensions
+        std::get<6>(key) = lb.ld;
+        std::get<7>(key) = la.ld;
+        std::get<8>(key) = s.ldd;
+      }
       auto e = st.algos.find(key);
       if (e == st.algos.end()) {
         cublasLtMatmulHeuristicResult_t res{};

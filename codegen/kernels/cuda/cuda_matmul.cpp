@@ -88,20 +88,32 @@ GemmOperand operand(const Tensor& t, Tensor& owner) {
   return {address(owner), std::max<int64_t>(C, 1), 1, R * C};
 }
 
-std::atomic<bool> g_pointer_batches_on{[] {
-  const std::string v = env::get("KILN_CUDA_POINTER_BATCHES");
-  KILN_CHECK(v.empty() || v == "0" || v == "1", "KILN_CUDA_POINTER_BATCHES=", v,
-             ": expected 0 or 1");
-  return v != "0";
-}()};
+std::atomic<int> g_pointer_batches_set{-1};  // set_pointer_batches; -1: the environment's
 std::atomic<int64_t> g_pointer_batches{0};
 
+// KILN_CUDA_POINTER_BATCHES, read at the first batched product (a bad value
+// is that product's error, not the process's at load time).
+bool pointer_batches_on() {
+  const int set = g_pointer_batches_set.load(std::memory_order_relaxed);
+  if (set >= 0) return set == 1;
+  static const bool on = [] {
+    const std::string v = env::get("KILN_CUDA_POINTER_BATCHES");
+    KILN_CHECK(v.empty() || v == "0" || v == "1", "KILN_CUDA_POINTER_BATCHES=", v,
+               ": expected 0 or 1");
+    return v != "0";
+  }();
+  return on;
+}
+
 // The largest power of two up to 256 dividing the byte address of every
-// matrix of t: its base and each batch step.
-int matrices_alignment(const Tensor& t, size_t batch_dims) {
+// matrix of t and of each of its rows or columns: its base, each batch step
+// and its leading dimension (g's rs or cs).
+int matrices_alignment(const Tensor& t, size_t batch_dims, const GemmOperand& g) {
+  const uint64_t es = dtype_size(t.dtype());
   uint64_t bits = reinterpret_cast<uint64_t>(t.data_ptr()) | 256;
+  bits |= static_cast<uint64_t>(g.cs == 1 ? g.rs : g.cs) * es;
   for (size_t i = 0; i < batch_dims; ++i)
-    if (t.shape()[i] > 1) bits |= static_cast<uint64_t>(t.strides()[i]) * dtype_size(t.dtype());
+    if (t.shape()[i] > 1) bits |= static_cast<uint64_t>(t.strides()[i]) * es;
   return static_cast<int>(bits & (~bits + 1));
 }
 
@@ -117,8 +129,7 @@ struct PointerPlan {
 };
 bool pointer_plan(const Tensor& a, const Tensor& b, const Tensor& out, int64_t nbatch,
                   PointerPlan& p) {
-  if (!g_pointer_batches_on.load(std::memory_order_relaxed) || nbatch < 2 || nbatch > INT32_MAX)
-    return false;
+  if (nbatch < 2 || nbatch > INT32_MAX || !pointer_batches_on()) return false;
   const size_t nb = out.dim() - 2;
   if (nb > 8 || !in_place(a, p.a) || !in_place(b, p.b) || !in_place(out, p.d) || p.d.cs != 1)
     return false;
@@ -135,9 +146,9 @@ bool pointer_plan(const Tensor& a, const Tensor& b, const Tensor& out, int64_t n
     p.geom.out[i] = out.strides()[i] * es;
   }
   p.rank = static_cast<int>(nb);
-  p.align[0] = matrices_alignment(a, nb);
-  p.align[1] = matrices_alignment(b, nb);
-  p.align[2] = matrices_alignment(out, nb);
+  p.align[0] = matrices_alignment(a, nb, p.a);
+  p.align[1] = matrices_alignment(b, nb, p.b);
+  p.align[2] = matrices_alignment(out, nb, p.d);
   return true;
 }
 
@@ -416,7 +427,7 @@ int64_t pointer_batches() {
 }
 
 void set_pointer_batches(bool on) {
-  g_pointer_batches_on.store(on, std::memory_order_relaxed);
+  g_pointer_batches_set.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 }  // namespace kiln::cuda
