@@ -65,6 +65,9 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
     throw Error(str("[executor] the graph is invalid: ", e.what()));
   }
   plan_.group_of.assign(g.num_nodes(), -1);
+  // A device plan folds bias adds into GEMM epilogues: rule 13 leaves them
+  // their own groups where the sum is stored anyway.
+  opts_.fusion.gemm_bias = !opts_.device.is_cpu() && opts_.gemm_epilogues;
   if (opts_.fuse) plan_ = passes::plan_fusion(g, opts_.fusion);
   build_schedule();
   // Symbols are bound by the first input dim that is exactly the symbol.

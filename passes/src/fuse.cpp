@@ -76,6 +76,11 @@
 //    gradient's matmul, and dx; both read dy and the centered input. Groups
 //    that read or make a gradient (rule 8) stay as they are.
 //    FusionOptions::siblings or KILN_DISABLE_PASSES=fuse_siblings turn it off.
+// 13. GEMM bias epilogues (FusionOptions::gemm_bias: CUDA plans): a group
+//    that begins with a matmul's bias add and stores the sum (GELU's input,
+//    saved for its backward; the logits the loss gathers) leaves the add to
+//    a group of its own, which the executor folds into the GEMM: the product
+//    is never stored and read back (fuse_gemm_bias.cpp).
 #include "kiln/passes/fuse.h"
 
 #include <algorithm>
@@ -752,6 +757,10 @@ FusionPlan plan_fusion(const ir::Graph& g, const FusionOptions& opts) {
   for (const Node* n : g.nodes())
     if (fusible(*n, opts)) p.add(n);
   if (opts.siblings && !pass_disabled("fuse_siblings")) p.merge_siblings();
+  if (opts.gemm_bias && !pass_disabled("fuse_gemm_bias"))
+    detail::split_gemm_biases(ctx.output_flag, p.groups, [&](const std::vector<const Node*>& ns) {
+      return analyze(ctx, ns, nullptr);
+    });
   for (const auto& nodes : p.groups) {
     if (nodes.empty()) continue;
     if (std::none_of(nodes.begin(), nodes.end(), [](const Node* n) { return computes(*n); }))

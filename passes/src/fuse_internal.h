@@ -1,8 +1,10 @@
-// What fuse.cpp shares with fuse_columns.cpp (rule 9): node and shape helpers
-// and the column sums' attachment to the groups of a plan.
+// What fuse.cpp shares with fuse_columns.cpp (rule 9) and fuse_gemm_bias.cpp
+// (rule 13): node and shape helpers, the column sums' attachment to the
+// groups of a plan, and the bias adds' split from theirs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kiln/passes/fuse.h"
@@ -32,5 +34,15 @@ bool column_sum_candidate(const ir::Node* n);
 /// graph outputs by value id.
 bool attach_column_sum(const ir::Graph& g, const std::vector<char>& output_flag, FusionPlan& plan,
                        const ir::Node* n);
+
+/// Rule 13 over the planner's groups (node lists in order): a group that
+/// begins with a matmul's bias add (the GEMM bias epilogue's form) whose sum
+/// it stores (a graph output, or read outside the group) gives the add its
+/// own group, when both parts are `valid` groups: the GEMM then writes the
+/// sum, and the rest reads it, instead of the GEMM writing the product and
+/// the kernel reading it back and writing the sum.
+void split_gemm_biases(const std::vector<char>& output_flag,
+                       std::vector<std::vector<const ir::Node*>>& groups,
+                       const std::function<bool(const std::vector<const ir::Node*>&)>& valid);
 
 }  // namespace kiln::passes::detail

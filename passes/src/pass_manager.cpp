@@ -31,9 +31,11 @@ constexpr PassInfo kPasses[] = {
 };
 
 // Analyses that KILN_DISABLE_PASSES may name too, fusion's own rewrite
-// (split_channel_sums, passes/fuse.h) and its rule 12 (fuse_siblings): not in
-// the pipelines, their users ask pass_disabled() before running them.
-constexpr const char* kAnalyses[] = {"fuse", "split_channel_sums", "fuse_siblings"};
+// (split_channel_sums, passes/fuse.h), its rule 12 (fuse_siblings) and rule 13
+// (fuse_gemm_bias): not in the pipelines, their users ask pass_disabled()
+// before running them.
+constexpr const char* kAnalyses[] = {"fuse", "split_channel_sums", "fuse_siblings",
+                                     "fuse_gemm_bias"};
 
 std::string valid_names() {
   std::string s;

@@ -356,6 +356,37 @@ graph(%0: f32[4, 4] "x", %1: f32[4, 4] "w") {
 // position no group spans: a path that enters a group at its later nodes
 // leaves it from its earlier ones (random program 303's step; searching up to
 // the newest node only, this plan's groups formed a cycle).
+// Rule 13 (CUDA plans): a matmul's bias add whose sum the group stores (GELU's
+// input, read again by its backward; here by a matmul) runs alone, for the
+// GEMM's bias epilogue; a sum the kernel alone reads stays (folding it would
+// add a store).
+TEST(Fuse, GemmBiasAddWhoseSumIsStoredRunsAlone) {
+  const char* stored = R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 16] "w", %2: f32[16] "b", %3: f32[16, 4] "v") {
+  %4 = matmul(%0, %1) : f32[4, 16]
+  %5 = add(%4, %2) : f32[4, 16]
+  %6 = erf(%5) : f32[4, 16]
+  %7 = mul(%5, %6) : f32[4, 16]
+  %8 = matmul(%5, %3) : f32[4, 4]
+  return %7 "y", %8 "z"
+}
+)";
+  EXPECT_EQ(plan_text(stored),
+            "group 0 epilogue [4, 16]: add %5, erf %6, mul %7 ; in %4 %2 ; out %5 %7\n");
+  EXPECT_EQ(plan_text(stored, {.gemm_bias = true}),
+            "group 0 pointwise [4*16]: erf %6, mul %7 ; in %5 ; out %7\n"
+            "group 1 epilogue [4, 16]: add %5 ; in %4 %2 ; out %5\n");
+  const char* kernel_only = R"(
+graph(%0: f32[4, 8] "x", %1: f32[8, 16] "w", %2: f32[16] "b") {
+  %3 = matmul(%0, %1) : f32[4, 16]
+  %4 = add(%3, %2) : f32[4, 16]
+  %5 = erf(%4) : f32[4, 16]
+  return %5 "y"
+}
+)";
+  EXPECT_EQ(plan_text(kernel_only, {.gemm_bias = true}), plan_text(kernel_only));
+}
+
 TEST(Fuse, SiblingMergesMakeNoCycle) {
   std::unique_ptr<ir::Graph> g = ir::parse(trim_leading_newline(R"(
 graph(%0: f64[3, 4, 2] "x", %1: f64[3, 8] "a", %2: f64[3, 8] "b", %3: f64[3, 4, 2] "c") {

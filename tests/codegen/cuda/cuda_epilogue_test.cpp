@@ -258,6 +258,26 @@ TEST_F(CudaEpilogue, CompiledRuleLeavesOtherGroupsAlone) {
   testing::expect_bits(more.folded[0], more.plain[0].cpu(), "unchanged");
 }
 
+// Fusion rule 13: a bias add whose sum the group would store (here a graph
+// output, as GELU's input is for its backward) becomes the GEMM's epilogue,
+// the rest of the group a kernel reading the sum; the unfused bits.
+TEST_F(CudaEpilogue, CompiledBiasWhoseSumIsStoredFoldsAndTheRestReadsIt) {
+  const std::vector<Tensor> in{randn({6, 10}).cuda(), randn({10, 7}).cuda(), randn({7}).cuda()};
+  const Runs r = run_both(R"(graph(%0: f32[6, 10] "x", %1: f32[10, 7] "w", %2: f32[7] "b") {
+  %3 = matmul(%0, %1) : f32[6, 7]
+  %4 = add(%3, %2) : f32[6, 7]
+  %5 = erf(%4) : f32[6, 7]
+  %6 = mul(%4, %5) : f32[6, 7]
+  return %6 "y", %4 "z"
+})",
+                          in);
+  EXPECT_EQ(r.schedule.rfind("matmul+bias\nkernel ", 0), 0u) << r.schedule;
+  for (size_t i = 0; i < 2; ++i)
+    testing::expect_bits(r.folded[i], r.plain[i].cpu(), "output " + std::to_string(i));
+  const Tensor z = matmul(in[0], in[1]) + in[2];
+  testing::expect_bits(r.folded[1], z.cpu(), "eager sum");
+}
+
 // kiln::compile of an MLP's loss on CUDA: the forward's linears run as GEMM
 // steps with their bias (+ relu) epilogues (in CUDA graphs from the second
 // call on); the loss keeps eager's bits, the gradients eager's values.

@@ -25,6 +25,10 @@ struct FusionOptions {
   bool column_sums = true;  ///< sums over every row dim join their producer's kernel
   /// Groups reading one value densely merge (rule 12); KILN_DISABLE_PASSES=fuse_siblings: off.
   bool siblings = true;
+  /// A matmul's bias add whose sum a group stores runs alone, for the
+  /// executor's GEMM bias epilogue (rule 13; CUDA plans set it);
+  /// KILN_DISABLE_PASSES=fuse_gemm_bias: off.
+  bool gemm_bias = false;
   /// A plan made before for this very graph and these switches (codegen's plan
   /// cache): plan_fusion returns a copy of it instead of planning again.
   std::shared_ptr<const FusionPlan> precomputed = nullptr;
