@@ -16,8 +16,11 @@
 # row: the probe's sweep, the harness with KILN_CUDA_WARP_ROWS=0), remat_off (the MLP and
 # transformer steps without the remat pass: what its memory-driven default costs in time on a
 # GPU), column_warps_off (the harness with layer_norm's backward in its block-per-part form),
-# passes_off (the transformer step without session 16's scatter_to_where pass and without fusion
-# rule 12, sibling kernels merged).
+# passes_off (the transformer step without session 16's scatter_to_where pass, without fusion
+# rule 12, sibling kernels merged, and without rule 13, stored bias sums as GEMM epilogues),
+# pointers_off (the transformer step with the attention's head views copied before their batched
+# products, KILN_CUDA_POINTER_BATCHES=0, instead of read and written in place through cuBLASLt's
+# pointer arrays).
 # No step: all of them.
 set -uo pipefail
 out=${OUT:-device-out}
@@ -200,9 +203,10 @@ step_column_warps_off() {
 }
 step_passes_off() {
   # The transformer step without the cross-entropy one-hot as a select
-  # (scatter_to_where), and without sibling kernels merged (fusion rule 12),
-  # against the harness step's default in the same call.
-  for off in scatter_to_where fuse_siblings; do
+  # (scatter_to_where), without sibling kernels merged (fusion rule 12), and
+  # without stored bias sums left to the GEMM epilogue (rule 13), against the
+  # harness step's default in the same call.
+  for off in scatter_to_where fuse_siblings fuse_gemm_bias; do
     KILN_DISABLE_PASSES=$off run cuda_harness.txt 60 "cuda_harness transformer, KILN_DISABLE_PASSES=$off" \
       "$work/bin/cuda_harness" --reps 15 --only transformer
   done
