@@ -27,10 +27,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool env_flag(const char* name) {
-  return env::get(name) == "1";
-}
-
 bool log_topic(const std::string& topic) {
   const std::string v = str(",", env::get("KILN_LOG"), ",");
   return v.find(str(",", topic, ",")) != std::string::npos;
@@ -121,7 +117,7 @@ CompiledFunction::CompiledFunction(CompileOptions opts) : impl_(std::make_unique
     impl_->opts.plan_limit = static_cast<int>(env::get_int("KILN_PLAN_LIMIT", 64));
   KILN_CHECK(impl_->opts.plan_limit >= 1, "[compile] ", impl_->opts.name,
              ": plan_limit must be at least 1, got ", impl_->opts.plan_limit);
-  impl_->check = env_flag("KILN_CHECK_COMPILED");
+  impl_->check = env::get_flag("KILN_CHECK_COMPILED", false);
   impl_->dump_dir = env::get("KILN_DUMP");
 }
 
@@ -182,7 +178,7 @@ std::vector<Tensor> CompiledFunction::call(const std::vector<Tensor>& args,
   Impl& m = *impl_;
   check_dynamic_options(m.opts, args);  // a usage error whether compiled or not
   // Disabled, or called inside another trace (then it simply inlines into it).
-  if (!m.opts.enabled || env_flag("KILN_EAGER") || current_recorder() != nullptr) {
+  if (!m.opts.enabled || env::get_flag("KILN_EAGER", false) || current_recorder() != nullptr) {
     ++m.stats.eager_calls;
     return body(args, out_spec);
   }

@@ -387,7 +387,7 @@ void set_plan_cache_kernel_ids_for_testing(std::function<void(std::vector<size_t
 std::string plan_cache_key(const Plan& p, const ir::Graph& traced, const CompileOptions& opts) {
   if (!opts.plan_cache || opts.freeze || kir::cache_dir().empty()) return "";
   // Diagnostics of the passes themselves (per-pass IR, times, remat cuts) need them to run.
-  if (env::get_int("KILN_DEBUG", 0) >= 1 || env::get_int("KILN_TIME_PASSES", 0) >= 1) return "";
+  if (env::get_int("KILN_DEBUG", 0) >= 1 || env::get_flag("KILN_TIME_PASSES", false)) return "";
   ir::ByteWriter w;
   w.raw(kMagic, sizeof kMagic);
   w.uvar(kFormat);

@@ -58,7 +58,7 @@ Executor::Executor(std::shared_ptr<const ir::Graph> graph, ExecutorOptions opts)
   const ir::Graph& g = *graph_;
   // Every graph, in every build type: the schedule and the kernels trust the
   // declared shapes and dtypes, and a graph may come from IR text.
-  static const bool verify_env = env::get("KILN_VERIFY") == "1";
+  static const bool verify_env = env::get_flag("KILN_VERIFY", false);
   try {
     if (opts_.verify || verify_env) ir::verify(g);
   } catch (const Error& e) {

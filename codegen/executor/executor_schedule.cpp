@@ -117,7 +117,7 @@ bool same_kernel(const passes::FusionGroup& g, const passes::FusionGroup& r,
 std::vector<Executor::Group> Executor::lower_groups(size_t& num_kernels) const {
   const size_t ng = plan_.groups.size();
   const std::vector<size_t>* known = opts_.kernel_ids.get();
-  const bool verify_env = known && env::get("KILN_VERIFY") == "1";
+  const bool verify_env = known && env::get_flag("KILN_VERIFY", false);
   std::vector<size_t> first_of;  // kernel number -> its first group (known numbers)
   std::vector<char> lower_it(ng, 1);
   if (known) {

@@ -203,7 +203,7 @@ void init_process_group(const InitOptions& opts) {
   KILN_CHECK(opts.timeout.count() > 0, kInit, "timeout must be positive; got ",
              opts.timeout.count(), " ms");
   Rendezvous r = resolve(opts);
-  const bool agent_store = env::get("KILN_USE_AGENT_STORE") == "1";
+  const bool agent_store = env::get_flag("KILN_USE_AGENT_STORE", false);
   const std::string token = env::get("KILN_STORE_TOKEN");
   const bool loopback = is_loopback(r.host);
   // Keys of a launcher-hosted store outlive a restart or a re-init: fresh prefix.

@@ -29,7 +29,7 @@ std::vector<int> missing_ranks(Store& store, const std::string& prefix, int size
 }
 
 std::string store_lost(const Error& e) {
-  const bool agent = env::get("KILN_USE_AGENT_STORE") == "1";
+  const bool agent = env::get_flag("KILN_USE_AGENT_STORE", false);
   return kiln::str("lost the store (", e.what(), "); ",
                    agent ? "kilnrun serves it, so the launcher has stopped"
                          : "without kilnrun, rank 0 of the job serves it, so rank 0 has exited or "

@@ -154,7 +154,7 @@ bool pass_disabled(std::string_view name) {
 
 bool PipelineOptions::verify_by_default() {
 #ifdef NDEBUG
-  static const bool on = env::get("KILN_VERIFY") == "1";
+  static const bool on = env::get_flag("KILN_VERIFY", false);
   return on;
 #else
   return true;
@@ -171,7 +171,7 @@ PipelineStats run_pipeline(ir::Graph& g, std::span<const std::string> names,
     if (std::find(disabled.begin(), disabled.end(), name) == disabled.end()) passes.push_back(&p);
   }
   const bool dump = env::get_int("KILN_DEBUG", 0) >= 2;
-  const bool time = env::get_int("KILN_TIME_PASSES", 0) >= 1;
+  const bool time = env::get_flag("KILN_TIME_PASSES", false);
 
   double verify_ms = 0;
   int verifies = 0;

@@ -24,4 +24,20 @@ long get_int(const char* name, long fallback) {
   return r;
 }
 
+bool get_flag(const char* name, bool fallback) {
+  return get_choice(name, {"0", "1"}, fallback ? "1" : "0") == "1";
+}
+
+std::string get_choice(const char* name, std::initializer_list<const char*> allowed,
+                       const char* fallback) {
+  std::string v = get(name);
+  if (v.empty()) return fallback;
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += list.empty() ? a : str(", ", a);
+  }
+  throw_error(str("[env] ", name, "='", v, "': expected one of ", list));
+}
+
 }  // namespace kiln::env

@@ -125,7 +125,7 @@ std::string calls_since(const std::vector<cuda::DriverCalls>& before) {
 TEST(CallCost, AReplayedOneKernelPlanCallsCuGraphLaunchAloneAndAllocatesLittle) {
   if (!cuda::is_available()) GTEST_SKIP() << cuda::unavailable_reason();
   if (!cuda::driver().emulated) GTEST_SKIP() << "driver calls are counted on the emulated device";
-  if (env::get("KILN_CUDA_SYNC") == "1" || env::get("KILN_CUDA_GRAPHS") == "0")
+  if (env::get_flag("KILN_CUDA_SYNC", false) || !env::get_flag("KILN_CUDA_GRAPHS", true))
     GTEST_SKIP() << "CUDA graphs are off";
   auto f = compile([](const Tensor& t) { return gelu_tanh(t); });
   const Tensor x = randn({16}).cuda();

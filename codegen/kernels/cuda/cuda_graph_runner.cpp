@@ -37,6 +37,7 @@
 #include "kernels/cuda/cuda_allocator.h"
 #include "kernels/cuda/cuda_graphs.h"
 #include "kernels/cuda/driver.h"
+#include "kernels/cuda/module.h"
 #include "kernels/cuda/stream.h"
 #include "kiln/autograd.h"
 #include "kiln/env.h"
@@ -397,8 +398,7 @@ class CudaGraphRunner final : public detail::DeviceGraphRunner {
                                          const detail::PlainRun& plain) override {
     // KILN_CUDA_SYNC is read once, as the launches read it (module.cpp);
     // KILN_CUDA_GRAPHS at every call (tests turn graphs off for a while).
-    static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-    if (sync || env::get("KILN_CUDA_GRAPHS") == "0") return std::nullopt;
+    if (sync_launches() || !env::get_flag("KILN_CUDA_GRAPHS", true)) return std::nullopt;
     std::unique_lock<std::mutex> lock(slot.mu, std::try_to_lock);
     if (!lock.owns_lock()) return std::nullopt;  // another thread replays it: run plainly
     if (!slot.state) slot.state = std::make_unique<CudaGraphState>();

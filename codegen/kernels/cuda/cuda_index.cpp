@@ -40,8 +40,7 @@ void fill(long long* a, const Dims& v) {
 // With KILN_CUDA_SYNC=1 (which synchronizes after every launch anyway) a bad
 // index is reported at its launch.
 void check_at_launch(int device) {
-  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-  if (sync) check_device_errors(device, kAtLaunch);
+  if (sync_launches()) check_device_errors(device, kAtLaunch);
 }
 
 // Launches `sym` (printed by `print` the first time) over `count` items with

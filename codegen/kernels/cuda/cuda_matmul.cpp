@@ -96,12 +96,7 @@ std::atomic<int64_t> g_pointer_batches{0};
 bool pointer_batches_on() {
   const int set = g_pointer_batches_set.load(std::memory_order_relaxed);
   if (set >= 0) return set == 1;
-  static const bool on = [] {
-    const std::string v = env::get("KILN_CUDA_POINTER_BATCHES");
-    KILN_CHECK(v.empty() || v == "0" || v == "1", "KILN_CUDA_POINTER_BATCHES=", v,
-               ": expected 0 or 1");
-    return v != "0";
-  }();
+  static const bool on = env::get_flag("KILN_CUDA_POINTER_BATCHES", true);
   return on;
 }
 

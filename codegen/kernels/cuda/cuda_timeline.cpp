@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "executor/device_timeline.h"
+#include "kernels/cuda/module.h"
 #include "kiln/cuda.h"
 #include "kiln/env.h"
 #include "kiln/error.h"
@@ -63,8 +64,7 @@ class CudaTimeline final : public detail::DeviceTimeline {
 };
 
 std::unique_ptr<detail::DeviceTimeline> make_timeline(Device d) {
-  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-  if (sync) return nullptr;
+  if (sync_launches()) return nullptr;
   return std::make_unique<CudaTimeline>(d);
 }
 

@@ -527,7 +527,7 @@ std::string lanes_text(const std::vector<LaneText>& lanes, const std::string& in
 }  // namespace detail
 
 bool device_math_uses_libm() {
-  static const bool libm = env::get("KILN_CUDA_LIBM") == "1";
+  static const bool libm = env::get_flag("KILN_CUDA_LIBM", false);
   return libm;
 }
 

@@ -163,9 +163,13 @@ NvrtcCacheStats nvrtc_cache_stats() {
   return g_nvrtc_stats;
 }
 
+bool sync_launches() {
+  static const bool sync = env::get_flag("KILN_CUDA_SYNC", false);
+  return sync;
+}
+
 void after_launch(const std::string& kernel) {
-  static const bool sync = env::get("KILN_CUDA_SYNC") == "1";
-  if (!sync) return;
+  if (!sync_launches()) return;
   const CUresult r = driver().cuCtxSynchronize();
   KILN_CHECK(r == CUDA_SUCCESS, "[cuda] kernel '", kernel, "' failed: ", error_name(r), " (",
              static_cast<int>(r), ")");
@@ -184,20 +188,13 @@ int64_t row_threads(const kir::Kernel& k, int64_t inner, int held, int64_t max_t
 }
 
 bool column_warps() {
-  static const bool on = [] {
-    const std::string v = env::get("KILN_CUDA_COLUMN_WARPS");
-    KILN_CHECK(v.empty() || v == "0" || v == "1", "KILN_CUDA_COLUMN_WARPS=", v,
-               ": expected 0 or 1");
-    return v != "0";
-  }();
+  static const bool on = env::get_flag("KILN_CUDA_COLUMN_WARPS", true);
   return on;
 }
 
 WarpRows warp_rows_mode() {
   static const WarpRows mode = [] {
-    const std::string v = env::get("KILN_CUDA_WARP_ROWS");
-    KILN_CHECK(v.empty() || v == "0" || v == "1" || v == "all", "KILN_CUDA_WARP_ROWS=", v,
-               ": expected 0, 1 or all");
+    const std::string v = env::get_choice("KILN_CUDA_WARP_ROWS", {"0", "1", "all"}, "1");
     return v == "0" ? WarpRows::kOff : v == "all" ? WarpRows::kAll : WarpRows::kSizes;
   }();
   return mode;

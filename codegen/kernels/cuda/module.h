@@ -78,6 +78,9 @@ struct NvrtcCacheStats {
 };
 NvrtcCacheStats nvrtc_cache_stats();
 
+/// KILN_CUDA_SYNC (read once): every launch and copy is waited for as it runs.
+bool sync_launches();
+
 /// With KILN_CUDA_SYNC=1: waits for the kernel just launched and raises a
 /// kiln::Error naming `kernel` if it failed (otherwise nothing).
 void after_launch(const std::string& kernel);

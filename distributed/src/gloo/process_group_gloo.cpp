@@ -122,7 +122,7 @@ GlooGroup::GlooGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGr
              opts_.timeout.count(), " ms");
   KILN_CHECK(!prefix_.empty(), "[process_group] the store prefix is empty");
   where_ = kiln::str("rank ", rank_, "/", size_, ", group '", prefix_, "'");
-  debug_ = opts_.debug < 0 ? env::get_int("KILN_DIST_DEBUG", 0) != 0 : opts_.debug != 0;
+  debug_ = opts_.debug < 0 ? env::get_flag("KILN_DIST_DEBUG", false) : opts_.debug != 0;
   SigpipeBlocked no_sigpipe;
   rendezvous();
   for (auto& lane : lanes_) lane->thread = std::thread([this, l = lane.get()] { run_lane(*l); });
@@ -193,7 +193,7 @@ void GlooGroup::rendezvous() {
   }
   p2p_ = std::make_unique<Lane>();
   p2p_->ctx = connect("p2p");
-  const bool want_shm = opts_.shm < 0 ? env::get_int("KILN_SHM", 1) != 0 : opts_.shm != 0;
+  const bool want_shm = opts_.shm < 0 ? env::get_flag("KILN_SHM", true) : opts_.shm != 0;
   shm_ =
       shm::World::connect(*store_, prefix_, rank_, size_, opts_.threads, want_shm, opts_.timeout);
   if (shm_)

@@ -140,7 +140,7 @@ NcclGroup::NcclGroup(std::shared_ptr<Store> store, int rank, int size, int devic
       prefix_(std::move(prefix)) {
   constexpr const char* kOp = "[nccl] ";
   KILN_CHECK(rank >= 0 && rank < size, kOp, "rank ", rank, " is out of range for size ", size);
-  debug_ = opts_.debug < 0 ? env::get_int("KILN_DIST_DEBUG", 0) != 0 : opts_.debug != 0;
+  debug_ = opts_.debug < 0 ? env::get_flag("KILN_DIST_DEBUG", false) : opts_.debug != 0;
   lib_ = &library();
   // The emulated device is one device that every rank of the host shares.
   if (cuda::driver().emulated) device_ = device = 0;

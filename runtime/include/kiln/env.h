@@ -1,6 +1,7 @@
 // The registry of every KILN_* environment variable (documented in README.md).
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 namespace kiln::env {
@@ -97,5 +98,12 @@ std::string get(const char* name, const std::string& fallback = "");
 /// Integer value of a registered variable, or `fallback`; a non-integer value
 /// is a kiln::Error naming the variable.
 long get_int(const char* name, long fallback);
+/// Switch value of a registered variable: unset or empty is `fallback`, "0" is
+/// false and "1" true; anything else is a kiln::Error naming the variable.
+bool get_flag(const char* name, bool fallback);
+/// Value of a registered variable that must be one of `allowed` (unset or
+/// empty: `fallback`); anything else is a kiln::Error listing the choices.
+std::string get_choice(const char* name, std::initializer_list<const char*> allowed,
+                       const char* fallback);
 
 }  // namespace kiln::env

@@ -189,7 +189,7 @@ namespace {
 // in its stream (executor/device_timeline.h): one span per step on the track
 // "cuda:0", named like the step, in stream order, inside the profile.
 TEST_F(CudaCompile, AProfileTimesEachStepOnTheDevice) {
-  if (env::get("KILN_CUDA_SYNC") == "1")
+  if (env::get_flag("KILN_CUDA_SYNC", false))
     GTEST_SKIP() << "KILN_CUDA_SYNC=1: the host spans time the device";
   kiln::testing::ScopedEnv plain("KILN_CUDA_GRAPHS", "0");  // a replay runs no steps
   auto f = [](const Tensor& x, const Tensor& w) {

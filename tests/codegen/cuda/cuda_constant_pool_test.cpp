@@ -165,7 +165,8 @@ TEST_F(CudaConstants, ACompiledAdamWStepUploadsOnlyItsNewNumbers) {
 // value during a capture is not uploaded into the pool (that upload would only
 // run at replay).
 TEST_F(CudaConstants, ACapturedGraphReadsPooledConstants) {
-  if (env::get("KILN_CUDA_SYNC") == "1") GTEST_SKIP() << "KILN_CUDA_SYNC=1: nothing is captured";
+  if (env::get_flag("KILN_CUDA_SYNC", false))
+    GTEST_SKIP() << "KILN_CUDA_SYNC=1: nothing is captured";
   const Driver& d = driver();
   Stream s(0);
   const auto h = static_cast<CUstream>(s.handle());

@@ -24,7 +24,7 @@ class CudaGraphs : public testing::CudaTest<3> {
  protected:
   void SetUp() override {
     testing::CudaTest<3>::SetUp();
-    if (env::get("KILN_CUDA_SYNC") == "1")
+    if (env::get_flag("KILN_CUDA_SYNC", false))
       GTEST_SKIP() << "KILN_CUDA_SYNC=1 synchronizes after every launch: nothing is captured";
   }
   void TearDown() override { unsetenv("KILN_CUDA_GRAPHS"); }

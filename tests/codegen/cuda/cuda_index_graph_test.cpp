@@ -28,7 +28,7 @@ class CudaIndexGraphs : public testing::CudaTest<19> {
     testing::CudaTest<19>::SetUp();
     if (IsSkipped()) return;
     // It synchronizes after every launch: nothing can be captured.
-    if (env::get("KILN_CUDA_SYNC") == "1") GTEST_SKIP() << "KILN_CUDA_SYNC=1";
+    if (env::get_flag("KILN_CUDA_SYNC", false)) GTEST_SKIP() << "KILN_CUDA_SYNC=1";
   }
   void TearDown() override { unsetenv("KILN_CUDA_GRAPHS"); }
 };

@@ -153,7 +153,7 @@ TEST_F(CudaIndex, ScatterAddScanningFullWindowsMatchesTheCpuBitForBit) {
 }
 
 bool sync_mode() {
-  return env::get("KILN_CUDA_SYNC") == "1";
+  return env::get_flag("KILN_CUDA_SYNC", false);
 }
 
 // An out-of-range index is skipped by the kernel and reported, with the op,

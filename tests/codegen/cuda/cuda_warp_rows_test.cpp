@@ -132,12 +132,12 @@ TEST(CudaWarpRows, BadLaunchSettingsAreClearErrors) {
     int (*read)();
   };
   const Case cases[] = {
-      {"KILN_CUDA_WARP_ROWS", "2", "KILN_CUDA_WARP_ROWS=2: expected 0, 1 or all",
+      {"KILN_CUDA_WARP_ROWS", "2", "KILN_CUDA_WARP_ROWS='2': expected one of 0, 1, all",
        [] { return static_cast<int>(warp_rows_mode()); }},
       {"KILN_CUDA_ROW_HELD", "65", "KILN_CUDA_ROW_HELD=65: expected 0 to 64",
        [] { return row_held(); }},
       {"KILN_CUDA_ROW_HELD", "8x", "KILN_CUDA_ROW_HELD", [] { return row_held(); }},
-      {"KILN_CUDA_COLUMN_WARPS", "yes", "KILN_CUDA_COLUMN_WARPS=yes: expected 0 or 1",
+      {"KILN_CUDA_COLUMN_WARPS", "yes", "KILN_CUDA_COLUMN_WARPS='yes': expected one of 0, 1",
        [] { return static_cast<int>(column_warps()); }},
   };
   for (const Case& c : cases)
