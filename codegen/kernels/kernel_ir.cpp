@@ -65,10 +65,6 @@ namespace {
 
 using detail::is_float_math;
 
-constexpr bool is_comparison(OpId op) {
-  return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
-         op == OpId::ge;
-}
 constexpr bool is_arith(OpId op) {
   return op == OpId::add || op == OpId::sub || op == OpId::mul || op == OpId::div ||
          op == OpId::pow || op == OpId::maximum || op == OpId::minimum;
@@ -256,7 +252,7 @@ void verify_op(const Kernel& k, size_t i, const Expr& e) {
               r);
   } else if (op == OpId::logical_not) {
     KIR_CHECK(r == DType::b8, "%", i, ": logical_not yields bool, not ", r);
-  } else if (is_comparison(op) || op == OpId::logical_and || op == OpId::logical_or) {
+  } else if (info.has(kPredicate)) {  // the binary ones (logical_not above)
     KIR_CHECK(r == DType::b8 && dt(0) == dt(1), "%", i, ": ", info.name,
               " needs (T, T) -> bool, got (", dt(0), ", ", dt(1), ") -> ", r);
   } else if (is_arith(op)) {

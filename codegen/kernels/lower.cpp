@@ -34,22 +34,6 @@ bool is_unit(const ir::SymInt& s) {
   return s.is_static() && s.b == 1;
 }
 
-bool is_comparison_or_logical(OpId op) {
-  switch (op) {
-    case OpId::eq:
-    case OpId::ne:
-    case OpId::lt:
-    case OpId::le:
-    case OpId::gt:
-    case OpId::ge:
-    case OpId::logical_and:
-    case OpId::logical_or:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // A shape-less stand-in with v's dtype, rank class and wrapped flag, for the
 // op table's promotion rule.
 Tensor meta_of(const Value* v) {
@@ -235,7 +219,7 @@ LoweredGroup lower(const passes::FusionGroup& g, bool reassociate) {
     } else {
       KILN_ASSERT(n->inputs.size() == 2 && n->info().has(kElementwise), "lower: ", op_name(n->op),
                   " is not fusible");
-      const DType c = is_comparison_or_logical(n->op) ? promoted(n->inputs[0], n->inputs[1]) : t;
+      const DType c = n->info().has(kPredicate) ? promoted(n->inputs[0], n->inputs[1]) : t;
       e = b.op(n->op, t, b.as(get(n->inputs[0]), c), b.as(get(n->inputs[1]), c));
     }
     KILN_ASSERT(b.dtype(e) == t, "lower: ", op_name(n->op), " made a ", b.dtype(e),

@@ -43,7 +43,9 @@ graph(%0: f64[3, 2, 4] "x") {
     const bool copies = e.impl()->storage != in.impl()->storage;
     copies_seen += copies;
     EXPECT_EQ(!st, copies) << "%" << n->output()->id() << " " << op_name(n->op);
-    if (st && !copies) EXPECT_EQ(*st, e.strides()) << "%" << n->output()->id();
+    if (st && !copies) {
+      EXPECT_EQ(*st, e.strides()) << "%" << n->output()->id();
+    }
     eager.push_back(e);
   }
   EXPECT_EQ(copies_seen, 1);  // %2: merging the permuted dims (4, 2 at strides 1, 4)

@@ -48,6 +48,28 @@ TEST(Registry, TraitsAreConsistent) {
   }
 }
 
+// kPredicate (a bool result computed in the operands' promoted dtype, which
+// the eager kernels, the kernel IR's checks, lowering and the CUDA runtime
+// read from the table) is exactly the elementwise ops whose infer rule gives
+// bool.
+TEST(Registry, PredicatesAreTheElementwiseOpsGivingBool) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpId id = static_cast<OpId>(i);
+    const OpInfo& info = op_info(id);
+    if (!info.has(kElementwise) || id == OpId::where || id == OpId::cast) continue;
+    SCOPED_TRACE(info.name);
+    std::vector<Tensor> in;
+    for (int j = 0; j < info.arity; ++j) in.push_back(zeros({2}, j == 0 ? DType::f32 : DType::f64));
+    std::vector<TensorMeta> out;
+    info.infer(in, Attrs(), out);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(info.has(kPredicate), out[0].dtype == DType::b8);
+    if (info.has(kPredicate)) {
+      EXPECT_TRUE(info.has(kNonDiff));
+    }
+  }
+}
+
 // Verifies op_from_name round-trips every name, names are unique, and unknown names fail.
 TEST(Registry, NamesRoundTrip) {
   std::set<std::string> seen;

@@ -406,24 +406,12 @@ void CudaRuntime::launch(const kir::Kernel& k, const std::vector<Tensor>& args,
   launch_kernel(fns, k, ptrs, sizes.data(), current_cu_stream(device));
 }
 
-// The dtype an elementwise op computes in: the eager kernels' rule.
+// The dtype an elementwise op computes in: the eager kernels' rule (a
+// predicate's operands promoted, a cast's source, else the output's).
 DType compute_dtype(OpId op, std::span<const Tensor> in, DType out) {
-  switch (op) {
-    case OpId::logical_not:
-    case OpId::cast:
-      return in[0].dtype();
-    case OpId::eq:
-    case OpId::ne:
-    case OpId::lt:
-    case OpId::le:
-    case OpId::gt:
-    case OpId::ge:
-    case OpId::logical_and:
-    case OpId::logical_or:
-      return ops::result_type(in.first(2));
-    default:
-      return out;
-  }
+  const bool predicate = op_info(op).has(kPredicate);
+  if (op == OpId::cast || (predicate && in.size() == 1)) return in[0].dtype();
+  return predicate ? ops::result_type(in.first(2)) : out;
 }
 
 void CudaRuntime::elementwise(OpId op, std::span<const Tensor> in, const Tensor& out) {

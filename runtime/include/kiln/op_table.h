@@ -39,6 +39,7 @@ enum OpTrait : uint32_t {
   kFloatMath = 1u << 10,  ///< computes in floating point: integer inputs give the default float
   kCostly = 1u << 11,     ///< tens of instructions per element (approximations, division)
   kCopies = 1u << 12,     ///< kernel only fills and copies into its outputs: runs on any device
+  kPredicate = 1u << 13,  ///< bool result computed in the operands' promoted dtype
 };
 
 /// Shape and dtype of one op output.

@@ -10,12 +10,9 @@ namespace kiln {
 namespace ops {
 namespace {
 
-constexpr bool is_comparison(OpId op) {
-  return op == OpId::eq || op == OpId::ne || op == OpId::lt || op == OpId::le || op == OpId::gt ||
-         op == OpId::ge;
-}
-constexpr bool is_logical(OpId op) {
-  return op == OpId::logical_and || op == OpId::logical_or;
+// Comparisons and logical ops: a bool result (ops.def's kPredicate).
+constexpr bool is_predicate(OpId op) {
+  return (static_traits(op) & kPredicate) != 0;
 }
 
 // The dtype the op computes in.
@@ -34,7 +31,7 @@ void infer_binary(std::span<const Tensor> in, const Attrs&, std::vector<TensorMe
     KILN_CHECK(c != DType::b8, "[", name, "] is not supported on two bool tensors (", in[0].dtype(),
                ", ", in[1].dtype(), ")");
   }
-  bool to_bool = is_comparison(Op) || is_logical(Op);
+  bool to_bool = is_predicate(Op);
   out.push_back({to_bool ? DType::b8 : c, std::move(shape)});
 }
 
@@ -127,7 +124,7 @@ void kernel_binary(std::span<const Tensor> in, const Attrs&, std::span<Tensor> o
     using T = decltype(tag);
     if constexpr (!computes_in<Op, T>())
       KILN_CHECK(false, "[", op_name(Op), "] internal: no kernel computes in ", c);
-    else if constexpr (is_comparison(Op) || is_logical(Op))
+    else if constexpr (is_predicate(Op))
       map_binary<T, bool, F>(a, b, out[0]);
     else
       map_binary<T, T, F>(a, b, out[0]);
@@ -202,7 +199,7 @@ void reg(OpTable& t, VjpFn vjp, uint8_t saves) {
       using T = decltype(tag);
       if constexpr (!computes_in<Op, T>())
         return;
-      else if constexpr (is_comparison(Op) || is_logical(Op))
+      else if constexpr (is_predicate(Op))
         detail::register_dense_run(Op, dtype_v<T>, DType::b8, &binary_run<T, bool, F>);
       else
         detail::register_dense_run(Op, dtype_v<T>, dtype_v<T>, &binary_run<T, T, F>);
