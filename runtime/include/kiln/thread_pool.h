@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace kiln {
 
@@ -12,6 +13,11 @@ int num_threads();
 /// Resizes the pool (n >= 1). OpenBLAS stays single-threaded: large GEMMs are
 /// split over this pool instead, so the two never oversubscribe the cores.
 void set_num_threads(int n);
+/// The OpenBLAS kernels GEMMs run on ("SkylakeX", "Haswell", ...). Where
+/// OpenBLAS did not recognize the CPU and fell back to its generic kernels,
+/// kiln picks those of the CPU's x86-64 level and says so; OPENBLAS_CORETYPE,
+/// when set, is always left to decide.
+std::string blas_core();
 /// True on a pool worker (nested parallel_for calls then run inline).
 bool in_parallel_region();
 
