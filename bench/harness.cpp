@@ -510,8 +510,8 @@ void print_table(const std::vector<Row>& rows, const Hardware& hw) {
                gelu_loop_ms = hw.gelu_loop_ms;
   std::printf(
       "hardware (this run, %d threads): STREAM copy %.1f GB/s, triad %.1f GB/s, "
-      "sgemm %.0f GFLOP/s, hand-written GELU loop %.2f ms\n",
-      num_threads(), copy_gbs, triad_gbs, sgemm, gelu_loop_ms);
+      "sgemm %.0f GFLOP/s (OpenBLAS %s), hand-written GELU loop %.2f ms\n",
+      num_threads(), copy_gbs, triad_gbs, sgemm, blas_core().c_str(), gelu_loop_ms);
   std::printf("%-22s %9s %9s %8s %9s %8s %8s %8s %9s %9s %10s %6s %9s %8s\n", "workload",
               "eager ms", "compiled", "speedup", "1-thread", "trace", "passes", "GB/s", "GFLOP/s",
               "peak MB", "max|diff|", "traces", "unfused", "fused/un");

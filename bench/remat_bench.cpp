@@ -229,8 +229,8 @@ void bench(const std::string& which, int reps) {
       }
       p.stop();
     }
-  std::printf("\n%s%s (median of %d steps)\n", make(which).name,
-              which == "mlp" ? str(", batch ", mlp_batch).c_str() : "", reps);
+  std::printf("\n%s%s (median of %d steps; OpenBLAS %s)\n", make(which).name,
+              which == "mlp" ? str(", batch ", mlp_batch).c_str() : "", reps, blas_core().c_str());
   std::printf(
       "| variant | step ms | x compiled | peak MiB (allocator) | x eager | executor peak MiB "
       "(measured / predicted) | loss |\n| --- | --- | --- | --- | --- | --- | --- |\n");

@@ -10,7 +10,8 @@
 # users' builds on a shared host take little of the cores meanwhile.
 # --blas-core: the OpenBLAS kernels of the kiln side (its GEMMs): NAME sets
 # OPENBLAS_CORETYPE (Haswell, SkylakeX, ...), auto unsets it so that OpenBLAS
-# detects the CPU. Without it kiln gets the caller's environment, which on some
+# detects the CPU (and kiln replaces its generic fallback on a CPU model it
+# does not know: kiln::blas_core). Without it kiln gets the caller's environment, which on some
 # hosts forces older kernels (OPENBLAS_CORETYPE=Haswell: AVX2 on an AVX-512
 # CPU, half its sgemm rate). The kernels used are printed either way.
 # --harness: another kiln harness binary (default $HARNESS, else the release
@@ -66,7 +67,7 @@ case "$blas_core" in
   auto) kiln_env+=(-u OPENBLAS_CORETYPE) ;;
   *) kiln_env+=("OPENBLAS_CORETYPE=$blas_core") ;;
 esac
-echo "kiln: $harness, OPENBLAS_CORETYPE=$("${kiln_env[@]}" sh -c 'echo "${OPENBLAS_CORETYPE-(unset: OpenBLAS detects the CPU)}"')" \
+echo "kiln: $harness, OPENBLAS_CORETYPE=$("${kiln_env[@]}" sh -c 'echo "${OPENBLAS_CORETYPE-(unset: OpenBLAS detects the CPU; the harness line names the kernels)}"')" \
   | tee "$out/blas-core.txt"
 
 kiln() { "${kiln_env[@]}" "$harness" --only "$1" --json "$out/kiln-$2-$1.json" >"$out/kiln-$2-$1.txt"; }
