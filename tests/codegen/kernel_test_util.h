@@ -57,6 +57,8 @@ struct Builder {
     return push(e);
   }
   void store(int a, int expr) { k.stores.push_back(Store{a, expr}); }
+  /// A column sum: `expr` (f64) added to output `a`'s column.
+  void accumulate(int a, int expr) { k.stores.push_back(Store{a, expr, true}); }
 };
 
 /// One argument's buffer: raw bytes of the arg's dtype, sized from the dense dims.

@@ -1,7 +1,8 @@
 // Every pointwise and row kernel runs at the full vector width of the CPU it
 // is compiled for: f32 loops fill the register with floats even where a loop
 // also holds wider types (sin/cos's exact reduction of huge arguments in
-// i64/f64; before session 8 pow, erf and log1p computed in double too), which
+// i64/f64; before session 8 pow, erf and log1p computed in double too; a
+// column sum's f64 accumulator: until session 18), which
 // LLVM's own width bound would halve on 256-bit hosts (znver3). Checked for several x86-64
 // CPUs on any host (their code is compiled, not run).
 #include <gtest/gtest.h>
@@ -43,6 +44,18 @@ Kernel softmax_rows() {
   return b.k;
 }
 
+// GELU's backward with its bias gradient: f32 erf and exp, stored, and the
+// column sum of the result in an f64 accumulator.
+Kernel column_sum_of_f32_math() {
+  Builder b(2, "width_column_sum");
+  const auto f = DType::f32;
+  int x = b.load(b.in(f, {true, true})), g = b.load(b.in(f, {true, true}));
+  int d = b.op(OpId::mul, f, g, b.op(OpId::add, f, b.op(OpId::erf, f, x), b.op(OpId::exp, f, x)));
+  b.store(b.out(f, {true, true}), d);
+  b.accumulate(b.out(DType::f64, {false, true}), b.op(OpId::cast, DType::f64, d));
+  return b.k;
+}
+
 struct Case {
   Kernel k;
   std::string vec;  // the full-width vector type its loops must use
@@ -56,6 +69,7 @@ std::vector<Case> cases(int vector_bits) {
   out.push_back({pointwise(OpId::erf, DType::bf16), f32});  // computes in float
   out.push_back({pointwise(OpId::mul, DType::f64), str("<", vector_bits / 64, " x double>")});
   out.push_back({softmax_rows(), f32});
+  out.push_back({column_sum_of_f32_math(), f32});
   return out;
 }
 

@@ -61,20 +61,25 @@ std::string literal(DType t, double v) {
 
 // Lanes per vector for the inner loops: the register width over the widest
 // element a loop computes or accesses, LLVM's own bound, except that f16/bf16
-// count as the float they compute in, and the double arithmetic inside the f32
-// math functions (pow, erf, log1p, sin, cos) does not count. LLVM's bound would
-// count it and run those f32 loops at half width on 256-bit hosts (znver3:
-// <4 x float>); at full width their float parts run twice as wide and the
-// double parts as fast as before.
+// count as the float they compute in, and neither the double arithmetic inside
+// the f32 math functions (pow, erf, log1p, sin, cos) nor a column sum's f64
+// accumulator (the value it adds and its buffer) counts. LLVM's bound would
+// count them and run those f32 loops at half width on 256-bit hosts (znver3:
+// <4 x float>; GELU's backward with its bias gradient ran its erf and exp at 4
+// lanes); at full width their float parts run twice as wide and the double
+// parts as fast as before. A column's sum adds in row order at any width.
 int loop_lanes(const Kernel& k, const detail::Analysis& an, int vector_bits) {
   auto bits = [](DType t) {
     return t == DType::f16 || t == DType::bf16 ? 32 : static_cast<int>(dtype_size(t)) * 8;
   };
+  std::vector<char> accumulated_expr(k.exprs.size(), 0), accumulator(k.args.size(), 0);
+  for (const Store& st : k.stores)
+    if (st.accumulate) accumulated_expr[static_cast<size_t>(st.expr)] = accumulator[st.arg] = 1;
   int widest = 8;
   for (size_t i = 0; i < k.exprs.size(); ++i)
-    if (an.inner[i]) widest = std::max(widest, bits(k.exprs[i].dtype));
-  for (const Arg& a : k.args)
-    if (a.dense.back()) widest = std::max(widest, bits(a.dtype));
+    if (an.inner[i] && !accumulated_expr[i]) widest = std::max(widest, bits(k.exprs[i].dtype));
+  for (size_t i = 0; i < k.args.size(); ++i)
+    if (k.args[i].dense.back() && !accumulator[i]) widest = std::max(widest, bits(k.args[i].dtype));
   return vector_bits / widest;
 }
 
