@@ -46,7 +46,9 @@ const Chosen& chosen() {
   return c;
 }
 
-// At load, before any static initializer or user code runs a GEMM.
+// Once, when the library loads (after OpenBLAS's own constructor, before
+// user code runs a GEMM): no check on the GEMM path. A no-op for an OpenBLAS
+// without run-time kernel choice.
 [[maybe_unused]] const bool g_at_load = (chosen(), true);
 
 }  // namespace
@@ -56,10 +58,6 @@ std::string blas_core_override(const std::string& current, bool coretype_set, ve
   if (best == vec::CpuLevel::kV4) return "SkylakeX";
   if (best == vec::CpuLevel::kV3) return "Haswell";
   return "";
-}
-
-void ensure_blas_core() {
-  (void)chosen();
 }
 
 }  // namespace ops

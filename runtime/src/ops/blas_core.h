@@ -16,8 +16,4 @@ namespace kiln::ops {
 /// "Haswell"); otherwise "" (OpenBLAS's own choice stands).
 std::string blas_core_override(const std::string& current, bool coretype_set, vec::CpuLevel best);
 
-/// Applies blas_core_override once per process (at library load and before
-/// kiln's first GEMM); a no-op for an OpenBLAS without run-time kernel choice.
-void ensure_blas_core();
-
 }  // namespace kiln::ops

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "kiln/error.h"
-#include "ops/blas_core.h"
 #include "ops/loops.h"
 
 namespace kiln::ops {
@@ -29,7 +28,6 @@ template <typename T>
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
                const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
-  ensure_blas_core();
   const CBLAS_TRANSPOSE A = ta ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE B = tb ? CblasTrans : CblasNoTrans;
   const T beta = accumulate ? T(1) : T(0);
