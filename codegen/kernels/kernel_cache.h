@@ -73,5 +73,7 @@ bool write_cache_file(const std::string& path, const std::string& bytes, std::st
 /// (jit::named_cpu: "znver3", "skylake-avx512"...), as get_kernel would emit it
 /// there. Nothing runs; tests check other hosts' code with it.
 std::string optimized_ir_for_cpu(const Kernel& k, const std::string& cpu);
+/// The assembly of the same compilation (which registers the code really uses).
+std::string assembly_for_cpu(const Kernel& k, const std::string& cpu);
 
 }  // namespace kiln::kir

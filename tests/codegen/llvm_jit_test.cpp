@@ -63,15 +63,19 @@ TEST(LlvmJit, CompilesAndVectorizesALoop) {
   }
   fn(x.data(), y.data(), 2.0f, static_cast<long>(x.size()));
   for (size_t i = 0; i < y.size(); ++i) ASSERT_FLOAT_EQ(y[i], 2.0f * static_cast<float>(i) + 1.0f);
-  // A plain float loop: LLVM's own choice is the full width, as kiln's kernels ask.
-  const int bits = host_cpu().vector_bits;
-  EXPECT_NE(out.optimized_ir.find(str("<", bits / 32, " x float>")), std::string::npos)
-      << out.optimized_ir;
-  EXPECT_NE(out.assembly.find(bits >= 512   ? "zmm"
-                              : bits >= 256 ? "ymm"
-                                            : "xmm"),
-            std::string::npos)
-      << out.assembly;
+  // A plain float loop (no width attribute): LLVM's own choice, the full width
+  // but on the Intel server cores, which it tunes to 256 bits (kiln's kernels
+  // ask for 512 there: VectorWidth.*).
+  const CpuInfo host = host_cpu();
+  const bool full =
+      out.optimized_ir.find(str("<", host.vector_bits / 32, " x float>")) != std::string::npos;
+  const bool tuned = host.avx512f && out.optimized_ir.find("<8 x float>") != std::string::npos;
+  EXPECT_TRUE(full || tuned) << out.optimized_ir;
+  if (host.avx2) {
+    EXPECT_TRUE(out.assembly.find("ymm") != std::string::npos ||
+                out.assembly.find("zmm") != std::string::npos)
+        << out.assembly;
+  }
   // The same symbol name compiles again in its own JITDylib.
   EXPECT_NE(jit.compile(kSaxpy, "saxpy"), nullptr);
 }

@@ -82,6 +82,10 @@ TEST(VectorWidth, EveryX86CpuGetsItsFullWidth) {
   EXPECT_EQ(jit::named_cpu("haswell").vector_bits, 256);
   EXPECT_EQ(jit::named_cpu("znver3").vector_bits, 256);
   EXPECT_GE(jit::named_cpu("znver4").vector_bits, 256);
+  // Every AVX-512 CPU gets 512 bits, Intel's server cores too (LLVM tunes them
+  // down to 256; the eager loops use 512 there).
+  EXPECT_EQ(jit::named_cpu("skylake-avx512").vector_bits, 512);
+  EXPECT_EQ(jit::named_cpu("sapphirerapids").vector_bits, 512);
   EXPECT_FALSE(jit::named_cpu("znver3").avx512f);
   EXPECT_TRUE(jit::named_cpu("znver4").avx512f);
   EXPECT_THROW(jit::named_cpu("no-such-cpu"), Error);
@@ -93,6 +97,23 @@ TEST(VectorWidth, EveryX86CpuGetsItsFullWidth) {
           << c.k.name << " on " << cpu << " does not use " << c.vec;
     }
   }
+}
+
+// The backend keeps the width the loops ask for: on the Intel server cores LLVM
+// tunes to 256 bits, a 16-lane loop is not split into two ymm halves (the
+// kernels' "prefer-vector-width"); a 256-bit CPU never sees zmm.
+TEST(VectorWidth, AvxCpusUseTheirRegistersInMachineCode) {
+  SKIP_WITHOUT_LLVM();
+  if (jit::host_cpu().triple.find("x86_64") == std::string::npos)
+    GTEST_SKIP() << "x86-64 CPUs only";
+  const Kernel k = pointwise(OpId::erf, DType::f32);
+  for (const char* cpu : {"skylake-avx512", "sapphirerapids", "znver4"}) {
+    const std::string s = assembly_for_cpu(k, cpu);
+    EXPECT_NE(s.find("%zmm"), std::string::npos) << cpu << ": erf without zmm registers";
+  }
+  const std::string s = assembly_for_cpu(k, "znver3");
+  EXPECT_NE(s.find("%ymm"), std::string::npos);
+  EXPECT_EQ(s.find("%zmm"), std::string::npos);
 }
 
 // A JIT for another CPU writes object files but never runs code.

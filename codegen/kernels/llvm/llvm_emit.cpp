@@ -89,6 +89,7 @@ class Emitter : public detail::IrText {
       : k_(k),
         an_(detail::analyze(k)),
         lanes_(loop_lanes(k, an_, vector_bits)),
+        vector_bits_(vector_bits),
         sym_(std::move(symbol)),
         row_(k.exprs.size()),
         loop_(k.exprs.size()),
@@ -688,7 +689,8 @@ class Emitter : public detail::IrText {
 
   const Kernel& k_;
   detail::Analysis an_;
-  int lanes_;  // vectorization width every inner loop asks for (<= 1: none)
+  int lanes_;        // vectorization width every inner loop asks for (<= 1: none)
+  int vector_bits_;  // the target's width (0: LLVM's own choice)
   size_t num_loops_ = 0;
   std::string sym_;
   std::string cur_;  // the current block
@@ -721,7 +723,11 @@ std::string Emitter::module() const {
            body_, "}\n\n");
   for (const auto& [name, text] : helpers_) m += text + "\n";
   for (const std::string& d : decls_) m += d + " #2\n";
-  m += "attributes #1 = { nounwind }\n";
+  // The width the loops ask for is also the backend's preferred width, else
+  // LLVM splits 512-bit vectors in two on CPUs it tunes down to 256 bits.
+  m += vector_bits_ > 0
+           ? str("attributes #1 = { nounwind \"prefer-vector-width\"=\"", vector_bits_, "\" }\n")
+           : std::string("attributes #1 = { nounwind }\n");
   m += "attributes #2 = { nounwind willreturn memory(none) }\n";
   // One alias domain; one scope per argument; each access is in its scope and
   // does not alias the others.

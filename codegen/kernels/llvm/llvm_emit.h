@@ -11,7 +11,8 @@ namespace kiln::kir {
 /// A whole LLVM module (the JIT sets triple and data layout) defining verified
 /// kernel `k` as `void @<symbol>(i64 %begin, i64 %end, ptr %ptrs, ptr %sizes)`
 /// (kernel_ir.h ABI). Every inner loop asks the vectorizer for the lanes that
-/// fill `vector_bits` (jit::CpuInfo::vector_bits; 0: the vectorizer chooses).
+/// fill `vector_bits` (jit::CpuInfo::vector_bits; 0: the vectorizer chooses),
+/// and the function prefers that width in the backend.
 /// Deterministic: the same arguments give the same text.
 std::string emit_llvm(const Kernel& k, const std::string& symbol, int vector_bits);
 

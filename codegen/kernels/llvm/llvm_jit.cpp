@@ -106,7 +106,12 @@ CpuInfo describe(llvm::orc::JITTargetMachineBuilder jtmb) {
   c.avx2 = sti.checkFeatures("+avx2");
   c.fma = sti.checkFeatures("+fma");
   c.avx512f = sti.checkFeatures("+avx512f");
-  c.vector_bits = vector_register_bits(*tm);
+  // AVX-512 CPUs get their 512-bit registers, as kiln's eager loops do (the
+  // x86-64-v4 dispatch), though LLVM tunes Intel's server cores down to 256
+  // for Skylake-SP's clock drop: on a Sapphire/Emerald Rapids host that ran
+  // erf and GELU kernels at half the eager loops' width (bench/RESULTS.md).
+  // Each kernel asks for this width with "prefer-vector-width" (llvm_emit).
+  c.vector_bits = c.avx512f ? 512 : vector_register_bits(*tm);
   return c;
 }
 

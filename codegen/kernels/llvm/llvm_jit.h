@@ -16,8 +16,9 @@ struct CpuInfo {
   bool avx2 = false;
   bool fma = false;
   bool avx512f = false;
-  /// Widest vector register LLVM's cost model uses on this CPU, in bits (128,
-  /// 256 or 512; 512 only where AVX-512 is present and not tuned down to 256).
+  /// Vector width kiln's kernels use on this CPU, in bits: 512 wherever AVX-512
+  /// is present (LLVM's tuning to 256 is overridden), else the widest register
+  /// LLVM's cost model uses (128 or 256).
   int vector_bits = 0;
 };
 

@@ -6,13 +6,25 @@
 
 namespace kiln::kir {
 
-std::string optimized_ir_for_cpu(const Kernel& k, const std::string& cpu) {
+namespace {
+
+jit::CompileOutputs compile_for_cpu(const Kernel& k, const std::string& cpu) {
   verify(k);
   const jit::CpuInfo info = jit::named_cpu(cpu);
   jit::LlvmJit jit(cpu);
   jit::CompileOutputs out;
   jit.compile_to_object(emit_llvm(k, k.name, info.vector_bits), &out);
-  return out.optimized_ir;
+  return out;
+}
+
+}  // namespace
+
+std::string optimized_ir_for_cpu(const Kernel& k, const std::string& cpu) {
+  return compile_for_cpu(k, cpu).optimized_ir;
+}
+
+std::string assembly_for_cpu(const Kernel& k, const std::string& cpu) {
+  return compile_for_cpu(k, cpu).assembly;
 }
 
 }  // namespace kiln::kir
