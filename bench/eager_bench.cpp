@@ -2,7 +2,7 @@
 // recording, general path), elementwise throughput on 16M floats (with page
 // faults per iteration), the transcendentals on 16M floats, sgemm 1024^3 through matmul, and a 3x3
 // convolution forward and backward. Each kiln figure has a baseline measured in the same process: a
-// plain C++ loop for elementwise, a direct cblas_sgemm call for matmul.
+// plain C++ loop for elementwise and the SGD step, a direct cblas_sgemm call for matmul.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <sys/resource.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
 #include "kiln/profiler.h"
 
 using namespace kiln;
@@ -135,6 +136,39 @@ void BM_AddBigBaselineLoop(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBig * 12);
 }
 BENCHMARK(BM_AddBigBaselineLoop)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// SGD with momentum over one 1.875M-float parameter (the harness MLP's size):
+// the fused step (state.range(0) = 1) against the per-op form (0). 20 bytes a
+// parameter (p and buf read and written, g read).
+constexpr int64_t kSgdParams = 1875000;
+void BM_SgdMomentumStep(benchmark::State& state) {
+  Tensor p = randn({kSgdParams}).requires_grad_(true);
+  p.set_grad(randn({kSgdParams}));
+  optim::SGD opt({p}, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .fused = state.range(0) != 0});
+  opt.step();  // creates the momentum buffer
+  for (auto _ : state) opt.step();
+  state.SetBytesProcessed(state.iterations() * kSgdParams * 20);
+}
+BENCHMARK(BM_SgdMomentumStep)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Baseline: the same update as a plain single-thread loop.
+void BM_SgdMomentumBaselineLoop(benchmark::State& state) {
+  std::vector<float> p(kSgdParams, 1.f), g(kSgdParams, 0.5f), buf(kSgdParams, 0.1f);
+  for (auto _ : state) {
+    float* __restrict pp = p.data();
+    float* __restrict bp = buf.data();
+    const float* __restrict gp = g.data();
+    for (int64_t i = 0; i < kSgdParams; ++i) {
+      const float b = bp[i] * 0.9f + gp[i];
+      bp[i] = b;
+      pp[i] = pp[i] + b * -1e-3f;
+    }
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kSgdParams * 20);
+}
+BENCHMARK(BM_SgdMomentumBaselineLoop)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // A fused-looking chain in eager mode: each op is its own pass (exp then mul).
 void BM_ExpMulBig(benchmark::State& state) {

@@ -110,31 +110,6 @@ void adam_typed(const AdamConfig& c, const std::vector<AdamJob>& jobs) {
   if (!c.small && !c.amsgrad) with.template operator()<false, false>();
 }
 
-template <typename T>
-void sgd_typed(const SgdConfig& c, const std::vector<SgdJob>& jobs) {
-  const T wd = static_cast<T>(c.weight_decay), mom = static_cast<T>(c.momentum);
-  const T keep = static_cast<T>(c.keep), neg_lr = static_cast<T>(c.neg_lr);
-  multi_tensor(jobs, [&](const SgdJob& j, int64_t b, int64_t e) {
-    T* __restrict p = j.p.data<T>();
-    const T* __restrict g = j.grad.data<T>();
-    T* __restrict buf = c.has_momentum ? j.buf.data<T>() : nullptr;
-    for (int64_t i = b; i < e; ++i) {
-      T d = c.maximize ? -g[i] : g[i];
-      if (c.has_decay) d = d + p[i] * wd;
-      if (c.has_momentum) {
-        T bi;
-        if (j.first)
-          bi = d;
-        else
-          bi = c.has_dampening ? buf[i] * mom + d * keep : buf[i] * mom + d;
-        buf[i] = bi;
-        d = c.nesterov ? d + bi * mom : bi;
-      }
-      p[i] = p[i] + d * neg_lr;
-    }
-  });
-}
-
 // Calls f.template operator()<B...>() with the runtime flags as template
 // arguments, so each combination gets its own branch-free loop.
 template <bool... Bs, typename F>
@@ -147,6 +122,44 @@ void with_flags(F&& f, bool b, Rest... rest) {
     with_flags<Bs..., true>(f, rest...);
   else
     with_flags<Bs..., false>(f, rest...);
+}
+
+// SGD's update of elements [b, e). The flags are template parameters and the
+// numbers locals: with them read through `c` in the loop, GCC could not prove
+// that the stores to p and buf leave them alone, reloaded them every element
+// and ran the loop scalar (1.9x slower than PyTorch's two-pass step on a 1.9M-
+// parameter MLP). Without dampening `keep` is 1: d * 1 is d, bit for bit.
+template <typename T, bool Decay, bool Mom, bool Nesterov, bool Max, bool First>
+void sgd_range(const SgdConfig& c, const SgdJob& j, int64_t b, int64_t e) {
+  const T wd = static_cast<T>(c.weight_decay), mom = static_cast<T>(c.momentum);
+  const T keep = static_cast<T>(c.keep), neg_lr = static_cast<T>(c.neg_lr);
+  T* __restrict p = j.p.data<T>();
+  const T* __restrict g = j.grad.data<T>();
+  T* __restrict buf = Mom ? j.buf.data<T>() : nullptr;
+  for (int64_t i = b; i < e; ++i) {
+    T d = Max ? -g[i] : g[i];
+    if constexpr (Decay) d = d + p[i] * wd;
+    if constexpr (Mom) {
+      const T bi = First ? d : buf[i] * mom + d * keep;
+      buf[i] = bi;
+      d = Nesterov ? d + bi * mom : bi;
+    }
+    p[i] = p[i] + d * neg_lr;
+  }
+}
+
+template <typename T>
+void sgd_typed(const SgdConfig& c, const std::vector<SgdJob>& jobs) {
+  with_flags(
+      [&]<bool Decay, bool Mom, bool Nesterov, bool Max>() {
+        multi_tensor(jobs, [&](const SgdJob& j, int64_t b, int64_t e) {
+          if (Mom && j.first)
+            sgd_range<T, Decay, Mom, Nesterov, Max, true>(c, j, b, e);
+          else
+            sgd_range<T, Decay, Mom, Nesterov, Max, false>(c, j, b, e);
+        });
+      },
+      c.has_decay, c.has_momentum, c.nesterov, c.maximize);
 }
 
 template <typename T, bool Decay, bool Centered, bool Small, bool Mom, bool Max>

@@ -39,8 +39,8 @@ struct SgdJob {
 };
 /// The group-wide part of an SGD update.
 struct SgdConfig {
-  bool has_decay = false, has_momentum = false, has_dampening = false, nesterov = false,
-       maximize = false;
+  bool has_decay = false, has_momentum = false, nesterov = false, maximize = false;
+  /// keep: 1 - dampening (1 without dampening: d * 1 is d exactly).
   double weight_decay = 0, momentum = 0, keep = 1, neg_lr = 0;
 };
 /// Runs the jobs (one launch) and bumps the version of every tensor written.

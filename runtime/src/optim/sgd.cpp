@@ -80,7 +80,6 @@ void SGD::step() {
     // The fused step reads the same host numbers and does the arithmetic in one pass.
     detail::SgdConfig cfg{.has_decay = o.weight_decay != 0,
                           .has_momentum = o.momentum != 0,
-                          .has_dampening = o.dampening != 0,
                           .nesterov = o.nesterov,
                           .maximize = o.maximize};
     std::vector<detail::SgdJob> jobs;
