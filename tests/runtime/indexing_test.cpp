@@ -2,7 +2,8 @@
 // against masked_select and a naive loop, x[idx] with integer tensors,
 // x.index_put_({mask}, v) with scalars and tensors, gradients, the eager-only
 // errors under tracing and shape errors; isclose / allclose / equal with
-// PyTorch's semantics; the comparison and logical operators.
+// PyTorch's semantics; the comparison and logical operators; where for every
+// operand layout against a loop.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,4 +257,37 @@ TEST(TensorIndexing, GradchecksOfIssue22Leftovers) {
   EXPECT_EQ(gradcheck(f, {f64(randv(12, 21), {3, 4}).requires_grad_(),
                           f64(randv(12, 22), {4, 3}).requires_grad_()}),
             "");
+}
+
+// where against a naive loop for every operand layout its kernel tells apart:
+// contiguous runs (value operands dense or one broadcast element, which take
+// the vectorized path), a row broadcast along the outer dim, a transposed
+// value and a transposed condition (the strided path), in several dtypes; the
+// size spans thread chunks and is not a multiple of any vector width.
+TEST(TensorComparison, WhereMatchesALoopForEveryLayout) {
+  const int64_t r = 67, c = 1031;
+  const Tensor cond = randn({r, c}) > 0.0;
+  const Tensor cond_t = (randn({c, r}) > 0.0).transpose(0, 1);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::i64, DType::b8}) {
+    const Tensor a = cast(randn({r, c}) * 4.0, dt), b = cast(randn({r, c}) * 4.0, dt);
+    const Tensor a_t = cast(randn({c, r}) * 4.0, dt).transpose(0, 1);
+    const Tensor one = cast(full({}, 3.0), dt), row = cast(randn({1, c}) * 4.0, dt);
+    struct Case {
+      const char* name;
+      Tensor m, x, y;
+    };
+    for (const Case& k :
+         {Case{"dense", cond, a, b}, Case{"scalar a", cond, one, b}, Case{"scalar b", cond, a, one},
+          Case{"both scalars", cond, one, one}, Case{"row b", cond, a, row},
+          Case{"transposed a", cond, a_t, b}, Case{"transposed condition", cond_t, a, b}}) {
+      const Tensor got = where(k.m, k.x, k.y);
+      ASSERT_EQ(got.dtype(), dt) << k.name;
+      const std::vector<bool> m = bools(k.m.contiguous());
+      const V x = vals(cast(k.x.expand({r, c}).contiguous(), DType::f64));
+      const V y = vals(cast(k.y.expand({r, c}).contiguous(), DType::f64));
+      const V g = vals(cast(got, DType::f64));
+      for (size_t i = 0; i < g.size(); ++i)
+        ASSERT_EQ(g[i], m[i] ? x[i] : y[i]) << k.name << " " << dt << " at " << i;
+    }
+  }
 }

@@ -214,6 +214,20 @@ void infer_where(std::span<const Tensor> in, const Attrs&, std::vector<TensorMet
   out.push_back({result_type(in.subspan(1)), std::move(shape)});
 }
 
+// A contiguous run of where: the condition's bytes, each value operand either
+// contiguous or one broadcast element (A1/B1). Both sides are loaded and then
+// selected, so the loop vectorizes into blends; the element-by-element form
+// branched on the condition and paid a misprediction on every other element
+// of a random mask (3.2 ns an element on 128 x 1024, session 19).
+template <typename T, bool A1, bool B1>
+void where_run(T* __restrict o, const uint8_t* __restrict c, const T* __restrict a,
+               const T* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = a[A1 ? 0 : i], y = b[B1 ? 0 : i];
+    o[i] = c[i] != 0 ? x : y;
+  }
+}
+
 void kernel_where(std::span<const Tensor> in, const Attrs&, std::span<Tensor> out) {
   DType t = out[0].dtype();
   Tensor a = to_dtype_raw(in[1], t), b = to_dtype_raw(in[2], t);
@@ -226,11 +240,28 @@ void kernel_where(std::span<const Tensor> in, const Attrs&, std::span<Tensor> ou
                          broadcast_byte_strides(b, shape)};
   visit_dtype(t, [&](auto tag) {
     using T = decltype(tag);
+    const auto size = static_cast<int64_t>(sizeof(T));
     strided_loop<4>(shape, base, st, [&](char** p, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
-        *reinterpret_cast<T*>(p[0] + i * s[0]) = c ? *reinterpret_cast<const T*>(p[2] + i * s[2])
-                                                   : *reinterpret_cast<const T*>(p[3] + i * s[3]);
+      const bool a1 = s[2] == 0, b1 = s[3] == 0;
+      if (s[0] == size && s[1] == 1 && (a1 || s[2] == size) && (b1 || s[3] == size)) {
+        auto* o = reinterpret_cast<T*>(p[0]);
+        const auto* c = reinterpret_cast<const uint8_t*>(p[1]);
+        const auto *a = reinterpret_cast<const T*>(p[2]), *b = reinterpret_cast<const T*>(p[3]);
+        if (a1 && b1)
+          where_run<T, true, true>(o, c, a, b, n);
+        else if (a1)
+          where_run<T, true, false>(o, c, a, b, n);
+        else if (b1)
+          where_run<T, false, true>(o, c, a, b, n);
+        else
+          where_run<T, false, false>(o, c, a, b, n);
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i) {  // both loaded, then selected: no branch
+        const bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+        const T x = *reinterpret_cast<const T*>(p[2] + i * s[2]);
+        const T y = *reinterpret_cast<const T*>(p[3] + i * s[3]);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = c ? x : y;
       }
     });
   });
