@@ -122,6 +122,21 @@ void BM_AddBig(benchmark::State& state) {
 }
 BENCHMARK(BM_AddBig)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// kiln::add on 64K floats (a training step's typical activation), threads =
+// state.range(0): 2 threads should not be slower than 1, which is the pool's
+// cost of handing out a job and collecting it.
+void BM_AddSmall(benchmark::State& state) {
+  set_num_threads(static_cast<int>(state.range(0)));
+  Tensor a = ones({65536}), b = ones({65536});
+  for (auto _ : state) {
+    Tensor c = add(a, b);
+    benchmark::DoNotOptimize(c.impl());
+  }
+  state.SetBytesProcessed(state.iterations() * 65536 * 12);
+  set_num_threads(2);
+}
+BENCHMARK(BM_AddSmall)->Arg(1)->Arg(2)->UseRealTime();
+
 // Baseline: a plain single-thread C++ loop into a preallocated buffer.
 void BM_AddBigBaselineLoop(benchmark::State& state) {
   std::vector<float> a(kBig, 1.f), b(kBig, 1.f), c(kBig);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -65,6 +66,25 @@ TEST(ThreadPool, PollingWorkersFinishJobsAndStopPromptly) {
   const auto t0 = std::chrono::steady_clock::now();
   set_num_threads(1);  // the worker is polling: stop() must not wait the second out
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  ::unsetenv("KILN_POOL_SPIN_US");
+  set_num_threads(prev);
+}
+
+// The caller polls for the workers still running a chunk, then sleeps: a chunk
+// that outlasts the poll (50 us here) is still waited for, and its writes are
+// visible when parallel_for returns.
+TEST(ThreadPool, CallerWaitsForAWorkerPastItsPoll) {
+  const int prev = num_threads();
+  ::setenv("KILN_POOL_SPIN_US", "50", 1);
+  set_num_threads(2);
+  for (int it = 0; it < 20; ++it) {
+    std::vector<int> done(4, 0);
+    parallel_for(0, 4, 1, [&](int64_t b, int64_t e) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      for (int64_t i = b; i < e; ++i) done[static_cast<size_t>(i)] = 1;
+    });
+    for (int d : done) ASSERT_EQ(d, 1) << "job " << it;
+  }
   ::unsetenv("KILN_POOL_SPIN_US");
   set_num_threads(prev);
 }

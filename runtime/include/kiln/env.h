@@ -18,8 +18,9 @@ inline constexpr EnvVar kRegistry[] = {
     {"KILN_NUM_THREADS", "number of cores",
      "threads of the intra-op pool (OpenBLAS stays single-threaded)"},
     {"KILN_POOL_SPIN_US", "1000",
-     "microseconds an idle pool worker polls for the next job before sleeping (0: sleep at "
-     "once; no polling when the pool has more threads than the machine has cores)"},
+     "microseconds an idle pool worker polls for the next job, and a caller for the workers "
+     "finishing its job, before sleeping (0: sleep at once; no polling when the pool has more "
+     "threads than the machine has cores)"},
     {"KILN_CPU_LEVEL", "native",
      "x86-64 level of the eager SIMD math loops: v2 (SSE4.2), v3 (AVX2+FMA), v4 (AVX-512), or "
      "native, the best this CPU runs; a level above it is an error (results are the same bits "
