@@ -187,6 +187,36 @@ TEST(Reduce, LargeInputsUseAllPaths) {
   }
 }
 
+// A column sum below the split size adds each column's rows in order, in
+// double: bit for bit the sequential sum, whatever the row count (the fold
+// takes rows four at a time, then the rest one by one) and with several
+// reduced dims.
+TEST(Reduce, ColumnSumsAddRowsInOrder) {
+  uint64_t seed = 300;
+  for (int64_t rows : {1, 2, 3, 4, 5, 7, 8, 9, 31}) {
+    for (int64_t cols : {1, 33, 1024}) {
+      Tensor x = make({rows, cols}, Layout::kContiguous, seed++, DType::f32);
+      const std::vector<float> xv = x.to_vector<float>();
+      std::vector<float> want(static_cast<size_t>(cols));
+      for (int64_t j = 0; j < cols; ++j) {
+        double acc = 0;
+        for (int64_t r = 0; r < rows; ++r) acc += xv[static_cast<size_t>(r * cols + j)];
+        want[static_cast<size_t>(j)] = static_cast<float>(acc);
+      }
+      EXPECT_EQ(sum(x, {0}).to_vector<float>(), want) << rows << " x " << cols;
+    }
+  }
+  Tensor x = make({3, 5, 64}, Layout::kContiguous, seed, DType::f32);
+  const std::vector<float> xv = x.to_vector<float>();
+  std::vector<float> want(64);
+  for (int64_t j = 0; j < 64; ++j) {
+    double acc = 0;
+    for (int64_t r = 0; r < 15; ++r) acc += xv[static_cast<size_t>(r * 64 + j)];
+    want[static_cast<size_t>(j)] = static_cast<float>(acc);
+  }
+  EXPECT_EQ(sum(x, {0, 1}).to_vector<float>(), want);
+}
+
 // Results do not depend on the thread count (block splits are fixed by the shape).
 TEST(Reduce, ThreadCountIndependent) {
   const int before = num_threads();
