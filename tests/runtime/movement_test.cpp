@@ -113,6 +113,45 @@ TEST(Movement, Pad) {
   EXPECT_EQ(check([](const Tensor& t) { return pad(t, {1, -1, 2, 0}, 3.0); }, x), "");
 }
 
+// pad against a naive reference for pads of every sign on up to three dims of a
+// 3-d input (the kernel fills only the border, then copies the interior), a
+// transposed input, f32 and i64, and a pad that crops a dim away.
+TEST(Movement, PadMatchesAReference) {
+  const Tensor base = iota({3, 4, 5});
+  const std::vector<Dims> cases = {{2, 1},         {0, 3},
+                                   {-1, 2},        {2, -2},
+                                   {1, 1, 2, 0},   {0, 0, -1, 1},
+                                   {-2, -1, 3, 1}, {1, 2, 1, 2, 1, 2},
+                                   {0, 0, 0, 0},   {-1, 0, 2, -1, 1, -2}};
+  for (DType dt : {DType::f32, DType::i64})
+    for (bool transposed : {false, true}) {
+      const Tensor x =
+          cast(transposed ? base.transpose(0, 2).contiguous().transpose(0, 2) : base, dt);
+      for (const Dims& pads : cases) {
+        const Tensor got = pad(x, pads, 7.0);
+        const Dims& in = x.shape();
+        Dims lo{0, 0, 0}, shape = in;
+        for (size_t k = 0; k < pads.size() / 2; ++k) {
+          lo[2 - k] = pads[2 * k];
+          shape[2 - k] = in[2 - k] + pads[2 * k] + pads[2 * k + 1];
+        }
+        ASSERT_EQ(got.shape(), shape) << pads;
+        const V xv = vals(x.contiguous()), gv = vals(got);
+        size_t at = 0;
+        for (int64_t i = 0; i < shape[0]; ++i)
+          for (int64_t j = 0; j < shape[1]; ++j)
+            for (int64_t l = 0; l < shape[2]; ++l, ++at) {
+              const int64_t a = i - lo[0], b = j - lo[1], c = l - lo[2];
+              const bool inside = a >= 0 && a < in[0] && b >= 0 && b < in[1] && c >= 0 && c < in[2];
+              const double want = inside ? xv[static_cast<size_t>((a * in[1] + b) * in[2] + c)] : 7;
+              ASSERT_EQ(gv[at], want) << "pads " << pads << " at " << i << "," << j << "," << l;
+            }
+      }
+    }
+  EXPECT_EQ(pad(base, {-5, 2}, 1.0).shape(), (Dims{3, 4, 2}));  // the input cropped away
+  EXPECT_EQ(vals(pad(base, {-5, 2}, 1.0)), V(24, 1.0));
+}
+
 // cat and stack along any dim, with mixed dtypes promoted.
 TEST(Movement, CatStack) {
   Tensor a = iota({2, 2});

@@ -236,7 +236,6 @@ void kernel_pad(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> ou
   const Tensor& x = in[0];
   const Dims& pads = a.dims("pads");
   Tensor& o = out[0];
-  copy_into(o, scalar_tensor(a.f("value")));
   // The region both tensors share: crop x where a pad is negative, offset o where positive.
   Dims shape = x.shape();
   int64_t xoff = x.offset(), ooff = 0;
@@ -253,7 +252,28 @@ void kernel_pad(std::span<const Tensor> in, const Attrs& a, std::span<Tensor> ou
       ooff += lo * o.strides()[d];
     shape[d] = std::max<int64_t>(n, 0);
   }
-  if (empty || numel_of(shape) == 0) return;
+  const Tensor value = scalar_tensor(a.f("value"));
+  if (empty || numel_of(shape) == 0) {
+    copy_into(o, value);
+    return;
+  }
+  // Only the border takes the value (the slabs before and after the copied
+  // range along each padded dim; corners twice): filling the whole output
+  // first wrote the interior twice (a slice's backward pads every gradient).
+  for (size_t k = 0; k < pads.size() / 2; ++k) {
+    const size_t d = rank - 1 - k;
+    const int64_t lo = std::max<int64_t>(pads[2 * k], 0);
+    const int64_t after = lo + shape[d];
+    Dims slab = o.shape();
+    if (lo > 0) {
+      slab[d] = lo;
+      copy_into(as_strided(o, slab, o.strides(), 0), value);
+    }
+    if (after < o.shape()[d]) {
+      slab[d] = o.shape()[d] - after;
+      copy_into(as_strided(o, slab, o.strides(), after * o.strides()[d]), value);
+    }
+  }
   copy_into(as_strided(o, shape, o.strides(), ooff), as_strided(x, shape, x.strides(), xoff));
 }
 void vjp_pad(const VjpArgs& a, std::vector<Tensor>& gi) {
