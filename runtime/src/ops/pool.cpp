@@ -227,7 +227,11 @@ void vjp_max(const VjpArgs& a, std::vector<Tensor>& gi) {
   Dims fx = batched ? Dims{xs[0], xs[1], H * W} : Dims{xs[0], H * W};
   Dims fy = batched ? Dims{xs[0], xs[1], Ho * Wo} : Dims{xs[0], Ho * Wo};
   const int64_t dim = batched ? 2 : 1;
-  Tensor r = scatter_add(zeros(fx, g.dtype(), g.device()), dim, reshape(idx, fy), reshape(g, fy));
+  // The zeros as one broadcast element: scatter_add's copy of its base is then
+  // a fill (one write) instead of a zeroed buffer copied (a write, then a read
+  // and a write).
+  const Tensor base = zeros({}, g.dtype(), g.device()).expand(fx);
+  Tensor r = scatter_add(base, dim, reshape(idx, fy), reshape(g, fy));
   gi[0] = reshape(r, xs);
 }
 
