@@ -38,6 +38,14 @@ inline void cpu_relax() {
 #endif
 }
 
+// Spins (cpu_relax) until done() or `us` microseconds have passed: the poll
+// before each sleep on a condition variable, by idle workers and the caller.
+template <typename Done>
+void poll(int us, Done done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (!done() && std::chrono::steady_clock::now() < until) cpu_relax();
+}
+
 // How long an idle worker polls before sleeping: KILN_POOL_SPIN_US, default
 // 1000 us; none when the pool has more threads than the machine has cores
 // (a polling worker would then take a core from a thread with work).
@@ -97,9 +105,7 @@ class Pool {
     // microseconds, and sleeping on the condition variable made the caller
     // wake tens of microseconds late in a VM (a 64K-element kernel took
     // longer on 2 threads than on 1).
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-    while (active_.load(std::memory_order_acquire) != 0 && std::chrono::steady_clock::now() < until)
-      cpu_relax();
+    poll(spin_us_, [&] { return active_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
     job_ = nullptr;
@@ -152,10 +158,7 @@ class Pool {
     uint64_t seen = 0;
     for (;;) {
       // Poll first; the wait below then finds a job posted meanwhile at once.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-      while (posted_.load(std::memory_order_acquire) == seen &&
-             std::chrono::steady_clock::now() < until)
-        cpu_relax();
+      poll(spin_us_, [&] { return posted_.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return quit_ || generation_ != seen; });
